@@ -1,0 +1,31 @@
+# jobqueue: the targets users and CI run. `make demo` and `make test` set up what they
+# need on a fresh machine.
+CARGO ?= cargo
+export REDIS_SERVER ?= redis-server
+
+.PHONY: all build test lint fmt demo chaos bench crds clean redis
+
+all: build
+
+build:
+	$(CARGO) build --release
+
+redis:
+	@./scripts/ensure-redis.sh
+
+## The full test suite: formatting, lints, unit and integration tests (real Redis,
+## standalone and a 3-master Cluster, started by the tests themselves).
+test: redis
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) test --all-targets
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
+
+clean:
+	$(CARGO) clean

@@ -1,0 +1,221 @@
+--[[
+  claim: lease up to n ready jobs to one worker.
+
+  KEYS[1] P:{T}:pending      LIST  ids ready to claim (RPOP end is the front)
+  KEYS[2] P:{T}:processing   ZSET  id -> lease_until
+  KEYS[3] P:{T}:delayed      ZSET  id -> run_at
+  KEYS[4] P:{T}:dead         ZSET  (not touched)
+  KEYS[5] P:{T}:meta         HASH  visibility_timeout_ms (read when ARGV[4] is 0)
+  KEYS[6] P:{T}:stats        HASH  counters claimed, orphans
+  KEYS[7] P:{T}:wake         LIST  (not touched: claim pushes no wake markers)
+
+  ARGV[1]        job-key prefix P:{T}:job:  (job keys are built as ARGV[1]..id)
+  ARGV[2]        n, the most jobs to claim, 1..1000
+  ARGV[3]        worker id, stored in the job's `worker` field
+  ARGV[4]        visibility in ms, 0..10^15 (0 = meta visibility_timeout_ms, default 30000)
+  ARGV[5..4+n]   exactly n tokens, one per slot, in slot order
+
+  Returns: an array of up to n jobs, each {id, payload, attempts, token, lease_until}
+           (attempts and lease_until are integers); an empty array when nothing is ready.
+
+  First moves up to 100 due delayed jobs (earliest run_at first) to the back of pending;
+  a due delayed id whose hash is gone or whose status is not `delayed` is dropped from
+  delayed and counted in `orphans`. Then takes ids from the front of pending; an id whose
+  hash is gone or whose status is not `pending` is dropped, counted in `orphans`, and
+  does not use a slot; at most n + 100 ids leave pending per call.
+  Every key is read before anything is written, so an error changes nothing.
+]]
+
+local MAXMS = 1000000000000000
+
+local function bad(name, detail)
+  return redis.error_reply('ERR jobqueue: invalid ' .. name .. ': ' .. detail)
+end
+local function shown(v)
+  if v == nil or v == false then return 'missing' end
+  if #v > 40 then v = string.sub(v, 1, 40) .. '...' end
+  return '"' .. (string.gsub(v, '%c', '?')) .. '"'
+end
+local function int(v, lo, hi)
+  if type(v) ~= 'string' or not string.find(v, '^%-?%d+$') then return nil end
+  local x = tonumber(v)
+  if x == nil or x < lo or x > hi then return nil end
+  if x == 0 then x = 0 end
+  return x
+end
+local function wrongtype(key, want)
+  local t = redis.call('TYPE', key)
+  if type(t) == 'table' then t = t.ok end
+  return redis.error_reply('ERR jobqueue: key ' .. key .. ' holds the wrong type (' ..
+    tostring(t) .. '), expected ' .. want)
+end
+local function expect(key, want)
+  local t = redis.call('TYPE', key)
+  if type(t) == 'table' then t = t.ok end
+  if t == want or t == 'none' then return nil end
+  return redis.error_reply('ERR jobqueue: key ' .. key .. ' holds the wrong type (' ..
+    tostring(t) .. '), expected ' .. want)
+end
+local function failure(r, key, want)
+  if type(r) == 'table' and r.err then
+    if string.find(r.err, 'WRONGTYPE', 1, true) then return wrongtype(key, want) end
+    return redis.error_reply(r.err)
+  end
+  return nil
+end
+
+-- arguments ------------------------------------------------------------------
+if #KEYS ~= 7 then
+  return bad('keys', 'expected the 7 queue keys, got ' .. #KEYS)
+end
+local n = int(ARGV[2], 1, 1000)
+if not n then return bad('n', 'expected an integer 1..1000, got ' .. shown(ARGV[2])) end
+if #ARGV ~= 4 + n then
+  return bad('n', 'n=' .. n .. ' needs exactly ' .. n .. ' tokens after ARGV[4], got ' ..
+    math.max(#ARGV - 4, 0) .. ' tokens')
+end
+local vis = int(ARGV[4], 0, MAXMS)
+if not vis then
+  return bad('visibility', 'expected an integer 0..10^15 ms, got ' .. shown(ARGV[4]))
+end
+
+local K_PENDING, K_PROCESSING, K_DELAYED = KEYS[1], KEYS[2], KEYS[3]
+local K_META, K_STATS = KEYS[5], KEYS[6]
+local prefix, worker = ARGV[1], ARGV[3]
+
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- read phase -----------------------------------------------------------------
+local orphans = 0
+
+-- due delayed jobs, earliest first, at most 100 (orphans included)
+local due = redis.pcall('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'LIMIT', 0, 100)
+local e = failure(due, K_DELAYED, 'zset')
+if e then return e end
+local promo, promoAtt, promoSet = {}, {}, {}
+for i = 1, #due do
+  local id = due[i]
+  local key = prefix .. id
+  local h = redis.pcall('HMGET', key, 'status', 'attempts')
+  e = failure(h, key, 'hash')
+  if e then return e end
+  if h[1] == 'delayed' then
+    promo[#promo + 1] = id
+    promoAtt[#promo] = h[2]
+    promoSet[id] = true
+  else
+    orphans = orphans + 1
+  end
+end
+
+-- ids leave pending from its RPOP end: first the ids already there, then the
+-- promoted ones (they were pushed behind them). Nothing is popped yet: the ids are
+-- read with LRANGE and the consumed tail is trimmed in the write phase.
+local cIds, cKeys, cAtt, cPay = {}, {}, {}, {}
+local taken = {}
+local budget = n + 100
+local popped, fromPending, promoUsed = 0, 0, 0
+local pendingDone = false
+while #cIds < n and popped < budget do
+  if not pendingDone then
+    local want = math.min(n - #cIds, budget - popped)
+    local ids = redis.pcall('LRANGE', K_PENDING, -(fromPending + want), -(fromPending + 1))
+    e = failure(ids, K_PENDING, 'list')
+    if e then return e end
+    if #ids < want then pendingDone = true end
+    for j = #ids, 1, -1 do
+      local id = ids[j]
+      local key = prefix .. id
+      local h = redis.pcall('HMGET', key, 'status', 'attempts', 'payload')
+      e = failure(h, key, 'hash')
+      if e then return e end
+      fromPending = fromPending + 1
+      popped = popped + 1
+      local st = h[1]
+      if promoSet[id] and st == 'delayed' then st = 'pending' end -- promoted before the pop
+      if st == 'pending' and not taken[key] then
+        taken[key] = true
+        local c = #cIds + 1
+        cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, h[2], h[3]
+      else
+        orphans = orphans + 1
+      end
+    end
+  else
+    if promoUsed >= #promo then break end
+    promoUsed = promoUsed + 1
+    popped = popped + 1
+    local id = promo[promoUsed]
+    local key = prefix .. id
+    if taken[key] then
+      orphans = orphans + 1 -- already claimed through an older copy in pending
+    else
+      taken[key] = true
+      local c = #cIds + 1
+      cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, promoAtt[promoUsed], false
+    end
+  end
+end
+
+local nc = #cIds
+local lease = 0
+if nc > 0 then
+  if vis == 0 then
+    local m = redis.pcall('HMGET', K_META, 'visibility_timeout_ms')
+    e = failure(m, K_META, 'hash')
+    if e then return e end
+    vis = tonumber(m[1])
+    if vis == nil or vis ~= vis or vis < 1 or vis > MAXMS then vis = 30000 end
+    vis = math.floor(vis)
+  end
+  lease = now + vis
+  for c = 1, nc do
+    if cPay[c] == false then cPay[c] = redis.call('HGET', cKeys[c], 'payload') or '' end
+  end
+end
+
+-- type checks for keys written without having been read
+if nc > 0 or orphans > 0 then
+  e = expect(K_STATS, 'hash')
+  if e then return e end
+end
+
+-- write phase ----------------------------------------------------------------
+local out = {}
+if nc > 0 then
+  local z = {}
+  for c = 1, nc do
+    z[2 * c - 1] = lease
+    z[2 * c] = cIds[c]
+  end
+  local r = redis.pcall('ZADD', K_PROCESSING, unpack(z))
+  e = failure(r, K_PROCESSING, 'zset')
+  if e then return e end
+end
+if fromPending > 0 then
+  redis.call('LTRIM', K_PENDING, 0, -(fromPending + 1))
+end
+if promoUsed < #promo then
+  local rest = {}
+  for i = promoUsed + 1, #promo do rest[#rest + 1] = promo[i] end
+  redis.call('LPUSH', K_PENDING, unpack(rest))
+  for i = 1, #rest do
+    local key = prefix .. rest[i]
+    if not taken[key] then redis.call('HSET', key, 'status', 'pending') end
+  end
+end
+if #due > 0 then
+  redis.call('ZREM', K_DELAYED, unpack(due))
+end
+for c = 1, nc do
+  local att = (tonumber(cAtt[c]) or 0) + 1
+  local token = ARGV[4 + c]
+  redis.call('HSET', cKeys[c], 'status', 'processing', 'claim_token', token,
+    'attempts', att, 'claimed_at', now, 'lease_until', lease, 'worker', worker)
+  out[c] = { cIds[c], cPay[c], att, token, lease }
+end
+if nc > 0 then redis.call('HINCRBY', K_STATS, 'claimed', nc) end
+if orphans > 0 then redis.call('HINCRBY', K_STATS, 'orphans', orphans) end
+return out

@@ -1,0 +1,614 @@
+//! `Queue`: every script of the protocol as a typed operation.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use redis::{Cmd, Value};
+
+use super::MAX_BATCH;
+use super::connection::{Dedicated, Redis};
+use super::error::{Error, Result};
+use super::keys::{QueueKeys, validate_id};
+use super::scripts::{SCRIPTS, Script};
+use super::settings::QueueSettings;
+use super::stats::QueueStats;
+use super::types::*;
+
+/// A handle on one queue. Cheap to clone; clones share the Redis connection.
+#[derive(Clone, Debug)]
+pub struct Queue {
+    redis: Redis,
+    keys: Arc<QueueKeys>,
+}
+
+impl Queue {
+    /// The queue `prefix:{tag}` on `redis`.
+    pub fn new(redis: Redis, prefix: &str, tag: &str) -> Result<Queue> {
+        Ok(Queue {
+            redis,
+            keys: Arc::new(QueueKeys::new(prefix, tag)?),
+        })
+    }
+
+    pub fn keys(&self) -> &QueueKeys {
+        &self.keys
+    }
+
+    /// `prefix:{tag}`.
+    pub fn name(&self) -> &str {
+        &self.keys.name
+    }
+
+    pub fn redis(&self) -> &Redis {
+        &self.redis
+    }
+
+    /// Load every script into the server(s) now, so the first calls need no NOSCRIPT
+    /// round trip. Calls work without it: a missing script is loaded on demand.
+    pub async fn load_scripts(&self) -> Result<()> {
+        let mut conn = self.redis.clone();
+        for script in SCRIPTS.all() {
+            script
+                .load(&mut conn)
+                .await
+                .map_err(|e| self.err("SCRIPT LOAD", e))?;
+        }
+        Ok(())
+    }
+
+    fn err(&self, op: &'static str, e: redis::RedisError) -> Error {
+        Error::from_redis(&self.keys.name, op, e)
+    }
+
+    fn protocol(&self, op: &'static str, detail: impl Into<String>) -> Error {
+        Error::Protocol {
+            queue: self.keys.name.clone(),
+            op,
+            detail: detail.into(),
+        }
+    }
+
+    fn script_cmd(&self, script: &Script, job_keys: &[String]) -> Cmd {
+        let mut cmd = script.cmd(7 + job_keys.len());
+        for key in self.keys.queue_keys() {
+            cmd.arg(key);
+        }
+        for key in job_keys {
+            cmd.arg(key);
+        }
+        cmd.arg(&self.keys.job_prefix);
+        cmd
+    }
+
+    async fn run(&self, script: &Script, cmd: &Cmd) -> Result<Value> {
+        let mut conn = self.redis.clone();
+        script
+            .run(&mut conn, cmd)
+            .await
+            .map_err(|e| self.err(script.name, e))
+    }
+
+    /// Enqueue one job. Its id is the caller's or a new compact one.
+    pub async fn enqueue(&self, job: NewJob) -> Result<Enqueued> {
+        let mut out = self.enqueue_many(vec![job]).await?;
+        out.pop()
+            .ok_or_else(|| self.protocol("enqueue", "empty reply"))
+    }
+
+    /// Enqueue many jobs, in calls of up to 1000. Returns one entry per job, in order.
+    pub async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
+        let mut out = Vec::with_capacity(jobs.len());
+        let mut jobs = jobs.into_iter().peekable();
+        while jobs.peek().is_some() {
+            let chunk: Vec<NewJob> = jobs.by_ref().take(MAX_BATCH).collect();
+            out.extend(self.enqueue_chunk(chunk).await?);
+        }
+        Ok(out)
+    }
+
+    async fn enqueue_chunk(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
+        let mut ids = Vec::with_capacity(jobs.len());
+        for job in &jobs {
+            let id = match &job.id {
+                Some(id) => {
+                    validate_id(id)?;
+                    id.clone()
+                }
+                None => new_job_id(),
+            };
+            ids.push(id);
+        }
+        let job_keys: Vec<String> = ids.iter().map(|id| self.keys.job(id)).collect();
+        let mut cmd = self.script_cmd(&SCRIPTS.enqueue, &job_keys);
+        cmd.arg(jobs.len());
+        for (job, id) in jobs.iter().zip(&ids) {
+            cmd.arg(id)
+                .arg(job.payload.as_ref())
+                .arg(job.delay.as_millis() as u64);
+        }
+        let reply = self.run(&SCRIPTS.enqueue, &cmd).await?;
+        let flags =
+            int_array(&reply).ok_or_else(|| self.protocol("enqueue", format!("{reply:?}")))?;
+        if flags.len() != ids.len() {
+            return Err(self.protocol("enqueue", "reply length differs from the job count"));
+        }
+        Ok(ids
+            .into_iter()
+            .zip(flags)
+            .map(|(id, flag)| Enqueued {
+                id,
+                created: flag == 1,
+            })
+            .collect())
+    }
+
+    /// Claim up to `n` ready jobs for `worker`. `visibility` overrides the queue's
+    /// visibility timeout for these leases.
+    pub async fn claim(
+        &self,
+        n: usize,
+        worker: &str,
+        visibility: Option<Duration>,
+    ) -> Result<Vec<Lease>> {
+        check_count("n", n)?;
+        let mut cmd = self.script_cmd(&SCRIPTS.claim, &[]);
+        cmd.arg(n)
+            .arg(worker)
+            .arg(visibility.map_or(0, |v| v.as_millis().max(1) as u64));
+        for _ in 0..n {
+            cmd.arg(new_token());
+        }
+        let reply = self.run(&SCRIPTS.claim, &cmd).await?;
+        let Value::Array(jobs) = reply else {
+            return Err(self.protocol("claim", format!("{reply:?}")));
+        };
+        jobs.into_iter()
+            .map(|job| {
+                parse_lease(job).ok_or_else(|| self.protocol("claim", "malformed job entry"))
+            })
+            .collect()
+    }
+
+    /// Claim one job, if one is ready.
+    pub async fn claim_one(
+        &self,
+        worker: &str,
+        visibility: Option<Duration>,
+    ) -> Result<Option<Lease>> {
+        Ok(self.claim(1, worker, visibility).await?.pop())
+    }
+
+    /// Ack one lease: true when accepted, false when stale (the lease was taken away).
+    pub async fn ack<'a>(&self, lease: impl Into<LeaseRef<'a>>) -> Result<bool> {
+        Ok(self.ack_many(&[lease.into()]).await?.first() == Some(&true))
+    }
+
+    /// Ack many leases; one flag per lease, in order.
+    pub async fn ack_many(&self, leases: &[LeaseRef<'_>]) -> Result<Vec<bool>> {
+        let mut out = Vec::with_capacity(leases.len());
+        for chunk in leases.chunks(MAX_BATCH) {
+            let job_keys: Vec<String> = chunk.iter().map(|l| self.keys.job(l.id)).collect();
+            let mut cmd = self.script_cmd(&SCRIPTS.ack, &job_keys);
+            cmd.arg(chunk.len());
+            for lease in chunk {
+                cmd.arg(lease.id).arg(lease.token);
+            }
+            let reply = self.run(&SCRIPTS.ack, &cmd).await?;
+            let flags = int_array(&reply).filter(|f| f.len() == chunk.len());
+            let flags = flags.ok_or_else(|| self.protocol("ack", format!("{reply:?}")))?;
+            out.extend(flags.into_iter().map(|f| f == 1));
+        }
+        Ok(out)
+    }
+
+    /// Extend one lease by `by` from now (the queue's visibility timeout when `None`).
+    /// Returns the new lease_until, or `None` when the lease is stale.
+    pub async fn extend<'a>(
+        &self,
+        lease: impl Into<LeaseRef<'a>>,
+        by: Option<Duration>,
+    ) -> Result<Option<i64>> {
+        Ok(self.extend_many(&[lease.into()], by).await?.pop().flatten())
+    }
+
+    /// Extend many leases in one call per 1000; one result per lease, in order.
+    pub async fn extend_many(
+        &self,
+        leases: &[LeaseRef<'_>],
+        by: Option<Duration>,
+    ) -> Result<Vec<Option<i64>>> {
+        let ms = by.map_or(0, |d| d.as_millis().max(1) as u64);
+        let mut out = Vec::with_capacity(leases.len());
+        for chunk in leases.chunks(MAX_BATCH) {
+            let job_keys: Vec<String> = chunk.iter().map(|l| self.keys.job(l.id)).collect();
+            let mut cmd = self.script_cmd(&SCRIPTS.extend, &job_keys);
+            cmd.arg(ms).arg(chunk.len());
+            for lease in chunk {
+                cmd.arg(lease.id).arg(lease.token);
+            }
+            let reply = self.run(&SCRIPTS.extend, &cmd).await?;
+            let until = int_array(&reply).filter(|f| f.len() == chunk.len());
+            let until = until.ok_or_else(|| self.protocol("extend", format!("{reply:?}")))?;
+            out.extend(until.into_iter().map(|u| (u > 0).then_some(u)));
+        }
+        Ok(out)
+    }
+
+    /// End a lease as failed: retried later (per `backoff`) or dead-lettered.
+    pub async fn fail<'a>(
+        &self,
+        lease: impl Into<LeaseRef<'a>>,
+        error: &str,
+        mode: FailMode,
+        backoff: Backoff,
+    ) -> Result<FailOutcome> {
+        let lease = lease.into();
+        let job_keys = [self.keys.job(lease.id)];
+        let mut cmd = self.script_cmd(&SCRIPTS.fail, &job_keys);
+        cmd.arg(lease.id)
+            .arg(lease.token)
+            .arg(error)
+            .arg(mode.as_str())
+            .arg(backoff.as_arg());
+        let reply = self.run(&SCRIPTS.fail, &cmd).await?;
+        match as_str(&reply) {
+            Some("pending") => Ok(FailOutcome::Pending),
+            Some("delayed") => Ok(FailOutcome::Delayed),
+            Some("dead") => Ok(FailOutcome::Dead),
+            Some("stale") => Ok(FailOutcome::Stale),
+            _ => Err(self.protocol("fail", format!("{reply:?}"))),
+        }
+    }
+
+    /// One reaper pass over at most `batch` expired leases.
+    pub async fn reap(&self, batch: usize) -> Result<ReapOutcome> {
+        check_count("batch", batch)?;
+        let mut cmd = self.script_cmd(&SCRIPTS.reap, &[]);
+        cmd.arg(batch);
+        let reply = self.run(&SCRIPTS.reap, &cmd).await?;
+        match int_array(&reply).as_deref() {
+            Some(&[requeued, dead_lettered, more]) => Ok(ReapOutcome {
+                requeued: requeued.max(0) as u64,
+                dead_lettered: dead_lettered.max(0) as u64,
+                more: more == 1,
+            }),
+            _ => Err(self.protocol("reap", format!("{reply:?}"))),
+        }
+    }
+
+    /// Reap until no expired lease remains or `max_calls` calls were made.
+    pub async fn reap_expired(&self, batch: usize, max_calls: usize) -> Result<ReapOutcome> {
+        let mut total = ReapOutcome::default();
+        for _ in 0..max_calls.max(1) {
+            let pass = self.reap(batch).await?;
+            total += pass;
+            if !pass.more {
+                break;
+            }
+        }
+        Ok(total)
+    }
+
+    /// Counts and counters in one round trip.
+    pub async fn stats(&self) -> Result<QueueStats> {
+        let cmd = self.script_cmd(&SCRIPTS.stats, &[]);
+        let reply = self.run(&SCRIPTS.stats, &cmd).await?;
+        let Value::Array(items) = &reply else {
+            return Err(self.protocol("stats", format!("{reply:?}")));
+        };
+        let mut pairs = Vec::with_capacity(items.len() / 2);
+        for pair in items.chunks(2) {
+            match pair {
+                [name, Value::Int(v)] => {
+                    let name =
+                        as_str(name).ok_or_else(|| self.protocol("stats", "non-string name"))?;
+                    pairs.push((name, *v));
+                }
+                _ => return Err(self.protocol("stats", "a value is not an integer")),
+            }
+        }
+        Ok(QueueStats::from_pairs(pairs))
+    }
+
+    /// Move dead jobs back to pending (attempts reset). Returns how many moved.
+    pub async fn redrive(&self, selection: &Selection) -> Result<u64> {
+        self.dead_op(&SCRIPTS.redrive, selection).await
+    }
+
+    /// Delete dead jobs with their hashes. Returns how many were deleted.
+    pub async fn purge(&self, selection: &Selection) -> Result<u64> {
+        self.dead_op(&SCRIPTS.purge, selection).await
+    }
+
+    async fn dead_op(&self, script: &Script, selection: &Selection) -> Result<u64> {
+        let mut total = 0u64;
+        match selection {
+            Selection::Oldest(n) => {
+                check_count("n", *n)?;
+                let mut cmd = self.script_cmd(script, &[]);
+                cmd.arg("oldest").arg(*n);
+                total += self.count_reply(script, &cmd).await?;
+            }
+            Selection::Ids(ids) => {
+                if ids.is_empty() {
+                    return Err(Error::InvalidArgument {
+                        what: "ids",
+                        reason: "at least one id is needed".into(),
+                    });
+                }
+                for chunk in ids.chunks(MAX_BATCH) {
+                    for id in chunk {
+                        validate_id(id)?;
+                    }
+                    let job_keys: Vec<String> = chunk.iter().map(|id| self.keys.job(id)).collect();
+                    let mut cmd = self.script_cmd(script, &job_keys);
+                    cmd.arg("ids");
+                    for id in chunk {
+                        cmd.arg(id);
+                    }
+                    total += self.count_reply(script, &cmd).await?;
+                }
+            }
+        }
+        Ok(total)
+    }
+
+    async fn count_reply(&self, script: &Script, cmd: &Cmd) -> Result<u64> {
+        match self.run(script, cmd).await? {
+            Value::Int(n) => Ok(n.max(0) as u64),
+            other => Err(self.protocol(script.name, format!("{other:?}"))),
+        }
+    }
+
+    /// Write the queue's settings into `meta`.
+    pub async fn configure(&self, settings: &QueueSettings) -> Result<()> {
+        settings.validate()?;
+        let mut conn = self.redis.clone();
+        let _: Value = redis::cmd("HSET")
+            .arg(&self.keys.meta)
+            .arg(settings.to_fields())
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err("HSET meta", e))?;
+        Ok(())
+    }
+
+    /// The settings in `meta` (defaults for absent fields).
+    pub async fn settings(&self) -> Result<QueueSettings> {
+        let mut conn = self.redis.clone();
+        let fields: HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(&self.keys.meta)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err("HGETALL meta", e))?;
+        Ok(QueueSettings::from_fields(&fields))
+    }
+
+    /// Check that each of the seven queue keys is absent or of its protocol type.
+    pub async fn check_key_types(&self) -> Result<()> {
+        let expected = ["list", "zset", "zset", "zset", "hash", "hash", "list"];
+        let mut pipe = redis::pipe();
+        for key in self.keys.queue_keys() {
+            pipe.cmd("TYPE").arg(key);
+        }
+        let mut conn = self.redis.clone();
+        let types: Vec<String> = pipe
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err("TYPE", e))?;
+        for ((key, want), got) in self.keys.queue_keys().iter().zip(expected).zip(types) {
+            if got != "none" && got != want {
+                return Err(Error::WrongType {
+                    queue: self.keys.name.clone(),
+                    key: key.to_string(),
+                    detail: format!("key {key} holds a {got}, expected a {want}"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Read one job's hash; `None` when it does not exist.
+    pub async fn job(&self, id: &str) -> Result<Option<JobInfo>> {
+        validate_id(id)?;
+        let mut conn = self.redis.clone();
+        let key = self.keys.job(id);
+        let fields: HashMap<String, Vec<u8>> = redis::cmd("HGETALL")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err("HGETALL job", e))?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        let text = |name: &str| {
+            fields
+                .get(name)
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+        };
+        let int = |name: &str| text(name).and_then(|v| v.parse::<i64>().ok());
+        Ok(Some(JobInfo {
+            id: id.to_string(),
+            payload: fields
+                .get("payload")
+                .map(|p| Bytes::from(p.clone()))
+                .unwrap_or_default(),
+            status: text("status"),
+            attempts: int("attempts").unwrap_or(0).max(0) as u32,
+            enqueued_at: int("enqueued_at"),
+            claimed_at: int("claimed_at"),
+            lease_until: int("lease_until"),
+            last_error: text("last_error"),
+            worker: text("worker"),
+        }))
+    }
+
+    /// Ids of dead jobs, oldest death first, with their time of death (ms).
+    pub async fn dead_ids(&self, offset: usize, count: usize) -> Result<Vec<(String, i64)>> {
+        let mut conn = self.redis.clone();
+        let items: Vec<(String, f64)> = redis::cmd("ZRANGE")
+            .arg(&self.keys.dead)
+            .arg(offset)
+            .arg(offset + count.max(1) - 1)
+            .arg("WITHSCORES")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err("ZRANGE dead", e))?;
+        Ok(items.into_iter().map(|(id, at)| (id, at as i64)).collect())
+    }
+
+    /// Ids next in line to be claimed, the next one first.
+    pub async fn pending_ids(&self, count: usize) -> Result<Vec<String>> {
+        let mut conn = self.redis.clone();
+        let count = count.max(1) as i64;
+        let ids: Vec<String> = redis::cmd("LRANGE")
+            .arg(&self.keys.pending)
+            .arg(-count)
+            .arg(-1)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err("LRANGE pending", e))?;
+        Ok(ids.into_iter().rev().collect())
+    }
+
+    /// A consumer for `worker`, whose `next_job` blocks on its own connection.
+    pub fn consumer(&self, worker: impl Into<String>) -> Consumer {
+        Consumer {
+            queue: self.clone(),
+            worker: worker.into(),
+            visibility: None,
+            wake: None,
+        }
+    }
+}
+
+/// Claims jobs for one worker, waiting for new ones on the queue's `wake` list.
+pub struct Consumer {
+    queue: Queue,
+    worker: String,
+    visibility: Option<Duration>,
+    wake: Option<Dedicated>,
+}
+
+/// How long one BLPOP on `wake` waits at most: delayed jobs become due without a marker.
+const WAKE_WAIT: Duration = Duration::from_secs(1);
+
+impl Consumer {
+    /// Use this visibility timeout for the leases it claims instead of the queue's.
+    pub fn visibility(mut self, visibility: Option<Duration>) -> Consumer {
+        self.visibility = visibility;
+        self
+    }
+
+    pub fn worker(&self) -> &str {
+        &self.worker
+    }
+
+    /// Claim one job, waiting up to `timeout` for one to be ready.
+    pub async fn next_job(&mut self, timeout: Duration) -> Result<Option<Lease>> {
+        Ok(self.next_jobs(1, timeout).await?.pop())
+    }
+
+    /// Claim up to `n` jobs, waiting up to `timeout` for at least one.
+    pub async fn next_jobs(&mut self, n: usize, timeout: Duration) -> Result<Vec<Lease>> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let leases = self.queue.claim(n, &self.worker, self.visibility).await?;
+            if !leases.is_empty() {
+                return Ok(leases);
+            }
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return Ok(leases);
+            }
+            self.wait_for_wake(left.min(WAKE_WAIT)).await?;
+        }
+    }
+
+    /// BLPOP `wake` on this consumer's own connection.
+    async fn wait_for_wake(&mut self, wait: Duration) -> Result<()> {
+        if self.wake.is_none() {
+            self.wake = Some(self.queue.redis.dedicated(WAKE_WAIT).await?);
+        }
+        let conn = self.wake.as_mut().expect("set above");
+        // BLPOP takes seconds; fractions are accepted since Redis 6.
+        let secs = format!("{:.3}", wait.as_secs_f64().max(0.001));
+        let result: redis::RedisResult<Value> = redis::cmd("BLPOP")
+            .arg(&self.queue.keys.wake)
+            .arg(secs)
+            .query_async(conn)
+            .await;
+        if let Err(e) = result {
+            // A broken connection is made anew next time.
+            self.wake = None;
+            return Err(self.queue.err("BLPOP wake", e));
+        }
+        Ok(())
+    }
+}
+
+fn check_count(what: &'static str, n: usize) -> Result<()> {
+    if (1..=MAX_BATCH).contains(&n) {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument {
+            what,
+            reason: format!("{n} is not between 1 and {MAX_BATCH}"),
+        })
+    }
+}
+
+fn as_str(v: &Value) -> Option<&str> {
+    match v {
+        Value::BulkString(b) => std::str::from_utf8(b).ok(),
+        Value::SimpleString(s) => Some(s),
+        _ => None,
+    }
+}
+
+fn int_array(v: &Value) -> Option<Vec<i64>> {
+    match v {
+        Value::Array(items) => items
+            .iter()
+            .map(|i| match i {
+                Value::Int(n) => Some(*n),
+                _ => None,
+            })
+            .collect(),
+        _ => None,
+    }
+}
+
+fn parse_lease(v: Value) -> Option<Lease> {
+    let Value::Array(fields) = v else { return None };
+    let mut it = fields.into_iter();
+    let id = match it.next()? {
+        Value::BulkString(b) => String::from_utf8(b).ok()?,
+        _ => return None,
+    };
+    let payload = match it.next()? {
+        Value::BulkString(b) => Bytes::from(b),
+        _ => return None,
+    };
+    let attempts = match it.next()? {
+        Value::Int(n) => n.max(0) as u32,
+        _ => return None,
+    };
+    let token = match it.next()? {
+        Value::BulkString(b) => String::from_utf8(b).ok()?,
+        _ => return None,
+    };
+    let lease_until = match it.next()? {
+        Value::Int(n) => n,
+        _ => return None,
+    };
+    Some(Lease {
+        id,
+        payload,
+        attempts,
+        token,
+        lease_until,
+    })
+}

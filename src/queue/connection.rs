@@ -1,0 +1,357 @@
+//! Connections to one Redis endpoint, standalone or Cluster, plain or TLS.
+//!
+//! A [`Redis`] is cheap to clone and is meant to be shared: the operator keeps one per
+//! distinct endpoint for all the queues that use it. Commands go over one multiplexed
+//! connection (a reconnecting `ConnectionManager`, or the cluster client, which
+//! reconnects by itself). Blocking commands never use that shared connection: a
+//! [`Redis::dedicated`] connection is made for them.
+
+use std::sync::Once;
+use std::time::Duration;
+
+use redis::aio::{
+    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
+};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{
+    AsyncConnectionConfig, Client, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value,
+};
+
+use super::error::{Error, Result};
+
+/// How to reach Redis.
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    /// `redis://[user:password@]host:port[/db]` or `rediss://` for TLS. For a Cluster,
+    /// one or more seed nodes separated by commas.
+    pub url: String,
+    /// Talk the Cluster protocol (slot routing, MOVED/ASK).
+    pub cluster: bool,
+    /// Password given apart from the URL (e.g. from a Kubernetes Secret).
+    pub password: Option<String>,
+    /// How long one command may take. Scripts are bounded, but a busy server can be slow:
+    /// redis-rs's 500 ms default is too short.
+    pub response_timeout: Duration,
+    /// How long establishing a connection may take.
+    pub connect_timeout: Duration,
+}
+
+impl ConnectOptions {
+    pub fn new(url: impl Into<String>) -> Self {
+        ConnectOptions {
+            url: url.into(),
+            cluster: false,
+            password: None,
+            response_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+
+    pub fn cluster(mut self, cluster: bool) -> Self {
+        self.cluster = cluster;
+        self
+    }
+
+    pub fn password(mut self, password: Option<String>) -> Self {
+        self.password = password;
+        self
+    }
+
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The URL with any password replaced by `***`, safe for logs, events and status.
+    pub fn redacted_url(&self) -> String {
+        redact_url(&self.url)
+    }
+}
+
+/// Replace the password of every URL in a comma-separated list with `***`.
+pub fn redact_url(url: &str) -> String {
+    url.split(',')
+        .map(|one| {
+            let one = one.trim();
+            let Some((scheme, rest)) = one.split_once("://") else {
+                return one.to_string();
+            };
+            let (authority, path) = match rest.find(['/', '?']) {
+                Some(i) => rest.split_at(i),
+                None => (rest, ""),
+            };
+            match authority.rsplit_once('@') {
+                Some((userinfo, host)) => {
+                    let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+                    let masked = if userinfo.contains(':') {
+                        format!("{user}:***")
+                    } else {
+                        // `redis://password@host` form: the whole userinfo is secret.
+                        "***".to_string()
+                    };
+                    format!("{scheme}://{masked}@{host}{path}")
+                }
+                None => one.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn install_crypto_provider() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // Several crates may try; the first provider installed wins, which is fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+#[derive(Clone)]
+enum Target {
+    Single {
+        client: Client,
+        conn: ConnectionManager,
+    },
+    Cluster {
+        client: ClusterClient,
+        conn: ClusterConnection,
+    },
+}
+
+/// A shared handle on one Redis endpoint.
+#[derive(Clone)]
+pub struct Redis {
+    target: Target,
+    endpoint: String,
+    response_timeout: Duration,
+}
+
+impl std::fmt::Debug for Redis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Redis")
+            .field("endpoint", &self.endpoint)
+            .field("cluster", &self.is_cluster())
+            .finish()
+    }
+}
+
+impl Redis {
+    /// Connect, failing fast with a clear error when the endpoint is unreachable,
+    /// the URL is malformed or the credentials are refused.
+    pub async fn connect(options: &ConnectOptions) -> Result<Redis> {
+        install_crypto_provider();
+        let endpoint = options.redacted_url();
+        let invalid = |reason: String| Error::InvalidUrl {
+            url: endpoint.clone(),
+            reason,
+        };
+        let urls: Vec<&str> = options
+            .url
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .collect();
+        if urls.is_empty() {
+            return Err(invalid("no URL given".into()));
+        }
+        let mut infos = Vec::with_capacity(urls.len());
+        for url in &urls {
+            if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+                return Err(invalid(
+                    "the scheme must be redis:// or rediss:// (TLS)".into(),
+                ));
+            }
+            let mut info = redis::IntoConnectionInfo::into_connection_info(*url)
+                .map_err(|e| invalid(e.detail().unwrap_or("cannot parse").to_string()))?;
+            if let Some(password) = &options.password {
+                let settings = info.redis_settings().clone().set_password(password.clone());
+                info = info.set_redis_settings(settings);
+            }
+            infos.push(info);
+        }
+        let connect_err = |source: RedisError| classify_connect(&endpoint, source);
+        let target = if options.cluster {
+            let client = ClusterClient::builder(infos)
+                .connection_timeout(options.connect_timeout)
+                .response_timeout(options.response_timeout)
+                .retries(3)
+                .build()
+                .map_err(|e| invalid(e.to_string()))?;
+            let conn =
+                tokio::time::timeout(options.connect_timeout * 2, client.get_async_connection())
+                    .await
+                    .map_err(|_| Error::Unavailable(format!("{endpoint}: timed out connecting")))?
+                    .map_err(connect_err)?;
+            Target::Cluster { client, conn }
+        } else {
+            if infos.len() > 1 {
+                return Err(invalid(
+                    "several URLs are only allowed with cluster mode".into(),
+                ));
+            }
+            let client = Client::open(infos.remove(0)).map_err(|e| invalid(e.to_string()))?;
+            let config = ConnectionManagerConfig::new()
+                .set_response_timeout(Some(options.response_timeout))
+                .set_connection_timeout(Some(options.connect_timeout))
+                .set_number_of_retries(2)
+                .set_max_delay(Duration::from_secs(2));
+            let conn = ConnectionManager::new_with_config(client.clone(), config)
+                .await
+                .map_err(connect_err)?;
+            Target::Single { client, conn }
+        };
+        let mut redis = Redis {
+            target,
+            endpoint,
+            response_timeout: options.response_timeout,
+        };
+        // Prove the connection works (and that auth was accepted) before handing it out.
+        let pong: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut redis).await;
+        pong.map_err(|e| classify_connect(&redis.endpoint, e))?;
+        Ok(redis)
+    }
+
+    /// The endpoint with the password redacted.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.target, Target::Cluster { .. })
+    }
+
+    /// A connection of its own, for blocking commands (BLPOP) that must not stall the
+    /// shared multiplexed connection. `block` is the longest the caller will block.
+    pub async fn dedicated(&self, block: Duration) -> Result<Dedicated> {
+        let timeout = self.response_timeout + block;
+        match &self.target {
+            Target::Single { client, .. } => {
+                let config = AsyncConnectionConfig::new()
+                    .set_response_timeout(Some(timeout))
+                    .set_connection_timeout(Some(self.response_timeout));
+                let conn = client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await
+                    .map_err(|e| classify_connect(&self.endpoint, e))?;
+                Ok(Dedicated::Single(conn))
+            }
+            Target::Cluster { client, .. } => {
+                let conn = client
+                    .get_async_connection()
+                    .await
+                    .map_err(|e| classify_connect(&self.endpoint, e))?;
+                Ok(Dedicated::Cluster(conn))
+            }
+        }
+    }
+}
+
+fn classify_connect(endpoint: &str, source: RedisError) -> Error {
+    if source.kind() == ErrorKind::AuthenticationFailed
+        || matches!(source.code(), Some("NOAUTH" | "WRONGPASS"))
+    {
+        return Error::Auth {
+            endpoint: endpoint.to_string(),
+            detail: source
+                .detail()
+                .unwrap_or("invalid username-password pair")
+                .to_string(),
+        };
+    }
+    Error::Connect {
+        endpoint: endpoint.to_string(),
+        source,
+    }
+}
+
+impl ConnectionLike for Redis {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match &mut self.target {
+            Target::Single { conn, .. } => conn.req_packed_command(cmd),
+            Target::Cluster { conn, .. } => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match &mut self.target {
+            Target::Single { conn, .. } => conn.req_packed_commands(pipeline, offset, count),
+            Target::Cluster { conn, .. } => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match &self.target {
+            Target::Single { conn, .. } => conn.get_db(),
+            Target::Cluster { conn, .. } => conn.get_db(),
+        }
+    }
+}
+
+/// A connection used by one task only, for blocking commands.
+pub enum Dedicated {
+    Single(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Dedicated {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Dedicated::Single(conn) => conn.req_packed_command(cmd),
+            Dedicated::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Dedicated::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Dedicated::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Dedicated::Single(conn) => conn.get_db(),
+            Dedicated::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact_url("redis://user:s3cret@host:6379/0"),
+            "redis://user:***@host:6379/0"
+        );
+        assert_eq!(
+            redact_url("rediss://:s3cret@host:6380"),
+            "rediss://:***@host:6380"
+        );
+        assert_eq!(redact_url("redis://s3cret@host"), "redis://***@host");
+        assert_eq!(redact_url("redis://host:6379"), "redis://host:6379");
+        assert_eq!(
+            redact_url("redis://a:p1@h1:1,redis://a:p2@h2:2"),
+            "redis://a:***@h1:1,redis://a:***@h2:2"
+        );
+        assert!(!redact_url("redis://u:p@ss@h").contains("p@ss"));
+    }
+}

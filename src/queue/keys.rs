@@ -1,0 +1,141 @@
+//! The key layout of a queue, built in exactly one place.
+//!
+//! Every key of a queue starts with `PREFIX:{tag}:`, so all of them hash to one Redis
+//! Cluster slot and every script is cluster-safe.
+
+use super::error::{Error, Result};
+
+/// The default key prefix.
+pub const DEFAULT_PREFIX: &str = "jq";
+
+/// The names of one queue's keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueKeys {
+    /// `PREFIX:{tag}`: how the queue is named in messages.
+    pub name: String,
+    pub pending: String,
+    pub processing: String,
+    pub delayed: String,
+    pub dead: String,
+    pub meta: String,
+    pub stats: String,
+    pub wake: String,
+    /// `PREFIX:{tag}:job:`, ARGV[1] of every script.
+    pub job_prefix: String,
+}
+
+impl QueueKeys {
+    /// Keys for the queue `prefix` + `tag` (the tag's text, without braces).
+    pub fn new(prefix: &str, tag: &str) -> Result<Self> {
+        validate_tag(tag)?;
+        validate_prefix(prefix)?;
+        let name = format!("{prefix}:{{{tag}}}");
+        let key = |suffix: &str| format!("{name}:{suffix}");
+        Ok(QueueKeys {
+            pending: key("pending"),
+            processing: key("processing"),
+            delayed: key("delayed"),
+            dead: key("dead"),
+            meta: key("meta"),
+            stats: key("stats"),
+            wake: key("wake"),
+            job_prefix: key("job:"),
+            name,
+        })
+    }
+
+    /// KEYS[1..7] of every script, in protocol order.
+    pub fn queue_keys(&self) -> [&str; 7] {
+        [
+            &self.pending,
+            &self.processing,
+            &self.delayed,
+            &self.dead,
+            &self.meta,
+            &self.stats,
+            &self.wake,
+        ]
+    }
+
+    /// The hash of job `id`.
+    pub fn job(&self, id: &str) -> String {
+        let mut key = String::with_capacity(self.job_prefix.len() + id.len());
+        key.push_str(&self.job_prefix);
+        key.push_str(id);
+        key
+    }
+}
+
+/// A hash tag is non-empty text without braces (the braces are added by the key layout).
+pub fn validate_tag(tag: &str) -> Result<()> {
+    if tag.is_empty() {
+        return Err(Error::InvalidArgument {
+            what: "hash tag",
+            reason: "must not be empty".into(),
+        });
+    }
+    if tag.contains(['{', '}']) {
+        return Err(Error::InvalidArgument {
+            what: "hash tag",
+            reason: format!("{tag:?} must not contain braces (write `emails`, not `{{emails}}`)"),
+        });
+    }
+    Ok(())
+}
+
+fn validate_prefix(prefix: &str) -> Result<()> {
+    if prefix.is_empty() || prefix.contains(['{', '}']) {
+        return Err(Error::InvalidArgument {
+            what: "key prefix",
+            reason: format!("{prefix:?} must be non-empty and contain no braces"),
+        });
+    }
+    Ok(())
+}
+
+/// A job id: non-empty, at most 256 bytes, printable without spaces, so it is safe in a
+/// key name, a log line and a shell.
+pub fn validate_id(id: &str) -> Result<()> {
+    if id.is_empty() || id.len() > 256 || id.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(Error::InvalidArgument {
+            what: "job id",
+            reason: format!("{id:?} must be 1 to 256 bytes with no spaces or control characters"),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_one_hash_tag() {
+        let keys = QueueKeys::new("jq", "emails").unwrap();
+        assert_eq!(keys.name, "jq:{emails}");
+        assert_eq!(keys.pending, "jq:{emails}:pending");
+        assert_eq!(keys.wake, "jq:{emails}:wake");
+        assert_eq!(keys.job("42"), "jq:{emails}:job:42");
+        assert_eq!(keys.job_prefix, "jq:{emails}:job:");
+        for key in keys.queue_keys() {
+            assert!(key.starts_with("jq:{emails}:"), "{key}");
+        }
+    }
+
+    #[test]
+    fn bad_tags_and_prefixes_are_refused() {
+        assert!(QueueKeys::new("jq", "").is_err());
+        let err = QueueKeys::new("jq", "{emails}").unwrap_err().to_string();
+        assert!(err.contains("hash tag") && err.contains("braces"), "{err}");
+        assert!(QueueKeys::new("", "emails").is_err());
+        assert!(QueueKeys::new("a{b", "emails").is_err());
+    }
+
+    #[test]
+    fn ids_are_checked() {
+        assert!(validate_id("abc-123_x:y").is_ok());
+        assert!(validate_id("").is_err());
+        assert!(validate_id("a b").is_err());
+        assert!(validate_id(&"x".repeat(257)).is_err());
+    }
+}

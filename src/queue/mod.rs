@@ -1,0 +1,38 @@
+//! The queue client: the protocol of `lua/` (see `docs/protocol.md`) as typed operations.
+//!
+//! ```no_run
+//! # async fn demo() -> jobqueue::queue::Result<()> {
+//! use jobqueue::queue::{ConnectOptions, NewJob, Queue, Redis};
+//! let redis = Redis::connect(&ConnectOptions::new("redis://127.0.0.1:6379")).await?;
+//! let queue = Queue::new(redis, "jq", "emails")?;
+//! queue.enqueue(NewJob::new(&b"{\"to\":\"ada@example.com\"}"[..])).await?;
+//! if let Some(lease) = queue.claim_one("worker-1", None).await? {
+//!     // ... do the work, then:
+//!     queue.ack(&lease).await?;
+//! }
+//! # Ok(()) }
+//! ```
+
+mod client;
+mod connection;
+mod error;
+mod keys;
+mod scripts;
+mod settings;
+mod stats;
+mod types;
+
+pub use client::{Consumer, Queue};
+pub use connection::{ConnectOptions, Dedicated, Redis, redact_url};
+pub use error::{Error, Result};
+pub use keys::{DEFAULT_PREFIX, QueueKeys, validate_id, validate_tag};
+pub use scripts::{SCRIPTS, Script, Scripts};
+pub use settings::QueueSettings;
+pub use stats::{Histogram, QueueStats};
+pub use types::{
+    Backoff, Enqueued, FailMode, FailOutcome, JobInfo, JobStatus, Lease, LeaseRef, NewJob,
+    ReapOutcome, Selection, new_job_id, new_token,
+};
+
+/// The most items one script call takes (the protocol's bound on every count).
+pub const MAX_BATCH: usize = 1000;

@@ -1,0 +1,158 @@
+//! The queue's counts and counters, as the `stats` script returns them.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Processing times of acked jobs: bucket `b` counts acks that took
+/// `[2^b, 2^(b+1))` milliseconds (bucket 0 also holds 0 ms and 1 ms).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Histogram {
+    pub buckets: BTreeMap<u32, u64>,
+}
+
+impl Histogram {
+    pub fn total(&self) -> u64 {
+        self.buckets.values().sum()
+    }
+
+    /// The q-quantile (0 ≤ q ≤ 1), interpolated linearly inside its bucket; `None` when
+    /// there were no acks.
+    pub fn quantile(&self, q: f64) -> Option<Duration> {
+        let total = self.total();
+        if total == 0 {
+            return None;
+        }
+        let q = q.clamp(0.0, 1.0);
+        let rank = (q * total as f64).max(1.0);
+        let mut seen = 0u64;
+        for (&bucket, &count) in &self.buckets {
+            if count == 0 {
+                continue;
+            }
+            if (seen + count) as f64 >= rank {
+                let low = if bucket == 0 {
+                    0.0
+                } else {
+                    2f64.powi(bucket as i32)
+                };
+                let high = 2f64.powi(bucket as i32 + 1);
+                let within = (rank - seen as f64) / count as f64;
+                let ms = low + (high - low) * within;
+                return Some(Duration::from_micros((ms * 1000.0) as u64));
+            }
+            seen += count;
+        }
+        None
+    }
+}
+
+/// One `stats` call: the live counts, then the counters since the queue began.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct QueueStats {
+    pub pending: u64,
+    pub processing: u64,
+    /// Leases past due, not yet reaped.
+    pub expired: u64,
+    pub delayed: u64,
+    pub dead: u64,
+    pub enqueued: u64,
+    pub claimed: u64,
+    pub acked: u64,
+    pub failed: u64,
+    pub retried: u64,
+    pub reaped: u64,
+    pub dead_lettered: u64,
+    pub dead_trimmed: u64,
+    pub stale: u64,
+    pub redriven: u64,
+    pub purged: u64,
+    pub orphans: u64,
+    pub histogram: Histogram,
+}
+
+impl QueueStats {
+    /// Fill from the flat `name, value, ...` reply; unknown names are ignored so newer
+    /// scripts can add counters.
+    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, i64)>) -> QueueStats {
+        let mut s = QueueStats::default();
+        for (name, value) in pairs {
+            let v = value.max(0) as u64;
+            match name {
+                "pending" => s.pending = v,
+                "processing" => s.processing = v,
+                "expired" => s.expired = v,
+                "delayed" => s.delayed = v,
+                "dead" => s.dead = v,
+                "enqueued" => s.enqueued = v,
+                "claimed" => s.claimed = v,
+                "acked" => s.acked = v,
+                "failed" => s.failed = v,
+                "retried" => s.retried = v,
+                "reaped" => s.reaped = v,
+                "dead_lettered" => s.dead_lettered = v,
+                "dead_trimmed" => s.dead_trimmed = v,
+                "stale" => s.stale = v,
+                "redriven" => s.redriven = v,
+                "purged" => s.purged = v,
+                "orphans" => s.orphans = v,
+                other => {
+                    if let Some(b) = other.strip_prefix("h:").and_then(|b| b.parse::<u32>().ok()) {
+                        *s.histogram.buckets.entry(b).or_default() += v;
+                    }
+                }
+            }
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hist(pairs: &[(u32, u64)]) -> Histogram {
+        Histogram {
+            buckets: pairs.iter().copied().collect(),
+        }
+    }
+
+    #[test]
+    fn empty_histogram_has_no_quantile() {
+        assert_eq!(Histogram::default().quantile(0.5), None);
+    }
+
+    #[test]
+    fn quantiles_fall_in_the_right_bucket() {
+        // 90 acks in [8,16) ms, 10 in [1024, 2048) ms.
+        let h = hist(&[(3, 90), (10, 10)]);
+        let p50 = h.quantile(0.5).unwrap().as_secs_f64() * 1000.0;
+        assert!((8.0..16.0).contains(&p50), "{p50}");
+        let p99 = h.quantile(0.99).unwrap().as_secs_f64() * 1000.0;
+        assert!((1024.0..=2048.0).contains(&p99), "{p99}");
+        let p0 = h.quantile(0.0).unwrap().as_secs_f64() * 1000.0;
+        assert!((8.0..16.0).contains(&p0), "{p0}");
+        assert_eq!(h.quantile(1.0).unwrap(), Duration::from_millis(2048));
+    }
+
+    #[test]
+    fn bucket_zero_starts_at_zero() {
+        let h = hist(&[(0, 4)]);
+        assert_eq!(h.quantile(0.5).unwrap(), Duration::from_millis(1));
+    }
+
+    #[test]
+    fn pairs_fill_counts_counters_and_buckets() {
+        let s = QueueStats::from_pairs([
+            ("pending", 3),
+            ("processing", 2),
+            ("expired", 1),
+            ("acked", 7),
+            ("h:4", 5),
+            ("h:0", 2),
+            ("something_new", 9),
+        ]);
+        assert_eq!((s.pending, s.processing, s.expired, s.acked), (3, 2, 1, 7));
+        assert_eq!(s.histogram.total(), 7);
+        assert_eq!(s.histogram.buckets[&4], 5);
+    }
+}

@@ -1,0 +1,296 @@
+//! Test harness: private redis-servers (standalone and a 3-master Cluster) on free
+//! loopback ports, started by the test and killed when the handle drops.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use jobqueue::queue::{ConnectOptions, Queue, Redis};
+
+/// A port nobody listens on right now. The server may still lose a race for it; the
+/// start-up below then tries another.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free loopback port")
+}
+
+fn redis_server_binary() -> PathBuf {
+    if let Ok(bin) = std::env::var("REDIS_SERVER") {
+        return bin.into();
+    }
+    "redis-server".into()
+}
+
+/// One redis-server process.
+pub struct RedisServer {
+    pub port: u16,
+    child: Child,
+    pub dir: tempfile::TempDir,
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    /// A standalone server that keeps nothing on disk.
+    pub fn start() -> RedisServer {
+        Self::start_with(&[])
+    }
+
+    /// A server with extra configuration, e.g. `["--appendonly", "yes"]`.
+    pub fn start_with(extra: &[&str]) -> RedisServer {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        for _ in 0..20 {
+            let port = free_port();
+            let mut child = spawn_redis(dir.path(), port, &extra);
+            match wait_until_up(port, &mut child, dir.path()) {
+                Ok(()) => {
+                    return RedisServer {
+                        port,
+                        child,
+                        dir,
+                        extra,
+                    };
+                }
+                Err(log) if log.contains("Address already in use") => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
+                Err(log) => {
+                    let _ = child.kill();
+                    panic!("redis-server did not start on port {port}: {log}");
+                }
+            }
+        }
+        panic!("redis-server could not find a free port");
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// A plain synchronous connection for test set-up and inspection.
+    pub fn conn(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_connection()
+            .expect("connect to test redis")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILL the server (no shutdown, no save).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Start the server again on the same port and directory (AOF files survive).
+    pub fn restart(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut child = spawn_redis(self.dir.path(), self.port, &self.extra);
+            match wait_until_up(self.port, &mut child, self.dir.path()) {
+                Ok(()) => {
+                    self.child = child;
+                    return;
+                }
+                Err(log) if Instant::now() < deadline => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    let _ = log;
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(log) => panic!("redis-server did not restart: {log}"),
+            }
+        }
+    }
+
+    pub async fn redis(&self) -> Redis {
+        Redis::connect(&ConnectOptions::new(self.url()))
+            .await
+            .expect("connect")
+    }
+
+    pub async fn queue(&self, tag: &str) -> Queue {
+        Queue::new(self.redis().await, "jq", tag).unwrap()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn_redis(dir: &Path, port: u16, extra: &[String]) -> Child {
+    let log = dir.join(format!("redis-{port}.log"));
+    let _ = std::fs::remove_file(&log);
+    Command::new(redis_server_binary())
+        .args(["--port", &port.to_string()])
+        .args(["--bind", "127.0.0.1"])
+        .args(["--save", ""])
+        .args(["--appendonly", "no"])
+        .args(["--protected-mode", "no"])
+        .args(["--dir", dir.to_str().unwrap()])
+        .args(["--logfile", log.to_str().unwrap()])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("cannot run redis-server ({e}); install it (apt-get install redis-server) or run `make test`")
+        })
+}
+
+/// Wait until the server answers PING; on failure return its log.
+fn wait_until_up(port: u16, child: &mut Child, dir: &Path) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+    let log = || std::fs::read_to_string(dir.join(format!("redis-{port}.log"))).unwrap_or_default();
+    loop {
+        if let Ok(Some(_)) = child.try_wait() {
+            return Err(log());
+        }
+        if let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200))
+            && redis::cmd("PING").query::<String>(&mut conn).is_ok()
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("no answer within 10s; log: {}", log()));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A real 3-master Redis Cluster on loopback.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start() -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| {
+                let bus = free_port();
+                let bus = bus.to_string();
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-port",
+                    &bus,
+                    "--cluster-node-timeout",
+                    "5000",
+                ])
+            })
+            .collect();
+        let ranges = [(0, 5460), (5461, 10922), (10923, 16383)];
+        for (node, (lo, hi)) in nodes.iter().zip(ranges) {
+            let _: () = redis::cmd("CLUSTER")
+                .arg("ADDSLOTSRANGE")
+                .arg(lo)
+                .arg(hi)
+                .query(&mut node.conn())
+                .expect("CLUSTER ADDSLOTSRANGE");
+        }
+        let mut first = nodes[0].conn();
+        for node in &nodes[1..] {
+            let _: () = redis::cmd("CLUSTER")
+                .arg("MEET")
+                .arg("127.0.0.1")
+                .arg(node.port)
+                .query(&mut first)
+                .expect("CLUSTER MEET");
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for node in &nodes {
+            let mut conn = node.conn();
+            loop {
+                let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut conn).unwrap();
+                if info.contains("cluster_state:ok") && info.contains("cluster_known_nodes:3") {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "cluster did not form: {info}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        RedisCluster { nodes }
+    }
+
+    /// Seed URLs of all nodes, comma-separated.
+    pub fn url(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| n.url())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    pub async fn redis(&self) -> Redis {
+        Redis::connect(&ConnectOptions::new(self.url()).cluster(true))
+            .await
+            .expect("connect to cluster")
+    }
+
+    /// Which node (index) serves `key`'s slot.
+    pub fn node_of(&self, key: &str) -> usize {
+        let slot: u16 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut self.nodes[0].conn())
+            .unwrap();
+        match slot {
+            0..=5460 => 0,
+            5461..=10922 => 1,
+            _ => 2,
+        }
+    }
+
+    /// `count` hash tags whose slots are served by different nodes.
+    pub fn tags_on_distinct_nodes(&self, count: usize) -> Vec<String> {
+        let mut found: Vec<Option<String>> = vec![None; 3];
+        for i in 0.. {
+            let tag = format!("q{i}");
+            let node = self.node_of(&format!("{{{tag}}}"));
+            if found[node].is_none() {
+                found[node] = Some(tag);
+            }
+            if found.iter().filter(|f| f.is_some()).count() >= count {
+                break;
+            }
+        }
+        found.into_iter().flatten().take(count).collect()
+    }
+}
+
+/// Redis's clock in ms, as the scripts read it.
+pub fn redis_now_ms(conn: &mut redis::Connection) -> i64 {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
+    secs * 1000 + micros / 1000
+}
+
+/// Wait until Redis's clock has passed `ms` (a lease or a backoff has run out).
+pub fn wait_past(conn: &mut redis::Connection, ms: i64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while redis_now_ms(conn) <= ms {
+        assert!(Instant::now() < deadline, "Redis clock never passed {ms}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Wait until Redis's clock moves to the next millisecond.
+pub fn next_ms(conn: &mut redis::Connection) {
+    let now = redis_now_ms(conn);
+    wait_past(conn, now);
+}
