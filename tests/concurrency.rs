@@ -146,13 +146,14 @@ async fn claimers_dying_claimers_and_a_reaper_lose_nothing() {
     assert_eq!(s.dead, dead.len() as u64);
     assert_eq!(s.dead_lettered, dead.len() as u64);
     assert_eq!(s.claimed, s.acked + s.reaped + s.dead_lettered, "{s:?}");
+    let rejected = *rejected.lock().unwrap();
     assert_eq!(
         s.reaped + s.dead_lettered,
-        abandoned,
+        abandoned + rejected,
         "every abandoned lease was reaped"
     );
-    assert_eq!(s.histogram.total(), s.acked);
     assert_eq!(s.stale, rejected);
+    assert_eq!(s.histogram.total(), s.acked);
     assert!(
         s.reaped > 0 && !dead.is_empty(),
         "the run exercised both outcomes: {s:?}"

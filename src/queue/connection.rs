@@ -6,7 +6,7 @@
 //! reconnects by itself). Blocking commands never use that shared connection: a
 //! [`Redis::dedicated`] connection is made for them.
 
-use std::sync::Once;
+use std::sync::{Arc, Once};
 use std::time::Duration;
 
 use redis::aio::{
@@ -115,11 +115,11 @@ fn install_crypto_provider() {
 #[derive(Clone)]
 enum Target {
     Single {
-        client: Client,
+        client: Arc<Client>,
         conn: ConnectionManager,
     },
     Cluster {
-        client: ClusterClient,
+        client: Arc<ClusterClient>,
         conn: ClusterConnection,
     },
 }
@@ -188,7 +188,10 @@ impl Redis {
                     .await
                     .map_err(|_| Error::Unavailable(format!("{endpoint}: timed out connecting")))?
                     .map_err(connect_err)?;
-            Target::Cluster { client, conn }
+            Target::Cluster {
+                client: Arc::new(client),
+                conn,
+            }
         } else {
             if infos.len() > 1 {
                 return Err(invalid(
@@ -204,7 +207,10 @@ impl Redis {
             let conn = ConnectionManager::new_with_config(client.clone(), config)
                 .await
                 .map_err(connect_err)?;
-            Target::Single { client, conn }
+            Target::Single {
+                client: Arc::new(client),
+                conn,
+            }
         };
         let mut redis = Redis {
             target,
