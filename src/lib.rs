@@ -2,7 +2,11 @@
 //! operator that keeps them healthy.
 //!
 //! - [`queue`]: the protocol client (enqueue, claim, ack, extend, fail, reap, stats, ...).
+//! - [`crd`]: the `JobQueue` custom resource.
+//! - [`controller`]: the operator that reaps queues and publishes their status.
 //! - [`cli`]: the `jobqueue` command line.
 
 pub mod cli;
+pub mod controller;
+pub mod crd;
 pub mod queue;

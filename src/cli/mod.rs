@@ -6,6 +6,9 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::queue::{ConnectOptions, DEFAULT_PREFIX, Queue, Redis};
 
+pub mod crd;
+pub mod operator;
+
 /// Exit codes shared by every subcommand (documented in the README).
 pub mod exit {
     pub const OK: i32 = 0;
@@ -39,6 +42,8 @@ pub struct Cli {
 pub enum Command {
     /// Print the JobQueue CustomResourceDefinition (YAML).
     Crd,
+    /// Run the Kubernetes operator: reap every JobQueue and publish its status.
+    Operator(operator::OperatorArgs),
 }
 
 /// How to reach a queue: shared by every operations subcommand.
@@ -100,6 +105,7 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
 /// Run the command line; returns the process exit code.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Crd => anyhow::bail!("the crd subcommand is not available in this build"),
+        Command::Crd => crd::run(),
+        Command::Operator(args) => operator::run(args).await,
     }
 }
