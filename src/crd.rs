@@ -23,6 +23,8 @@ pub const API_VERSION: &str = "jobqueue.dev/v1alpha1";
 const POSITIVE: &str = "duration(self) > duration('0s')";
 const NON_NEGATIVE: &str = "duration(self) >= duration('0s')";
 
+// Several printer columns repeat `type_`, which this lint mistakes for a repeated attribute.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "jobqueue.dev",

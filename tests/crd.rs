@@ -47,13 +47,15 @@ fn the_committed_crd_matches_the_code() {
         .arg("crd")
         .output()
         .expect("run jobqueue crd");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let printed = String::from_utf8(out.stdout).unwrap();
-    let committed = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/crds/jobqueue.yaml"
-    ))
-    .expect("crds/jobqueue.yaml exists");
+    let committed =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/crds/jobqueue.yaml"))
+            .expect("crds/jobqueue.yaml exists");
     assert!(
         printed == committed,
         "crds/jobqueue.yaml is out of date: run `jobqueue crd > crds/jobqueue.yaml` (or `make crds`)"
@@ -71,7 +73,10 @@ fn names_columns_and_subresources() {
     assert_eq!(crd.spec.names.kind, "JobQueue");
     assert_eq!(crd.spec.names.short_names, Some(vec!["jq".to_string()]));
     let categories = crd.spec.names.categories.clone().unwrap_or_default();
-    assert!(categories.contains(&"jobqueue".to_string()), "{categories:?}");
+    assert!(
+        categories.contains(&"jobqueue".to_string()),
+        "{categories:?}"
+    );
     let version = &crd.spec.versions[0];
     assert_eq!(version.name, "v1alpha1");
     assert!(
@@ -138,7 +143,8 @@ fn good_specs_pass() {
     }
     // The Rust defaults too, through the generated client-side check.
     let jq = JobQueue::new("emails", JobQueueSpec::new("redis://redis:6379", "emails"));
-    jq.validate_cel().expect("the default spec passes the CRD's rules");
+    jq.validate_cel()
+        .expect("the default spec passes the CRD's rules");
 }
 
 #[test]
@@ -150,7 +156,10 @@ fn bad_specs_are_refused_with_their_message() {
     };
     let cases = [
         (json!({"hashTag": ""}), "hashTag must not be empty"),
-        (json!({"hashTag": "{emails}"}), "hashTag must not contain braces"),
+        (
+            json!({"hashTag": "{emails}"}),
+            "hashTag must not contain braces",
+        ),
         (json!({"hashTag": "a}b"}), "hashTag must not contain braces"),
         (json!({"keyPrefix": "j{q"}), "keyPrefix must be non-empty"),
         (
@@ -266,7 +275,12 @@ fn the_example_is_valid() {
 
     let schema = schema();
     let mut problems = Vec::new();
-    conform(&obj["spec"], &schema["properties"]["spec"], "spec", &mut problems);
+    conform(
+        &obj["spec"],
+        &schema["properties"]["spec"],
+        "spec",
+        &mut problems,
+    );
     assert!(problems.is_empty(), "{problems:?}");
     assert_eq!(cel(obj, None), Ok(()));
 
@@ -289,7 +303,12 @@ fn the_structural_check_catches_typos() {
     spec["visibilityTimeOut"] = json!("60s");
     spec["maxAttempts"] = json!("five");
     let mut problems = Vec::new();
-    conform(&spec, &schema()["properties"]["spec"], "spec", &mut problems);
+    conform(
+        &spec,
+        &schema()["properties"]["spec"],
+        "spec",
+        &mut problems,
+    );
     assert_eq!(
         problems,
         vec![
@@ -319,7 +338,11 @@ fn collect_rules(schema: &Value, out: &mut Vec<String>) {
     match schema {
         Value::Object(map) => {
             if let Some(Value::Array(rules)) = map.get("x-kubernetes-validations") {
-                out.extend(rules.iter().filter_map(|r| r["rule"].as_str().map(String::from)));
+                out.extend(
+                    rules
+                        .iter()
+                        .filter_map(|r| r["rule"].as_str().map(String::from)),
+                );
             }
             for v in map.values() {
                 collect_rules(v, out);
@@ -371,9 +394,12 @@ fn conform(value: &Value, schema: &Value, path: &str, problems: &mut Vec<String>
             for (key, v) in map {
                 match props.and_then(|p| p.get(key)) {
                     Some(sub) => conform(v, sub, &format!("{path}.{key}"), problems),
-                    None if schema.get("additionalProperties").is_some() => {
-                        conform(v, &schema["additionalProperties"], &format!("{path}.{key}"), problems)
-                    }
+                    None if schema.get("additionalProperties").is_some() => conform(
+                        v,
+                        &schema["additionalProperties"],
+                        &format!("{path}.{key}"),
+                        problems,
+                    ),
                     None => problems.push(format!("{path}.{key}: unknown field")),
                 }
             }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{RedisServer, free_port, wait_past};
-use fixtures::{Expect, JobQueueExt, NS, queue, reconcile_expecting, test_context};
+use fixtures::{Expect, JobQueueExt, NS, queue, reconcile_expecting, status_patch, test_context};
 use jobqueue::controller::{Error, error_policy};
 use jobqueue::crd::JobQueueStatus;
 use jobqueue::queue::{ConnectOptions, NewJob, Queue, Redis};
@@ -55,22 +55,25 @@ async fn the_status_patch_carries_the_counts_of_redis() {
 
     let jq = queue("emails", &redis.url(), "emails").edit(|s| s.visibility_timeout = "45s".into());
     let (ctx, verifier, registry) = test_context();
-    let (result, seen, _) = reconcile_expecting(
-        &jq,
-        &ctx,
-        verifier,
-        vec![Expect::StatusPatch(jq.clone())],
-    )
-    .await;
+    let (result, seen, _) = reconcile_expecting(&jq, &ctx, verifier, vec![status_patch(&jq)]).await;
 
     assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(10)));
     let status = &seen.statuses[0];
     assert_eq!(
-        (status.pending, status.processing, status.delayed, status.dead, status.expired),
+        (
+            status.pending,
+            status.processing,
+            status.delayed,
+            status.dead,
+            status.expired
+        ),
         (1, 1, 1, 0, 0)
     );
     assert_eq!(status.observed_generation, Some(1));
-    assert!(status.p50.is_some() && status.p99.is_some(), "one ack: {status:?}");
+    assert!(
+        status.p50.is_some() && status.p99.is_some(),
+        "one ack: {status:?}"
+    );
     let (s, reason, message) = condition(status, "Ready");
     assert_eq!((s, reason), ("True", "QueueHealthy"));
     assert!(message.contains("jq:{emails}"), "{message}");
@@ -97,11 +100,16 @@ async fn the_status_patch_carries_the_counts_of_redis() {
 #[tokio::test]
 async fn an_unchanged_queue_writes_nothing() {
     let redis = RedisServer::start();
-    redis.queue("idle").await.enqueue(NewJob::new("x")).await.unwrap();
+    redis
+        .queue("idle")
+        .await
+        .enqueue(NewJob::new("x"))
+        .await
+        .unwrap();
     let jq = queue("idle", &redis.url(), "idle");
     let (ctx, verifier, _) = test_context();
     let (result, seen, verifier) =
-        reconcile_expecting(&jq, &ctx, verifier, vec![Expect::StatusPatch(jq.clone())]).await;
+        reconcile_expecting(&jq, &ctx, verifier, vec![status_patch(&jq)]).await;
     result.unwrap();
     // The API server now holds that status; the next reconcile sees it.
     let jq = jq.with_status(seen.statuses[0].clone());
@@ -110,9 +118,13 @@ async fn an_unchanged_queue_writes_nothing() {
     assert!(seen.statuses.is_empty());
 
     // A change in Redis is written.
-    redis.queue("idle").await.enqueue(NewJob::new("y")).await.unwrap();
-    let (result, seen, _) =
-        reconcile_expecting(&jq, &ctx, verifier, vec![Expect::StatusPatch(jq.clone())]).await;
+    redis
+        .queue("idle")
+        .await
+        .enqueue(NewJob::new("y"))
+        .await
+        .unwrap();
+    let (result, seen, _) = reconcile_expecting(&jq, &ctx, verifier, vec![status_patch(&jq)]).await;
     result.unwrap();
     assert_eq!(seen.statuses[0].pending, 2);
 }
@@ -121,11 +133,10 @@ async fn an_unchanged_queue_writes_nothing() {
 async fn secrets_are_read_once_and_never_written_out() {
     let redis = start_with_password("s3cret-pw");
     {
-        let authed = Redis::connect(
-            &ConnectOptions::new(redis.url()).password(Some("s3cret-pw".into())),
-        )
-        .await
-        .unwrap();
+        let authed =
+            Redis::connect(&ConnectOptions::new(redis.url()).password(Some("s3cret-pw".into())))
+                .await
+                .unwrap();
         let q = Queue::new(authed, "jq", "billing").unwrap();
         q.enqueue(NewJob::new("invoice")).await.unwrap();
     }
@@ -140,12 +151,9 @@ async fn secrets_are_read_once_and_never_written_out() {
         vec![
             Expect::Secret(
                 "redis",
-                vec![
-                    ("url", redis.url()),
-                    ("password", "s3cret-pw".to_string()),
-                ],
+                vec![("url", redis.url()), ("password", "s3cret-pw".to_string())],
             ),
-            Expect::StatusPatch(jq.clone()),
+            status_patch(&jq),
         ],
     )
     .await;
@@ -153,7 +161,10 @@ async fn secrets_are_read_once_and_never_written_out() {
     assert_eq!(seen.statuses[0].pending, 1);
     assert_eq!(condition(&seen.statuses[0], "Ready").0, "True");
     for body in &seen.bodies {
-        assert!(!body.contains("s3cret-pw"), "a secret was written out: {body}");
+        assert!(
+            !body.contains("s3cret-pw"),
+            "a secret was written out: {body}"
+        );
     }
 }
 
@@ -169,7 +180,7 @@ async fn a_password_in_the_url_is_redacted_everywhere() {
         verifier,
         vec![
             Expect::Secret("redis-url", vec![("url", url)]),
-            Expect::StatusPatch(jq.clone()),
+            status_patch(&jq),
             Expect::Event("Warning", "RedisUnreachable"),
         ],
     )
@@ -178,7 +189,10 @@ async fn a_password_in_the_url_is_redacted_everywhere() {
     assert!(!err.contains("hunter22"), "{err}");
     assert!(err.contains("app:***@127.0.0.1"), "{err}");
     for body in &seen.bodies {
-        assert!(!body.contains("hunter22"), "a secret was written out: {body}");
+        assert!(
+            !body.contains("hunter22"),
+            "a secret was written out: {body}"
+        );
     }
 }
 
@@ -192,7 +206,7 @@ async fn redis_down_is_a_condition_a_warning_and_a_backoff() {
         &ctx,
         verifier,
         vec![
-            Expect::StatusPatch(jq.clone()),
+            status_patch(&jq),
             Expect::Event("Warning", "RedisUnreachable"),
         ],
     )
@@ -241,15 +255,12 @@ async fn a_missing_secret_is_named() {
         verifier,
         vec![
             Expect::SecretMissing("redis-creds"),
-            Expect::StatusPatch(jq.clone()),
+            status_patch(&jq),
             Expect::Event("Warning", "SecretNotFound"),
         ],
     )
     .await;
-    assert_eq!(
-        result.unwrap_err().metric_label(),
-        "secret_not_found"
-    );
+    assert_eq!(result.unwrap_err().metric_label(), "secret_not_found");
     let (s, reason, message) = condition(&seen.statuses[0], "Ready");
     assert_eq!((s, reason), ("False", "SecretNotFound"));
     assert_eq!(message, format!("Secret {NS}/redis-creds not found"));
@@ -265,7 +276,7 @@ async fn a_missing_secret_key_is_named() {
         verifier,
         vec![
             Expect::Secret("redis", vec![("host", "redis".into())]),
-            Expect::StatusPatch(jq.clone()),
+            status_patch(&jq),
             Expect::Event("Warning", "SecretKeyMissing"),
         ],
     )
@@ -290,7 +301,7 @@ async fn a_refused_password_is_auth_failed() {
         verifier,
         vec![
             Expect::Secret("redis", vec![("password", "wrong-pw".into())]),
-            Expect::StatusPatch(jq.clone()),
+            status_patch(&jq),
             Expect::Event("Warning", "AuthFailed"),
         ],
     )
@@ -317,10 +328,7 @@ async fn a_wrong_typed_key_is_reported_and_left_alone() {
         &jq,
         &ctx,
         verifier,
-        vec![
-            Expect::StatusPatch(jq.clone()),
-            Expect::Event("Warning", "WrongType"),
-        ],
+        vec![status_patch(&jq), Expect::Event("Warning", "WrongType")],
     )
     .await;
     assert_eq!(result.unwrap_err().metric_label(), "wrong_type");
@@ -339,17 +347,13 @@ async fn a_wrong_typed_key_is_reported_and_left_alone() {
 
 #[tokio::test]
 async fn an_invalid_spec_waits_for_a_change() {
-    let jq = queue("invalid", "redis://127.0.0.1:1", "i")
-        .edit(|s| s.reaper.interval = "0s".into());
+    let jq = queue("invalid", "redis://127.0.0.1:1", "i").edit(|s| s.reaper.interval = "0s".into());
     let (ctx, verifier, registry) = test_context();
     let (result, seen, _) = reconcile_expecting(
         &jq,
         &ctx,
         verifier,
-        vec![
-            Expect::StatusPatch(jq.clone()),
-            Expect::Event("Warning", "InvalidSpec"),
-        ],
+        vec![status_patch(&jq), Expect::Event("Warning", "InvalidSpec")],
     )
     .await;
     // No retry storm: nothing happens until the spec (its generation) changes.
@@ -374,14 +378,13 @@ async fn one_queue_failing_leaves_the_others_alone() {
         &ctx,
         verifier,
         vec![
-            Expect::StatusPatch(down.clone()),
+            status_patch(&down),
             Expect::Event("Warning", "RedisUnreachable"),
         ],
     )
     .await;
     result.unwrap_err();
-    let (result, seen, _) =
-        reconcile_expecting(&up, &ctx, verifier, vec![Expect::StatusPatch(up.clone())]).await;
+    let (result, seen, _) = reconcile_expecting(&up, &ctx, verifier, vec![status_patch(&up)]).await;
     result.unwrap();
     assert_eq!(condition(&seen.statuses[0], "Ready").0, "True");
 }
@@ -392,11 +395,9 @@ async fn queues_on_one_endpoint_share_a_client() {
     let a = queue("a", &redis.url(), "a");
     let b = queue("b", &redis.url(), "b");
     let (ctx, verifier, _) = test_context();
-    let (r, _, verifier) =
-        reconcile_expecting(&a, &ctx, verifier, vec![Expect::StatusPatch(a.clone())]).await;
+    let (r, _, verifier) = reconcile_expecting(&a, &ctx, verifier, vec![status_patch(&a)]).await;
     r.unwrap();
-    let (r, _, _) =
-        reconcile_expecting(&b, &ctx, verifier, vec![Expect::StatusPatch(b.clone())]).await;
+    let (r, _, _) = reconcile_expecting(&b, &ctx, verifier, vec![status_patch(&b)]).await;
     r.unwrap();
     assert_eq!(ctx.endpoints.len(), 1);
 }
@@ -419,12 +420,16 @@ async fn expired_leases_are_requeued_in_one_reconcile_and_shown() {
     // A small batch and a budget that covers it: reaped in one reconcile.
     let jq = queue("reap", &redis.url(), "reap").edit(|s| s.reaper.batch_size = 2);
     let (ctx, verifier, registry) = test_context();
-    let (result, seen, _) =
-        reconcile_expecting(&jq, &ctx, verifier, vec![Expect::StatusPatch(jq.clone())]).await;
+    let (result, seen, _) = reconcile_expecting(&jq, &ctx, verifier, vec![status_patch(&jq)]).await;
     result.unwrap();
     let status = &seen.statuses[0];
     assert_eq!(
-        (status.pending, status.processing, status.expired, status.reaped),
+        (
+            status.pending,
+            status.processing,
+            status.expired,
+            status.reaped
+        ),
         (5, 0, 0, 3)
     );
     assert!(status.last_reap_time.is_some());
@@ -445,29 +450,35 @@ async fn a_dead_letter_burst_raises_a_warning() {
     let (ctx, verifier, registry) = test_context();
     // First reconcile: the queue as it is (meta gets maxAttempts 1).
     let (result, seen, verifier) =
-        reconcile_expecting(&jq, &ctx, verifier, vec![Expect::StatusPatch(jq.clone())]).await;
+        reconcile_expecting(&jq, &ctx, verifier, vec![status_patch(&jq)]).await;
     result.unwrap();
     let jq = jq.with_status(seen.statuses[0].clone());
 
     // Both jobs are claimed by a worker that dies: out of attempts, they go dead.
-    let leases = q.claim(2, "w", Some(Duration::from_millis(20))).await.unwrap();
+    let leases = q
+        .claim(2, "w", Some(Duration::from_millis(20)))
+        .await
+        .unwrap();
     let until = leases.iter().map(|l| l.lease_until).max().unwrap();
     wait_past(&mut redis.conn(), until);
     let (result, seen, _) = reconcile_expecting(
         &jq,
         &ctx,
         verifier,
-        vec![
-            Expect::StatusPatch(jq.clone()),
-            Expect::Event("Warning", "DeadLettered"),
-        ],
+        vec![status_patch(&jq), Expect::Event("Warning", "DeadLettered")],
     )
     .await;
     result.unwrap();
     let status = &seen.statuses[0];
-    assert_eq!((status.dead, status.dead_lettered, status.pending), (2, 2, 0));
+    assert_eq!(
+        (status.dead, status.dead_lettered, status.pending),
+        (2, 2, 0)
+    );
     let note = seen.events[0]["note"].as_str().unwrap();
-    assert!(note.starts_with("2 jobs moved to the dead-letter set"), "{note}");
+    assert!(
+        note.starts_with("2 jobs moved to the dead-letter set"),
+        "{note}"
+    );
     let text = metrics_text(&registry);
     let line = r#"jobqueue_dead_lettered_total{namespace="default",name="burst"} 2"#;
     assert!(text.contains(line), "missing {line} in\n{text}");
@@ -481,7 +492,7 @@ async fn stale_acks_raise_the_lease_warning() {
     let jq = queue("slow", &redis.url(), "slow");
     let (ctx, verifier, _) = test_context();
     let (result, seen, verifier) =
-        reconcile_expecting(&jq, &ctx, verifier, vec![Expect::StatusPatch(jq.clone())]).await;
+        reconcile_expecting(&jq, &ctx, verifier, vec![status_patch(&jq)]).await;
     result.unwrap();
     let jq = jq.with_status(seen.statuses[0].clone());
 
@@ -500,10 +511,7 @@ async fn stale_acks_raise_the_lease_warning() {
         &jq,
         &ctx,
         verifier,
-        vec![
-            Expect::StatusPatch(jq.clone()),
-            Expect::Event("Warning", "StaleAcks"),
-        ],
+        vec![status_patch(&jq), Expect::Event("Warning", "StaleAcks")],
     )
     .await;
     result.unwrap();

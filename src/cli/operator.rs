@@ -5,15 +5,20 @@ use std::time::Duration;
 
 use clap::Args;
 
+use crate::controller::Settings;
 use crate::controller::operator::{self, Config};
 use crate::controller::telemetry::{self, LogFormat};
-use crate::controller::Settings;
 
 /// Flags of `jobqueue operator`; each can also be set by its environment variable.
 #[derive(Debug, Clone, Args)]
 pub struct OperatorArgs {
     /// Watch JobQueues in this namespace only.
-    #[arg(short, long, env = "JOBQUEUE_NAMESPACE", conflicts_with = "all_namespaces")]
+    #[arg(
+        short,
+        long,
+        env = "JOBQUEUE_NAMESPACE",
+        conflicts_with = "all_namespaces"
+    )]
     pub namespace: Option<String>,
 
     /// Watch JobQueues in every namespace (the default without --namespace).

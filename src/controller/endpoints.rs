@@ -137,6 +137,9 @@ mod tests {
         let c = e.key(&endpoint("redis://u:secret@h:6379", None));
         assert_eq!(c.endpoint, "redis://u:***@h:6379");
         let printed = format!("{:?}", endpoint("redis://u:secret@h:6379", Some("pw")));
-        assert!(!printed.contains("secret") && !printed.contains("pw\""), "{printed}");
+        assert!(
+            !printed.contains("secret") && !printed.contains("pw\""),
+            "{printed}"
+        );
     }
 }

@@ -39,7 +39,10 @@ async fn readyz(State(state): State<HttpState>) -> (StatusCode, &'static str) {
     if state.ready.load(Ordering::Acquire) {
         (StatusCode::OK, "ready\n")
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready: the watch cache has not synced\n")
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: the watch cache has not synced\n",
+        )
     }
 }
 

@@ -77,11 +77,7 @@ impl Metrics {
     /// Register every metric under the `jobqueue_` prefix.
     pub fn register(self, registry: &mut Registry) -> Self {
         let r = registry.sub_registry_with_prefix("jobqueue");
-        r.register(
-            "pending",
-            "Jobs ready to be claimed",
-            self.pending.clone(),
-        );
+        r.register("pending", "Jobs ready to be claimed", self.pending.clone());
         r.register(
             "processing",
             "Jobs leased to a worker",

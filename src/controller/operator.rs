@@ -208,22 +208,23 @@ pub async fn run_controller(
     concurrency: u16,
 ) {
     let (reader, writer) = reflector::store();
+    let synced = {
+        let reader = reader.clone();
+        move |event: &Result<watcher::Event<JobQueue>, watcher::Error>| {
+            // The initial list is in the cache (reflect ran first).
+            if let Ok(watcher::Event::InitDone) = event
+                && !ready.swap(true, Ordering::AcqRel)
+            {
+                info!(queues = reader.len(), "watch cache synced");
+            }
+        }
+    };
     let stream = watcher(api, watcher::Config::default().any_semantic())
         .default_backoff()
         .reflect(writer)
+        .inspect(synced)
         .applied_objects()
         .predicate_filter(predicates::generation, Default::default());
-
-    let synced = {
-        let reader = reader.clone();
-        let ready = ready.clone();
-        tokio::spawn(async move {
-            if reader.wait_until_ready().await.is_ok() {
-                info!(queues = reader.len(), "watch cache synced");
-                ready.store(true, Ordering::Release);
-            }
-        })
-    };
     let sweep = {
         let reader = reader.clone();
         let metrics = ctx.metrics.clone();
@@ -254,7 +255,6 @@ pub async fn run_controller(
             }
         })
         .await;
-    synced.abort();
     sweep.abort();
 }
 

@@ -173,13 +173,7 @@ async fn write_status(
 }
 
 /// Publish an Event about `jq`; a failure to publish is logged, never fatal.
-async fn publish(
-    ctx: &Context,
-    jq: &JobQueue,
-    type_: EventType,
-    reason: &str,
-    note: String,
-) {
+async fn publish(ctx: &Context, jq: &JobQueue, type_: EventType, reason: &str, note: String) {
     let event = Event {
         type_,
         reason: reason.to_string(),

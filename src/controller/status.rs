@@ -182,7 +182,11 @@ pub fn observed(
         status.last_stale_ack_time = Some(Time(now));
     }
 
-    let kind = if obs.cluster { "Redis Cluster" } else { "Redis" };
+    let kind = if obs.cluster {
+        "Redis Cluster"
+    } else {
+        "Redis"
+    };
     set_condition(
         &mut status.conditions,
         condition(
@@ -200,10 +204,7 @@ pub fn observed(
             types::READY,
             Status::True,
             reasons::QUEUE_HEALTHY,
-            format!(
-                "queue {} is configured, reaped and counted",
-                obs.queue
-            ),
+            format!("queue {} is configured, reaped and counted", obs.queue),
             generation,
             now,
         ),
@@ -430,10 +431,7 @@ mod tests {
     fn transition_time_is_kept_unless_the_status_changes() {
         let ok = observed(None, Some(1), &obs(0, 0), t(0));
         let still = observed(Some(&ok), Some(1), &obs(5, 0), t(100));
-        assert_eq!(
-            cond(&still, types::READY).last_transition_time,
-            Time(t(0))
-        );
+        assert_eq!(cond(&still, types::READY).last_transition_time, Time(t(0)));
         let down = Failure {
             reason: reasons::REDIS_UNREACHABLE,
             message: "cannot connect to Redis at redis://redis:6379".into(),
@@ -461,10 +459,7 @@ mod tests {
         assert_eq!(ready.reason, "AuthFailed");
         assert_eq!(ready.last_transition_time, Time(t(200)));
         let back = observed(Some(&failed2), Some(1), &obs(5, 0), t(400));
-        assert_eq!(
-            cond(&back, types::READY).last_transition_time,
-            Time(t(400))
-        );
+        assert_eq!(cond(&back, types::READY).last_transition_time, Time(t(400)));
         assert_eq!(
             cond(&back, types::REDIS_AVAILABLE).last_transition_time,
             Time(t(400))
@@ -485,15 +480,26 @@ mod tests {
         assert_eq!(redis.last_transition_time, Time(t(0)));
         assert_eq!(redis.observed_generation, Some(2));
         let ready = cond(&s, types::READY);
-        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "WrongType"));
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "WrongType")
+        );
         assert!(ready.message.contains("jq:{emails}:pending"));
     }
 
     #[test]
     fn an_invalid_spec_is_not_ready_and_redis_is_unknown() {
-        let s = invalid_spec(None, Some(4), "spec.reaper.interval: \"0s\" must be above zero", t(0));
+        let s = invalid_spec(
+            None,
+            Some(4),
+            "spec.reaper.interval: \"0s\" must be above zero",
+            t(0),
+        );
         let ready = cond(&s, types::READY);
-        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "InvalidSpec"));
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "InvalidSpec")
+        );
         assert!(ready.message.contains("spec.reaper.interval"));
         assert_eq!(cond(&s, types::REDIS_AVAILABLE).status, "Unknown");
         assert_eq!(s.observed_generation, Some(4));
@@ -509,8 +515,15 @@ mod tests {
         );
         let grew = observed(Some(&first), Some(1), &obs(0, 5), t(10));
         let c = cond(&grew, types::LEASE_TOO_SHORT);
-        assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "StaleAcks"));
-        assert!(c.message.contains("visibilityTimeout (30s)"), "{}", c.message);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", "StaleAcks")
+        );
+        assert!(
+            c.message.contains("visibilityTimeout (30s)"),
+            "{}",
+            c.message
+        );
         assert_eq!(grew.last_stale_ack_time, Some(Time(t(10))));
         // No growth: still true inside the window, unchanged status.
         let quiet = observed(Some(&grew), Some(1), &obs(0, 5), t(10 + 60));
@@ -518,7 +531,10 @@ mod tests {
         // Past the window: false again.
         let later = observed(Some(&quiet), Some(1), &obs(0, 5), t(10 + 15 * 60));
         let c = cond(&later, types::LEASE_TOO_SHORT);
-        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "NoRecentStaleAcks"));
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "NoRecentStaleAcks")
+        );
         assert_eq!(c.last_transition_time, Time(t(10 + 15 * 60)));
     }
 

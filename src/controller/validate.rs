@@ -162,11 +162,8 @@ pub fn plan(spec: &JobQueueSpec) -> Result<QueuePlan, InvalidSpec> {
     check_tag("spec.hashTag", &spec.hash_tag, "hash tag")?;
     check_tag("spec.keyPrefix", &spec.key_prefix, "key prefix")?;
 
-    let visibility_timeout = parse_duration(
-        "spec.visibilityTimeout",
-        &spec.visibility_timeout,
-        true,
-    )?;
+    let visibility_timeout =
+        parse_duration("spec.visibilityTimeout", &spec.visibility_timeout, true)?;
     if spec.max_attempts < 1 {
         return Err(invalid("spec.maxAttempts", "must be at least 1"));
     }
@@ -188,11 +185,8 @@ pub fn plan(spec: &JobQueueSpec) -> Result<QueuePlan, InvalidSpec> {
             format!("{multiplier} must be a number of at least 1"),
         ));
     }
-    let completed_retention = parse_duration(
-        "spec.completedRetention",
-        &spec.completed_retention,
-        false,
-    )?;
+    let completed_retention =
+        parse_duration("spec.completedRetention", &spec.completed_retention, false)?;
     let dead_retention = parse_duration(
         "spec.deadLetter.retention",
         &spec.dead_letter.retention,
@@ -314,7 +308,8 @@ mod tests {
 
     #[test]
     fn each_bad_field_is_named() {
-        let cases: Vec<(&str, Box<dyn Fn(&mut JobQueueSpec)>)> = vec![
+        type Edit = Box<dyn Fn(&mut JobQueueSpec)>;
+        let cases: Vec<(&str, Edit)> = vec![
             (
                 "spec.visibilityTimeout",
                 Box::new(|s| s.visibility_timeout = "0s".into()),
@@ -348,7 +343,10 @@ mod tests {
                 "spec.reaper.interval",
                 Box::new(|s| s.reaper.interval = "0s".into()),
             ),
-            ("spec.reaper.batchSize", Box::new(|s| s.reaper.batch_size = 0)),
+            (
+                "spec.reaper.batchSize",
+                Box::new(|s| s.reaper.batch_size = 0),
+            ),
             (
                 "spec.reaper.batchSize",
                 Box::new(|s| s.reaper.batch_size = 1001),

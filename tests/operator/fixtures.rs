@@ -69,6 +69,11 @@ impl JobQueueExt for JobQueue {
 
 /// A context whose client talks to the returned verifier; its metrics are registered in
 /// the returned registry.
+/// Expect a status patch of `jq`.
+pub fn status_patch(jq: &JobQueue) -> Expect {
+    Expect::StatusPatch(Box::new(jq.clone()))
+}
+
 pub fn test_context() -> (Arc<Context>, ApiServerVerifier, Registry) {
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = Client::new(service, NS);
@@ -106,7 +111,7 @@ pub enum Expect {
     /// GET of a Secret that does not exist (404).
     SecretMissing(&'static str),
     /// A server-side apply of the JobQueue's status, answered with the object.
-    StatusPatch(JobQueue),
+    StatusPatch(Box<JobQueue>),
     /// An Event POST of this type and reason.
     Event(&'static str, &'static str),
 }
@@ -153,8 +158,9 @@ impl ApiServerVerifier {
                     next = handle.next_request() => next,
                     _ = &mut reconciled => panic!("request #{i} ({what}) never came: the reconcile returned without it"),
                 };
-                let (request, send) =
-                    next.unwrap_or_else(|| panic!("request #{i} ({what}) never came: the client is gone"));
+                let (request, send) = next.unwrap_or_else(|| {
+                    panic!("request #{i} ({what}) never came: the client is gone")
+                });
                 let method = request.method().clone();
                 let uri = request.uri().to_string();
                 let body = body_text(request.into_body()).await;
@@ -205,20 +211,27 @@ impl ApiServerVerifier {
                         assert_eq!(patch["kind"], "JobQueue");
                         let status: JobQueueStatus =
                             serde_json::from_value(patch["status"].clone()).expect("a status");
-                        let mut applied = jq.clone();
+                        let mut applied = (*jq).clone();
                         applied.status = Some(status.clone());
                         seen.statuses.push(status);
                         send.send_response(json_response(StatusCode::OK, &applied));
                     }
                     Expect::Event(type_, reason) => {
                         assert_eq!(method, Method::POST, "request #{i}: {uri}");
-                        assert_eq!(uri, format!("/apis/events.k8s.io/v1/namespaces/{NS}/events?"));
+                        assert_eq!(
+                            uri,
+                            format!("/apis/events.k8s.io/v1/namespaces/{NS}/events?")
+                        );
                         let event: Value = serde_json::from_str(&body).expect("an Event");
                         assert_eq!(event["type"], type_, "{event}");
                         assert_eq!(event["reason"], reason, "{event}");
                         assert_eq!(event["regarding"]["kind"], "JobQueue");
                         seen.events.push(event);
-                        send.send_response(Response::builder().body(Body::from(body.into_bytes())).unwrap());
+                        send.send_response(
+                            Response::builder()
+                                .body(Body::from(body.into_bytes()))
+                                .unwrap(),
+                        );
                     }
                 }
             }
