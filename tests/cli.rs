@@ -881,14 +881,7 @@ fn a_malformed_url_exits_6() {
 
 #[test]
 fn refused_auth_exits_4_and_never_prints_the_password() {
-    let server = RedisServer::start();
-    // Set after start: the harness's readiness check speaks without a password.
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("requirepass")
-        .arg("right-secret-1")
-        .query(&mut server.conn())
-        .unwrap();
+    let server = RedisServer::start_with(&["--requirepass", "right-secret-1"]);
     let wrong = format!("redis://:wrong-secret-2@127.0.0.1:{}", server.port);
     let out = run_url(&wrong, &["stats"]).fails(4, &["refused authentication", "***"]);
     assert!(!out.stderr.contains("wrong-secret-2") && !out.stdout.contains("wrong-secret-2"));
