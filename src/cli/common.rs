@@ -17,24 +17,8 @@ pub struct UsageError(pub String);
 /// that a key written by something else is reported by name before anything is done.
 pub async fn open(connect: &ConnectArgs) -> anyhow::Result<Queue> {
     let queue = connect.queue().await?;
-    if let Err(err) = queue.check_key_types().await {
-        return Err(tidy_wrong_type(err).into());
-    }
+    queue.check_key_types().await?;
     Ok(queue)
-}
-
-/// `key K holds the wrong type: key K holds a string, ...` says K twice.
-fn tidy_wrong_type(err: Error) -> Error {
-    match err {
-        Error::WrongType { queue, key, detail } => {
-            let detail = detail
-                .strip_prefix(&format!("key {key} holds "))
-                .map(|rest| format!("found {rest}"))
-                .unwrap_or(detail);
-            Error::WrongType { queue, key, detail }
-        }
-        other => other,
-    }
 }
 
 /// Plain commands on a job hash report WRONGTYPE without a key name; give it the key.
@@ -82,18 +66,6 @@ pub async fn redis_now_ms(queue: &Queue) -> anyhow::Result<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn wrong_type_messages_name_the_key_once() {
-        let err = tidy_wrong_type(Error::WrongType {
-            queue: "jq:{a}".into(),
-            key: "jq:{a}:pending".into(),
-            detail: "key jq:{a}:pending holds a string, expected a list".into(),
-        });
-        let text = err.to_string();
-        assert_eq!(text.matches("jq:{a}:pending").count(), 1, "{text}");
-        assert!(text.ends_with("found a string, expected a list"), "{text}");
-    }
 
     #[test]
     fn job_keys_are_named() {
