@@ -20,6 +20,13 @@ test: redis
 	$(CARGO) clippy --all-targets -- -D warnings
 	$(CARGO) test --all-targets
 
+## The embedded demo: a private redis-server on a free loopback port, worker processes of
+## which some are SIGKILLed mid-job, the reaper, live counts, and a check that no job was
+## lost. Options go through DEMO_ARGS, e.g. `make demo DEMO_ARGS="--jobs 10000 --workers 8"`.
+DEMO_ARGS ?=
+demo: redis
+	$(CARGO) run --quiet --bin jobqueue -- demo $(DEMO_ARGS)
+
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
