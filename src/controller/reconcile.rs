@@ -121,7 +121,9 @@ pub fn success_events(
             format!("queue {} is healthy again", obs.queue),
         ));
     }
-    if new.dead_lettered > prev.dead_lettered {
+    // Totals grew since counts were last seen (not since a failure wrote zeros).
+    let counted = status::has_counts(prev);
+    if counted && new.dead_lettered > prev.dead_lettered {
         events.push((
             EventType::Warning,
             "DeadLettered",
@@ -132,7 +134,7 @@ pub fn success_events(
             ),
         ));
     }
-    if new.stale_acks > prev.stale_acks {
+    if counted && new.stale_acks > prev.stale_acks {
         events.push((
             EventType::Warning,
             reasons::STALE_ACKS,
@@ -381,6 +383,45 @@ mod tests {
         assert!(f.message.contains("redis://u:***@h:1"), "{}", f.message);
         let gone = QueueError::Unavailable("redis://h:1: timed out connecting".into());
         assert_eq!(classify(&gone).reason, "RedisUnreachable");
+    }
+
+    #[test]
+    fn events_follow_what_changed() {
+        use k8s_openapi::jiff::Timestamp;
+        let now = Timestamp::from_second(1_700_000_000).unwrap();
+        let obs = |dead_lettered: u64| Observation {
+            endpoint: "redis://r:6379".into(),
+            queue: "jq:{a}".into(),
+            stats: crate::queue::QueueStats {
+                dead_lettered,
+                dead: dead_lettered,
+                ..Default::default()
+            },
+            ..Observation::default()
+        };
+        let reasons = |prev: Option<&JobQueueStatus>, o: &Observation| -> Vec<&'static str> {
+            let new = status::observed(prev, Some(1), o, now);
+            success_events(prev, &new, o)
+                .into_iter()
+                .map(|(_, reason, _)| reason)
+                .collect()
+        };
+        // A first sight raises nothing, whatever the totals.
+        assert!(reasons(None, &obs(7)).is_empty());
+        let seen = status::observed(None, Some(1), &obs(7), now);
+        assert!(reasons(Some(&seen), &obs(7)).is_empty());
+        assert_eq!(reasons(Some(&seen), &obs(9)), vec!["DeadLettered"]);
+        // After a failure: recovered, and the totals compare with the last counts.
+        let down = Failure {
+            reason: reasons::REDIS_UNREACHABLE,
+            message: "down".into(),
+            redis_reached: false,
+        };
+        let failed = status::failed(Some(&seen), Some(1), &down, now);
+        assert_eq!(reasons(Some(&failed), &obs(7)), vec!["Recovered"]);
+        // A status only ever written by failures is no baseline.
+        let never_counted = status::failed(None, Some(1), &down, now);
+        assert_eq!(reasons(Some(&never_counted), &obs(7)), vec!["Recovered"]);
     }
 
     #[test]

@@ -154,6 +154,13 @@ pub struct Observation {
     pub visibility_timeout: Duration,
 }
 
+/// Whether `status` holds counts a reconcile observed (a status written only by failed
+/// reconciles holds zeros, which are no baseline for "the count grew").
+pub fn has_counts(status: &JobQueueStatus) -> bool {
+    // Only a successful reconcile sets this condition.
+    status.condition(types::LEASE_TOO_SHORT).is_some()
+}
+
 /// The status after a successful reconcile.
 pub fn observed(
     prev: Option<&JobQueueStatus>,
@@ -163,7 +170,7 @@ pub fn observed(
 ) -> JobQueueStatus {
     let mut status = prev.cloned().unwrap_or_default();
     let stats = &obs.stats;
-    let stale_grew = prev.is_some_and(|p| stats.stale > p.stale_acks);
+    let stale_grew = prev.is_some_and(|p| has_counts(p) && stats.stale > p.stale_acks);
 
     status.observed_generation = generation;
     status.pending = stats.pending;
@@ -536,6 +543,21 @@ mod tests {
             ("False", "NoRecentStaleAcks")
         );
         assert_eq!(c.last_transition_time, Time(t(10 + 15 * 60)));
+    }
+
+    #[test]
+    fn counts_written_by_failures_are_no_baseline() {
+        let down = Failure {
+            reason: reasons::REDIS_UNREACHABLE,
+            message: "down".into(),
+            redis_reached: false,
+        };
+        let failed_first = failed(None, Some(1), &down, t(0));
+        assert!(!has_counts(&failed_first));
+        let s = observed(Some(&failed_first), Some(1), &obs(0, 9), t(10));
+        assert_eq!(cond(&s, types::LEASE_TOO_SHORT).status, "False");
+        assert_eq!(s.last_stale_ack_time, None);
+        assert!(has_counts(&s));
     }
 
     #[test]
