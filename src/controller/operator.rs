@@ -61,6 +61,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let kube_config = kube::Config::infer()
         .await
         .map_err(|_| anyhow::anyhow!(NO_CLUSTER))?;
+    let server = kube_config.cluster_url.to_string();
     let client = Client::try_from(kube_config)
         .map_err(|e| anyhow::anyhow!("cannot create the Kubernetes client: {e}"))?;
 
@@ -75,7 +76,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             }
             _ => "",
         };
-        anyhow::bail!("cannot list JobQueues: {e}{hint}");
+        anyhow::bail!("cannot list JobQueues at {server}: {e}{hint}");
     }
 
     let shutdown = CancellationToken::new();
