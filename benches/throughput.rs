@@ -1,0 +1,1027 @@
+//! `make bench`: what a queue sustains, measured next to what Redis itself sustains.
+//!
+//! Starts a private redis-server (`--save "" --appendonly no`) on a free loopback port,
+//! measures the primitives the queue paths are bound by with `redis-benchmark`, then the
+//! queue: enqueue, claim+ack, the worker runtime, the reaper, memory per waiting job and
+//! the operator's cost per reconcile. Prints a table (each figure with its target and its
+//! ratio to the primitive limit of the same run) and one JSON object per measurement.
+//!
+//! `cargo bench --bench throughput -- [--quick] [--only NAME[,NAME…]]`
+//! `--quick` runs every measurement on a tenth of the data (a smoke run; its figures are
+//! not the ones to publish). `--only` picks sections: primitives, cost, enqueue,
+//! claim_ack, worker, reaper, memory, reconcile.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::collections::HashMap;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use jobqueue::queue::{Backoff, FailMode, Lease, NewJob, Queue, QueueSettings, SCRIPTS};
+use serde_json::json;
+
+use common::RedisServer;
+
+/// A ~45-byte JSON payload, different for every job.
+fn payload(i: usize) -> Bytes {
+    let p = format!(
+        r#"{{"to":"u{:07}@example.com","tpl":"welcome"}}"#,
+        i % 10_000_000
+    );
+    debug_assert_eq!(p.len(), 45);
+    Bytes::from(p)
+}
+
+const PAYLOAD_BYTES: usize = 45;
+const TAG: &str = "bench";
+
+// ---------------------------------------------------------------------------------------
+// Results
+
+#[derive(Clone, Copy)]
+enum Target {
+    AtLeast(f64),
+    AtMost(f64),
+}
+
+impl Target {
+    fn met(self, v: f64) -> bool {
+        match self {
+            Target::AtLeast(t) => v >= t,
+            Target::AtMost(t) => v <= t,
+        }
+    }
+    fn text(self) -> String {
+        match self {
+            Target::AtLeast(t) => format!("≥ {}", human(t)),
+            Target::AtMost(t) => format!("≤ {}", human(t)),
+        }
+    }
+}
+
+/// The primitive a figure is compared with, and how: a rate is divided by the limit's
+/// rate, a cost divides the limit's cost, so 1.0 always means "as good as the primitive".
+#[derive(Clone)]
+struct Limit {
+    name: String,
+    value: f64,
+    /// true: figure / limit (rates); false: limit / figure (costs).
+    rate: bool,
+}
+
+struct Row {
+    name: String,
+    what: String,
+    value: f64,
+    unit: &'static str,
+    target: Option<Target>,
+    limit: Option<Limit>,
+    extra: serde_json::Value,
+}
+
+impl Row {
+    fn new(
+        name: impl Into<String>,
+        what: impl Into<String>,
+        value: f64,
+        unit: &'static str,
+    ) -> Row {
+        Row {
+            name: name.into(),
+            what: what.into(),
+            value,
+            unit,
+            target: None,
+            limit: None,
+            extra: json!({}),
+        }
+    }
+    fn target(mut self, t: Target) -> Row {
+        self.target = Some(t);
+        self
+    }
+    fn limit(mut self, l: Option<&Limit>) -> Row {
+        self.limit = l.cloned();
+        self
+    }
+    fn extra(mut self, e: serde_json::Value) -> Row {
+        self.extra = e;
+        self
+    }
+    fn ratio(&self) -> Option<f64> {
+        let l = self.limit.as_ref()?;
+        if l.value <= 0.0 || self.value <= 0.0 {
+            return None;
+        }
+        Some(if l.rate {
+            self.value / l.value
+        } else {
+            l.value / self.value
+        })
+    }
+    fn json(&self) -> serde_json::Value {
+        let mut o = json!({
+            "name": self.name,
+            "what": self.what,
+            "value": round3(self.value),
+            "unit": self.unit,
+        });
+        if let Some(t) = self.target {
+            o["target"] = json!(t.text());
+            o["met"] = json!(t.met(self.value));
+        }
+        if let Some(l) = &self.limit {
+            o["limit"] = json!(l.name);
+            o["limit_value"] = json!(round3(l.value));
+        }
+        if let Some(r) = self.ratio() {
+            o["ratio"] = json!(round3(r));
+        }
+        if let serde_json::Value::Object(extra) = &self.extra {
+            for (k, v) in extra {
+                o[k] = v.clone();
+            }
+        }
+        o
+    }
+}
+
+fn round3(v: f64) -> f64 {
+    if v.abs() >= 100.0 {
+        v.round()
+    } else {
+        (v * 1000.0).round() / 1000.0
+    }
+}
+
+fn human(v: f64) -> String {
+    if v >= 10_000.0 {
+        let s = format!("{:.0}", v);
+        let mut out = String::new();
+        for (i, c) in s.chars().enumerate() {
+            if i > 0 && (s.len() - i) % 3 == 0 {
+                out.push(',');
+            }
+            out.push(c);
+        }
+        out
+    } else if v >= 100.0 {
+        format!("{:.0}", v)
+    } else if v >= 10.0 {
+        format!("{:.1}", v)
+    } else {
+        format!("{:.2}", v)
+    }
+}
+
+fn print_table(rows: &[Row]) {
+    let head = [
+        "measurement",
+        "value",
+        "unit",
+        "target",
+        "met",
+        "ratio",
+        "limit (same run)",
+    ];
+    let cells: Vec<[String; 7]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.what.clone(),
+                human(r.value),
+                r.unit.to_string(),
+                r.target.map(|t| t.text()).unwrap_or_default(),
+                match r.target {
+                    Some(t) if t.met(r.value) => "yes".into(),
+                    Some(_) => "NO".into(),
+                    None => String::new(),
+                },
+                r.ratio().map(|x| format!("{x:.2}")).unwrap_or_default(),
+                r.limit
+                    .as_ref()
+                    .map(|l| format!("{} = {}", l.name, human(l.value)))
+                    .unwrap_or_default(),
+            ]
+        })
+        .collect();
+    let mut width = head.map(|h| h.chars().count());
+    for row in &cells {
+        for (i, c) in row.iter().enumerate() {
+            width[i] = width[i].max(c.chars().count());
+        }
+    }
+    let line = |cols: &[String]| {
+        let mut s = String::from("|");
+        for (i, c) in cols.iter().enumerate() {
+            let pad = width[i] - c.chars().count();
+            if i == 1 || i == 5 {
+                s.push_str(&format!(" {}{} |", " ".repeat(pad), c));
+            } else {
+                s.push_str(&format!(" {}{} |", c, " ".repeat(pad)));
+            }
+        }
+        s
+    };
+    println!("{}", line(&head.map(String::from)));
+    let sep: Vec<String> = width.iter().map(|w| "-".repeat(*w)).collect();
+    println!("{}", line(&sep).replace(' ', "-").replacen('-', " ", 0));
+    for row in &cells {
+        println!("{}", line(row));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Redis-side counters
+
+struct Server {
+    redis: RedisServer,
+    conn: redis::Connection,
+}
+
+impl Server {
+    fn info(&mut self, section: &str) -> HashMap<String, String> {
+        let text: String = redis::cmd("INFO")
+            .arg(section)
+            .query(&mut self.conn)
+            .unwrap();
+        text.lines()
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+            .collect()
+    }
+
+    fn int(&mut self, section: &str, field: &str) -> i64 {
+        self.info(section)[field].parse().unwrap()
+    }
+
+    /// calls and usec per command name, from INFO commandstats.
+    fn commandstats(&mut self) -> HashMap<String, (u64, u64)> {
+        self.info("commandstats")
+            .into_iter()
+            .filter_map(|(k, v)| {
+                let name = k.strip_prefix("cmdstat_")?.to_string();
+                let mut calls = 0;
+                let mut usec = 0;
+                for kv in v.split(',') {
+                    match kv.split_once('=') {
+                        Some(("calls", n)) => calls = n.parse().ok()?,
+                        Some(("usec", n)) => usec = n.parse().ok()?,
+                        _ => {}
+                    }
+                }
+                Some((name, (calls, usec)))
+            })
+            .collect()
+    }
+
+    fn flush(&mut self) {
+        let _: () = redis::cmd("FLUSHALL").query(&mut self.conn).unwrap();
+    }
+
+    fn config_set(&mut self, name: &str, value: &str) {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(name)
+            .arg(value)
+            .query(&mut self.conn)
+            .unwrap();
+    }
+}
+
+/// What the scripts cost Redis between two snapshots of INFO commandstats.
+struct ScriptCost {
+    calls: u64,
+    usec_per_call: f64,
+    /// redis.call()s per script call (every command but EVALSHA and INFO).
+    inner_per_call: f64,
+}
+
+fn script_cost(
+    before: &HashMap<String, (u64, u64)>,
+    after: &HashMap<String, (u64, u64)>,
+) -> ScriptCost {
+    let delta = |name: &str| {
+        let (c1, u1) = after.get(name).copied().unwrap_or_default();
+        let (c0, u0) = before.get(name).copied().unwrap_or_default();
+        (c1 - c0, u1 - u0)
+    };
+    let (calls, usec) = delta("evalsha");
+    let inner: u64 = after
+        .keys()
+        .filter(|k| {
+            !matches!(
+                k.as_str(),
+                "evalsha" | "info" | "script|load" | "config|set"
+            )
+        })
+        .map(|k| delta(k).0)
+        .sum();
+    ScriptCost {
+        calls,
+        usec_per_call: usec as f64 / calls.max(1) as f64,
+        inner_per_call: inner as f64 / calls.max(1) as f64,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// redis-benchmark
+
+struct Primitives {
+    lpush: f64,
+    rpop: f64,
+    lpush_p: f64,
+    rpop_p: f64,
+    evalsha: f64,
+    evalsha_p: f64,
+    ping_rtt_ms: f64,
+}
+
+const PIPELINE: usize = 32;
+
+fn redis_benchmark(port: u16, args: &[&str]) -> Vec<(String, f64)> {
+    let bin = std::env::var("REDIS_BENCHMARK").unwrap_or_else(|_| "redis-benchmark".into());
+    let out = Command::new(&bin)
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "--csv"])
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {bin} ({e}): install redis-tools"));
+    assert!(out.status.success(), "{bin} {args:?} failed: {:?}", out);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split("\",\"").collect();
+            let name = cols.first()?.trim_matches('"').to_string();
+            let rps: f64 = cols.get(1)?.trim_matches('"').parse().ok()?;
+            Some((name, rps))
+        })
+        .collect()
+}
+
+fn primitives(s: &mut Server, scale: usize) -> Primitives {
+    let port = s.redis.port;
+    let n = (200_000 / scale).to_string();
+    let np = (2_000_000 / scale).to_string();
+    let p = PIPELINE.to_string();
+    let get = |rows: &[(String, f64)], name: &str| {
+        rows.iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|r| r.1)
+            .unwrap_or_else(|| panic!("redis-benchmark printed no {name}: {rows:?}"))
+    };
+    let plain = redis_benchmark(port, &["-n", &n, "-c", "50", "-t", "lpush,rpop"]);
+    s.flush();
+    let piped = redis_benchmark(port, &["-n", &np, "-c", "50", "-P", &p, "-t", "lpush,rpop"]);
+    s.flush();
+    // The smallest script that claims: pop an id and write it back (the list keeps its
+    // length, so every call does the same work). One EVALSHA + two redis.call()s.
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg("local id = redis.call('RPOP', KEYS[1]) redis.call('LPUSH', KEYS[1], id) return id")
+        .query(&mut s.conn)
+        .unwrap();
+    let _: () = redis::cmd("LPUSH")
+        .arg("bench:rot")
+        .arg("0123456789abcdef")
+        .query(&mut s.conn)
+        .unwrap();
+    let eval = |extra: &[&str]| {
+        let mut args = extra.to_vec();
+        args.extend(["evalsha", sha.as_str(), "1", "bench:rot"]);
+        redis_benchmark(port, &args)[0].1
+    };
+    let evalsha = eval(&["-n", &n, "-c", "50"]);
+    let evalsha_p = eval(&["-n", &np, "-c", "50", "-P", &p]);
+    let ping = redis_benchmark(
+        port,
+        &["-n", &(50_000 / scale).to_string(), "-c", "1", "ping"],
+    );
+    s.flush();
+    Primitives {
+        lpush: get(&plain, "LPUSH"),
+        rpop: get(&plain, "RPOP"),
+        lpush_p: get(&piped, "LPUSH"),
+        rpop_p: get(&piped, "RPOP"),
+        evalsha,
+        evalsha_p,
+        ping_rtt_ms: 1000.0 / ping[0].1,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Queue workloads
+
+async fn fill(q: &Queue, n: usize) {
+    let mut i = 0;
+    while i < n {
+        let k = (n - i).min(1000);
+        let jobs: Vec<NewJob> = (i..i + k).map(|j| NewJob::new(payload(j))).collect();
+        q.enqueue_many(jobs).await.unwrap();
+        i += k;
+    }
+}
+
+/// Run `tasks` copies of `f` at once; the wall time until all are done.
+async fn concurrently<F, Fut>(tasks: usize, f: F) -> Duration
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let start = Instant::now();
+    let handles: Vec<_> = (0..tasks).map(|t| tokio::spawn(f(t))).collect();
+    for h in handles {
+        h.await.unwrap();
+    }
+    start.elapsed()
+}
+
+async fn enqueue_single(q: &Queue, jobs: usize, tasks: usize) -> f64 {
+    let per = jobs / tasks;
+    let took = concurrently(tasks, |t| {
+        let q = q.clone();
+        async move {
+            for i in 0..per {
+                q.enqueue(NewJob::new(payload(t * per + i))).await.unwrap();
+            }
+        }
+    })
+    .await;
+    (per * tasks) as f64 / took.as_secs_f64()
+}
+
+async fn enqueue_batched(q: &Queue, jobs: usize, tasks: usize, batch: usize) -> f64 {
+    let calls = jobs / batch / tasks;
+    let took = concurrently(tasks, |t| {
+        let q = q.clone();
+        async move {
+            for c in 0..calls {
+                let base = (t * calls + c) * batch;
+                let jobs: Vec<NewJob> = (base..base + batch)
+                    .map(|j| NewJob::new(payload(j)))
+                    .collect();
+                q.enqueue_many(jobs).await.unwrap();
+            }
+        }
+    })
+    .await;
+    (calls * tasks * batch) as f64 / took.as_secs_f64()
+}
+
+/// Claim and ack (empty handler) until the backlog is gone.
+async fn drain(q: &Queue, tasks: usize, batch: usize) -> (usize, Duration) {
+    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let took = concurrently(tasks, |t| {
+        let q = q.clone();
+        let done = done.clone();
+        async move {
+            let worker = format!("bench-{t}");
+            loop {
+                let leases = q.claim(batch, &worker, None).await.unwrap();
+                if leases.is_empty() {
+                    break;
+                }
+                let refs: Vec<_> = leases.iter().map(Lease::as_ref).collect();
+                let acked = q.ack_many(&refs).await.unwrap();
+                debug_assert!(acked.iter().all(|a| *a));
+                done.fetch_add(leases.len(), std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    })
+    .await;
+    (done.load(std::sync::atomic::Ordering::Relaxed), took)
+}
+
+// ---------------------------------------------------------------------------------------
+
+struct Args {
+    scale: usize,
+    only: Option<Vec<String>>,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        scale: 1,
+        only: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--quick" => a.scale = 10,
+            "--only" => a.only = it.next().map(|s| s.split(',').map(String::from).collect()),
+            _ => {} // cargo bench passes --bench
+        }
+    }
+    a
+}
+
+impl Args {
+    fn runs(&self, section: &str) -> bool {
+        self.only
+            .as_ref()
+            .is_none_or(|o| o.iter().any(|s| s == section))
+    }
+}
+
+fn machine(s: &mut Server) -> serde_json::Value {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default();
+    let server = s.info("server");
+    json!({
+        "nproc": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "cpu": cpu,
+        "loadavg_at_start": load,
+        "redis_version": server.get("redis_version"),
+        "redis_allocator": s.info("memory").get("mem_allocator"),
+    })
+}
+
+#[tokio::main]
+async fn main() {
+    let args = args();
+    let scale = args.scale;
+    let redis = RedisServer::start();
+    let conn = redis.conn();
+    let mut s = Server { redis, conn };
+    let m = machine(&mut s);
+    eprintln!("machine: {m}");
+    let mut rows: Vec<Row> = Vec::new();
+
+    let prim = if args.runs("primitives") || args.only.is_none() {
+        eprintln!("redis-benchmark primitives …");
+        Some(primitives(&mut s, scale))
+    } else {
+        None
+    };
+    let lim = |name: &str, value: f64| -> Option<Limit> {
+        prim.as_ref().map(|_| Limit {
+            name: name.to_string(),
+            value,
+            rate: true,
+        })
+    };
+    let (l_lpush, l_rpop, l_lpush_p, l_rpop_p, l_eval, l_eval_p, l_rtt) = match &prim {
+        Some(p) => {
+            for (name, what, v) in [
+                ("primitive.lpush", "redis-benchmark LPUSH (c=50)", p.lpush),
+                ("primitive.rpop", "redis-benchmark RPOP (c=50)", p.rpop),
+                (
+                    "primitive.lpush_p32",
+                    "redis-benchmark LPUSH (c=50, -P 32)",
+                    p.lpush_p,
+                ),
+                (
+                    "primitive.rpop_p32",
+                    "redis-benchmark RPOP (c=50, -P 32)",
+                    p.rpop_p,
+                ),
+                (
+                    "primitive.evalsha",
+                    "redis-benchmark EVALSHA claim-shaped (c=50)",
+                    p.evalsha,
+                ),
+                (
+                    "primitive.evalsha_p32",
+                    "redis-benchmark EVALSHA claim-shaped (c=50, -P 32)",
+                    p.evalsha_p,
+                ),
+            ] {
+                rows.push(Row::new(name, what, v, "ops/s"));
+            }
+            rows.push(Row::new(
+                "primitive.ping_rtt",
+                "redis-benchmark PING round trip (c=1)",
+                p.ping_rtt_ms,
+                "ms",
+            ));
+            (
+                lim("LPUSH", p.lpush),
+                lim("RPOP", p.rpop),
+                lim("LPUSH -P32", p.lpush_p),
+                lim("RPOP -P32", p.rpop_p),
+                lim("EVALSHA", p.evalsha),
+                lim("EVALSHA -P32", p.evalsha_p),
+                Some(Limit {
+                    name: "PING RTT ms".into(),
+                    value: p.ping_rtt_ms,
+                    rate: false,
+                }),
+            )
+        }
+        None => Default::default(),
+    };
+    let half = |l: &Option<Limit>| {
+        l.as_ref().map(|l| Limit {
+            name: format!("{} / 2", l.name),
+            value: l.value / 2.0,
+            rate: true,
+        })
+    };
+
+    let q = Queue::new(s.redis.redis().await, "jq", TAG).unwrap();
+    q.load_scripts().await.unwrap();
+
+    // Redis time per job, from INFO commandstats ------------------------------------
+    if args.runs("cost") {
+        for (batch, calls, target) in [(1usize, 5000usize, 25.0), (32, 500, 8.0)] {
+            eprintln!("Redis cost per job, batch {batch} …");
+            s.flush();
+            let calls = calls / scale;
+            fill(&q, batch * calls).await;
+            let c0 = s.commandstats();
+            let mut leases = Vec::with_capacity(batch * calls);
+            for _ in 0..calls {
+                leases.extend(q.claim(batch, "cost", None).await.unwrap());
+            }
+            let c1 = s.commandstats();
+            for chunk in leases.chunks(batch) {
+                let refs: Vec<_> = chunk.iter().map(Lease::as_ref).collect();
+                q.ack_many(&refs).await.unwrap();
+            }
+            let c2 = s.commandstats();
+            let claim = script_cost(&c0, &c1);
+            let ack = script_cost(&c1, &c2);
+            let per_job = (claim.usec_per_call + ack.usec_per_call) / batch as f64;
+            rows.push(
+                Row::new(
+                    format!("cost.claim_ack.b{batch}"),
+                    format!("Redis µs per job, claim+ack, batch {batch}"),
+                    per_job,
+                    "µs/job",
+                )
+                .target(Target::AtMost(target))
+                .extra(json!({
+                    "claim_usec_per_call": round3(claim.usec_per_call),
+                    "ack_usec_per_call": round3(ack.usec_per_call),
+                    "claim_redis_calls_per_call": round3(claim.inner_per_call),
+                    "ack_redis_calls_per_call": round3(ack.inner_per_call),
+                    "claim_calls": claim.calls,
+                    "ack_calls": ack.calls,
+                })),
+            );
+            rows.push(
+                Row::new(
+                    format!("cost.claim.b{batch}"),
+                    format!("  claim: µs per call / redis.call()s per call, batch {batch}"),
+                    claim.usec_per_call,
+                    "µs/call",
+                )
+                .extra(json!({"redis_calls_per_call": round3(claim.inner_per_call)})),
+            );
+            rows.push(Row::new(
+                format!("cost.claim.calls.b{batch}"),
+                format!("  claim: redis.call()s per call, batch {batch}"),
+                claim.inner_per_call,
+                "calls",
+            ));
+            rows.push(
+                Row::new(
+                    format!("cost.ack.b{batch}"),
+                    format!("  ack: µs per call, batch {batch}"),
+                    ack.usec_per_call,
+                    "µs/call",
+                )
+                .extra(json!({"redis_calls_per_call": round3(ack.inner_per_call)})),
+            );
+            rows.push(Row::new(
+                format!("cost.ack.calls.b{batch}"),
+                format!("  ack: redis.call()s per call, batch {batch}"),
+                ack.inner_per_call,
+                "calls",
+            ));
+        }
+        // enqueue's cost per job at batch 1000
+        s.flush();
+        let c0 = s.commandstats();
+        fill(&q, 20_000 / scale).await;
+        let c1 = s.commandstats();
+        let enq = script_cost(&c0, &c1);
+        rows.push(
+            Row::new(
+                "cost.enqueue.b1000",
+                "Redis µs per job, enqueue, batch 1000",
+                enq.usec_per_call / 1000.0,
+                "µs/job",
+            )
+            .extra(json!({"redis_calls_per_call": round3(enq.inner_per_call)})),
+        );
+    }
+
+    // Enqueue -------------------------------------------------------------------------
+    if args.runs("enqueue") {
+        eprintln!("enqueue …");
+        for tasks in [1usize, 16] {
+            s.flush();
+            let rate = enqueue_single(&q, 20_000 / scale, tasks).await;
+            rows.push(
+                Row::new(
+                    format!("enqueue.single.c{tasks}"),
+                    format!("enqueue, one job per call, concurrency {tasks}"),
+                    rate,
+                    "jobs/s",
+                )
+                .limit(l_eval.as_ref()),
+            );
+        }
+        for tasks in [1usize, 4] {
+            s.flush();
+            let rate = enqueue_batched(&q, 200_000 / scale, tasks, 1000).await;
+            rows.push(
+                Row::new(
+                    format!("enqueue.batch1000.c{tasks}"),
+                    format!("enqueue, batches of 1000, concurrency {tasks}"),
+                    rate,
+                    "jobs/s",
+                )
+                .target(Target::AtLeast(150_000.0))
+                .limit(l_lpush_p.as_ref()),
+            );
+        }
+    }
+
+    // Claim + ack ---------------------------------------------------------------------
+    if args.runs("claim_ack") {
+        let backlog = 50_000 / scale;
+        for batch in [1usize, 32] {
+            for tasks in [1usize, 16, 64] {
+                eprintln!("claim+ack batch {batch} concurrency {tasks} …");
+                s.flush();
+                fill(&q, backlog).await;
+                let c0 = s.commandstats();
+                let (done, took) = drain(&q, tasks, batch).await;
+                let c1 = s.commandstats();
+                assert_eq!(done, backlog, "every job was claimed and acked once");
+                let cost = script_cost(&c0, &c1);
+                let mut row = Row::new(
+                    format!("claim_ack.b{batch}.c{tasks}"),
+                    format!("claim+ack, batch {batch}, concurrency {tasks}"),
+                    done as f64 / took.as_secs_f64(),
+                    "jobs/s",
+                )
+                .extra(json!({
+                    "backlog": backlog,
+                    "seconds": round3(took.as_secs_f64()),
+                    "redis_usec_per_job": round3(cost.usec_per_call * cost.calls as f64 / done as f64),
+                }));
+                if batch == 1 {
+                    row = row.limit(half(&l_eval).as_ref());
+                } else {
+                    row = row.limit(l_rpop_p.as_ref());
+                    if tasks >= 16 {
+                        row = row.target(Target::AtLeast(100_000.0));
+                    }
+                }
+                rows.push(row);
+            }
+        }
+    }
+
+    // Reaper --------------------------------------------------------------------------
+    if args.runs("reaper") {
+        let leases = 100_000 / scale;
+        for batch in [100usize, 1000] {
+            eprintln!("reaper batch {batch} …");
+            s.flush();
+            fill(&q, leases).await;
+            let mut until = 0;
+            for _ in 0..leases.div_ceil(1000) {
+                for l in q
+                    .claim(1000, "doomed", Some(Duration::from_millis(1)))
+                    .await
+                    .unwrap()
+                {
+                    until = until.max(l.lease_until);
+                }
+            }
+            common::wait_past(&mut s.conn, until);
+            s.config_set("slowlog-log-slower-than", "0");
+            s.config_set("slowlog-max-len", "100000");
+            let _: () = redis::cmd("SLOWLOG")
+                .arg("RESET")
+                .query(&mut s.conn)
+                .unwrap();
+            let c0 = s.commandstats();
+            let start = Instant::now();
+            let mut longest_client = Duration::ZERO;
+            let mut requeued = 0;
+            let mut calls = 0;
+            loop {
+                let t = Instant::now();
+                let r = q.reap(batch).await.unwrap();
+                longest_client = longest_client.max(t.elapsed());
+                requeued += r.requeued;
+                calls += 1;
+                if !r.more {
+                    break;
+                }
+            }
+            let took = start.elapsed();
+            let c1 = s.commandstats();
+            s.config_set("slowlog-log-slower-than", "10000");
+            let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
+                .arg("GET")
+                .arg(200_000)
+                .query(&mut s.conn)
+                .unwrap();
+            let reap_sha = SCRIPTS.reap.sha.as_str();
+            let mut longest_us = 0i64;
+            let mut logged = 0;
+            for entry in log {
+                let redis::Value::Array(fields) = entry else {
+                    continue;
+                };
+                let (Some(redis::Value::Int(us)), Some(redis::Value::Array(argv))) =
+                    (fields.get(2), fields.get(3))
+                else {
+                    continue;
+                };
+                let is_reap = matches!(argv.get(1), Some(redis::Value::BulkString(b)) if b == reap_sha.as_bytes());
+                if is_reap {
+                    logged += 1;
+                    longest_us = longest_us.max(*us);
+                }
+            }
+            assert_eq!(
+                requeued as usize, leases,
+                "every expired lease was requeued"
+            );
+            let cost = script_cost(&c0, &c1);
+            rows.push(
+                Row::new(
+                    format!("reaper.b{batch}"),
+                    format!("reaper, 100k expired leases, batch {batch}"),
+                    leases as f64 / took.as_secs_f64(),
+                    "leases/s",
+                )
+                .target(Target::AtLeast(100_000.0))
+                .limit(l_lpush_p.as_ref())
+                .extra(json!({
+                    "calls": calls,
+                    "redis_usec_per_lease": round3(cost.usec_per_call * cost.calls as f64 / leases as f64),
+                    "redis_calls_per_lease": round3(cost.inner_per_call * cost.calls as f64 / leases as f64),
+                })),
+            );
+            let mut row = Row::new(
+                format!("reaper.longest_call.b{batch}"),
+                format!("reaper, longest single call (SLOWLOG), batch {batch}"),
+                longest_us as f64 / 1000.0,
+                "ms",
+            )
+            .extra(json!({
+                "slowlog_entries": logged,
+                "calls": calls,
+                "client_longest_ms": round3(longest_client.as_secs_f64() * 1000.0),
+            }));
+            if batch == 100 {
+                row = row.target(Target::AtMost(5.0));
+            }
+            rows.push(row);
+        }
+    }
+
+    // Memory per waiting job ----------------------------------------------------------
+    if args.runs("memory") {
+        eprintln!("memory …");
+        let n = 100_000 / scale;
+        s.flush();
+        let used = |s: &mut Server| {
+            let i = s.info("memory");
+            let u: i64 = i["used_memory"].parse().unwrap();
+            let c: i64 = i
+                .get("mem_clients_normal")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            u - c
+        };
+        // The floor: the payloads alone, in Redis's most compact container.
+        let before = used(&mut s);
+        for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+            let mut cmd = redis::cmd("LPUSH");
+            cmd.arg("bench:floor");
+            for i in chunk {
+                cmd.arg(payload(*i).as_ref());
+            }
+            let _: () = cmd.query(&mut s.conn).unwrap();
+        }
+        let floor = (used(&mut s) - before) as f64 / n as f64;
+        s.flush();
+        let before = used(&mut s);
+        fill(&q, n).await;
+        let per_job = (used(&mut s) - before) as f64 / n as f64;
+        let id = q.pending_ids(1).await.unwrap().remove(0);
+        let key = q.keys().job(&id);
+        let encoding: String = redis::cmd("OBJECT")
+            .arg("ENCODING")
+            .arg(&key)
+            .query(&mut s.conn)
+            .unwrap();
+        let usage: i64 = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(&key)
+            .query(&mut s.conn)
+            .unwrap();
+        let fields: i64 = redis::cmd("HLEN").arg(&key).query(&mut s.conn).unwrap();
+        rows.push(
+            Row::new(
+                "memory.waiting_job",
+                format!("Redis memory per waiting job ({PAYLOAD_BYTES}-byte payload)"),
+                per_job,
+                "bytes",
+            )
+            .target(Target::AtMost(200.0))
+            .limit(Some(&Limit {
+                name: "list of payloads, bytes/entry".into(),
+                value: floor,
+                rate: false,
+            }))
+            .extra(json!({
+                "jobs": n,
+                "job_key": key,
+                "job_hash_encoding": encoding,
+                "job_hash_fields": fields,
+                "memory_usage_of_one_job_key": usage,
+            })),
+        );
+    }
+
+    // The operator's cost per reconcile -----------------------------------------------
+    if args.runs("reconcile") {
+        eprintln!("reconcile …");
+        s.flush();
+        fill(&q, 50_000 / scale).await;
+        let leases = q.claim(100, "busy", None).await.unwrap();
+        for l in &leases[..10] {
+            q.fail(l, "boom", FailMode::Dead, Backoff::Policy)
+                .await
+                .unwrap();
+        }
+        let settings = QueueSettings::default();
+        let reads = |s: &mut Server| s.int("stats", "total_reads_processed");
+        // INFO's own read is counted too: measure what a bare pair of INFOs adds.
+        let r0 = reads(&mut s);
+        let r1 = reads(&mut s);
+        let info_reads = r1 - r0;
+        let first = q.maintain(&settings, 100, 10).await.unwrap();
+        let r2 = reads(&mut s);
+        let first_rt = r2 - r1 - info_reads;
+        let runs = 200 / scale.min(10);
+        let mut rts = 0;
+        let start = Instant::now();
+        let r_start = reads(&mut s);
+        for _ in 0..runs {
+            let m = q.maintain(&settings, 100, 10).await.unwrap();
+            assert!(!m.configured && m.reaped == Default::default());
+        }
+        let took = start.elapsed();
+        rts += reads(&mut s) - r_start - info_reads;
+        let ms = took.as_secs_f64() * 1000.0 / runs as f64;
+        rows.push(
+            Row::new(
+                "reconcile.round_trips",
+                "operator: Redis round trips per queue per reconcile (nothing expired)",
+                rts as f64 / runs as f64,
+                "round trips",
+            )
+            .target(Target::AtMost(1.0))
+            .extra(json!({
+                "first_reconcile_round_trips": first_rt,
+                "first_reconcile_configured": first.configured,
+                "client_counted_round_trips": first.round_trips,
+            })),
+        );
+        rows.push(
+            Row::new(
+                "reconcile.ms",
+                "operator: milliseconds per queue per reconcile (nothing expired)",
+                ms,
+                "ms",
+            )
+            .limit(l_rtt.as_ref()),
+        );
+    }
+
+    let _ = (&l_lpush, &l_rpop, &l_eval_p);
+    println!();
+    print_table(&rows);
+    println!();
+    for r in &rows {
+        println!("{}", r.json());
+    }
+    println!(
+        "{}",
+        json!({"name": "machine", "machine": m, "scale": format!("1/{scale}")})
+    );
+}
