@@ -149,6 +149,12 @@ impl Row {
     }
 }
 
+fn merge(into: &mut serde_json::Value, from: serde_json::Value) {
+    if let (serde_json::Value::Object(a), serde_json::Value::Object(b)) = (into, from) {
+        a.extend(b);
+    }
+}
+
 fn round3(v: f64) -> f64 {
     if v.abs() >= 100.0 {
         v.round()
@@ -290,6 +296,44 @@ impl Server {
             .query(&mut self.conn)
             .unwrap();
     }
+}
+
+/// CPU seconds used so far: Redis's (INFO cpu, user + system) and this process's.
+#[derive(Clone, Copy)]
+struct Cpu {
+    redis: f64,
+    client: f64,
+}
+
+impl Server {
+    fn cpu(&mut self) -> Cpu {
+        let info = self.info("cpu");
+        let get = |k: &str| info.get(k).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        Cpu {
+            redis: get("used_cpu_user") + get("used_cpu_sys"),
+            client: own_cpu_seconds(),
+        }
+    }
+}
+
+/// utime + stime of this process, from /proc/self/stat (clock ticks of 1/100 s).
+fn own_cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let tick = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 of the line: 12 and 13 after the name.
+    (tick(11) + tick(12)) / 100.0
+}
+
+/// CPU µs per job on each side between two snapshots.
+fn cpu_per_job(a: Cpu, b: Cpu, jobs: usize) -> serde_json::Value {
+    let per = |x: f64| round3(x * 1e6 / jobs.max(1) as f64);
+    json!({
+        "redis_cpu_us_per_job": per(b.redis - a.redis),
+        "client_cpu_us_per_job": per(b.client - a.client),
+    })
 }
 
 /// What the scripts cost Redis between two snapshots of INFO commandstats.
@@ -738,7 +782,10 @@ async fn main() {
         }
         for tasks in [1usize, 4] {
             s.flush();
-            let rate = enqueue_batched(&q, 200_000 / scale, tasks, 1000).await;
+            let jobs = 200_000 / scale;
+            let u0 = s.cpu();
+            let rate = enqueue_batched(&q, jobs, tasks, 1000).await;
+            let u1 = s.cpu();
             rows.push(
                 Row::new(
                     format!("enqueue.batch1000.c{tasks}"),
@@ -747,7 +794,8 @@ async fn main() {
                     "jobs/s",
                 )
                 .target(Target::AtLeast(150_000.0))
-                .limit(l_lpush_p.as_ref()),
+                .limit(l_lpush_p.as_ref())
+                .extra(cpu_per_job(u0, u1, jobs)),
             );
         }
     }
@@ -761,21 +809,25 @@ async fn main() {
                 s.flush();
                 fill(&q, backlog).await;
                 let c0 = s.commandstats();
+                let u0 = s.cpu();
                 let (done, took) = drain(&q, tasks, batch).await;
+                let u1 = s.cpu();
                 let c1 = s.commandstats();
                 assert_eq!(done, backlog, "every job was claimed and acked once");
                 let cost = script_cost(&c0, &c1);
+                let mut extra = json!({
+                    "backlog": backlog,
+                    "seconds": round3(took.as_secs_f64()),
+                    "redis_usec_per_job": round3(cost.usec_per_call * cost.calls as f64 / done as f64),
+                });
+                merge(&mut extra, cpu_per_job(u0, u1, done));
                 let mut row = Row::new(
                     format!("claim_ack.b{batch}.c{tasks}"),
                     format!("claim+ack, batch {batch}, concurrency {tasks}"),
                     done as f64 / took.as_secs_f64(),
                     "jobs/s",
                 )
-                .extra(json!({
-                    "backlog": backlog,
-                    "seconds": round3(took.as_secs_f64()),
-                    "redis_usec_per_job": round3(cost.usec_per_call * cost.calls as f64 / done as f64),
-                }));
+                .extra(extra);
                 if batch == 1 {
                     row = row.limit(half(&l_eval).as_ref());
                 } else {
@@ -792,7 +844,13 @@ async fn main() {
     // Reaper --------------------------------------------------------------------------
     if args.runs("reaper") {
         let leases = 100_000 / scale;
-        for batch in [100usize, 1000] {
+        // The operator's default batch (the JobQueue's reaper.batchSize) and the largest.
+        let default_batch = jobqueue::crd::ReaperSpec::default().batch_size as usize;
+        let mut batches = vec![default_batch];
+        if default_batch != 1000 {
+            batches.push(1000);
+        }
+        for batch in batches {
             eprintln!("reaper batch {batch} …");
             s.flush();
             fill(&q, leases).await;
@@ -814,6 +872,7 @@ async fn main() {
                 .query(&mut s.conn)
                 .unwrap();
             let c0 = s.commandstats();
+            let u0 = s.cpu();
             let start = Instant::now();
             let mut longest_client = Duration::ZERO;
             let mut requeued = 0;
@@ -829,6 +888,7 @@ async fn main() {
                 }
             }
             let took = start.elapsed();
+            let u1 = s.cpu();
             let c1 = s.commandstats();
             s.config_set("slowlog-log-slower-than", "10000");
             let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
@@ -859,24 +919,28 @@ async fn main() {
                 "every expired lease was requeued"
             );
             let cost = script_cost(&c0, &c1);
-            rows.push(
-                Row::new(
-                    format!("reaper.b{batch}"),
-                    format!("reaper, 100k expired leases, batch {batch}"),
-                    leases as f64 / took.as_secs_f64(),
-                    "leases/s",
-                )
-                .target(Target::AtLeast(100_000.0))
-                .limit(l_lpush_p.as_ref())
-                .extra(json!({
-                    "calls": calls,
-                    "redis_usec_per_lease": round3(cost.usec_per_call * cost.calls as f64 / leases as f64),
-                    "redis_calls_per_lease": round3(cost.inner_per_call * cost.calls as f64 / leases as f64),
-                })),
-            );
+            let mut extra = json!({
+                "calls": calls,
+                "redis_usec_per_lease": round3(cost.usec_per_call * cost.calls as f64 / leases as f64),
+                "redis_calls_per_lease": round3(cost.inner_per_call * cost.calls as f64 / leases as f64),
+            });
+            merge(&mut extra, cpu_per_job(u0, u1, leases));
+            let default = if batch == default_batch { " (default)" } else { "" };
+            let mut row = Row::new(
+                format!("reaper.b{batch}"),
+                format!("reaper, {leases} expired leases, batch {batch}{default}"),
+                leases as f64 / took.as_secs_f64(),
+                "leases/s",
+            )
+            .limit(l_lpush_p.as_ref())
+            .extra(extra);
+            if batch == default_batch {
+                row = row.target(Target::AtLeast(100_000.0));
+            }
+            rows.push(row);
             let mut row = Row::new(
                 format!("reaper.longest_call.b{batch}"),
-                format!("reaper, longest single call (SLOWLOG), batch {batch}"),
+                format!("reaper, longest single call (SLOWLOG), batch {batch}{default}"),
                 longest_us as f64 / 1000.0,
                 "ms",
             )
@@ -885,7 +949,7 @@ async fn main() {
                 "calls": calls,
                 "client_longest_ms": round3(longest_client.as_secs_f64() * 1000.0),
             }));
-            if batch == 100 {
+            if batch == default_batch {
                 row = row.target(Target::AtMost(5.0));
             }
             rows.push(row);

@@ -108,8 +108,7 @@ local e
 for i = 1, n do
   local key = KEYS[7 + i]
   local h = redis.pcall('HMGET', key, 'claim_token', 'status', 'claimed_at')
-  e = failure(h, key, 'hash')
-  if e then return e end
+  if h.err then return failure(h, key, 'hash') end -- HMGET always replies with a table
   if h[2] == 'processing' and h[1] == ARGV[2 + 2 * i] and not done[key] then
     done[key] = true
     res[i] = 1
@@ -141,8 +140,7 @@ end
 local retention = 0
 do
   local m = redis.pcall('HMGET', K_META, 'completed_retention_ms')
-  e = failure(m, K_META, 'hash')
-  if e then return e end
+  if m.err then return failure(m, K_META, 'hash') end
   retention = tonumber(m[1])
   if retention == nil or retention ~= retention or retention < 1 then
     retention = 0

@@ -98,16 +98,16 @@ local orphans = 0
 
 -- due delayed jobs, earliest first, at most 100 (orphans included)
 local due = redis.pcall('ZRANGEBYSCORE', K_DELAYED, '-inf', nowS, 'LIMIT', '0', '100')
-local e = failure(due, K_DELAYED, 'zset')
-if e then return e end
+-- a reply that is always a table is checked for .err directly: cheaper than failure()
+if due.err then return failure(due, K_DELAYED, 'zset') end
+local e
 local promo, promoAtt, promoSet = due, nil, due -- empty unless something is due
 if #due > 0 then promo, promoAtt, promoSet = {}, {}, {} end
 for i = 1, #due do
   local id = due[i]
   local key = prefix .. id
   local h = redis.pcall('HMGET', key, 'status', 'attempts')
-  e = failure(h, key, 'hash')
-  if e then return e end
+  if h.err then return failure(h, key, 'hash') end
   if h[1] == 'delayed' then
     promo[#promo + 1] = id
     promoAtt[#promo] = h[2]
@@ -140,11 +140,14 @@ end
 
 while #cIds < n and popped < budget do
   if not pendingDone then
-    local want = math.min(n - #cIds, budget - popped)
+    local want = n - #cIds
+    if budget - popped < want then want = budget - popped end
     local ids = redis.pcall('RPOP', K_PENDING, want == n and ARGV[2] or S(want))
-    e = failure(ids, K_PENDING, 'list')
-    if e then return undo(e) end
-    if not ids then ids = {} end
+    if not ids then
+      ids = {}
+    elseif ids.err then
+      return undo(failure(ids, K_PENDING, 'list'))
+    end
     pops[#pops + 1] = ids
     popped = popped + #ids
     if #ids < want then pendingDone = true end
@@ -152,8 +155,7 @@ while #cIds < n and popped < budget do
       local id = ids[j]
       local key = prefix .. id
       local h = redis.pcall('HMGET', key, 'status', 'attempts', 'payload')
-      e = failure(h, key, 'hash')
-      if e then return undo(e) end
+      if h.err then return undo(failure(h, key, 'hash')) end
       local st, att, pay = h[1], h[2], h[3]
       if promoSet[id] and st == 'delayed' then st = 'pending' end -- promoted before the pop
       if st == 'pending' and not taken[key] then
@@ -185,8 +187,7 @@ local lease, leaseS = 0, nil
 if nc > 0 then
   if vis == 0 then
     local m = redis.pcall('HMGET', K_META, 'visibility_timeout_ms')
-    e = failure(m, K_META, 'hash')
-    if e then return undo(e) end
+    if m.err then return undo(failure(m, K_META, 'hash')) end
     vis = tonumber(m[1])
     if vis == nil or vis ~= vis or vis < 1 then vis = 30000 end
     if vis > MAXMS then vis = MAXMS end
