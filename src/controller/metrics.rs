@@ -37,6 +37,14 @@ pub struct FailureLabels {
     pub error: String,
 }
 
+/// One JobQueue and the direction of a scale operation (`up` or `down`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScaleLabels {
+    pub namespace: String,
+    pub name: String,
+    pub direction: String,
+}
+
 /// Every metric of the operator.
 pub struct Metrics {
     pub pending: Family<QueueLabels, Gauge>,
@@ -49,6 +57,9 @@ pub struct Metrics {
     pub reconcile_runs: Family<QueueLabels, Counter>,
     pub reconcile_failures: Family<FailureLabels, Counter>,
     pub reconcile_duration: Histogram,
+    pub desired_replicas: Family<QueueLabels, Gauge>,
+    pub current_replicas: Family<QueueLabels, Gauge>,
+    pub scale_operations: Family<ScaleLabels, Counter>,
     /// Queues with series, so deleted queues can be forgotten.
     known: Mutex<HashSet<QueueLabels>>,
 }
@@ -68,6 +79,9 @@ impl Default for Metrics {
             reconcile_duration: Histogram::new([
                 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
             ]),
+            desired_replicas: Family::default(),
+            current_replicas: Family::default(),
+            scale_operations: Family::default(),
             known: Mutex::default(),
         }
     }
@@ -119,6 +133,21 @@ impl Metrics {
             "Time one reconcile took",
             self.reconcile_duration.clone(),
         );
+        r.register(
+            "desired_replicas",
+            "Worker replicas the scaler wants",
+            self.desired_replicas.clone(),
+        );
+        r.register(
+            "current_replicas",
+            "Worker replicas the scale target has",
+            self.current_replicas.clone(),
+        );
+        r.register(
+            "scale_operations",
+            "Scale patches of the worker workload, by direction",
+            self.scale_operations.clone(),
+        );
         self
     }
 
@@ -163,6 +192,35 @@ impl Metrics {
             .insert(queue.clone());
     }
 
+    /// Publish the scaler's replicas; `None` drops the series (nothing to show).
+    pub fn replicas(&self, queue: &QueueLabels, desired: Option<i32>, current: Option<i32>) {
+        for (family, value) in [
+            (&self.desired_replicas, desired),
+            (&self.current_replicas, current),
+        ] {
+            match value {
+                Some(v) => {
+                    family.get_or_create(queue).set(i64::from(v));
+                }
+                None => {
+                    family.remove(queue);
+                }
+            }
+        }
+    }
+
+    /// Count one scale patch from `from` to `to` replicas.
+    pub fn scaled(&self, queue: &QueueLabels, from: i32, to: i32) {
+        let direction = if to > from { "up" } else { "down" };
+        self.scale_operations
+            .get_or_create(&ScaleLabels {
+                namespace: queue.namespace.clone(),
+                name: queue.name.clone(),
+                direction: direction.to_string(),
+            })
+            .inc();
+    }
+
     /// Drop the series of queues that no longer exist.
     pub fn retain(&self, alive: &HashSet<QueueLabels>) {
         let mut known = self.known.lock().expect("metrics lock");
@@ -174,8 +232,17 @@ impl Metrics {
                 &self.expired,
                 &self.delayed,
                 &self.dead,
+                &self.desired_replicas,
+                &self.current_replicas,
             ] {
                 family.remove(&queue);
+            }
+            for direction in ["up", "down"] {
+                self.scale_operations.remove(&ScaleLabels {
+                    namespace: queue.namespace.clone(),
+                    name: queue.name.clone(),
+                    direction: direction.to_string(),
+                });
             }
             for family in [&self.reaped, &self.dead_lettered, &self.reconcile_runs] {
                 family.remove(&queue);
@@ -230,6 +297,10 @@ mod tests {
         metrics.observed(&q, &stats, &reaped);
         metrics.observed(&q, &stats, &reaped);
         metrics.reconcile_failed(&q, "redis_unreachable");
+        metrics.replicas(&q, Some(4), Some(2));
+        metrics.scaled(&q, 2, 4);
+        metrics.scaled(&q, 0, 2);
+        metrics.scaled(&q, 4, 1);
         let text = encode(&registry);
         for line in [
             r#"jobqueue_pending{namespace="prod",name="emails"} 7"#,
@@ -239,11 +310,20 @@ mod tests {
             r#"jobqueue_reconcile_runs_total{namespace="prod",name="emails"} 1"#,
             r#"jobqueue_reconcile_failures_total{namespace="prod",name="emails",error="redis_unreachable"} 1"#,
             "jobqueue_reconcile_duration_seconds_count 1",
+            r#"jobqueue_desired_replicas{namespace="prod",name="emails"} 4"#,
+            r#"jobqueue_current_replicas{namespace="prod",name="emails"} 2"#,
+            r#"jobqueue_scale_operations_total{namespace="prod",name="emails",direction="up"} 2"#,
+            r#"jobqueue_scale_operations_total{namespace="prod",name="emails",direction="down"} 1"#,
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }
+        metrics.replicas(&q, None, Some(2));
+        let text = encode(&registry);
+        assert!(!text.contains("jobqueue_desired_replicas{"), "{text}");
         metrics.retain(&HashSet::new());
         let text = encode(&registry);
         assert!(!text.contains(r#"jobqueue_pending{"#), "{text}");
+        assert!(!text.contains("jobqueue_current_replicas{"), "{text}");
+        assert!(!text.contains("jobqueue_scale_operations_total{"), "{text}");
     }
 }

@@ -228,7 +228,7 @@ pub async fn run_controller(
         .predicate_filter(predicates::generation, Default::default());
     let sweep = {
         let reader = reader.clone();
-        let metrics = ctx.metrics.clone();
+        let ctx = ctx.clone();
         tokio::spawn(async move {
             let mut every = tokio::time::interval(Duration::from_secs(60));
             loop {
@@ -238,7 +238,7 @@ pub async fn run_controller(
                     .iter()
                     .map(|q| QueueLabels::new(&q.namespace().unwrap_or_default(), &q.name_any()))
                     .collect();
-                metrics.retain(&alive);
+                ctx.retain(&alive);
             }
         })
     };
