@@ -6,6 +6,8 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::queue::{ConnectOptions, DEFAULT_PREFIX, Queue, Redis};
 
+pub mod worker;
+
 /// Exit codes shared by every subcommand (documented in the README).
 pub mod exit {
     pub const OK: i32 = 0;
@@ -39,6 +41,8 @@ pub struct Cli {
 pub enum Command {
     /// Print the JobQueue CustomResourceDefinition (YAML).
     Crd,
+    /// Run a command for each job: payload on stdin, exit 0 acks (see --help).
+    Worker(worker::WorkerArgs),
 }
 
 /// How to reach a queue: shared by every operations subcommand.
@@ -101,5 +105,6 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Crd => anyhow::bail!("the crd subcommand is not available in this build"),
+        Command::Worker(args) => worker::run(args).await,
     }
 }
