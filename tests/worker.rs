@@ -25,7 +25,10 @@ where
 {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while !cond().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -302,7 +305,10 @@ async fn errors_retry_with_their_text_until_max_attempts() {
         async move {
             let before = q.job(&lease.id).await.unwrap().unwrap().last_error;
             s.lock().unwrap().push((lease.attempts, before));
-            Err(JobError::retry(format!("boom on attempt {}", lease.attempts)))
+            Err(JobError::retry(format!(
+                "boom on attempt {}",
+                lease.attempts
+            )))
         }
     });
     eventually("the job dead after two attempts", || async {
@@ -421,7 +427,10 @@ async fn shutdown_acks_what_finishes_in_time_and_leaves_the_rest_to_expire() {
     let server = RedisServer::start();
     let queue = configured(&server, "shut", QueueSettings::default()).await;
     queue.enqueue(NewJob::new("slow").id("slow")).await.unwrap();
-    queue.enqueue(NewJob::new("stuck").id("stuck")).await.unwrap();
+    queue
+        .enqueue(NewJob::new("stuck").id("stuck"))
+        .await
+        .unwrap();
 
     let (started_tx, mut started_rx) = mpsc::unbounded_channel::<String>();
     let (release_tx, release_rx) = oneshot::channel::<()>();
@@ -441,7 +450,10 @@ async fn shutdown_acks_what_finishes_in_time_and_leaves_the_rest_to_expire() {
             if lease.id == "slow" {
                 let release = rel.lock().unwrap().take().unwrap();
                 release.await.unwrap();
-                assert!(ctx.shutdown().is_cancelled(), "released after shutdown began");
+                assert!(
+                    ctx.shutdown().is_cancelled(),
+                    "released after shutdown began"
+                );
                 Ok(())
             } else {
                 // Never finishes: at the deadline the worker drops it (which the guard
@@ -465,7 +477,10 @@ async fn shutdown_acks_what_finishes_in_time_and_leaves_the_rest_to_expire() {
         .await
         .unwrap();
     // Waiting behind the two running jobs: must never be claimed once shutdown began.
-    queue.enqueue(NewJob::new("later").id("later")).await.unwrap();
+    queue
+        .enqueue(NewJob::new("later").id("later"))
+        .await
+        .unwrap();
 
     running.shutdown.cancel();
     release_tx.send(()).unwrap();
@@ -474,10 +489,16 @@ async fn shutdown_acks_what_finishes_in_time_and_leaves_the_rest_to_expire() {
         .unwrap()
         .unwrap();
     assert_eq!((stats.acked, stats.abandoned, stats.claimed), (1, 1, 2));
-    assert!(stuck_cancelled.load(Ordering::SeqCst), "the stuck job was stopped");
+    assert!(
+        stuck_cancelled.load(Ordering::SeqCst),
+        "the stuck job was stopped"
+    );
     assert!(queue.job("slow").await.unwrap().is_none(), "slow was acked");
     let later = queue.job("later").await.unwrap().unwrap();
-    assert_eq!((later.status.as_deref(), later.attempts), (Some("pending"), 0));
+    assert_eq!(
+        (later.status.as_deref(), later.attempts),
+        (Some("pending"), 0)
+    );
 
     // The unfinished job was neither acked nor failed: its lease is intact and expires.
     let stuck = queue.job("stuck").await.unwrap().unwrap();
@@ -523,7 +544,9 @@ async fn the_worker_recovers_from_killed_connections_and_a_restarted_server() {
                 .await
                 .unwrap();
             let q = Queue::new(redis, "jq", "kill").unwrap();
-            let jobs = (from..to).map(|i| NewJob::new("x").id(format!("j{i}"))).collect();
+            let jobs = (from..to)
+                .map(|i| NewJob::new("x").id(format!("j{i}")))
+                .collect();
             q.enqueue_many(jobs).await.unwrap();
         }
     };
