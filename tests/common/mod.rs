@@ -160,10 +160,13 @@ fn wait_until_up(port: u16, child: &mut Child, dir: &Path) -> Result<(), String>
         if let Ok(Some(_)) = child.try_wait() {
             return Err(log());
         }
-        if let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200))
-            && redis::cmd("PING").query::<String>(&mut conn).is_ok()
-        {
-            return Ok(());
+        if let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200)) {
+            // Any answer counts, NOAUTH included: the server is up.
+            match redis::cmd("PING").query::<redis::Value>(&mut conn) {
+                Ok(_) => return Ok(()),
+                Err(e) if e.code() == Some("NOAUTH") => return Ok(()),
+                Err(_) => {}
+            }
         }
         if Instant::now() > deadline {
             return Err(format!("no answer within 10s; log: {}", log()));
@@ -179,9 +182,11 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     pub fn start() -> RedisCluster {
+        let mut bus_ports = vec![];
         let nodes: Vec<RedisServer> = (0..3)
             .map(|_| {
                 let bus = free_port();
+                bus_ports.push(bus);
                 let bus = bus.to_string();
                 RedisServer::start_with(&[
                     "--cluster-enabled",
@@ -205,11 +210,12 @@ impl RedisCluster {
                 .expect("CLUSTER ADDSLOTSRANGE");
         }
         let mut first = nodes[0].conn();
-        for node in &nodes[1..] {
+        for (node, bus) in nodes[1..].iter().zip(&bus_ports[1..]) {
             let _: () = redis::cmd("CLUSTER")
                 .arg("MEET")
                 .arg("127.0.0.1")
                 .arg(node.port)
+                .arg(*bus)
                 .query(&mut first)
                 .expect("CLUSTER MEET");
         }
