@@ -201,7 +201,10 @@ impl Fleet {
 
     fn logs(&self) -> String {
         (0..self.procs.len())
-            .map(|i| std::fs::read_to_string(self.dir.join(format!("worker-{i}.log"))).unwrap_or_default())
+            .map(|i| {
+                std::fs::read_to_string(self.dir.join(format!("worker-{i}.log")))
+                    .unwrap_or_default()
+            })
             .collect::<Vec<_>>()
             .join("\n")
     }
@@ -238,7 +241,10 @@ fn start_reapers(queues: Vec<Queue>, stop: &CancellationToken) -> Vec<JoinHandle
 
 /// Reads pending, processing, delayed and dead in one atomic step and checks that no id
 /// is in two places or twice in pending; counts the violations.
-fn start_invariant_checker(queue: Queue, stop: &CancellationToken) -> JoinHandle<(u64, Vec<String>)> {
+fn start_invariant_checker(
+    queue: Queue,
+    stop: &CancellationToken,
+) -> JoinHandle<(u64, Vec<String>)> {
     let stop = stop.clone();
     tokio::spawn(async move {
         let script = redis::Script::new(
@@ -250,18 +256,22 @@ fn start_invariant_checker(queue: Queue, stop: &CancellationToken) -> JoinHandle
         let mut checks = 0;
         let mut problems = Vec::new();
         while !stop.is_cancelled() {
-            let snapshot: redis::RedisResult<(Vec<String>, Vec<String>, Vec<String>, Vec<String>)> =
-                script
-                    .key(&keys.pending)
-                    .key(&keys.processing)
-                    .key(&keys.delayed)
-                    .key(&keys.dead)
-                    .invoke_async(&mut conn)
-                    .await;
-            if let Ok((pending, processing, delayed, dead)) = snapshot {
+            let snapshot: redis::RedisResult<[Vec<String>; 4]> = script
+                .key(&keys.pending)
+                .key(&keys.processing)
+                .key(&keys.delayed)
+                .key(&keys.dead)
+                .invoke_async(&mut conn)
+                .await;
+            if let Ok([pending, processing, delayed, dead]) = snapshot {
                 checks += 1;
                 let mut seen = HashSet::new();
-                for id in pending.iter().chain(&processing).chain(&delayed).chain(&dead) {
+                for id in pending
+                    .iter()
+                    .chain(&processing)
+                    .chain(&delayed)
+                    .chain(&dead)
+                {
                     if !seen.insert(id.clone()) {
                         problems.push(format!("{id} is in two places at once"));
                     }
@@ -294,20 +304,21 @@ impl std::fmt::Display for Tally {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "chaos {}: enqueued={} acked={} dead={} executions={} executed_more_than_once={} \
-             (extra runs {}) reaped={} retried={} stale_acks_rejected={} faults={} lost={}",
+            "chaos {}: enqueued={} acked={} dead={} executed_more_than_once={} \
+             stale_acks_rejected={} lost={} | faults={} runs={} extra_runs={} \
+             (explained by retried={} + reaped={})",
             self.scenario,
             self.enqueued,
             self.acked,
             self.dead,
-            self.executions,
             self.executed_more_than_once,
-            self.extra_executions,
-            self.reaped,
-            self.retried,
             self.stale_rejected,
+            self.lost,
             self.faults,
-            self.lost
+            self.executions,
+            self.extra_executions,
+            self.retried,
+            self.reaped,
         )
     }
 }
@@ -341,7 +352,12 @@ fn executions(dir: &Path) -> HashMap<String, Vec<u32>> {
 
 /// Wait until every one of `expected` jobs is done or dead and nothing is left in
 /// flight. Panics with the worker logs after `limit`.
-async fn wait_until_settled(queue: &Queue, expected: impl Fn() -> usize, limit: Duration, fleet: &Fleet) {
+async fn wait_until_settled(
+    queue: &Queue,
+    expected: impl Fn() -> usize,
+    limit: Duration,
+    fleet: &Fleet,
+) {
     let deadline = tokio::time::Instant::now() + limit;
     loop {
         if let Ok(s) = queue.stats().await
@@ -354,7 +370,10 @@ async fn wait_until_settled(queue: &Queue, expected: impl Fn() -> usize, limit: 
         }
         if tokio::time::Instant::now() > deadline {
             let stats = queue.stats().await;
-            panic!("jobs not settled in {limit:?}: {stats:?}\nworker logs:\n{}", fleet.logs());
+            panic!(
+                "jobs not settled in {limit:?}: {stats:?}\nworker logs:\n{}",
+                fleet.logs()
+            );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -393,7 +412,10 @@ async fn account(
             Some("dead") => {
                 tally.dead += 1;
                 if *kind != Kind::Poison {
-                    problems.push(format!("{id} ({kind:?}) is dead: {:?}", job.and_then(|j| j.last_error)));
+                    problems.push(format!(
+                        "{id} ({kind:?}) is dead: {:?}",
+                        job.and_then(|j| j.last_error)
+                    ));
                 }
             }
             other => {
@@ -416,7 +438,9 @@ async fn account(
             problems.push(format!("{id} ran twice under one lease: attempts {seen:?}"));
         }
         if seen.iter().any(|&a| a > attempts) {
-            problems.push(format!("{id} ran with attempt {seen:?} beyond its {attempts} claims"));
+            problems.push(format!(
+                "{id} ran with attempt {seen:?} beyond its {attempts} claims"
+            ));
         }
         if seen.len() > 1 {
             tally.executed_more_than_once += 1;
@@ -425,6 +449,12 @@ async fn account(
         // Claims beyond the first that no fail asked for: each needs a reaped lease.
         let planned = u32::from(*kind == Kind::Flaky);
         reclaims_without_fail += u64::from(attempts.saturating_sub(1 + planned));
+    }
+    if tally.extra_executions as u64 > stats.reaped + stats.retried {
+        problems.push(format!(
+            "{} extra runs, but only {} reaped leases and {} retries",
+            tally.extra_executions, stats.reaped, stats.retried
+        ));
     }
     if reclaims_without_fail > stats.reaped {
         problems.push(format!(
@@ -448,7 +478,10 @@ async fn account(
     }
     let poison = kinds.values().filter(|k| **k == Kind::Poison).count();
     if tally.dead != poison {
-        problems.push(format!("{} dead, expected the {poison} poison jobs", tally.dead));
+        problems.push(format!(
+            "{} dead, expected the {poison} poison jobs",
+            tally.dead
+        ));
     }
     report(&tally);
     assert!(problems.is_empty(), "{tally}\n{}", problems.join("\n"));
@@ -497,7 +530,13 @@ async fn killed_workers(scenario: &'static str, url: &str, cluster: bool, reaper
             fleet.spawn(i);
         }
     }
-    wait_until_settled(&queue, || n, Duration::from_secs(120 * scale as u64), &fleet).await;
+    wait_until_settled(
+        &queue,
+        || n,
+        Duration::from_secs(120 * scale as u64),
+        &fleet,
+    )
+    .await;
     fleet.stop();
     stop.cancel();
     let mut requeued_by_reapers = 0;
@@ -508,7 +547,10 @@ async fn killed_workers(scenario: &'static str, url: &str, cluster: bool, reaper
     assert!(checks > 0, "the invariant checker ran");
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     let tally = account(scenario, &queue, dir.path(), &kinds, kills).await;
-    assert_eq!(requeued_by_reapers, tally.reaped, "reapers' own counts match the queue's");
+    assert_eq!(
+        requeued_by_reapers, tally.reaped,
+        "reapers' own counts match the queue's"
+    );
     assert!(kills > 0, "at least one worker was killed mid-run");
     tally
 }
@@ -528,7 +570,9 @@ async fn b_two_reapers_at_once_never_requeue_twice() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e_workers_sigkilled_on_a_cluster_lose_nothing() {
-    let cluster = tokio::task::spawn_blocking(RedisCluster::start).await.unwrap();
+    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
+        .await
+        .unwrap();
     killed_workers("(e) cluster, workers SIGKILLed", &cluster.url(), true, 1).await;
 }
 
@@ -578,15 +622,32 @@ async fn c_workers_recover_from_cut_connections_by_themselves() {
         cut_clients += killed;
         assert!(fleet.crashed().is_empty(), "{:?}", fleet.crashed());
     }
-    wait_until_settled(&queue, || n, Duration::from_secs(120 * scale as u64), &fleet).await;
+    wait_until_settled(
+        &queue,
+        || n,
+        Duration::from_secs(120 * scale as u64),
+        &fleet,
+    )
+    .await;
     let crashed = fleet.crashed();
-    assert!(crashed.is_empty(), "workers must survive cut connections: {crashed:?}");
-    assert_eq!(fleet.stop(), 3, "every worker shut down cleanly\n{}", fleet.logs());
+    assert!(
+        crashed.is_empty(),
+        "workers must survive cut connections: {crashed:?}"
+    );
+    assert_eq!(
+        fleet.stop(),
+        3,
+        "every worker shut down cleanly\n{}",
+        fleet.logs()
+    );
     stop.cancel();
     for r in reapers {
         r.await.unwrap();
     }
-    assert!(cuts > 0 && cut_clients > cuts as i64, "connections were cut mid-run");
+    assert!(
+        cuts > 0 && cut_clients > cuts as i64,
+        "connections were cut mid-run"
+    );
     // A fresh connection for the accounting: the test's own were cut too.
     let queue = connect(&url, false).await;
     account("(c) connections cut", &queue, dir.path(), &kinds, cuts).await;
@@ -675,9 +736,18 @@ async fn d_redis_sigkilled_and_restarted_with_aof_keeps_every_ack_and_every_job(
         }
     }
     producer.await.unwrap();
-    wait_until_settled(&queue, || n, Duration::from_secs(120 * scale as u64), &fleet).await;
+    wait_until_settled(
+        &queue,
+        || n,
+        Duration::from_secs(120 * scale as u64),
+        &fleet,
+    )
+    .await;
     let crashed = fleet.crashed();
-    assert!(crashed.is_empty(), "workers must survive Redis restarts: {crashed:?}");
+    assert!(
+        crashed.is_empty(),
+        "workers must survive Redis restarts: {crashed:?}"
+    );
     fleet.stop();
     stop.cancel();
     for r in reapers {
@@ -690,12 +760,21 @@ async fn d_redis_sigkilled_and_restarted_with_aof_keeps_every_ack_and_every_job(
         let job = queue.job(id).await.unwrap();
         let now = job.as_ref().map(|j| (j.status.clone(), j.attempts));
         if now != Some((Some("done".to_string()), *attempts)) {
-            came_back.push(format!("{id}: acked with {attempts} claims before a crash, now {now:?}"));
+            came_back.push(format!(
+                "{id}: acked with {attempts} claims before a crash, now {now:?}"
+            ));
         }
     }
     assert!(!acked.is_empty(), "some jobs were acked before a crash");
     assert!(came_back.is_empty(), "{}", came_back.join("\n"));
     assert_eq!(confirmed.load(Ordering::SeqCst), n as u64);
     assert!(restarts > 0);
-    account("(d) Redis SIGKILLed, AOF always", &queue, dir.path(), &kinds, restarts).await;
+    account(
+        "(d) Redis SIGKILLed, AOF always",
+        &queue,
+        dir.path(),
+        &kinds,
+        restarts,
+    )
+    .await;
 }

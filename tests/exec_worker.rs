@@ -268,8 +268,8 @@ async fn leases_are_renewed_while_the_command_runs() {
         &server,
         "long",
         out.path(),
-        &["--visibility", "300ms"],
-        r#"echo run >> "$OUT/runs"; sleep 1.2"#,
+        &["--visibility", "600ms"],
+        r#"echo run >> "$OUT/runs"; sleep 2"#,
     );
     queue.enqueue(NewJob::new("").id("j")).await.unwrap();
     // Reap all along: an expired lease would be taken away at once.

@@ -154,7 +154,7 @@ async fn renewal_keeps_a_long_job_alive_past_the_visibility_timeout() {
     let server = RedisServer::start();
     let queue = configured(&server, "renew", QueueSettings::default()).await;
     queue.enqueue(NewJob::new("long").id("long")).await.unwrap();
-    let visibility = Duration::from_millis(300);
+    let visibility = Duration::from_millis(600);
 
     // A reaper that would take the job away the moment its lease ran out.
     let reaper_stop = CancellationToken::new();

@@ -264,7 +264,8 @@ fn start_job<H, F>(
     let lost = Arc::new(AtomicBool::new(false));
     let ctx = JobContext {
         cancel: cancel.clone(),
-        shutdown: shared.shutdown.clone(),
+        // A child: a handler cancelling it must not shut the worker down.
+        shutdown: shared.shutdown.child_token(),
         lost: lost.clone(),
         worker_id: shared.worker_id.clone(),
         queue: shared.queue_name.clone(),
