@@ -98,9 +98,16 @@ async fn status(queue: &Queue, id: &str) -> Option<String> {
     queue.job(id).await.unwrap().and_then(|j| j.status)
 }
 
+/// Running (a zombie waiting for its new parent to reap it counts as ended).
 fn alive(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks that the process exists.
-    unsafe { libc::kill(pid, 0) == 0 }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -30,8 +30,10 @@ What the command gets and how its exit is read:
   stderr                passed through; its last 2 KiB become the job's last_error
 
 The lease is renewed while the command runs. On SIGTERM or Ctrl-C the worker stops
-claiming, sends SIGTERM to running commands and waits up to --shutdown-timeout; commands
-still running then are killed (SIGKILL) and their jobs are left for the reaper.";
+claiming, sends SIGTERM to running commands and waits up to --shutdown-timeout: a command
+that exits 0 in time is acked, one that dies of the signal is retried, and one still
+running at the deadline is killed (SIGKILL) and its job left for the reaper. A second
+SIGTERM or Ctrl-C skips the wait.";
 
 /// Run a command for each job of a queue.
 #[derive(Debug, Args)]
