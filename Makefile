@@ -27,6 +27,13 @@ CHAOS_SCALE ?= 10
 chaos: redis
 	JOBQUEUE_CHAOS_SCALE=$(CHAOS_SCALE) $(CARGO) test --test chaos -- --nocapture --test-threads=1
 
+## The embedded demo: a private redis-server on a free loopback port, worker processes of
+## which some are SIGKILLed mid-job, the reaper, live counts, and a check that no job was
+## lost. Options go through DEMO_ARGS, e.g. `make demo DEMO_ARGS="--jobs 10000 --workers 8"`.
+DEMO_ARGS ?=
+demo: redis
+	$(CARGO) run --quiet --bin jobqueue -- demo $(DEMO_ARGS)
+
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings

@@ -525,7 +525,23 @@ async fn the_worker_recovers_from_killed_connections_and_a_restarted_server() {
     let mut server = RedisServer::start();
     let queue = configured(&server, "kill", QueueSettings::default()).await;
     let acked_ids = Arc::new(Mutex::new(HashMap::<String, usize>::new()));
-    let worker = builder(&queue).concurrency(2).build().unwrap();
+    // A claim whose reply is lost to a cut leaves its job leased to nobody until the
+    // lease expires: a reaper hands it out again.
+    let reaper_stop = CancellationToken::new();
+    let reaper = {
+        let (queue, stop) = (queue.clone(), reaper_stop.clone());
+        tokio::spawn(async move {
+            while !stop.is_cancelled() {
+                let _ = queue.reap_expired(100, 10).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    let worker = builder(&queue)
+        .concurrency(2)
+        .visibility(Some(Duration::from_secs(1)))
+        .build()
+        .unwrap();
     let ids = acked_ids.clone();
     let running = spawn(worker, move |lease, _ctx| {
         let ids = ids.clone();
@@ -606,6 +622,8 @@ async fn the_worker_recovers_from_killed_connections_and_a_restarted_server() {
     })
     .await;
     running.stop().await;
+    reaper_stop.cancel();
+    reaper.await.unwrap();
     let ids = acked_ids.lock().unwrap();
     assert!(ids.values().all(|&n| n == 1), "every job ran once");
 }

@@ -6,7 +6,19 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::queue::{ConnectOptions, DEFAULT_PREFIX, Queue, Redis};
 
+mod common;
+mod configure;
+mod dead;
+mod demo;
+mod demo_worker;
+mod enqueue;
+pub mod format;
+mod peek;
+mod reap;
+mod stats;
 pub mod worker;
+
+pub use common::Interrupted;
 
 /// Exit codes shared by every subcommand (documented in the README).
 pub mod exit {
@@ -23,6 +35,8 @@ pub mod exit {
     pub const WRONG_TYPE: i32 = 5;
     /// The Redis URL is malformed.
     pub const BAD_URL: i32 = 6;
+    /// Stopped by Ctrl-C or SIGTERM before finishing (128 + SIGINT).
+    pub const INTERRUPTED: i32 = 130;
 }
 
 #[derive(Debug, Parser)]
@@ -43,6 +57,30 @@ pub enum Command {
     Crd,
     /// Run a command for each job: payload on stdin, exit 0 acks (see --help).
     Worker(worker::WorkerArgs),
+    /// Add jobs to a queue: one payload, a file, or one payload per line of stdin.
+    #[command(after_help = enqueue::EXAMPLES)]
+    Enqueue(enqueue::EnqueueArgs),
+    /// Show a queue's counts, counters and processing times.
+    #[command(after_help = stats::EXAMPLES)]
+    Stats(stats::StatsArgs),
+    /// Inspect, redrive or purge the dead-letter set.
+    #[command(after_help = dead::EXAMPLES)]
+    Dead(dead::DeadArgs),
+    /// Show the jobs next in line, with a preview of their payloads.
+    #[command(after_help = peek::EXAMPLES)]
+    Peek(peek::PeekArgs),
+    /// Show or change a queue's settings (visibility timeout, retries, retention).
+    #[command(after_help = configure::EXAMPLES)]
+    Configure(configure::ConfigureArgs),
+    /// Put expired leases back to pending (or dead): once, or every interval.
+    #[command(after_help = reap::EXAMPLES)]
+    Reap(reap::ReapArgs),
+    /// A local queue with crashing workers recovered by the reaper (needs redis-server).
+    #[command(after_help = demo::EXAMPLES)]
+    Demo(demo::DemoArgs),
+    /// One worker process of the demo (started by `jobqueue demo`).
+    #[command(hide = true)]
+    DemoWorker(demo_worker::DemoWorkerArgs),
 }
 
 /// How to reach a queue: shared by every operations subcommand.
@@ -86,6 +124,12 @@ impl ConnectArgs {
 /// The exit code for a failure, by what failed.
 pub fn exit_code(err: &anyhow::Error) -> i32 {
     use crate::queue::Error;
+    if err.downcast_ref::<Interrupted>().is_some() {
+        return exit::INTERRUPTED;
+    }
+    if err.downcast_ref::<common::UsageError>().is_some() {
+        return exit::USAGE;
+    }
     match err.downcast_ref::<Error>() {
         Some(Error::Connect { .. } | Error::Unavailable(_)) => exit::UNREACHABLE,
         Some(Error::Redis { source, .. })
@@ -101,10 +145,96 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
     }
 }
 
-/// Run the command line; returns the process exit code.
+/// A failure as one line: each cause appended once (a cause whose text the message
+/// already contains is not repeated).
+pub fn error_line(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        let text = text.trim();
+        if text.is_empty() || line.contains(text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(text);
+    }
+    line.replace('\n', " ")
+}
+
+/// Run the command line.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Crd => anyhow::bail!("the crd subcommand is not available in this build"),
         Command::Worker(args) => worker::run(args).await,
+        Command::Enqueue(args) => enqueue::run(args).await,
+        Command::Stats(args) => stats::run(args).await,
+        Command::Dead(args) => dead::run(args).await,
+        Command::Peek(args) => peek::run(args).await,
+        Command::Configure(args) => configure::run(args).await,
+        Command::Reap(args) => reap::run(args).await,
+        Command::Demo(args) => demo::run(args).await,
+        Command::DemoWorker(args) => demo_worker::run(args).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot connect to Redis at redis://h:1: {source}")]
+    struct Connect {
+        #[source]
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn error_lines_name_each_cause_once() {
+        let io = || std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let err = anyhow::Error::from(io()).context("cannot read job.json");
+        assert_eq!(error_line(&err), "cannot read job.json: no such file");
+        // A message that already quotes its source does not repeat it.
+        let err = anyhow::Error::from(Connect { source: io() });
+        assert_eq!(
+            error_line(&err),
+            "cannot connect to Redis at redis://h:1: no such file"
+        );
+        let err = anyhow::anyhow!("two\nlines");
+        assert_eq!(error_line(&err), "two lines");
+    }
+
+    #[test]
+    fn exit_codes_follow_what_failed() {
+        use crate::queue::Error;
+        let code = |e: Error| exit_code(&e.into());
+        assert_eq!(
+            code(Error::InvalidUrl {
+                url: "x".into(),
+                reason: "y".into()
+            }),
+            exit::BAD_URL
+        );
+        assert_eq!(
+            code(Error::Auth {
+                endpoint: "x".into(),
+                detail: "y".into()
+            }),
+            exit::AUTH
+        );
+        assert_eq!(
+            code(Error::InvalidArgument {
+                what: "hash tag",
+                reason: "y".into()
+            }),
+            exit::USAGE
+        );
+        assert_eq!(exit_code(&Interrupted("SIGTERM").into()), exit::INTERRUPTED);
+        assert_eq!(
+            exit_code(&common::UsageError("add --yes".into()).into()),
+            exit::USAGE
+        );
+        assert_eq!(exit_code(&anyhow::anyhow!("other")), exit::FAILURE);
     }
 }

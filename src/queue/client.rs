@@ -62,6 +62,18 @@ impl Queue {
         Error::from_redis(&self.keys.name, op, e)
     }
 
+    /// A failed plain command on `key`: a WRONGTYPE reply names that key.
+    fn err_on(&self, op: &'static str, key: &str, e: redis::RedisError) -> Error {
+        match Error::from_redis(&self.keys.name, op, e) {
+            Error::WrongType { queue, detail, .. } => Error::WrongType {
+                queue,
+                key: key.to_string(),
+                detail,
+            },
+            other => other,
+        }
+    }
+
     fn protocol(&self, op: &'static str, detail: impl Into<String>) -> Error {
         Error::Protocol {
             queue: self.keys.name.clone(),
@@ -371,7 +383,7 @@ impl Queue {
             .arg(settings.to_fields())
             .query_async(&mut conn)
             .await
-            .map_err(|e| self.err("HSET meta", e))?;
+            .map_err(|e| self.err_on("HSET meta", &self.keys.meta, e))?;
         Ok(())
     }
 
@@ -382,7 +394,7 @@ impl Queue {
             .arg(&self.keys.meta)
             .query_async(&mut conn)
             .await
-            .map_err(|e| self.err("HGETALL meta", e))?;
+            .map_err(|e| self.err_on("HGETALL meta", &self.keys.meta, e))?;
         Ok(QueueSettings::from_fields(&fields))
     }
 
@@ -403,7 +415,7 @@ impl Queue {
                 return Err(Error::WrongType {
                     queue: self.keys.name.clone(),
                     key: key.to_string(),
-                    detail: format!("key {key} holds a {got}, expected a {want}"),
+                    detail: format!("found a {got}, expected a {want}"),
                 });
             }
         }
@@ -419,7 +431,7 @@ impl Queue {
             .arg(&key)
             .query_async(&mut conn)
             .await
-            .map_err(|e| self.err("HGETALL job", e))?;
+            .map_err(|e| self.err_on("HGETALL job", &key, e))?;
         if fields.is_empty() {
             return Ok(None);
         }
@@ -455,7 +467,7 @@ impl Queue {
             .arg("WITHSCORES")
             .query_async(&mut conn)
             .await
-            .map_err(|e| self.err("ZRANGE dead", e))?;
+            .map_err(|e| self.err_on("ZRANGE dead", &self.keys.dead, e))?;
         Ok(items.into_iter().map(|(id, at)| (id, at as i64)).collect())
     }
 
@@ -469,7 +481,7 @@ impl Queue {
             .arg(-1)
             .query_async(&mut conn)
             .await
-            .map_err(|e| self.err("LRANGE pending", e))?;
+            .map_err(|e| self.err_on("LRANGE pending", &self.keys.pending, e))?;
         Ok(ids.into_iter().rev().collect())
     }
 

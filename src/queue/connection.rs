@@ -104,6 +104,27 @@ pub fn redact_url(url: &str) -> String {
         .join(",")
 }
 
+/// Say what is wrong with a URL redis-rs refused, without echoing its secrets.
+fn describe_url_error(url: &str, err: &RedisError) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if let Some((_, port)) = host_port.rsplit_once(':')
+        && !port.is_empty()
+        && !host_port.ends_with(']')
+        && port.parse::<u16>().is_err()
+    {
+        return format!("port {port:?} is not a number from 0 to 65535");
+    }
+    if host_port.is_empty() {
+        return "no host given".to_string();
+    }
+    match err.detail() {
+        Some(detail) => format!("cannot parse ({detail})"),
+        None => format!("cannot parse ({})", err.category()),
+    }
+}
+
 fn install_crypto_provider() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
@@ -168,7 +189,7 @@ impl Redis {
                 ));
             }
             let mut info = redis::IntoConnectionInfo::into_connection_info(*url)
-                .map_err(|e| invalid(e.detail().unwrap_or("cannot parse").to_string()))?;
+                .map_err(|e| invalid(describe_url_error(url, &e)))?;
             if let Some(password) = &options.password {
                 let settings = info.redis_settings().clone().set_password(password.clone());
                 info = info.set_redis_settings(settings);

@@ -53,6 +53,10 @@ struct Shared {
     /// In-flight leases by claim token (a job can come back to this worker under a new
     /// token while an old attempt still unwinds).
     inflight: Mutex<HashMap<String, InFlight>>,
+    /// Held by a renewal from its snapshot to its reply, and by the completer while it
+    /// marks leases as completing: a renewal never races the ack of a lease it covers
+    /// (which would count a needless `stale` in the queue's stats).
+    renew_gate: tokio::sync::Mutex<()>,
     counters: Arc<Counters>,
     /// Cancelled once shutdown begins.
     shutdown: CancellationToken,
@@ -115,6 +119,7 @@ where
         retry_initial: config.retry_initial,
         retry_max: config.retry_max,
         inflight: Mutex::new(HashMap::new()),
+        renew_gate: tokio::sync::Mutex::new(()),
         counters: counters.clone(),
         shutdown: shutdown.clone(),
         hard_stop: CancellationToken::new(),
@@ -318,6 +323,7 @@ async fn complete_jobs(shared: Arc<Shared>, mut done: mpsc::UnboundedReceiver<Co
     while done.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let mut acks: Vec<Completion> = Vec::new();
         let mut fails: Vec<(Completion, String, FailMode)> = Vec::new();
+        let gate = shared.renew_gate.lock().await;
         for c in batch.drain(..) {
             let lost = {
                 let mut map = shared.inflight();
@@ -365,6 +371,7 @@ async fn complete_jobs(shared: Arc<Shared>, mut done: mpsc::UnboundedReceiver<Co
                 }
             }
         }
+        drop(gate);
         let acking = ack_all(&shared, acks);
         let failing = join_all(
             fails
@@ -478,10 +485,11 @@ async fn renew_leases(shared: Arc<Shared>, stop: CancellationToken) {
             visibility = settings.visibility_timeout;
         }
         let interval = (visibility / 3).max(Duration::from_millis(10));
+        let _gate = shared.renew_gate.lock().await;
         let held: Vec<(String, String)> = shared
             .inflight()
             .iter()
-            .filter(|(_, f)| !f.lost.load(Ordering::SeqCst))
+            .filter(|(_, f)| !f.completing && !f.lost.load(Ordering::SeqCst))
             .map(|(token, f)| (f.id.clone(), token.clone()))
             .collect();
         if held.is_empty() {

@@ -1,0 +1,210 @@
+//! `jobqueue configure`: show or change the settings in a queue's `meta` hash.
+
+use std::io::Write;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::ConnectArgs;
+use super::common::open;
+use super::format::{format_duration, parse_duration};
+use crate::queue::QueueSettings;
+
+pub const EXAMPLES: &str = "\
+Examples:
+  jobqueue configure --tag emails                       # show the settings
+  jobqueue configure --tag emails --visibility-timeout 2m --max-attempts 10
+  jobqueue configure --tag emails --backoff-initial 5s --backoff-max 1h --backoff-multiplier 3
+  jobqueue configure --tag emails --completed-retention 1h   # keep done jobs (dedup window)
+
+Settings not given keep their current value. Under the operator, the JobQueue resource
+owns these settings and rewrites them on every reconcile.";
+
+#[derive(Debug, Args)]
+pub struct ConfigureArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// How long a claimed job is leased before the reaper may take it back.
+    #[arg(long, value_parser = parse_duration)]
+    pub visibility_timeout: Option<Duration>,
+    /// Claims before a failing (or abandoned) job goes to the dead-letter set.
+    #[arg(long)]
+    pub max_attempts: Option<u32>,
+    /// Retry backoff after the first failure.
+    #[arg(long, value_parser = parse_duration)]
+    pub backoff_initial: Option<Duration>,
+    /// The longest retry backoff.
+    #[arg(long, value_parser = parse_duration)]
+    pub backoff_max: Option<Duration>,
+    /// Each retry waits this many times longer than the previous one (≥ 1).
+    #[arg(long)]
+    pub backoff_multiplier: Option<f64>,
+    /// Keep acked jobs this long (ids stay taken: a dedup window); 0 deletes on ack.
+    #[arg(long, value_parser = parse_duration)]
+    pub completed_retention: Option<Duration>,
+    /// The reaper trims dead jobs older than this; 0: no age limit.
+    #[arg(long, value_parser = parse_duration)]
+    pub dead_retention: Option<Duration>,
+    /// The reaper keeps at most this many dead jobs; 0: no limit.
+    #[arg(long)]
+    pub dead_max_len: Option<u64>,
+    /// Print JSON (the `meta` fields).
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl ConfigureArgs {
+    /// `settings` with every given flag applied; `None` when no flag was given.
+    fn apply(&self, settings: &QueueSettings) -> Option<QueueSettings> {
+        let mut s = settings.clone();
+        let mut changed = false;
+        let mut set = |given: bool| changed |= given;
+        if let Some(v) = self.visibility_timeout {
+            s.visibility_timeout = v;
+            set(true);
+        }
+        if let Some(v) = self.max_attempts {
+            s.max_attempts = v;
+            set(true);
+        }
+        if let Some(v) = self.backoff_initial {
+            s.backoff_initial = v;
+            set(true);
+        }
+        if let Some(v) = self.backoff_max {
+            s.backoff_max = v;
+            set(true);
+        }
+        if let Some(v) = self.backoff_multiplier {
+            s.backoff_multiplier = v;
+            set(true);
+        }
+        if let Some(v) = self.completed_retention {
+            s.completed_retention = v;
+            set(true);
+        }
+        if let Some(v) = self.dead_retention {
+            s.dead_retention = v;
+            set(true);
+        }
+        if let Some(v) = self.dead_max_len {
+            s.dead_max_len = v;
+            set(true);
+        }
+        changed.then_some(s)
+    }
+}
+
+pub async fn run(args: ConfigureArgs) -> anyhow::Result<()> {
+    let queue = open(&args.connect).await?;
+    let current = queue.settings().await?;
+    let (settings, written) = match args.apply(&current) {
+        Some(new) => {
+            queue.configure(&new).await?;
+            (new, true)
+        }
+        None => (current, false),
+    };
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        let fields: serde_json::Map<String, serde_json::Value> = settings
+            .to_fields()
+            .into_iter()
+            .map(|(k, v)| {
+                let value = v
+                    .parse::<u64>()
+                    .map(serde_json::Value::from)
+                    .or_else(|_| v.parse::<f64>().map(serde_json::Value::from))
+                    .unwrap_or(serde_json::Value::from(v));
+                (k.to_string(), value)
+            })
+            .collect();
+        writeln!(out, "{}", serde_json::Value::Object(fields))?;
+        return Ok(());
+    }
+    let state = if written { "written" } else { "unchanged" };
+    writeln!(out, "settings of {} ({state})", queue.name())?;
+    write!(out, "{}", table(&settings))?;
+    Ok(())
+}
+
+/// The settings for reading, with what zero means where it means something.
+pub fn table(s: &QueueSettings) -> String {
+    let zero_means = |d: Duration, meaning: &str| {
+        if d.is_zero() {
+            format!("0 ({meaning})")
+        } else {
+            format_duration(d)
+        }
+    };
+    let rows = [
+        ("visibility timeout", format_duration(s.visibility_timeout)),
+        ("max attempts", s.max_attempts.to_string()),
+        ("backoff initial", format_duration(s.backoff_initial)),
+        ("backoff max", format_duration(s.backoff_max)),
+        ("backoff multiplier", s.backoff_multiplier.to_string()),
+        (
+            "completed retention",
+            zero_means(s.completed_retention, "deleted on ack"),
+        ),
+        (
+            "dead retention",
+            zero_means(s.dead_retention, "no age limit"),
+        ),
+        (
+            "dead max len",
+            if s.dead_max_len == 0 {
+                "0 (no limit)".into()
+            } else {
+                s.dead_max_len.to_string()
+            },
+        ),
+    ];
+    rows.iter()
+        .map(|(label, value)| format!("  {label:<22}{value}\n"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        args: ConfigureArgs,
+    }
+
+    fn args(flags: &[&str]) -> ConfigureArgs {
+        let mut argv = vec!["x", "--tag", "t"];
+        argv.extend_from_slice(flags);
+        Wrap::try_parse_from(argv).unwrap().args
+    }
+
+    #[test]
+    fn only_given_flags_change() {
+        let base = QueueSettings::default();
+        assert_eq!(args(&[]).apply(&base), None);
+        let new = args(&["--visibility-timeout", "2m", "--dead-max-len", "0"])
+            .apply(&base)
+            .unwrap();
+        assert_eq!(new.visibility_timeout, Duration::from_secs(120));
+        assert_eq!(new.dead_max_len, 0);
+        assert_eq!(new.max_attempts, base.max_attempts);
+        assert_eq!(new.backoff_initial, base.backoff_initial);
+    }
+
+    #[test]
+    fn the_table_explains_zeros() {
+        let text = table(&QueueSettings {
+            completed_retention: Duration::ZERO,
+            dead_max_len: 0,
+            ..QueueSettings::default()
+        });
+        assert!(text.contains("visibility timeout    30s"), "{text}");
+        assert!(text.contains("0 (deleted on ack)"), "{text}");
+        assert!(text.contains("0 (no limit)"), "{text}");
+        assert!(text.contains("dead retention        7d"), "{text}");
+    }
+}

@@ -1,0 +1,291 @@
+//! `jobqueue dead`: the dead-letter set: list, show, redrive, purge.
+
+use std::io::Write;
+
+use anyhow::anyhow;
+use clap::{ArgGroup, Args, Subcommand};
+
+use super::ConnectArgs;
+use super::common::{UsageError, name_job_key, open};
+use super::format::{escape, format_epoch_ms, preview};
+use crate::queue::{Error, MAX_BATCH, Queue, Selection};
+
+pub const EXAMPLES: &str = "\
+Examples:
+  jobqueue dead ls --tag emails
+  jobqueue dead show --tag emails 8fK2pQ0aZr1xYc3d
+  jobqueue dead redrive --tag emails 8fK2pQ0aZr1xYc3d
+  jobqueue dead redrive --tag emails --oldest 100
+  jobqueue dead purge --tag emails --all --yes";
+
+#[derive(Debug, Args)]
+pub struct DeadArgs {
+    #[command(subcommand)]
+    pub command: DeadCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DeadCommand {
+    /// List dead jobs, oldest death first.
+    #[command(after_help = "Example:\n  jobqueue dead ls --tag emails --limit 50")]
+    Ls(LsArgs),
+    /// Show one job in full: status, attempts, times, last error, payload.
+    #[command(
+        after_help = "Examples:\n  jobqueue dead show --tag emails 8fK2pQ0aZr1xYc3d\n  \
+                            jobqueue dead show --tag emails 8fK2pQ0aZr1xYc3d --raw > payload.bin"
+    )]
+    Show(ShowArgs),
+    /// Move dead jobs back to pending, attempts reset to 0.
+    #[command(
+        after_help = "Examples:\n  jobqueue dead redrive --tag emails ID1 ID2\n  \
+                            jobqueue dead redrive --tag emails --oldest 100\n  \
+                            jobqueue dead redrive --tag emails --all"
+    )]
+    Redrive(SelectArgs),
+    /// Delete dead jobs and their payloads for good.
+    #[command(after_help = "Examples:\n  jobqueue dead purge --tag emails ID1\n  \
+                            jobqueue dead purge --tag emails --oldest 1000\n  \
+                            jobqueue dead purge --tag emails --all --yes")]
+    Purge(SelectArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct LsArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// How many to list.
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+    /// Skip this many (oldest first).
+    #[arg(long, default_value_t = 0)]
+    pub offset: usize,
+    /// Print JSON, one object per job.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// The job's id.
+    pub id: String,
+    /// Print only the payload, byte for byte.
+    #[arg(long, conflicts_with = "json")]
+    pub raw: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("which").required(true).args(["ids", "oldest", "all"])))]
+pub struct SelectArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// Dead jobs by id.
+    pub ids: Vec<String>,
+    /// The N oldest dead jobs (by time of death).
+    #[arg(long, value_name = "N")]
+    pub oldest: Option<usize>,
+    /// Every dead job.
+    #[arg(long)]
+    pub all: bool,
+    /// Confirm `purge --all`.
+    #[arg(long)]
+    pub yes: bool,
+}
+
+pub async fn run(args: DeadArgs) -> anyhow::Result<()> {
+    match args.command {
+        DeadCommand::Ls(a) => ls(a).await,
+        DeadCommand::Show(a) => show(a).await,
+        DeadCommand::Redrive(a) => select(a, Action::Redrive).await,
+        DeadCommand::Purge(a) => select(a, Action::Purge).await,
+    }
+}
+
+async fn ls(args: LsArgs) -> anyhow::Result<()> {
+    let queue = open(&args.connect).await?;
+    let total = queue.stats().await?.dead;
+    let entries = if args.limit == 0 {
+        Vec::new()
+    } else {
+        queue.dead_ids(args.offset, args.limit).await?
+    };
+    let mut out = std::io::stdout().lock();
+    if !args.json {
+        if total == 0 {
+            writeln!(out, "no dead jobs in {}", queue.name())?;
+            return Ok(());
+        }
+        writeln!(out, "{total} dead jobs in {}", queue.name())?;
+        writeln!(
+            out,
+            "{:<24}  {:<19}  {:>8}  LAST ERROR",
+            "ID", "DIED (UTC)", "ATTEMPTS"
+        )?;
+    }
+    for (id, died_at) in &entries {
+        let info = job(&queue, id).await?;
+        if args.json {
+            let value = serde_json::json!({
+                "id": id,
+                "died_at": died_at,
+                "attempts": info.as_ref().map(|i| i.attempts),
+                "last_error": info.as_ref().and_then(|i| i.last_error.clone()),
+            });
+            writeln!(out, "{value}")?;
+        } else {
+            let attempts = info.as_ref().map_or(0, |i| i.attempts);
+            let error = info
+                .as_ref()
+                .and_then(|i| i.last_error.as_deref())
+                .map_or_else(|| "-".to_string(), |e| preview(e.as_bytes(), 60));
+            writeln!(
+                out,
+                "{id:<24}  {:<19}  {attempts:>8}  {error}",
+                format_epoch_ms(*died_at)
+            )?;
+        }
+    }
+    let shown_to = args.offset + entries.len();
+    if !args.json && (shown_to as u64) < total {
+        writeln!(
+            out,
+            "({} more: use --offset {shown_to})",
+            total - shown_to as u64
+        )?;
+    }
+    Ok(())
+}
+
+async fn job(queue: &Queue, id: &str) -> anyhow::Result<Option<crate::queue::JobInfo>> {
+    queue
+        .job(id)
+        .await
+        .map_err(|e| name_job_key(e, &queue.keys().job(id)).into())
+}
+
+async fn show(args: ShowArgs) -> anyhow::Result<()> {
+    let queue = open(&args.connect).await?;
+    let info = job(&queue, &args.id)
+        .await?
+        .ok_or_else(|| anyhow!("no job {:?} in queue {}", args.id, queue.name()))?;
+    let mut conn = queue.redis().clone();
+    let died_at: Option<f64> = redis::cmd("ZSCORE")
+        .arg(&queue.keys().dead)
+        .arg(&args.id)
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| Error::Redis {
+            queue: queue.name().to_string(),
+            op: "ZSCORE dead",
+            source: e,
+        })?;
+    let died_at = died_at.map(|t| t as i64);
+    let mut out = std::io::stdout().lock();
+    if args.raw {
+        out.write_all(&info.payload)?;
+        return Ok(());
+    }
+    if args.json {
+        let mut value = serde_json::to_value(&info)?;
+        if let Some(obj) = value.as_object_mut() {
+            obj.insert("died_at".into(), died_at.into());
+        }
+        writeln!(out, "{value}")?;
+        return Ok(());
+    }
+    let time = |t: Option<i64>| t.map_or_else(|| "-".to_string(), format_epoch_ms);
+    let rows = [
+        ("id", info.id.clone()),
+        ("status", info.status.clone().unwrap_or_else(|| "-".into())),
+        ("attempts", info.attempts.to_string()),
+        ("enqueued", time(info.enqueued_at)),
+        ("last claimed", time(info.claimed_at)),
+        ("died", time(died_at)),
+        ("worker", info.worker.clone().unwrap_or_else(|| "-".into())),
+        (
+            "last error",
+            info.last_error
+                .as_deref()
+                .map_or_else(|| "-".into(), |e| escape(e.as_bytes(), false)),
+        ),
+    ];
+    for (label, value) in rows {
+        writeln!(out, "{label:<14}{value}")?;
+    }
+    writeln!(out, "payload ({} bytes):", info.payload.len())?;
+    writeln!(out, "{}", escape(&info.payload, true))?;
+    if info.status.as_deref() != Some("dead") {
+        eprintln!(
+            "note: job {} is not dead (status {})",
+            info.id,
+            info.status.as_deref().unwrap_or("unknown")
+        );
+    }
+    Ok(())
+}
+
+#[derive(Clone, Copy)]
+enum Action {
+    Redrive,
+    Purge,
+}
+
+async fn select(args: SelectArgs, action: Action) -> anyhow::Result<()> {
+    if matches!(action, Action::Purge) && args.all && !args.yes {
+        return Err(UsageError(
+            "purge --all deletes every dead job and its payload for good: add --yes".into(),
+        )
+        .into());
+    }
+    if args.oldest == Some(0) {
+        return Err(UsageError("--oldest needs a number above 0".into()).into());
+    }
+    let queue = open(&args.connect).await?;
+    let apply = async |selection: Selection| -> anyhow::Result<u64> {
+        Ok(match action {
+            Action::Redrive => queue.redrive(&selection).await?,
+            Action::Purge => queue.purge(&selection).await?,
+        })
+    };
+    let (done, asked) = if !args.ids.is_empty() {
+        (
+            apply(Selection::Ids(args.ids.clone())).await?,
+            Some(args.ids.len()),
+        )
+    } else {
+        // --all: as many as are dead now (jobs that die meanwhile wait for the next run).
+        let mut left = match args.oldest {
+            Some(n) => n as u64,
+            None => queue.stats().await?.dead,
+        };
+        let mut done = 0;
+        while left > 0 {
+            let n = left.min(MAX_BATCH as u64);
+            done += apply(Selection::Oldest(n as usize)).await?;
+            left -= n;
+        }
+        (done, None)
+    };
+    let verb = match action {
+        Action::Redrive => "redrove",
+        Action::Purge => "purged",
+    };
+    let whither = match action {
+        Action::Redrive => "back to pending in",
+        Action::Purge => "from",
+    };
+    println!("{verb} {done} dead jobs {whither} {}", queue.name());
+    if let Some(asked) = asked
+        && (done as usize) < asked
+    {
+        eprintln!(
+            "{} of the {asked} ids given were not dead jobs: left as they are",
+            asked - done as usize
+        );
+    }
+    Ok(())
+}

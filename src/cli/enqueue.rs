@@ -1,0 +1,138 @@
+//! `jobqueue enqueue`: one payload, a file, or one payload per line of stdin.
+
+use std::io::BufRead;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{ArgGroup, Args};
+
+use super::ConnectArgs;
+use super::common::{UsageError, open};
+use super::format::parse_duration;
+use crate::queue::{MAX_BATCH, NewJob, Queue};
+
+pub const EXAMPLES: &str = "\
+Examples:
+  jobqueue enqueue --tag emails '{\"to\":\"ada@example.com\"}'
+  jobqueue enqueue --tag emails --id welcome-42 --delay 10m '{\"to\":\"ada@example.com\"}'
+  jobqueue enqueue --tag emails --file job.json
+  jobqueue enqueue --tag emails --stdin < jobs.ndjson     # one payload per line
+
+Prints the job id (one per line with --stdin --print-ids, else a count). With --id, an
+id that already exists is left unchanged and reported on stderr.";
+
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("source").required(true).args(["payload", "file", "stdin"])))]
+pub struct EnqueueArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// The payload (opaque to the queue; JSON by convention).
+    pub payload: Option<String>,
+    /// Read the payload from this file, byte for byte.
+    #[arg(long, value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// Read one payload per line from stdin (empty lines are skipped), sent 1000 per call.
+    #[arg(long)]
+    pub stdin: bool,
+    /// The job's id, for deduplication (a random id otherwise). Not with --stdin.
+    #[arg(long, conflicts_with = "stdin")]
+    pub id: Option<String>,
+    /// Run no earlier than this from now, e.g. `30s`, `5m`.
+    #[arg(long, value_parser = parse_duration, default_value = "0")]
+    pub delay: Duration,
+    /// With --stdin: print each new job's id instead of a count.
+    #[arg(long, requires = "stdin")]
+    pub print_ids: bool,
+}
+
+pub async fn run(args: EnqueueArgs) -> anyhow::Result<()> {
+    let queue = open(&args.connect).await?;
+    if args.stdin {
+        return enqueue_lines(&queue, std::io::stdin().lock(), &args).await;
+    }
+    let payload = match (&args.payload, &args.file) {
+        (Some(p), _) => p.clone().into_bytes(),
+        (None, Some(path)) => {
+            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?
+        }
+        (None, None) => return Err(UsageError("give a payload, --file or --stdin".into()).into()),
+    };
+    let mut job = NewJob::new(payload).delay(args.delay);
+    if let Some(id) = &args.id {
+        job = job.id(id.clone());
+    }
+    let out = queue.enqueue(job).await?;
+    println!("{}", out.id);
+    if !out.created {
+        eprintln!(
+            "job {} already exists in {}: nothing changed",
+            out.id,
+            queue.name()
+        );
+    }
+    Ok(())
+}
+
+/// Bulk: read lines, send them 1000 per script call, so memory stays bounded.
+async fn enqueue_lines(
+    queue: &Queue,
+    mut input: impl BufRead,
+    args: &EnqueueArgs,
+) -> anyhow::Result<()> {
+    let (mut created, mut existed) = (0u64, 0u64);
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = input
+            .read_until(b'\n', &mut line)
+            .context("cannot read stdin")?;
+        if n > 0 {
+            let payload = strip_line_end(&line);
+            if !payload.is_empty() {
+                batch.push(NewJob::new(payload.to_vec()).delay(args.delay));
+            }
+        }
+        if batch.len() == MAX_BATCH || (n == 0 && !batch.is_empty()) {
+            for job in queue.enqueue_many(std::mem::take(&mut batch)).await? {
+                if job.created {
+                    created += 1;
+                    if args.print_ids {
+                        println!("{}", job.id);
+                    }
+                } else {
+                    existed += 1;
+                }
+            }
+        }
+        if n == 0 {
+            break;
+        }
+    }
+    if !args.print_ids {
+        println!("enqueued {created} jobs to {}", queue.name());
+    }
+    if existed > 0 {
+        eprintln!("{existed} ids already existed: nothing changed for them");
+    }
+    Ok(())
+}
+
+fn strip_line_end(line: &[u8]) -> &[u8] {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    line.strip_suffix(b"\r").unwrap_or(line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_ends_are_stripped_once() {
+        assert_eq!(strip_line_end(b"a\r\n"), b"a");
+        assert_eq!(strip_line_end(b"a\n"), b"a");
+        assert_eq!(strip_line_end(b"a"), b"a");
+        assert_eq!(strip_line_end(b"a\n\n"), b"a\n");
+    }
+}

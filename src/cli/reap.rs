@@ -1,0 +1,106 @@
+//! `jobqueue reap`: expired leases back to pending (or to dead), once or on a timer.
+//!
+//! Under Kubernetes the operator reaps; a queue run without it needs `reap --every`
+//! somewhere (the reaper is also what trims the dead-letter set).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use clap::Args;
+
+use super::ConnectArgs;
+use super::common::{open, shutdown_signal};
+use super::format::{format_duration, format_epoch_ms, parse_duration};
+use crate::queue::{Queue, ReapOutcome};
+
+pub const EXAMPLES: &str = "\
+Examples:
+  jobqueue reap --tag emails                 # once: everything expired now
+  jobqueue reap --tag emails --every 5s      # a standalone reaper, until Ctrl-C/SIGTERM";
+
+/// Script calls per pass: a pass stops there even if expired leases remain (the next
+/// pass goes on), so one pass never holds Redis for long.
+const MAX_CALLS_PER_PASS: usize = 100;
+
+#[derive(Debug, Args)]
+pub struct ReapArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// Keep reaping at this interval until Ctrl-C or SIGTERM.
+    #[arg(long, value_parser = parse_duration)]
+    pub every: Option<Duration>,
+    /// Expired leases handled per script call (1 to 1000).
+    #[arg(long, default_value_t = 100,
+          value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub batch: u16,
+}
+
+pub async fn run(args: ReapArgs) -> anyhow::Result<()> {
+    let queue = open(&args.connect).await?;
+    let batch = args.batch as usize;
+    let Some(every) = args.every else {
+        let outcome = pass(&queue, batch).await?;
+        println!("{}", describe(&queue, outcome));
+        return Ok(());
+    };
+    if every.is_zero() {
+        return Err(super::common::UsageError("--every must be above 0".into()).into());
+    }
+    println!(
+        "reaping {} every {} (Ctrl-C or SIGTERM to stop)",
+        queue.name(),
+        format_duration(every)
+    );
+    let stop = shutdown_signal();
+    tokio::pin!(stop);
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut total = ReapOutcome::default();
+    let signal = loop {
+        tokio::select! {
+            signal = &mut stop => break signal,
+            _ = tick.tick() => {}
+        }
+        match pass(&queue, batch).await {
+            Ok(outcome) => {
+                total += outcome;
+                if outcome.requeued + outcome.dead_lettered > 0 {
+                    println!("{}  {}", clock(), describe(&queue, outcome));
+                }
+            }
+            // Redis away for a moment: say so, try again next tick.
+            Err(err) if err.is_transient() => {
+                eprintln!("{}  warning: {err} (retrying)", clock())
+            }
+            Err(err) => return Err(err.into()),
+        }
+    };
+    println!(
+        "stopped by {signal}: requeued {} and dead-lettered {} in total",
+        total.requeued, total.dead_lettered
+    );
+    Ok(())
+}
+
+async fn pass(queue: &Queue, batch: usize) -> crate::queue::Result<ReapOutcome> {
+    queue.reap_expired(batch, MAX_CALLS_PER_PASS).await
+}
+
+fn describe(queue: &Queue, o: ReapOutcome) -> String {
+    let mut line = format!(
+        "reaped {}: requeued {}, dead-lettered {}",
+        queue.name(),
+        o.requeued,
+        o.dead_lettered
+    );
+    if o.more {
+        line.push_str(" (more expired leases remain: run again)");
+    }
+    line
+}
+
+fn clock() -> String {
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    format_epoch_ms(ms)
+}

@@ -1,0 +1,195 @@
+//! `jobqueue stats`: counts, counters and processing times, once or refreshed.
+
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use clap::Args;
+
+use super::ConnectArgs;
+use super::common::{open, shutdown_signal};
+use super::format::{format_latency, parse_duration};
+use crate::queue::{Queue, QueueStats};
+
+pub const EXAMPLES: &str = "\
+Examples:
+  jobqueue stats --redis redis://127.0.0.1:6379 --tag emails
+  jobqueue stats --tag emails --watch          # refresh every 2s until Ctrl-C
+  jobqueue stats --tag emails --watch 500ms
+  jobqueue stats --tag emails --json | jq .pending";
+
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// Refresh in place every interval (default 2s) until Ctrl-C.
+    #[arg(long, value_name = "INTERVAL", num_args = 0..=1, default_missing_value = "2s",
+          value_parser = parse_duration)]
+    pub watch: Option<Duration>,
+    /// Print JSON (with --watch: one object per line).
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub async fn run(args: StatsArgs) -> anyhow::Result<()> {
+    let queue = open(&args.connect).await?;
+    let Some(every) = args.watch else {
+        let stats = queue.stats().await?;
+        print!("{}", render(&queue, &stats, args.json));
+        return Ok(());
+    };
+    let every = every.max(Duration::from_millis(100));
+    let in_place = std::io::stdout().is_terminal() && !args.json;
+    let stop = shutdown_signal();
+    tokio::pin!(stop);
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = &mut stop => return Ok(()),
+            _ = tick.tick() => {}
+        }
+        let text = match queue.stats().await {
+            Ok(stats) => render(&queue, &stats, args.json),
+            // A blip while watching is shown and retried, not fatal.
+            Err(err) if err.is_transient() => format!("error: {err} (retrying)\n"),
+            Err(err) => return Err(err.into()),
+        };
+        let mut out = std::io::stdout().lock();
+        if in_place {
+            // Home, clear the screen, then the table.
+            write!(out, "\x1b[H\x1b[2J")?;
+            writeln!(
+                out,
+                "every {}  (Ctrl-C to stop)",
+                super::format::format_duration(every)
+            )?;
+        }
+        write!(out, "{text}")?;
+        if !in_place && !args.json {
+            writeln!(out)?;
+        }
+        out.flush()?;
+    }
+}
+
+fn render(queue: &Queue, stats: &QueueStats, json: bool) -> String {
+    if json {
+        let mut value = to_json(queue, stats);
+        if let Some(obj) = value.as_object_mut() {
+            obj.insert("endpoint".into(), queue.redis().endpoint().into());
+        }
+        format!("{value}\n")
+    } else {
+        table(queue.name(), queue.redis().endpoint(), stats)
+    }
+}
+
+/// The stats as JSON: every count and counter, the histogram, and p50/p99 in ms.
+pub fn to_json(queue: &Queue, stats: &QueueStats) -> serde_json::Value {
+    let mut value = serde_json::to_value(stats).unwrap_or_default();
+    if let Some(obj) = value.as_object_mut() {
+        obj.insert("queue".into(), queue.name().into());
+        for (name, q) in [("p50_ms", 0.5), ("p99_ms", 0.99)] {
+            let ms = stats
+                .histogram
+                .quantile(q)
+                .map(|d| (d.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0);
+            obj.insert(name.into(), ms.into());
+        }
+    }
+    value
+}
+
+/// The human table. One `name value` pair per line, so it also greps well.
+pub fn table(name: &str, endpoint: &str, s: &QueueStats) -> String {
+    let mut out = format!("queue {name} on {endpoint}\n");
+    let mut section = |title: &str, rows: &[(&str, u64)]| {
+        out.push_str(title);
+        out.push('\n');
+        for (label, value) in rows {
+            out.push_str(&format!("  {label:<16}{value:>10}\n"));
+        }
+    };
+    section(
+        "now",
+        &[
+            ("pending", s.pending),
+            ("processing", s.processing),
+            ("expired", s.expired),
+            ("delayed", s.delayed),
+            ("dead", s.dead),
+        ],
+    );
+    section(
+        "since the queue began",
+        &[
+            ("enqueued", s.enqueued),
+            ("claimed", s.claimed),
+            ("acked", s.acked),
+            ("failed", s.failed),
+            ("retried", s.retried),
+            ("reaped", s.reaped),
+            ("dead_lettered", s.dead_lettered),
+            ("dead_trimmed", s.dead_trimmed),
+            ("stale", s.stale),
+            ("redriven", s.redriven),
+            ("purged", s.purged),
+            ("orphans", s.orphans),
+        ],
+    );
+    out.push_str("processing time of acked jobs\n");
+    match (s.histogram.quantile(0.5), s.histogram.quantile(0.99)) {
+        (Some(p50), Some(p99)) => {
+            out.push_str(&format!("  {:<16}{:>10}\n", "p50", format_latency(p50)));
+            out.push_str(&format!("  {:<16}{:>10}\n", "p99", format_latency(p99)));
+        }
+        _ => out.push_str("  (no acks yet)\n"),
+    }
+    if s.expired > 0 {
+        out.push_str(&format!(
+            "note: {} leases have expired and wait for a reaper (the operator, or `jobqueue reap`)\n",
+            s.expired
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::Histogram;
+
+    #[test]
+    fn the_table_has_one_pair_per_line() {
+        let stats = QueueStats {
+            pending: 12,
+            processing: 3,
+            acked: 40,
+            histogram: Histogram {
+                buckets: [(3, 40)].into_iter().collect(),
+            },
+            ..QueueStats::default()
+        };
+        let text = table("jq:{emails}", "redis://h:1", &stats);
+        let value = |label: &str| {
+            text.lines()
+                .map(|l| l.split_whitespace().collect::<Vec<_>>())
+                .find(|w| w.first() == Some(&label))
+                .map(|w| w[1].to_string())
+        };
+        assert_eq!(value("pending").as_deref(), Some("12"));
+        assert_eq!(value("processing").as_deref(), Some("3"));
+        assert_eq!(value("acked").as_deref(), Some("40"));
+        assert!(value("p50").unwrap().ends_with("ms"), "{text}");
+        assert!(!text.contains("note:"), "{text}");
+        let expired = QueueStats {
+            expired: 2,
+            ..QueueStats::default()
+        };
+        let text = table("jq:{emails}", "redis://h:1", &expired);
+        assert!(
+            text.contains("no acks yet") && text.contains("2 leases"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,1025 @@
+//! The operations CLI, run as a user runs it (the built binary), against a private
+//! redis-server: what each command prints and writes, and every error path's message
+//! and exit code.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::{RedisServer, free_port, wait_past};
+use jobqueue::queue::{Backoff, FailMode, NewJob, Queue, SCRIPTS};
+use redis::Commands;
+
+const BIN: &str = env!("CARGO_BIN_EXE_jobqueue");
+
+/// The binary with no JOBQUEUE_* settings inherited from the environment.
+fn jobqueue() -> Command {
+    let mut cmd = Command::new(BIN);
+    for var in [
+        "JOBQUEUE_REDIS_URL",
+        "JOBQUEUE_CLUSTER",
+        "JOBQUEUE_TAG",
+        "JOBQUEUE_PREFIX",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl From<Output> for Run {
+    fn from(out: Output) -> Run {
+        Run {
+            code: out.status.code().expect("exited by a signal"),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+impl Run {
+    fn ok(self) -> Run {
+        assert_eq!(
+            self.code, 0,
+            "stdout: {}\nstderr: {}",
+            self.stdout, self.stderr
+        );
+        self
+    }
+
+    /// A failure reported as exactly one `error: ...` line, with this exit code.
+    fn fails(self, code: i32, needles: &[&str]) -> Run {
+        assert_eq!(
+            self.code, code,
+            "stdout: {}\nstderr: {}",
+            self.stdout, self.stderr
+        );
+        let lines: Vec<&str> = self.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "one line expected: {}", self.stderr);
+        assert!(lines[0].starts_with("error: "), "{}", self.stderr);
+        for needle in needles {
+            assert!(
+                self.stderr.contains(needle),
+                "{needle:?} not in {}",
+                self.stderr
+            );
+        }
+        self
+    }
+
+    /// The value on the line whose first word(s) are `label` (tables print one
+    /// `label value` pair per line).
+    fn value(&self, label: &str) -> String {
+        self.stdout
+            .lines()
+            .map(str::trim_start)
+            .find_map(|l| {
+                l.strip_prefix(label)
+                    .filter(|rest| rest.starts_with(' '))
+                    .map(|rest| rest.trim().to_string())
+            })
+            .unwrap_or_else(|| panic!("no {label:?} line in:\n{}", self.stdout))
+    }
+}
+
+fn run(server: &RedisServer, tag: &str, args: &[&str]) -> Run {
+    run_with_stdin(server, tag, args, None)
+}
+
+fn run_with_stdin(server: &RedisServer, tag: &str, args: &[&str], input: Option<&[u8]>) -> Run {
+    let mut cmd = jobqueue();
+    cmd.args(args)
+        .args(["--redis", &server.url(), "--tag", tag])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd.stdin(if input.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    });
+    let mut child = cmd.spawn().expect("run jobqueue");
+    if let Some(input) = input {
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(input).unwrap();
+    }
+    child.wait_with_output().unwrap().into()
+}
+
+/// Run with an arbitrary URL (the error paths).
+fn run_url(url: &str, args: &[&str]) -> Run {
+    jobqueue()
+        .args(args)
+        .args(["--redis", url, "--tag", "t"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+        .into()
+}
+
+fn payload_of(conn: &mut redis::Connection, queue: &Queue, id: &str) -> Option<Vec<u8>> {
+    conn.hget(queue.keys().job(id), "payload").unwrap()
+}
+
+/// Jobs that died: enqueued with these ids, claimed, failed to the dead-letter set.
+async fn dead_jobs(queue: &Queue, conn: &mut redis::Connection, ids: &[&str]) {
+    for id in ids {
+        queue
+            .enqueue(NewJob::new(format!("payload-{id}")).id(*id))
+            .await
+            .unwrap();
+        let lease = queue.claim_one("w1", None).await.unwrap().unwrap();
+        assert_eq!(&lease.id, id);
+        let out = queue
+            .fail(
+                &lease,
+                &format!("boom-{id}"),
+                FailMode::Dead,
+                Backoff::Policy,
+            )
+            .await
+            .unwrap();
+        assert_eq!(out, jobqueue::queue::FailOutcome::Dead);
+        // Distinct times of death, so "oldest" is well defined.
+        common::next_ms(conn);
+    }
+}
+
+/// Send a signal to a child by pid.
+fn signal(child: &Child, sig: &str) {
+    let status = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Lines of a child's stdout, read on a thread so a test can wait with a deadline.
+fn lines_of(child: &mut Child) -> mpsc::Receiver<String> {
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+fn wait_for_line(rx: &mpsc::Receiver<String>, what: &str, pred: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) if pred(&line) => return line,
+            Ok(_) => {}
+            Err(e) => panic!("no line with {what}: {e}"),
+        }
+    }
+}
+
+// ---- enqueue ----
+
+#[tokio::test]
+async fn enqueue_takes_a_payload_argument_and_prints_the_id() {
+    let server = RedisServer::start();
+    let queue = server.queue("arg").await;
+    let mut conn = server.conn();
+    let out = run(&server, "arg", &["enqueue", r#"{"to":"ada"}"#]).ok();
+    let id = out.stdout.trim();
+    assert_eq!(id.len(), 16, "{}", out.stdout);
+    assert_eq!(
+        payload_of(&mut conn, &queue, id).as_deref(),
+        Some(&br#"{"to":"ada"}"#[..])
+    );
+    assert_eq!(queue.pending_ids(10).await.unwrap(), [id]);
+}
+
+#[tokio::test]
+async fn enqueue_reads_a_file_byte_for_byte() {
+    let server = RedisServer::start();
+    let queue = server.queue("file").await;
+    let mut conn = server.conn();
+    let bytes = b"\x00\xff binary\nline two\r\n\n".to_vec();
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    file.write_all(&bytes).unwrap();
+    let path = file.path().to_str().unwrap();
+    let out = run(&server, "file", &["enqueue", "--file", path, "--id", "f1"]).ok();
+    assert_eq!(out.stdout.trim(), "f1");
+    assert_eq!(payload_of(&mut conn, &queue, "f1"), Some(bytes));
+
+    let missing = run(
+        &server,
+        "file",
+        &["enqueue", "--file", "/nonexistent/job.json"],
+    );
+    missing.fails(1, &["cannot read /nonexistent/job.json"]);
+}
+
+#[tokio::test]
+async fn enqueue_stdin_sends_one_job_per_line_1000_per_call() {
+    let server = RedisServer::start();
+    let queue = server.queue("bulk").await;
+    let mut conn = server.conn();
+    // Loaded beforehand, so every EVALSHA counted below is one enqueue call.
+    let _: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(SCRIPTS.enqueue.source)
+        .query(&mut conn)
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut conn)
+        .unwrap();
+    let mut input = String::new();
+    let mut expected = Vec::new();
+    for i in 0..2500 {
+        input.push_str(&format!("{{\"n\":{i}}}\n"));
+        expected.push(format!("{{\"n\":{i}}}"));
+    }
+    input.push('\n'); // empty lines are skipped
+    input.push_str("windows line\r\n");
+    expected.push("windows line".into());
+    input.push_str("last line without newline");
+    expected.push("last line without newline".into());
+
+    let out = run_with_stdin(
+        &server,
+        "bulk",
+        &["enqueue", "--stdin"],
+        Some(input.as_bytes()),
+    )
+    .ok();
+    assert_eq!(out.stdout.trim(), "enqueued 2502 jobs to jq:{bulk}");
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut conn)
+        .unwrap();
+    let evalsha = info
+        .lines()
+        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .unwrap_or_else(|| panic!("{info}"));
+    assert!(
+        evalsha.contains("calls=3,"),
+        "3 calls for 2502 jobs: {evalsha}"
+    );
+
+    // FIFO: claimed in the order of the lines.
+    let ids = queue.pending_ids(1000).await.unwrap();
+    assert_eq!(queue.stats().await.unwrap().pending, 2502);
+    for (id, want) in ids.iter().zip(&expected) {
+        let got = payload_of(&mut conn, &queue, id).unwrap();
+        assert_eq!(String::from_utf8(got).unwrap(), *want);
+    }
+    let mut all: Vec<String> = Vec::new();
+    for lease in queue.claim(1000, "w", None).await.unwrap() {
+        all.push(String::from_utf8(lease.payload.to_vec()).unwrap());
+    }
+    for lease in queue.claim(1000, "w", None).await.unwrap() {
+        all.push(String::from_utf8(lease.payload.to_vec()).unwrap());
+    }
+    for lease in queue.claim(1000, "w", None).await.unwrap() {
+        all.push(String::from_utf8(lease.payload.to_vec()).unwrap());
+    }
+    assert_eq!(all, expected);
+
+    let out = run_with_stdin(
+        &server,
+        "bulk",
+        &["enqueue", "--stdin", "--print-ids"],
+        Some(b"a\nb\n"),
+    )
+    .ok();
+    let ids: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(ids.len(), 2, "{}", out.stdout);
+    assert_eq!(payload_of(&mut conn, &queue, ids[1]).unwrap(), b"b");
+}
+
+#[tokio::test]
+async fn enqueue_with_an_existing_id_changes_nothing() {
+    let server = RedisServer::start();
+    let queue = server.queue("dedup").await;
+    let mut conn = server.conn();
+    let first = run(&server, "dedup", &["enqueue", "--id", "order-7", "one"]).ok();
+    assert_eq!(first.stdout.trim(), "order-7");
+    assert!(first.stderr.is_empty(), "{}", first.stderr);
+    let again = run(&server, "dedup", &["enqueue", "--id", "order-7", "two"]).ok();
+    assert_eq!(again.stdout.trim(), "order-7");
+    assert!(
+        again.stderr.contains("order-7 already exists") && again.stderr.contains("nothing changed"),
+        "{}",
+        again.stderr
+    );
+    assert_eq!(payload_of(&mut conn, &queue, "order-7").unwrap(), b"one");
+    assert_eq!(queue.stats().await.unwrap().pending, 1);
+}
+
+#[tokio::test]
+async fn enqueue_with_a_delay_schedules_the_job() {
+    let server = RedisServer::start();
+    let queue = server.queue("later").await;
+    let mut conn = server.conn();
+    run(
+        &server,
+        "later",
+        &["enqueue", "--id", "l1", "--delay", "5s", "x"],
+    )
+    .ok();
+    let run_at: i64 = conn.zscore(&queue.keys().delayed, "l1").unwrap();
+    let enqueued_at: i64 = conn.hget(queue.keys().job("l1"), "enqueued_at").unwrap();
+    assert_eq!(run_at - enqueued_at, 5000);
+    let stats = queue.stats().await.unwrap();
+    assert_eq!((stats.pending, stats.delayed), (0, 1));
+
+    run(
+        &server,
+        "later",
+        &["enqueue", "--id", "l2", "--delay", "1m30s", "x"],
+    )
+    .ok();
+    let run_at: i64 = conn.zscore(&queue.keys().delayed, "l2").unwrap();
+    let enqueued_at: i64 = conn.hget(queue.keys().job("l2"), "enqueued_at").unwrap();
+    assert_eq!(run_at - enqueued_at, 90_000);
+
+    let bad = run(&server, "later", &["enqueue", "--delay", "5", "x"]);
+    assert_eq!(bad.code, 2);
+    assert!(
+        bad.stderr
+            .starts_with("error: invalid value '5' for '--delay <DELAY>'")
+            && bad.stderr.contains("no unit"),
+        "{}",
+        bad.stderr
+    );
+}
+
+// ---- stats ----
+
+#[tokio::test]
+async fn stats_prints_the_counts_as_a_table_and_as_json() {
+    let server = RedisServer::start();
+    let queue = server.queue("st").await;
+    for i in 0..4 {
+        queue
+            .enqueue(NewJob::new(format!("{i}")).id(format!("s{i}")))
+            .await
+            .unwrap();
+    }
+    let leases = queue.claim(2, "w", None).await.unwrap();
+    assert!(queue.ack(&leases[0]).await.unwrap());
+
+    let out = run(&server, "st", &["stats"]).ok();
+    assert!(
+        out.stdout
+            .starts_with(&format!("queue jq:{{st}} on {}", server.url())),
+        "{}",
+        out.stdout
+    );
+    for (label, want) in [
+        ("pending", "2"),
+        ("processing", "1"),
+        ("delayed", "0"),
+        ("dead", "0"),
+        ("enqueued", "4"),
+        ("claimed", "2"),
+        ("acked", "1"),
+        ("stale", "0"),
+    ] {
+        assert_eq!(out.value(label), want, "{label}");
+    }
+    assert!(out.value("p50").ends_with('s'), "{}", out.stdout);
+
+    let out = run(&server, "st", &["stats", "--json"]).ok();
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(json["queue"], "jq:{st}");
+    assert_eq!(json["pending"], 2);
+    assert_eq!(json["processing"], 1);
+    assert_eq!(json["enqueued"], 4);
+    assert_eq!(json["acked"], 1);
+    assert!(json["p50_ms"].as_f64().unwrap() >= 0.0, "{json}");
+    assert_eq!(
+        json["histogram"]["buckets"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_u64().unwrap())
+            .sum::<u64>(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn stats_watch_refreshes_until_sigterm() {
+    let server = RedisServer::start();
+    let queue = server.queue("watch").await;
+    let mut child = jobqueue()
+        .args(["stats", "--watch", "100ms", "--json"])
+        .args(["--redis", &server.url(), "--tag", "watch"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(&mut child);
+    let pending = |line: &str| {
+        serde_json::from_str::<serde_json::Value>(line).unwrap()["pending"]
+            .as_u64()
+            .unwrap()
+    };
+    wait_for_line(&lines, "pending 0", |l| pending(l) == 0);
+    queue.enqueue(NewJob::new("x")).await.unwrap();
+    wait_for_line(&lines, "pending 1", |l| pending(l) == 1);
+    signal(&child, "-TERM");
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+}
+
+// ---- dead ----
+
+#[tokio::test]
+async fn dead_ls_and_show_describe_the_dead_jobs() {
+    let server = RedisServer::start();
+    let queue = server.queue("dl").await;
+    let mut conn = server.conn();
+    dead_jobs(&queue, &mut conn, &["d1", "d2", "d3"]).await;
+
+    let out = run(&server, "dl", &["dead", "ls"]).ok();
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines[0], "3 dead jobs in jq:{dl}");
+    assert!(lines[1].starts_with("ID"), "{}", out.stdout);
+    for (line, id) in lines[2..].iter().zip(["d1", "d2", "d3"]) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(words[0], id, "{line}");
+        assert_eq!(words[3], "1", "attempts: {line}");
+        assert_eq!(words[4], format!("boom-{id}"), "{line}");
+    }
+    assert_eq!(lines.len(), 5);
+
+    let out = run(&server, "dl", &["dead", "ls", "--limit", "2"]).ok();
+    assert!(
+        out.stdout.contains("(1 more: use --offset 2)"),
+        "{}",
+        out.stdout
+    );
+    let out = run(&server, "dl", &["dead", "ls", "--json", "--offset", "1"]).ok();
+    let rows: Vec<serde_json::Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["id"], "d2");
+    assert_eq!(rows[0]["last_error"], "boom-d2");
+    assert!(rows[0]["died_at"].as_i64().unwrap() < rows[1]["died_at"].as_i64().unwrap());
+
+    let out = run(&server, "dl", &["dead", "show", "d2"]).ok();
+    assert_eq!(out.value("id"), "d2");
+    assert_eq!(out.value("status"), "dead");
+    assert_eq!(out.value("attempts"), "1");
+    assert_eq!(out.value("worker"), "w1");
+    assert_eq!(out.value("last error"), "boom-d2");
+    assert!(
+        out.stdout.ends_with("payload (10 bytes):\npayload-d2\n"),
+        "{}",
+        out.stdout
+    );
+    let raw = jobqueue()
+        .args(["dead", "show", "d2", "--raw"])
+        .args(["--redis", &server.url(), "--tag", "dl"])
+        .output()
+        .unwrap();
+    assert_eq!(raw.stdout, b"payload-d2");
+    let out = run(&server, "dl", &["dead", "show", "d3", "--json"]).ok();
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(json["payload"], "payload-d3");
+    assert_eq!(json["status"], "dead");
+    assert!(json["died_at"].as_i64().unwrap() > 0);
+
+    run(&server, "dl", &["dead", "show", "nope"]).fails(1, &["no job \"nope\" in queue jq:{dl}"]);
+}
+
+#[tokio::test]
+async fn dead_redrive_and_purge_by_id_oldest_and_all() {
+    let server = RedisServer::start();
+    let queue = server.queue("dr").await;
+    let mut conn = server.conn();
+    dead_jobs(&queue, &mut conn, &["a", "b", "c", "d", "e", "f"]).await;
+    let status = |conn: &mut redis::Connection, id: &str| -> Option<String> {
+        conn.hget(queue.keys().job(id), "status").unwrap()
+    };
+
+    let out = run(&server, "dr", &["dead", "redrive", "c"]).ok();
+    assert_eq!(
+        out.stdout.trim(),
+        "redrove 1 dead jobs back to pending in jq:{dr}"
+    );
+    assert_eq!(status(&mut conn, "c").as_deref(), Some("pending"));
+    let attempts: u32 = conn.hget(queue.keys().job("c"), "attempts").unwrap();
+    assert_eq!(attempts, 0);
+
+    // `c` is no longer dead: it is not counted, and the user is told.
+    let out = run(&server, "dr", &["dead", "redrive", "c", "d"]).ok();
+    assert!(out.stdout.starts_with("redrove 1 "), "{}", out.stdout);
+    assert!(
+        out.stderr.contains("1 of the 2 ids given were not dead"),
+        "{}",
+        out.stderr
+    );
+
+    let out = run(&server, "dr", &["dead", "redrive", "--oldest", "1"]).ok();
+    assert!(out.stdout.starts_with("redrove 1 "), "{}", out.stdout);
+    assert_eq!(
+        status(&mut conn, "a").as_deref(),
+        Some("pending"),
+        "oldest first"
+    );
+    assert_eq!(status(&mut conn, "b").as_deref(), Some("dead"));
+
+    let out = run(&server, "dr", &["dead", "purge", "b"]).ok();
+    assert_eq!(out.stdout.trim(), "purged 1 dead jobs from jq:{dr}");
+    assert_eq!(status(&mut conn, "b"), None, "the hash is gone");
+
+    run(&server, "dr", &["dead", "purge", "--all"]).fails(2, &["--yes"]);
+    assert_eq!(
+        queue.stats().await.unwrap().dead,
+        2,
+        "nothing purged without --yes"
+    );
+    assert_eq!(
+        run(&server, "dr", &["dead", "redrive"]).code,
+        2,
+        "a selection is required"
+    );
+    run(&server, "dr", &["dead", "redrive", "--oldest", "0"]).fails(2, &["--oldest"]);
+
+    let out = run(&server, "dr", &["dead", "redrive", "--all"]).ok();
+    assert!(out.stdout.starts_with("redrove 2 "), "{}", out.stdout);
+    let stats = queue.stats().await.unwrap();
+    assert_eq!((stats.dead, stats.pending), (0, 5));
+
+    // Back to dead, then purge them all.
+    let leases = queue.claim(5, "w", None).await.unwrap();
+    for lease in &leases {
+        queue
+            .fail(lease, "again", FailMode::Dead, Backoff::Policy)
+            .await
+            .unwrap();
+    }
+    let out = run(&server, "dr", &["dead", "purge", "--all", "--yes"]).ok();
+    assert!(out.stdout.starts_with("purged 5 "), "{}", out.stdout);
+    let stats = queue.stats().await.unwrap();
+    assert_eq!((stats.dead, stats.pending, stats.purged), (0, 0, 6));
+    let out = run(&server, "dr", &["dead", "ls"]).ok();
+    assert_eq!(out.stdout.trim(), "no dead jobs in jq:{dr}");
+}
+
+// ---- peek ----
+
+#[tokio::test]
+async fn peek_shows_the_next_jobs_without_claiming_them() {
+    let server = RedisServer::start();
+    let queue = server.queue("pk").await;
+    let long = "x".repeat(200);
+    for (id, payload) in [("p1", "first"), ("p2", long.as_str()), ("p3", "third")] {
+        queue
+            .enqueue(NewJob::new(payload.to_string()).id(id))
+            .await
+            .unwrap();
+    }
+    queue
+        .enqueue(NewJob::new("later").delay(Duration::from_secs(60)))
+        .await
+        .unwrap();
+
+    let out = run(&server, "pk", &["peek", "-n", "2", "--width", "20"]).ok();
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines[0], "3 pending in jq:{pk}; the next 2:");
+    let row = |line: &str| {
+        line.split_whitespace()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(row(lines[2])[..3], ["1", "p1", "0"]);
+    assert_eq!(row(lines[2])[4], "first");
+    assert_eq!(row(lines[3])[1], "p2");
+    assert_eq!(row(lines[3])[4], format!("{}…", "x".repeat(19)));
+    assert_eq!(lines[4], "(and 1 delayed)");
+    assert!(!out.stdout.contains("p3"));
+
+    let out = run(&server, "pk", &["peek", "--json"]).ok();
+    let rows: Vec<serde_json::Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let ids: Vec<&str> = rows.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["p1", "p2", "p3"]);
+    assert_eq!(rows[1]["payload"], long.as_str());
+    let stats = queue.stats().await.unwrap();
+    assert_eq!((stats.pending, stats.claimed), (3, 0), "nothing claimed");
+
+    assert_eq!(
+        run(&server, "pk", &["peek", "-n", "0"]).code,
+        2,
+        "-n 0 is refused"
+    );
+}
+
+// ---- configure ----
+
+#[tokio::test]
+async fn configure_writes_meta_and_prints_the_settings() {
+    let server = RedisServer::start();
+    let queue = server.queue("cf").await;
+    let mut conn = server.conn();
+    let out = run(&server, "cf", &["configure"]).ok();
+    assert_eq!(
+        out.stdout.lines().next(),
+        Some("settings of jq:{cf} (unchanged)")
+    );
+    assert_eq!(out.value("visibility timeout"), "30s");
+    let meta: std::collections::HashMap<String, String> = conn.hgetall(&queue.keys().meta).unwrap();
+    assert!(meta.is_empty(), "showing writes nothing: {meta:?}");
+
+    let out = run(
+        &server,
+        "cf",
+        &[
+            "configure",
+            "--visibility-timeout",
+            "2m",
+            "--max-attempts",
+            "9",
+            "--backoff-initial",
+            "500ms",
+            "--backoff-max",
+            "1h",
+            "--backoff-multiplier",
+            "1.5",
+            "--completed-retention",
+            "10m",
+            "--dead-retention",
+            "0",
+            "--dead-max-len",
+            "50",
+        ],
+    )
+    .ok();
+    assert_eq!(
+        out.stdout.lines().next(),
+        Some("settings of jq:{cf} (written)")
+    );
+    assert_eq!(out.value("visibility timeout"), "2m");
+    assert_eq!(out.value("max attempts"), "9");
+    assert_eq!(out.value("dead retention"), "0 (no age limit)");
+    let meta: std::collections::HashMap<String, String> = conn.hgetall(&queue.keys().meta).unwrap();
+    let want = [
+        ("visibility_timeout_ms", "120000"),
+        ("max_attempts", "9"),
+        ("backoff_initial_ms", "500"),
+        ("backoff_max_ms", "3600000"),
+        ("backoff_multiplier", "1.5"),
+        ("completed_retention_ms", "600000"),
+        ("dead_retention_ms", "0"),
+        ("dead_max_len", "50"),
+    ];
+    for (field, value) in want {
+        assert_eq!(meta.get(field).map(String::as_str), Some(value), "{field}");
+    }
+
+    // One flag changes one setting; the others stay.
+    run(&server, "cf", &["configure", "--max-attempts", "3"]).ok();
+    let out = run(&server, "cf", &["configure", "--json"]).ok();
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(json["max_attempts"], 3);
+    assert_eq!(json["visibility_timeout_ms"], 120000);
+    assert_eq!(json["backoff_multiplier"], 1.5);
+    assert_eq!(queue.settings().await.unwrap().max_attempts, 3);
+
+    run(&server, "cf", &["configure", "--max-attempts", "0"]).fails(2, &["max attempts"]);
+    run(&server, "cf", &["configure", "--backoff-max", "100ms"])
+        .fails(2, &["backoff max", "initial"]);
+    let bad = run(&server, "cf", &["configure", "--visibility-timeout", "5x"]);
+    assert_eq!(bad.code, 2);
+    assert!(
+        bad.stderr.contains("--visibility-timeout") && bad.stderr.contains("unknown unit"),
+        "{}",
+        bad.stderr
+    );
+    assert_eq!(queue.settings().await.unwrap().max_attempts, 3, "unchanged");
+}
+
+// ---- reap ----
+
+#[tokio::test]
+async fn reap_once_requeues_expired_leases() {
+    let server = RedisServer::start();
+    let queue = server.queue("rp").await;
+    let mut conn = server.conn();
+    queue.enqueue(NewJob::new("x").id("r1")).await.unwrap();
+    queue.enqueue(NewJob::new("y").id("r2")).await.unwrap();
+    let short = queue
+        .claim_one("w", Some(Duration::from_millis(1)))
+        .await
+        .unwrap()
+        .unwrap();
+    let long = queue
+        .claim_one("w", Some(Duration::from_secs(600)))
+        .await
+        .unwrap()
+        .unwrap();
+    wait_past(&mut conn, short.lease_until);
+
+    let out = run(&server, "rp", &["reap"]).ok();
+    assert_eq!(
+        out.stdout.trim(),
+        "reaped jq:{rp}: requeued 1, dead-lettered 0"
+    );
+    assert_eq!(queue.pending_ids(10).await.unwrap(), ["r1"]);
+    let stats = queue.stats().await.unwrap();
+    assert_eq!((stats.processing, stats.reaped), (1, 1));
+    assert!(
+        queue.ack(&long).await.unwrap(),
+        "a live lease is left alone"
+    );
+
+    let out = run(&server, "rp", &["reap"]).ok();
+    assert_eq!(
+        out.stdout.trim(),
+        "reaped jq:{rp}: requeued 0, dead-lettered 0"
+    );
+}
+
+#[tokio::test]
+async fn reap_every_runs_until_sigterm() {
+    let server = RedisServer::start();
+    let queue = server.queue("rpe").await;
+    let mut conn = server.conn();
+    let mut child = jobqueue()
+        .args(["reap", "--every", "100ms"])
+        .args(["--redis", &server.url(), "--tag", "rpe"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(&mut child);
+    wait_for_line(&lines, "the start line", |l| {
+        l.starts_with("reaping jq:{rpe} every 100ms")
+    });
+
+    queue.enqueue(NewJob::new("x").id("e1")).await.unwrap();
+    let lease = queue
+        .claim_one("w", Some(Duration::from_millis(1)))
+        .await
+        .unwrap()
+        .unwrap();
+    wait_past(&mut conn, lease.lease_until);
+    let line = wait_for_line(&lines, "a reaped line", |l| l.contains("requeued 1"));
+    assert!(
+        line.contains("reaped jq:{rpe}: requeued 1, dead-lettered 0"),
+        "{line}"
+    );
+    assert_eq!(queue.pending_ids(10).await.unwrap(), ["e1"]);
+
+    signal(&child, "-TERM");
+    let line = wait_for_line(&lines, "the stop line", |l| l.starts_with("stopped"));
+    assert_eq!(
+        line,
+        "stopped by SIGTERM: requeued 1 and dead-lettered 0 in total"
+    );
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
+// ---- Redis Cluster ----
+
+#[test]
+fn the_commands_work_on_a_cluster() {
+    let cluster = common::RedisCluster::start();
+    let url = cluster.url();
+    let jq = |args: &[&str], input: Option<&[u8]>| -> Run {
+        let mut child = jobqueue()
+            .args(args)
+            .args(["--redis", &url, "--cluster", "--tag", "cl"])
+            .stdin(if input.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        if let Some(input) = input {
+            child.stdin.take().unwrap().write_all(input).unwrap();
+        }
+        Run::from(child.wait_with_output().unwrap()).ok()
+    };
+    let out = jq(&["enqueue", "--stdin"], Some(b"one\ntwo\nthree\n"));
+    assert_eq!(out.stdout.trim(), "enqueued 3 jobs to jq:{cl}");
+    jq(&["configure", "--max-attempts", "2"], None);
+    let out = jq(&["stats", "--json"], None);
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(
+        (json["pending"].as_u64(), json["enqueued"].as_u64()),
+        (Some(3), Some(3))
+    );
+    let out = jq(&["peek", "--json"], None);
+    let payloads: Vec<String> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["payload"].to_string())
+        .collect();
+    assert_eq!(payloads, [r#""one""#, r#""two""#, r#""three""#]);
+    let out = jq(&["reap"], None);
+    assert_eq!(
+        out.stdout.trim(),
+        "reaped jq:{cl}: requeued 0, dead-lettered 0"
+    );
+    let out = jq(&["dead", "ls"], None);
+    assert_eq!(out.stdout.trim(), "no dead jobs in jq:{cl}");
+    // The settings landed on the node that serves the queue's slot.
+    let node = cluster.node_of("{cl}");
+    let max: String = cluster.nodes[node]
+        .conn()
+        .hget("jq:{cl}:meta", "max_attempts")
+        .unwrap();
+    assert_eq!(max, "2");
+}
+
+// ---- errors: one line, a documented exit code ----
+
+#[test]
+fn unreachable_redis_exits_3() {
+    let port = free_port();
+    let url = format!("redis://127.0.0.1:{port}");
+    for args in [
+        &["stats"][..],
+        &["enqueue", "x"],
+        &["dead", "ls"],
+        &["reap"],
+    ] {
+        run_url(&url, args).fails(3, &["cannot connect to Redis at", &url]);
+    }
+}
+
+#[test]
+fn a_malformed_url_exits_6() {
+    run_url("http://127.0.0.1:6379", &["stats"]).fails(6, &["invalid Redis URL", "redis://"]);
+    run_url("redis://127.0.0.1:notaport", &["peek"]).fails(6, &["invalid Redis URL"]);
+    run_url("", &["stats"]).fails(6, &["invalid Redis URL"]);
+}
+
+#[test]
+fn refused_auth_exits_4_and_never_prints_the_password() {
+    let server = RedisServer::start_with(&["--requirepass", "right-secret-1"]);
+    let wrong = format!("redis://:wrong-secret-2@127.0.0.1:{}", server.port);
+    let out = run_url(&wrong, &["stats"]).fails(4, &["refused authentication", "***"]);
+    assert!(!out.stderr.contains("wrong-secret-2") && !out.stdout.contains("wrong-secret-2"));
+
+    // From the environment, as recommended (not on the command line).
+    let out: Run = jobqueue()
+        .args(["dead", "ls", "--tag", "t"])
+        .env("JOBQUEUE_REDIS_URL", &wrong)
+        .output()
+        .unwrap()
+        .into();
+    let out = out.fails(4, &["refused authentication"]);
+    assert!(!out.stderr.contains("wrong-secret-2"));
+
+    // No password at all.
+    run_url(&server.url(), &["stats"]).fails(4, &["refused authentication"]);
+
+    // The right one works, and is not shown either.
+    let right = format!("redis://:right-secret-1@127.0.0.1:{}", server.port);
+    let out: Run = jobqueue()
+        .args(["stats", "--tag", "t", "--redis", &right])
+        .output()
+        .unwrap()
+        .into();
+    let out = out.ok();
+    assert!(
+        out.stdout.contains("redis://:***@127.0.0.1"),
+        "{}",
+        out.stdout
+    );
+    assert!(!out.stdout.contains("right-secret-1"));
+    let out: Run = jobqueue()
+        .args(["stats", "--json", "--tag", "t", "--redis", &right])
+        .output()
+        .unwrap()
+        .into();
+    assert!(!out.ok().stdout.contains("right-secret-1"));
+
+    // --help shows where the URL comes from, not its value.
+    let help: Run = jobqueue()
+        .args(["stats", "--help"])
+        .env("JOBQUEUE_REDIS_URL", &right)
+        .output()
+        .unwrap()
+        .into();
+    let help = help.ok();
+    assert!(help.stdout.contains("JOBQUEUE_REDIS_URL"));
+    assert!(!help.stdout.contains("right-secret-1"));
+}
+
+#[test]
+fn a_wrong_typed_key_exits_5_naming_the_key() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let _: () = conn.set("jq:{wt}:pending", "not a list").unwrap();
+    let commands: &[&[&str]] = &[
+        &["stats"],
+        &["peek"],
+        &["enqueue", "x"],
+        &["dead", "ls"],
+        &["dead", "redrive", "--all"],
+        &["configure", "--max-attempts", "2"],
+        &["reap"],
+    ];
+    for args in commands {
+        run(&server, "wt", args).fails(5, &["key jq:{wt}:pending", "wrong type", "a string"]);
+    }
+    let _: () = conn.del("jq:{wt}:pending").unwrap();
+    let _: () = conn.set("jq:{wt}:job:j1", "not a hash").unwrap();
+    run(&server, "wt", &["dead", "show", "j1"]).fails(5, &["key jq:{wt}:job:j1"]);
+    let _: () = conn.rpush("jq:{wt}:meta", "x").unwrap();
+    run(&server, "wt", &["configure"]).fails(5, &["key jq:{wt}:meta"]);
+    let meta: String = redis::cmd("TYPE")
+        .arg("jq:{wt}:meta")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(meta, "list", "left as it was");
+}
+
+#[test]
+fn bad_tags_and_flags_exit_2() {
+    let server = RedisServer::start();
+    run(&server, "{braces}", &["stats"]).fails(2, &["hash tag", "braces"]);
+    run(&server, "", &["stats"]).fails(2, &["hash tag", "empty"]);
+    let out: Run = jobqueue()
+        .args(["stats", "--redis", &server.url()])
+        .output()
+        .unwrap()
+        .into();
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("--tag"), "{}", out.stderr);
+    let out = run(&server, "t", &["reap", "--every", "soon"]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("--every"), "{}", out.stderr);
+    let out = run(&server, "t", &["enqueue"]);
+    assert_eq!(out.code, 2, "a payload source is required");
+    let out = run(&server, "t", &["enqueue", "--stdin", "--id", "x"]);
+    assert_eq!(out.code, 2, "--id conflicts with --stdin");
+    run(&server, "t", &["enqueue", "--id", "has space", "x"]).fails(2, &["job id"]);
+}
+
+#[test]
+fn every_command_has_an_example_in_its_help() {
+    let commands: &[&[&str]] = &[
+        &["enqueue"],
+        &["stats"],
+        &["dead"],
+        &["dead", "ls"],
+        &["dead", "show"],
+        &["dead", "redrive"],
+        &["dead", "purge"],
+        &["peek"],
+        &["configure"],
+        &["reap"],
+        &["demo"],
+    ];
+    for args in commands {
+        let out: Run = jobqueue()
+            .args(*args)
+            .arg("--help")
+            .output()
+            .unwrap()
+            .into();
+        let out = out.ok();
+        let example = out
+            .stdout
+            .split_once("Example")
+            .map(|(_, rest)| rest)
+            .unwrap_or_else(|| panic!("{args:?}: no example in\n{}", out.stdout));
+        assert!(
+            example.contains(&format!("jobqueue {}", args[0])),
+            "{args:?}: {}",
+            out.stdout
+        );
+    }
+    let top: Run = jobqueue().arg("--help").output().unwrap().into();
+    assert!(
+        !top.ok().stdout.contains("demo-worker"),
+        "the demo's worker is hidden"
+    );
+}

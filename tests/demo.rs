@@ -1,0 +1,157 @@
+//! `jobqueue demo`, run as `make demo` runs it, with small numbers: workers are killed
+//! mid-job, nothing is lost, and the demo leaves no process behind.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpStream;
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_jobqueue");
+
+/// The figure on the summary line that starts with `label`.
+fn figure(stdout: &str, label: &str) -> u64 {
+    stdout
+        .lines()
+        .map(str::trim_start)
+        .find_map(|l| l.strip_prefix(label).filter(|r| r.starts_with(' ')))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {label:?} figure in:\n{stdout}"))
+}
+
+/// The port of the demo's redis-server, from its start-up lines.
+fn port_of(stdout: &str) -> u16 {
+    stdout
+        .split_once("on 127.0.0.1:")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in:\n{stdout}"))
+}
+
+/// Pids of the demo workers that talk to the redis-server on `port` (Linux /proc).
+fn workers_of(port: u16) -> Vec<u32> {
+    let url = format!("redis://127.0.0.1:{port}");
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            cmdline.contains("demo-worker") && cmdline.contains(&url)
+        })
+        .collect()
+}
+
+fn server_stopped(port: u16) -> bool {
+    TcpStream::connect(("127.0.0.1", port)).is_err()
+}
+
+#[test]
+fn the_demo_kills_workers_and_loses_nothing() {
+    let out: Output = Command::new(BIN)
+        .args(["demo", "--jobs", "400", "--workers", "3"])
+        .args(["--kill-every", "100ms", "--visibility", "1s"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+
+    let enqueued = figure(&stdout, "enqueued");
+    let done = figure(&stdout, "done");
+    let dead = figure(&stdout, "dead");
+    assert_eq!(enqueued, 400);
+    assert_eq!(done + dead, enqueued, "{stdout}");
+    assert_eq!(figure(&stdout, "lost"), 0, "{stdout}");
+    assert_eq!(figure(&stdout, "acked twice"), 0, "{stdout}");
+    // Jobs 125 and 375 fail on purpose and end dead; crashes alone never kill a job.
+    assert!(stdout.contains("400 jobs (2 fail on purpose"), "{stdout}");
+    assert_eq!(dead, 2, "{stdout}");
+    // The jobs take at least 800 ms of work (two slow jobs), so kills happened.
+    assert!(figure(&stdout, "workers killed") >= 1, "{stdout}");
+    assert!(
+        figure(&stdout, "ran more than once") <= figure(&stdout, "leases reaped"),
+        "a job runs again only after its lease was reaped: {stdout}"
+    );
+
+    let port = port_of(&stdout);
+    assert!(server_stopped(port), "redis-server on {port} still answers");
+    assert!(workers_of(port).is_empty(), "workers left behind");
+    assert!(stdout.trim_end().ends_with("the demo left nothing behind."));
+}
+
+#[test]
+fn a_missing_redis_server_is_one_clear_line() {
+    let out = Command::new(BIN)
+        .arg("demo")
+        .env("REDIS_SERVER", "/nonexistent/redis-server")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("error: /nonexistent/redis-server not found")
+            && stderr.contains("apt-get install redis-server")
+            && stderr.contains("make demo"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn sigterm_stops_the_workers_and_the_server() {
+    let mut child = Command::new(BIN)
+        .args(["demo", "--jobs", "100000", "--kill-every", "0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // Wait for the port, then for the workers to be at work.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut seen = String::new();
+    let mut port = None;
+    loop {
+        let line = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|e| panic!("demo output stopped ({e}):\n{seen}"));
+        seen.push_str(&line);
+        seen.push('\n');
+        if port.is_none() && line.contains("on 127.0.0.1:") {
+            port = Some(port_of(&line));
+        }
+        if line.starts_with('[') && !line.contains(" done      0 ") {
+            break;
+        }
+    }
+    let port = port.expect("port line comes first");
+    assert!(!server_stopped(port));
+    assert_eq!(workers_of(port).len(), 4, "{seen}");
+
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.trim(), "error: interrupted by SIGTERM");
+    assert!(server_stopped(port), "redis-server on {port} still answers");
+    assert!(workers_of(port).is_empty(), "workers left behind");
+}
