@@ -34,6 +34,10 @@ DEMO_ARGS ?=
 demo: redis
 	$(CARGO) run --quiet --bin jobqueue -- demo $(DEMO_ARGS)
 
+## Regenerate crds/jobqueue.yaml from the code (a test fails when it drifts).
+crds:
+	$(CARGO) run --quiet --bin jobqueue -- crd > crds/jobqueue.yaml
+
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings

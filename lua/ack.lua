@@ -63,11 +63,17 @@ local function failure(r, key, want)
   return nil
 end
 
+-- floor(log2(max(ms, 1))) in exact arithmetic: halving a double is exact, so no
+-- rounding can move a power of two into the wrong bucket
 local function log2floor(ms)
   local b = 0
-  if ms < 1 then return 0 end
+  if ms < 2 then return 0 end
+  while ms >= 256 do
+    ms = ms / 256
+    b = b + 8
+  end
   while ms >= 2 do
-    ms = math.floor(ms / 2)
+    ms = ms / 2
     b = b + 1
   end
   return b
@@ -123,8 +129,9 @@ local na = #ids
 if na == 0 then
   -- only the stale counter changes: that single write reveals a wrong-typed stats key
   local r = redis.pcall('HINCRBY', K_STATS, 'stale', stale)
-  e = failure(r, K_STATS, 'hash')
-  if e then return e end
+  if type(r) == 'table' and r.err and string.find(r.err, 'WRONGTYPE', 1, true) then
+    return wrongtype(K_STATS, 'hash')
+  end
   return res
 end
 
@@ -134,8 +141,10 @@ do
   e = failure(m, K_META, 'hash')
   if e then return e end
   retention = tonumber(m[1])
-  if retention == nil or retention ~= retention or retention < 1 or retention > MAXMS then
+  if retention == nil or retention ~= retention or retention < 1 then
     retention = 0
+  elseif retention > MAXMS then
+    retention = MAXMS
   end
   retention = math.floor(retention)
 end
@@ -156,10 +165,12 @@ if retention > 0 then
 else
   redis.call('DEL', unpack(keys))
 end
-redis.call('HINCRBY', K_STATS, 'acked', na)
+-- counters use pcall: stats was type-checked before the first write, and a counter
+-- holding a non-number must not fail a call whose changes are already made
+redis.pcall('HINCRBY', K_STATS, 'acked', na)
 for i = 1, #blist do
   local b = blist[i]
-  redis.call('HINCRBY', K_STATS, 'h:' .. b, buckets[b])
+  redis.pcall('HINCRBY', K_STATS, 'h:' .. b, buckets[b])
 end
-if stale > 0 then redis.call('HINCRBY', K_STATS, 'stale', stale) end
+if stale > 0 then redis.pcall('HINCRBY', K_STATS, 'stale', stale) end
 return res

@@ -23,7 +23,8 @@
   delayed and counted in `orphans`. Then takes ids from the front of pending; an id whose
   hash is gone or whose status is not `pending` is dropped, counted in `orphans`, and
   does not use a slot; at most n + 100 ids leave pending per call.
-  Every key is read before anything is written, so an error changes nothing.
+  A failed call leaves every key as it was (wrong-typed keys are detected before any
+  write other than the RPOP of pending, which is pushed back on error).
 ]]
 
 local MAXMS = 1000000000000000
@@ -87,14 +88,15 @@ if redis.replicate_commands then pcall(redis.replicate_commands) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
--- read phase -----------------------------------------------------------------
+-- reads (delayed) ------------------------------------------------------------
 local orphans = 0
 
 -- due delayed jobs, earliest first, at most 100 (orphans included)
 local due = redis.pcall('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'LIMIT', 0, 100)
 local e = failure(due, K_DELAYED, 'zset')
 if e then return e end
-local promo, promoAtt, promoSet = {}, {}, {}
+local promo, promoAtt, promoSet = due, nil, due -- empty unless something is due
+if #due > 0 then promo, promoAtt, promoSet = {}, {}, {} end
 for i = 1, #due do
   local id = due[i]
   local key = prefix .. id
@@ -111,34 +113,48 @@ for i = 1, #due do
 end
 
 -- ids leave pending from its RPOP end: first the ids already there, then the
--- promoted ones (they were pushed behind them). Nothing is popped yet: the ids are
--- read with LRANGE and the consumed tail is trimmed in the write phase.
+-- promoted ones (they go behind them). The first RPOP is the first write of the call:
+-- it reveals a wrong-typed pending key before anything changed, and if a later check
+-- fails, undo() pushes the popped ids back where they were.
 local cIds, cKeys, cAtt, cPay = {}, {}, {}, {}
 local taken = {}
+local pops = {}            -- the RPOP replies, in order
 local budget = n + 100
-local popped, fromPending, promoUsed = 0, 0, 0
+local popped, promoUsed = 0, 0
 local pendingDone = false
+
+local function undo(err)
+  local back = {}
+  for b = #pops, 1, -1 do
+    local ids = pops[b]
+    for i = #ids, 1, -1 do back[#back + 1] = ids[i] end
+  end
+  if #back > 0 then redis.call('RPUSH', K_PENDING, unpack(back)) end
+  return err
+end
+
 while #cIds < n and popped < budget do
   if not pendingDone then
     local want = math.min(n - #cIds, budget - popped)
-    local ids = redis.pcall('LRANGE', K_PENDING, -(fromPending + want), -(fromPending + 1))
+    local ids = redis.pcall('RPOP', K_PENDING, want)
     e = failure(ids, K_PENDING, 'list')
-    if e then return e end
+    if e then return undo(e) end
+    if not ids then ids = {} end
+    pops[#pops + 1] = ids
+    popped = popped + #ids
     if #ids < want then pendingDone = true end
-    for j = #ids, 1, -1 do
+    for j = 1, #ids do
       local id = ids[j]
       local key = prefix .. id
       local h = redis.pcall('HMGET', key, 'status', 'attempts', 'payload')
       e = failure(h, key, 'hash')
-      if e then return e end
-      fromPending = fromPending + 1
-      popped = popped + 1
+      if e then return undo(e) end
       local st = h[1]
       if promoSet[id] and st == 'delayed' then st = 'pending' end -- promoted before the pop
       if st == 'pending' and not taken[key] then
         taken[key] = true
         local c = #cIds + 1
-        cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, h[2], h[3]
+        cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, h[2], h[3] or ''
       else
         orphans = orphans + 1
       end
@@ -165,9 +181,10 @@ if nc > 0 then
   if vis == 0 then
     local m = redis.pcall('HMGET', K_META, 'visibility_timeout_ms')
     e = failure(m, K_META, 'hash')
-    if e then return e end
+    if e then return undo(e) end
     vis = tonumber(m[1])
-    if vis == nil or vis ~= vis or vis < 1 or vis > MAXMS then vis = 30000 end
+    if vis == nil or vis ~= vis or vis < 1 then vis = 30000 end
+    if vis > MAXMS then vis = MAXMS end
     vis = math.floor(vis)
   end
   lease = now + vis
@@ -176,10 +193,10 @@ if nc > 0 then
   end
 end
 
--- type checks for keys written without having been read
+-- type check for the stats key, written without having been read
 if nc > 0 or orphans > 0 then
   e = expect(K_STATS, 'hash')
-  if e then return e end
+  if e then return undo(e) end
 end
 
 -- write phase ----------------------------------------------------------------
@@ -192,10 +209,7 @@ if nc > 0 then
   end
   local r = redis.pcall('ZADD', K_PROCESSING, unpack(z))
   e = failure(r, K_PROCESSING, 'zset')
-  if e then return e end
-end
-if fromPending > 0 then
-  redis.call('LTRIM', K_PENDING, 0, -(fromPending + 1))
+  if e then return undo(e) end
 end
 if promoUsed < #promo then
   local rest = {}
@@ -216,6 +230,8 @@ for c = 1, nc do
     'attempts', att, 'claimed_at', now, 'lease_until', lease, 'worker', worker)
   out[c] = { cIds[c], cPay[c], att, token, lease }
 end
-if nc > 0 then redis.call('HINCRBY', K_STATS, 'claimed', nc) end
-if orphans > 0 then redis.call('HINCRBY', K_STATS, 'orphans', orphans) end
+-- counters use pcall: stats was type-checked before the first write, and a counter
+-- holding a non-number must not fail a call whose changes are already made
+if nc > 0 then redis.pcall('HINCRBY', K_STATS, 'claimed', nc) end
+if orphans > 0 then redis.pcall('HINCRBY', K_STATS, 'orphans', orphans) end
 return out

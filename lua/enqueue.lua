@@ -155,5 +155,7 @@ if #ready > 0 then
   redis.call('LPUSH', K_WAKE, unpack(marks))
   redis.call('LTRIM', K_WAKE, 0, 1023)
 end
-redis.call('HINCRBY', K_STATS, 'enqueued', nn)
+-- counters use pcall: stats was type-checked before the first write, and a counter
+-- holding a non-number must not fail a call whose changes are already made
+redis.pcall('HINCRBY', K_STATS, 'enqueued', nn)
 return res

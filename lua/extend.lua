@@ -100,8 +100,9 @@ end
 local na = #acc
 if na == 0 then
   local r = redis.pcall('HINCRBY', K_STATS, 'stale', stale)
-  e = failure(r, K_STATS, 'hash')
-  if e then return e end
+  if type(r) == 'table' and r.err and string.find(r.err, 'WRONGTYPE', 1, true) then
+    return wrongtype(K_STATS, 'hash')
+  end
   return res
 end
 
@@ -110,7 +111,8 @@ if ms == 0 then
   e = failure(m, K_META, 'hash')
   if e then return e end
   ms = tonumber(m[1])
-  if ms == nil or ms ~= ms or ms < 1 or ms > MAXMS then ms = 30000 end
+  if ms == nil or ms ~= ms or ms < 1 then ms = 30000 end
+  if ms > MAXMS then ms = MAXMS end
   ms = math.floor(ms)
 end
 local lease = now + ms
@@ -134,5 +136,7 @@ for j = 1, na do
   redis.call('HSET', KEYS[7 + i], 'lease_until', lease)
   res[i] = lease
 end
-if stale > 0 then redis.call('HINCRBY', K_STATS, 'stale', stale) end
+-- counters use pcall: stats was type-checked before the first write, and a counter
+-- holding a non-number must not fail a call whose changes are already made
+if stale > 0 then redis.pcall('HINCRBY', K_STATS, 'stale', stale) end
 return res

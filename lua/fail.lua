@@ -105,8 +105,9 @@ local e = failure(h, key, 'hash')
 if e then return e end
 if not (h[2] == 'processing' and h[1] == token) then
   local r = redis.pcall('HINCRBY', K_STATS, 'stale', 1)
-  e = failure(r, K_STATS, 'hash')
-  if e then return e end
+  if type(r) == 'table' and r.err and string.find(r.err, 'WRONGTYPE', 1, true) then
+    return wrongtype(K_STATS, 'hash')
+  end
   return 'stale'
 end
 
@@ -134,9 +135,12 @@ if mode == 'retry' then
       if mult < 0 then mult = 2 end
       local ex = attempts - 1
       if ex < 0 then ex = 0 end
+      -- the nudge of 1e-12 (relative) keeps floor() from losing 1 where the product is
+      -- whole in decimal but lands a hair below it in binary (1000 * 0.7^2 = 490)
       local b = initial * (mult ^ ex)
       if b ~= b or b > cap then b = cap end
-      b = math.floor(b)
+      b = math.floor(b * (1 + 1e-12))
+      if b > cap then b = math.floor(cap) end
       if b > MAXMS then b = MAXMS end
       backoff = b
     end
@@ -162,17 +166,19 @@ e = failure(r, K_PROCESSING, 'zset')
 if e then return e end
 redis.call('HDEL', key, 'claim_token', 'lease_until')
 redis.call('HSET', key, 'status', outcome, 'last_error', errtext)
-redis.call('HINCRBY', K_STATS, 'failed', 1)
+-- counters use pcall: stats was type-checked before the first write, and a counter
+-- holding a non-number must not fail a call whose changes are already made
+redis.pcall('HINCRBY', K_STATS, 'failed', 1)
 if outcome == 'pending' then
   redis.call('LPUSH', K_PENDING, id)
   redis.call('LPUSH', K_WAKE, '1')
   redis.call('LTRIM', K_WAKE, 0, 1023)
-  redis.call('HINCRBY', K_STATS, 'retried', 1)
+  redis.pcall('HINCRBY', K_STATS, 'retried', 1)
 elseif outcome == 'delayed' then
   redis.call('ZADD', K_DELAYED, now + backoff, id)
-  redis.call('HINCRBY', K_STATS, 'retried', 1)
+  redis.pcall('HINCRBY', K_STATS, 'retried', 1)
 else
   redis.call('ZADD', K_DEAD, now, id)
-  redis.call('HINCRBY', K_STATS, 'dead_lettered', 1)
+  redis.pcall('HINCRBY', K_STATS, 'dead_lettered', 1)
 end
 return outcome

@@ -141,9 +141,11 @@ end
 
 -- write phase ----------------------------------------------------------------
 if #dropIds > 0 then redis.call('ZREM', K_DEAD, unpack(dropIds)) end
+-- counters use pcall: stats was type-checked before the first write, and a counter
+-- holding a non-number must not fail a call whose changes are already made
 if nm > 0 then
   redis.call('DEL', unpack(moveKeys))
-  redis.call('HINCRBY', K_STATS, 'purged', nm)
+  redis.pcall('HINCRBY', K_STATS, 'purged', nm)
 end
-if orphans > 0 then redis.call('HINCRBY', K_STATS, 'orphans', orphans) end
+if orphans > 0 then redis.pcall('HINCRBY', K_STATS, 'orphans', orphans) end
 return nm

@@ -270,10 +270,12 @@ if trimNew > 0 then
   end
 end
 
-if nr > 0 then redis.call('HINCRBY', K_STATS, 'reaped', nr) end
-if nd > 0 then redis.call('HINCRBY', K_STATS, 'dead_lettered', nd) end
-if trimmed > 0 then redis.call('HINCRBY', K_STATS, 'dead_trimmed', trimmed) end
-if orphans > 0 then redis.call('HINCRBY', K_STATS, 'orphans', orphans) end
+-- counters use pcall: stats was type-checked before the first write, and a counter
+-- holding a non-number must not fail a call whose changes are already made
+if nr > 0 then redis.pcall('HINCRBY', K_STATS, 'reaped', nr) end
+if nd > 0 then redis.pcall('HINCRBY', K_STATS, 'dead_lettered', nd) end
+if trimmed > 0 then redis.pcall('HINCRBY', K_STATS, 'dead_trimmed', trimmed) end
+if orphans > 0 then redis.pcall('HINCRBY', K_STATS, 'orphans', orphans) end
 
 local more = 0
 if #due == batch then

@@ -146,6 +146,8 @@ end
 
 -- write phase ----------------------------------------------------------------
 if #dropIds > 0 then redis.call('ZREM', K_DEAD, unpack(dropIds)) end
+-- counters use pcall: stats was type-checked before the first write, and a counter
+-- holding a non-number must not fail a call whose changes are already made
 if nm > 0 then
   redis.call('LPUSH', K_PENDING, unpack(moveIds))
   for i = 1, nm do
@@ -155,7 +157,7 @@ if nm > 0 then
   for i = 1, nm do marks[i] = '1' end
   redis.call('LPUSH', K_WAKE, unpack(marks))
   redis.call('LTRIM', K_WAKE, 0, 1023)
-  redis.call('HINCRBY', K_STATS, 'redriven', nm)
+  redis.pcall('HINCRBY', K_STATS, 'redriven', nm)
 end
-if orphans > 0 then redis.call('HINCRBY', K_STATS, 'orphans', orphans) end
+if orphans > 0 then redis.pcall('HINCRBY', K_STATS, 'orphans', orphans) end
 return nm

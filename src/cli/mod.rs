@@ -20,6 +20,9 @@ pub mod worker;
 
 pub use common::Interrupted;
 
+pub mod crd;
+pub mod operator;
+
 /// Exit codes shared by every subcommand (documented in the README).
 pub mod exit {
     pub const OK: i32 = 0;
@@ -57,6 +60,8 @@ pub enum Command {
     Crd,
     /// Run a command for each job: payload on stdin, exit 0 acks (see --help).
     Worker(worker::WorkerArgs),
+    /// Run the Kubernetes operator: reap every JobQueue and publish its status.
+    Operator(operator::OperatorArgs),
     /// Add jobs to a queue: one payload, a file, or one payload per line of stdin.
     #[command(after_help = enqueue::EXAMPLES)]
     Enqueue(enqueue::EnqueueArgs),
@@ -166,7 +171,8 @@ pub fn error_line(err: &anyhow::Error) -> String {
 /// Run the command line.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Crd => anyhow::bail!("the crd subcommand is not available in this build"),
+        Command::Crd => crd::run(),
+        Command::Operator(args) => operator::run(args).await,
         Command::Worker(args) => worker::run(args).await,
         Command::Enqueue(args) => enqueue::run(args).await,
         Command::Stats(args) => stats::run(args).await,

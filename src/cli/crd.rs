@@ -1,0 +1,11 @@
+//! `jobqueue crd`: print the JobQueue CustomResourceDefinition.
+
+use std::io::Write;
+
+/// Print the CRD YAML to stdout (`jobqueue crd | kubectl apply -f -`).
+pub fn run() -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(crate::crd::crd_yaml().as_bytes())?;
+    out.flush()?;
+    Ok(())
+}

@@ -1,0 +1,249 @@
+//! The operator's Prometheus metrics (prometheus-client), served on `/metrics`.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::queue::{QueueStats, ReapOutcome};
+
+/// One JobQueue.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabels {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl QueueLabels {
+    pub fn new(namespace: &str, name: &str) -> QueueLabels {
+        QueueLabels {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+    }
+}
+
+/// One JobQueue and a failure category.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailureLabels {
+    pub namespace: String,
+    pub name: String,
+    pub error: String,
+}
+
+/// Every metric of the operator.
+pub struct Metrics {
+    pub pending: Family<QueueLabels, Gauge>,
+    pub processing: Family<QueueLabels, Gauge>,
+    pub expired: Family<QueueLabels, Gauge>,
+    pub delayed: Family<QueueLabels, Gauge>,
+    pub dead: Family<QueueLabels, Gauge>,
+    pub reaped: Family<QueueLabels, Counter>,
+    pub dead_lettered: Family<QueueLabels, Counter>,
+    pub reconcile_runs: Family<QueueLabels, Counter>,
+    pub reconcile_failures: Family<FailureLabels, Counter>,
+    pub reconcile_duration: Histogram,
+    /// Queues with series, so deleted queues can be forgotten.
+    known: Mutex<HashSet<QueueLabels>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            pending: Family::default(),
+            processing: Family::default(),
+            expired: Family::default(),
+            delayed: Family::default(),
+            dead: Family::default(),
+            reaped: Family::default(),
+            dead_lettered: Family::default(),
+            reconcile_runs: Family::default(),
+            reconcile_failures: Family::default(),
+            reconcile_duration: Histogram::new([
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+            ]),
+            known: Mutex::default(),
+        }
+    }
+}
+
+impl Metrics {
+    /// Register every metric under the `jobqueue_` prefix.
+    pub fn register(self, registry: &mut Registry) -> Self {
+        let r = registry.sub_registry_with_prefix("jobqueue");
+        r.register("pending", "Jobs ready to be claimed", self.pending.clone());
+        r.register(
+            "processing",
+            "Jobs leased to a worker",
+            self.processing.clone(),
+        );
+        r.register(
+            "expired",
+            "Leases past their visibility timeout, not yet reaped",
+            self.expired.clone(),
+        );
+        r.register(
+            "delayed",
+            "Jobs waiting for a retry backoff or a delay",
+            self.delayed.clone(),
+        );
+        r.register("dead", "Jobs in the dead-letter set", self.dead.clone());
+        r.register(
+            "reaped",
+            "Expired leases the operator put back to pending",
+            self.reaped.clone(),
+        );
+        r.register(
+            "dead_lettered",
+            "Expired leases the operator moved to the dead-letter set",
+            self.dead_lettered.clone(),
+        );
+        r.register(
+            "reconcile_runs",
+            "Reconciles started",
+            self.reconcile_runs.clone(),
+        );
+        r.register(
+            "reconcile_failures",
+            "Reconciles that failed, by error category",
+            self.reconcile_failures.clone(),
+        );
+        r.register(
+            "reconcile_duration_seconds",
+            "Time one reconcile took",
+            self.reconcile_duration.clone(),
+        );
+        self
+    }
+
+    /// Count a reconcile and time it until the guard drops.
+    pub fn reconcile_started(&self, queue: &QueueLabels) -> ReconcileTimer<'_> {
+        self.reconcile_runs.get_or_create(queue).inc();
+        ReconcileTimer {
+            start: Instant::now(),
+            histogram: &self.reconcile_duration,
+        }
+    }
+
+    pub fn reconcile_failed(&self, queue: &QueueLabels, error: &str) {
+        self.reconcile_failures
+            .get_or_create(&FailureLabels {
+                namespace: queue.namespace.clone(),
+                name: queue.name.clone(),
+                error: error.to_string(),
+            })
+            .inc();
+    }
+
+    /// Publish one reconcile's counts and reaper work.
+    pub fn observed(&self, queue: &QueueLabels, stats: &QueueStats, reaped: &ReapOutcome) {
+        let set = |family: &Family<QueueLabels, Gauge>, v: u64| {
+            family
+                .get_or_create(queue)
+                .set(i64::try_from(v).unwrap_or(i64::MAX));
+        };
+        set(&self.pending, stats.pending);
+        set(&self.processing, stats.processing);
+        set(&self.expired, stats.expired);
+        set(&self.delayed, stats.delayed);
+        set(&self.dead, stats.dead);
+        self.reaped.get_or_create(queue).inc_by(reaped.requeued);
+        self.dead_lettered
+            .get_or_create(queue)
+            .inc_by(reaped.dead_lettered);
+        self.known
+            .lock()
+            .expect("metrics lock")
+            .insert(queue.clone());
+    }
+
+    /// Drop the series of queues that no longer exist.
+    pub fn retain(&self, alive: &HashSet<QueueLabels>) {
+        let mut known = self.known.lock().expect("metrics lock");
+        let gone: Vec<QueueLabels> = known.difference(alive).cloned().collect();
+        for queue in gone {
+            for family in [
+                &self.pending,
+                &self.processing,
+                &self.expired,
+                &self.delayed,
+                &self.dead,
+            ] {
+                family.remove(&queue);
+            }
+            for family in [&self.reaped, &self.dead_lettered, &self.reconcile_runs] {
+                family.remove(&queue);
+            }
+            known.remove(&queue);
+        }
+    }
+}
+
+/// Observes the reconcile's duration when dropped.
+pub struct ReconcileTimer<'a> {
+    start: Instant,
+    histogram: &'a Histogram,
+}
+
+impl Drop for ReconcileTimer<'_> {
+    fn drop(&mut self) {
+        self.histogram.observe(self.start.elapsed().as_secs_f64());
+    }
+}
+
+/// The registry in the Prometheus text format.
+pub fn encode(registry: &Registry) -> String {
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, registry)
+        .expect("writing to a String cannot fail");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gauges_counters_and_failures_are_exported() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::default().register(&mut registry);
+        let q = QueueLabels::new("prod", "emails");
+        {
+            let _timer = metrics.reconcile_started(&q);
+        }
+        let stats = QueueStats {
+            pending: 7,
+            dead: 2,
+            ..QueueStats::default()
+        };
+        let reaped = ReapOutcome {
+            requeued: 3,
+            dead_lettered: 1,
+            more: false,
+        };
+        metrics.observed(&q, &stats, &reaped);
+        metrics.observed(&q, &stats, &reaped);
+        metrics.reconcile_failed(&q, "redis_unreachable");
+        let text = encode(&registry);
+        for line in [
+            r#"jobqueue_pending{namespace="prod",name="emails"} 7"#,
+            r#"jobqueue_dead{namespace="prod",name="emails"} 2"#,
+            r#"jobqueue_reaped_total{namespace="prod",name="emails"} 6"#,
+            r#"jobqueue_dead_lettered_total{namespace="prod",name="emails"} 2"#,
+            r#"jobqueue_reconcile_runs_total{namespace="prod",name="emails"} 1"#,
+            r#"jobqueue_reconcile_failures_total{namespace="prod",name="emails",error="redis_unreachable"} 1"#,
+            "jobqueue_reconcile_duration_seconds_count 1",
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+        metrics.retain(&HashSet::new());
+        let text = encode(&registry);
+        assert!(!text.contains(r#"jobqueue_pending{"#), "{text}");
+    }
+}

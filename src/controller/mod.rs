@@ -1,0 +1,209 @@
+//! The operator: a kube-runtime `Controller` over `JobQueue`.
+//!
+//! Each reconcile reads (the spec, its Secrets, then the queue in Redis), decides with
+//! pure functions ([`validate`], [`status`]) and writes (the status, only when it
+//! changed; Events when something needs a person). See [`reconcile`] for the pipeline
+//! and [`operator`] for the process around it: leader election, the HTTP endpoints and
+//! shutdown.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::Client;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use tracing::warn;
+
+use crate::crd::JobQueue;
+
+pub mod endpoints;
+pub mod http;
+pub mod metrics;
+pub mod operator;
+pub mod reconcile;
+pub mod status;
+pub mod telemetry;
+pub mod validate;
+
+pub use metrics::Metrics;
+pub use reconcile::reconcile;
+pub use status::Failure;
+
+/// The field manager of every write the operator makes (server-side apply).
+pub const FIELD_MANAGER: &str = "jobqueue-operator";
+/// The controller's name in Events.
+pub const CONTROLLER_NAME: &str = "jobqueue-operator";
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why a reconcile failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The queue could not be reached or used; the status says so.
+    #[error("{}: {}", .0.reason, .0.message)]
+    Unavailable(Failure),
+
+    /// The Kubernetes API refused or failed a call.
+    #[error("Kubernetes API: {0}")]
+    Kube(#[source] kube::Error),
+
+    /// A JobQueue without a namespace (the resource is namespaced, so never in practice).
+    #[error("JobQueue {0} has no namespace")]
+    NoNamespace(String),
+}
+
+impl Error {
+    /// A stable, low-cardinality label for metrics.
+    pub fn metric_label(&self) -> String {
+        match self {
+            Error::Unavailable(f) => snake_case(f.reason),
+            Error::Kube(_) => "kube_api".to_string(),
+            Error::NoNamespace(_) => "no_namespace".to_string(),
+        }
+    }
+}
+
+/// `RedisUnreachable` → `redis_unreachable`.
+pub fn snake_case(reason: &str) -> String {
+    let mut out = String::with_capacity(reason.len() + 4);
+    let mut prev_lower = false;
+    for c in reason.chars() {
+        if c.is_ascii_uppercase() {
+            if prev_lower {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+            prev_lower = false;
+        } else {
+            out.push(c);
+            prev_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
+        }
+    }
+    out
+}
+
+/// Tunables of the reconciler.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Reaper calls per reconcile at most (each handles up to `reaper.batchSize` leases).
+    pub reap_budget: usize,
+    /// How long connecting to a Redis may take.
+    pub connect_timeout: Duration,
+    /// How long one Redis command may take.
+    pub response_timeout: Duration,
+    /// The first retry delay after a failed reconcile; doubled per failure.
+    pub backoff_initial: Duration,
+    /// The longest retry delay after failed reconciles.
+    pub backoff_max: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            reap_budget: 10,
+            connect_timeout: Duration::from_secs(5),
+            response_timeout: Duration::from_secs(10),
+            backoff_initial: Duration::from_secs(5),
+            backoff_max: Duration::from_secs(300),
+        }
+    }
+}
+
+/// What every reconcile shares.
+pub struct Context {
+    pub client: Client,
+    pub metrics: Arc<Metrics>,
+    pub recorder: Recorder,
+    pub endpoints: endpoints::Endpoints,
+    pub settings: Settings,
+    /// Consecutive failures per queue, for the backoff.
+    failures: Mutex<HashMap<ObjectRef<JobQueue>, u32>>,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        metrics: Arc<Metrics>,
+        instance: Option<String>,
+        settings: Settings,
+    ) -> Context {
+        let reporter = Reporter {
+            controller: CONTROLLER_NAME.to_string(),
+            instance,
+        };
+        Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            metrics,
+            endpoints: endpoints::Endpoints::default(),
+            settings,
+            failures: Mutex::default(),
+        }
+    }
+
+    /// Forget a queue's failures after a good reconcile.
+    pub(crate) fn succeeded(&self, queue: &JobQueue) {
+        self.failures
+            .lock()
+            .expect("failures lock")
+            .remove(&ObjectRef::from(queue));
+    }
+
+    /// Count a failure; returns the delay before the next try (doubling, capped).
+    pub fn failed(&self, queue: &JobQueue) -> Duration {
+        let mut failures = self.failures.lock().expect("failures lock");
+        let n = failures.entry(ObjectRef::from(queue)).or_insert(0);
+        *n = n.saturating_add(1);
+        backoff_delay(*n, self.settings.backoff_initial, self.settings.backoff_max)
+    }
+}
+
+/// `initial × 2^(failures-1)`, capped at `max`.
+pub fn backoff_delay(failures: u32, initial: Duration, max: Duration) -> Duration {
+    let exp = failures.saturating_sub(1).min(20);
+    initial.saturating_mul(1 << exp).min(max)
+}
+
+/// After a failed reconcile: count it and retry with a growing delay. Only this queue
+/// waits; the others go on.
+pub fn error_policy(queue: Arc<JobQueue>, error: &Error, ctx: Arc<Context>) -> Action {
+    let labels = metrics::QueueLabels::new(
+        queue.metadata.namespace.as_deref().unwrap_or_default(),
+        queue.metadata.name.as_deref().unwrap_or_default(),
+    );
+    ctx.metrics.reconcile_failed(&labels, &error.metric_label());
+    let delay = ctx.failed(&queue);
+    warn!(
+        namespace = %labels.namespace,
+        name = %labels.name,
+        error = %error,
+        retry_in = ?delay,
+        "reconcile failed"
+    );
+    Action::requeue(delay)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_become_metric_labels() {
+        assert_eq!(snake_case("RedisUnreachable"), "redis_unreachable");
+        assert_eq!(snake_case("InvalidURL"), "invalid_url");
+        assert_eq!(snake_case("AuthFailed"), "auth_failed");
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        let s = Duration::from_secs;
+        let delays: Vec<Duration> = (1..=8).map(|n| backoff_delay(n, s(5), s(300))).collect();
+        assert_eq!(
+            delays,
+            vec![s(5), s(10), s(20), s(40), s(80), s(160), s(300), s(300)]
+        );
+        assert_eq!(backoff_delay(u32::MAX, s(5), s(300)), s(300));
+    }
+}

@@ -1,0 +1,306 @@
+//! The operator process: the Kubernetes client, leader election, the controller, the
+//! HTTP endpoints and a graceful shutdown.
+//!
+//! Two replicas can run: they compete for a coordination Lease and only the holder runs
+//! the controller, so only it writes. A standby is ready (it is doing its job: waiting);
+//! the leader is ready once its watch cache has synced. On SIGTERM the controller
+//! finishes the reconciles in flight, the Lease is released and the process exits.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use futures::StreamExt;
+use kube::api::{Api, ListParams};
+use kube::runtime::controller::{self, Controller};
+use kube::runtime::{WatchStreamExt, predicates, reflector, watcher};
+use kube::{Client, ResourceExt};
+use kube_lease_manager::LeaseManagerBuilder;
+use prometheus_client::registry::Registry;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use super::http::{self, HttpState};
+use super::metrics::QueueLabels;
+use super::{Context, Metrics, Settings, error_policy, reconcile};
+use crate::crd::JobQueue;
+
+/// The one line printed when no cluster can be found.
+pub const NO_CLUSTER: &str = "no Kubernetes cluster configured: found no kubeconfig \
+     (KUBECONFIG or ~/.kube/config) and no in-cluster service account";
+
+/// How the operator runs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Watch only this namespace; all namespaces when `None`.
+    pub namespace: Option<String>,
+    /// Where `/metrics`, `/healthz` and `/readyz` listen.
+    pub http_addr: SocketAddr,
+    /// Compete for a Lease so only one replica reconciles.
+    pub leader_election: bool,
+    pub lease_name: String,
+    /// The Lease's namespace; the client's default namespace when `None`.
+    pub lease_namespace: Option<String>,
+    /// This replica's identity in the Lease and in Events; the host name when `None`.
+    pub identity: Option<String>,
+    /// How long the Lease holds without renewal.
+    pub lease_duration: Duration,
+    /// How long before expiry the holder renews.
+    pub lease_renew_before: Duration,
+    /// Queues reconciled at once at most (0: no limit).
+    pub concurrency: u16,
+    pub settings: Settings,
+}
+
+/// Run until SIGTERM or SIGINT.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let kube_config = kube::Config::infer()
+        .await
+        .map_err(|_| anyhow::anyhow!(NO_CLUSTER))?;
+    let server = kube_config.cluster_url.to_string();
+    let client = Client::try_from(kube_config)
+        .map_err(|e| anyhow::anyhow!("cannot create the Kubernetes client: {e}"))?;
+
+    let api: Api<JobQueue> = match &config.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    if let Err(e) = api.list(&ListParams::default().limit(1)).await {
+        let hint = match &e {
+            kube::Error::Api(s) if s.code == 404 => {
+                " (is the CRD installed? `jobqueue crd | kubectl apply -f -`)"
+            }
+            _ => "",
+        };
+        anyhow::bail!("cannot list JobQueues at {server}: {e}{hint}");
+    }
+
+    let shutdown = CancellationToken::new();
+    tokio::spawn(cancel_on_signal(shutdown.clone()));
+
+    let mut registry = Registry::default();
+    let metrics = Arc::new(Metrics::default().register(&mut registry));
+    let ready = Arc::new(AtomicBool::new(false));
+    let http = http::serve(
+        config.http_addr,
+        HttpState {
+            registry: Arc::new(registry),
+            ready: ready.clone(),
+        },
+        shutdown.clone(),
+    )
+    .await?;
+    info!(addr = %config.http_addr, "serving /metrics, /healthz and /readyz");
+
+    let identity = config.identity.clone().unwrap_or_else(default_identity);
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        metrics,
+        Some(identity.clone()),
+        config.settings.clone(),
+    ));
+
+    let result = if config.leader_election {
+        lead_then_run(&config, client, identity, api, ctx, ready, shutdown.clone()).await
+    } else {
+        info!(namespace = ?config.namespace, "starting the controller (no leader election)");
+        run_controller(api, ctx, ready, shutdown.clone(), config.concurrency).await;
+        Ok(())
+    };
+    shutdown.cancel();
+    let _ = http.await;
+    info!("stopped");
+    result
+}
+
+/// Wait for the Lease, run the controller while holding it, stand by again when it is
+/// lost; release it on shutdown.
+async fn lead_then_run(
+    config: &Config,
+    client: Client,
+    identity: String,
+    api: Api<JobQueue>,
+    ctx: Arc<Context>,
+    ready: Arc<AtomicBool>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let lease_ns = config
+        .lease_namespace
+        .clone()
+        .unwrap_or_else(|| client.default_namespace().to_string());
+    let manager = LeaseManagerBuilder::new(client, &config.lease_name)
+        .with_namespace(&lease_ns)
+        .with_identity(&identity)
+        .with_duration(config.lease_duration.as_secs().max(2))
+        .with_grace(
+            config
+                .lease_renew_before
+                .as_secs()
+                .clamp(1, config.lease_duration.as_secs().max(2) - 1),
+        )
+        .build()
+        .await
+        .with_context(|| format!("cannot use the Lease {lease_ns}/{}", config.lease_name))?;
+    let (mut leader, task) = manager.watch().await;
+    info!(lease = %format!("{lease_ns}/{}", config.lease_name), identity = %identity, "waiting for leadership");
+    ready.store(true, Ordering::Release);
+
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            got = leader.wait_for(|is_leader| *is_leader) => {
+                if got.is_err() {
+                    error!("leader election stopped");
+                    break;
+                }
+            }
+        }
+        info!(identity = %identity, "became the leader: starting the controller");
+        ready.store(false, Ordering::Release);
+        let stop = shutdown.child_token();
+        let watch_loss = {
+            let mut leader = leader.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = leader.wait_for(|is_leader| !*is_leader) => stop.cancel(),
+                    _ = stop.cancelled() => {}
+                }
+            })
+        };
+        run_controller(
+            api.clone(),
+            ctx.clone(),
+            ready.clone(),
+            stop.clone(),
+            config.concurrency,
+        )
+        .await;
+        stop.cancel();
+        let _ = watch_loss.await;
+        if shutdown.is_cancelled() {
+            break;
+        }
+        warn!(identity = %identity, "lost the leadership: standing by");
+        ready.store(true, Ordering::Release);
+    }
+    // Closing the channel makes the manager release the Lease.
+    drop(leader);
+    match task.await {
+        Ok(Ok(_)) => info!("released the Lease"),
+        Ok(Err(e)) => warn!(error = %e, "could not release the Lease"),
+        Err(e) => warn!(error = %e, "the leader election task failed"),
+    }
+    Ok(())
+}
+
+/// The controller, until `stop`: a watch filtered by generation (status writes do not
+/// trigger it; the requeue after `reaper.interval` drives the work), reconciles, and the
+/// readiness flag once the cache has synced.
+pub async fn run_controller(
+    api: Api<JobQueue>,
+    ctx: Arc<Context>,
+    ready: Arc<AtomicBool>,
+    stop: CancellationToken,
+    concurrency: u16,
+) {
+    let (reader, writer) = reflector::store();
+    let synced = {
+        let reader = reader.clone();
+        move |event: &Result<watcher::Event<JobQueue>, watcher::Error>| {
+            // The initial list is in the cache (reflect ran first).
+            if let Ok(watcher::Event::InitDone) = event
+                && !ready.swap(true, Ordering::AcqRel)
+            {
+                info!(queues = reader.len(), "watch cache synced");
+            }
+        }
+    };
+    let stream = watcher(api, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .reflect(writer)
+        .inspect(synced)
+        .applied_objects()
+        .predicate_filter(predicates::generation, Default::default());
+    let sweep = {
+        let reader = reader.clone();
+        let metrics = ctx.metrics.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_secs(60));
+            loop {
+                every.tick().await;
+                let alive: HashSet<QueueLabels> = reader
+                    .state()
+                    .iter()
+                    .map(|q| QueueLabels::new(&q.namespace().unwrap_or_default(), &q.name_any()))
+                    .collect();
+                metrics.retain(&alive);
+            }
+        })
+    };
+
+    Controller::for_stream(stream, reader)
+        .with_config(controller::Config::default().concurrency(concurrency))
+        .graceful_shutdown_on(stop.cancelled_owned())
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok((queue, _)) => debug!(name = %queue.name, "reconciled"),
+                // Reconcile failures are logged by the error policy.
+                Err(controller::Error::ReconcilerFailed(..)) => {}
+                Err(e) => warn!(error = %e, "controller"),
+            }
+        })
+        .await;
+    sweep.abort();
+}
+
+async fn cancel_on_signal(shutdown: CancellationToken) {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(e) => {
+                    warn!(error = %e, "cannot watch SIGTERM");
+                    let _ = ctrl_c.await;
+                    shutdown.cancel();
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    info!("shutting down");
+    shutdown.cancel();
+}
+
+/// The pod's name (`POD_NAME`, `HOSTNAME`) or the host name, with a random suffix so two
+/// processes on one host differ.
+fn default_identity() -> String {
+    let host = std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+        })
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "jobqueue-operator".to_string());
+    if std::env::var("POD_NAME").is_ok() {
+        host
+    } else {
+        format!("{host}-{}", &crate::queue::new_token()[..8])
+    }
+}

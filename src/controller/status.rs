@@ -1,0 +1,609 @@
+//! Status and conditions, built by pure functions from what one reconcile observed.
+//!
+//! Every function takes the previous status and the time as arguments, so a condition's
+//! `lastTransitionTime` is kept unless its status really changed, and the same input
+//! always builds the same status: an idle queue's status does not change, and the
+//! controller then writes nothing.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+use crate::crd::JobQueueStatus;
+use crate::queue::{Histogram, QueueStats, ReapOutcome};
+
+/// Condition types.
+pub mod types {
+    /// The queue is configured, reaped and counted.
+    pub const READY: &str = "Ready";
+    /// The operator reached the queue's Redis (and it accepted the credentials).
+    pub const REDIS_AVAILABLE: &str = "RedisAvailable";
+    /// Acks arrive after their lease expired: jobs run longer than the visibility timeout.
+    pub const LEASE_TOO_SHORT: &str = "LeaseTooShort";
+}
+
+/// Condition reasons.
+pub mod reasons {
+    pub const QUEUE_HEALTHY: &str = "QueueHealthy";
+    pub const CONNECTED: &str = "Connected";
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    pub const SECRET_NOT_FOUND: &str = "SecretNotFound";
+    pub const SECRET_KEY_MISSING: &str = "SecretKeyMissing";
+    pub const SECRET_UNREADABLE: &str = "SecretUnreadable";
+    pub const REDIS_UNREACHABLE: &str = "RedisUnreachable";
+    pub const AUTH_FAILED: &str = "AuthFailed";
+    pub const INVALID_URL: &str = "InvalidURL";
+    pub const WRONG_TYPE: &str = "WrongType";
+    pub const REDIS_ERROR: &str = "RedisError";
+    pub const STALE_ACKS: &str = "StaleAcks";
+    pub const NO_STALE_ACKS: &str = "NoRecentStaleAcks";
+}
+
+/// How long `LeaseTooShort` stays true after the stale-ack count last grew.
+pub const STALE_ACK_WINDOW: Duration = Duration::from_secs(15 * 60);
+
+/// `True`, `False` or `Unknown`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    True,
+    False,
+    Unknown,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::True => "True",
+            Status::False => "False",
+            Status::Unknown => "Unknown",
+        }
+    }
+}
+
+/// Now, at the API's precision (whole seconds), so a time read back from the API
+/// server compares equal to the one written.
+pub fn now() -> Timestamp {
+    truncate(Timestamp::now())
+}
+
+/// A timestamp cut to whole seconds.
+pub fn truncate(t: Timestamp) -> Timestamp {
+    Timestamp::from_second(t.as_second()).unwrap_or(t)
+}
+
+/// A new condition.
+pub fn condition(
+    type_: &str,
+    status: Status,
+    reason: &str,
+    message: impl Into<String>,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Condition {
+    Condition {
+        type_: type_.to_string(),
+        status: status.as_str().to_string(),
+        reason: reason.to_string(),
+        message: message.into(),
+        observed_generation: generation,
+        last_transition_time: Time(now),
+    }
+}
+
+/// Put `new` into `conditions`, replacing the one of its type. Its
+/// `lastTransitionTime` is the previous one's unless the status changed.
+pub fn set_condition(conditions: &mut Vec<Condition>, mut new: Condition) {
+    match conditions.iter_mut().find(|c| c.type_ == new.type_) {
+        Some(old) => {
+            if old.status == new.status {
+                new.last_transition_time = old.last_transition_time.clone();
+            }
+            *old = new;
+        }
+        None => conditions.push(new),
+    }
+}
+
+/// A duration for people and status: `850µs`, `12ms`, `1.5s`, `2m5s`.
+pub fn format_duration(d: Duration) -> String {
+    let micros = d.as_micros();
+    if micros < 1_000 {
+        return format!("{micros}µs");
+    }
+    let ms = d.as_millis();
+    if ms < 1_000 {
+        return format!("{ms}ms");
+    }
+    if ms < 60_000 {
+        // Two decimals, truncated, trailing zeros dropped.
+        let text = format!("{}.{:02}", ms / 1000, (ms % 1000) / 10);
+        let text = text.trim_end_matches('0').trim_end_matches('.');
+        return format!("{text}s");
+    }
+    let secs = d.as_secs();
+    let (h, m, s) = (secs / 3600, (secs % 3600) / 60, secs % 60);
+    match (h, s) {
+        (0, 0) => format!("{m}m"),
+        (0, _) => format!("{m}m{s}s"),
+        _ => format!("{h}h{m}m{s}s"),
+    }
+}
+
+/// p50 and p99 of the processing-time histogram, formatted; `None` before any ack.
+pub fn quantiles(h: &Histogram) -> (Option<String>, Option<String>) {
+    (
+        h.quantile(0.5).map(format_duration),
+        h.quantile(0.99).map(format_duration),
+    )
+}
+
+/// What one successful reconcile saw.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Observation {
+    /// The redacted endpoint, e.g. `redis://redis:6379`.
+    pub endpoint: String,
+    pub cluster: bool,
+    /// The queue's name, `jq:{emails}`.
+    pub queue: String,
+    /// What this reconcile's reaper calls did.
+    pub reaped: ReapOutcome,
+    /// The counts after reaping.
+    pub stats: QueueStats,
+    /// The queue's visibility timeout, for the stale-ack message.
+    pub visibility_timeout: Duration,
+}
+
+/// Whether `status` holds counts a reconcile observed (a status written only by failed
+/// reconciles holds zeros, which are no baseline for "the count grew").
+pub fn has_counts(status: &JobQueueStatus) -> bool {
+    // Only a successful reconcile sets this condition.
+    status.condition(types::LEASE_TOO_SHORT).is_some()
+}
+
+/// The status after a successful reconcile.
+pub fn observed(
+    prev: Option<&JobQueueStatus>,
+    generation: Option<i64>,
+    obs: &Observation,
+    now: Timestamp,
+) -> JobQueueStatus {
+    let mut status = prev.cloned().unwrap_or_default();
+    let stats = &obs.stats;
+    let stale_grew = prev.is_some_and(|p| has_counts(p) && stats.stale > p.stale_acks);
+
+    status.observed_generation = generation;
+    status.pending = stats.pending;
+    status.processing = stats.processing;
+    status.expired = stats.expired;
+    status.delayed = stats.delayed;
+    status.dead = stats.dead;
+    status.reaped = stats.reaped;
+    status.dead_lettered = stats.dead_lettered;
+    status.stale_acks = stats.stale;
+    (status.p50, status.p99) = quantiles(&stats.histogram);
+    if obs.reaped.requeued + obs.reaped.dead_lettered > 0 {
+        status.last_reap_time = Some(Time(now));
+    }
+    if stale_grew {
+        status.last_stale_ack_time = Some(Time(now));
+    }
+
+    let kind = if obs.cluster {
+        "Redis Cluster"
+    } else {
+        "Redis"
+    };
+    set_condition(
+        &mut status.conditions,
+        condition(
+            types::REDIS_AVAILABLE,
+            Status::True,
+            reasons::CONNECTED,
+            format!("connected to {kind} at {}", obs.endpoint),
+            generation,
+            now,
+        ),
+    );
+    set_condition(
+        &mut status.conditions,
+        condition(
+            types::READY,
+            Status::True,
+            reasons::QUEUE_HEALTHY,
+            format!("queue {} is configured, reaped and counted", obs.queue),
+            generation,
+            now,
+        ),
+    );
+    let lease = lease_condition(&status, obs.visibility_timeout, generation, now);
+    set_condition(&mut status.conditions, lease);
+    status
+}
+
+/// `LeaseTooShort`: true while the stale-ack count grew within [`STALE_ACK_WINDOW`].
+fn lease_condition(
+    status: &JobQueueStatus,
+    visibility_timeout: Duration,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Condition {
+    let window = SignedDuration::try_from(STALE_ACK_WINDOW).unwrap_or(SignedDuration::MAX);
+    let recent = status
+        .last_stale_ack_time
+        .as_ref()
+        .is_some_and(|t| now.duration_since(t.0) < window);
+    if recent {
+        let p99 = status
+            .p99
+            .as_deref()
+            .map(|p| format!("; p99 processing time is {p}"))
+            .unwrap_or_default();
+        condition(
+            types::LEASE_TOO_SHORT,
+            Status::True,
+            reasons::STALE_ACKS,
+            format!(
+                "{} acks so far arrived after their lease had expired: jobs run longer than \
+                 visibilityTimeout ({}){p99}. Raise visibilityTimeout or extend leases while \
+                 working",
+                status.stale_acks,
+                format_duration(visibility_timeout),
+            ),
+            generation,
+            now,
+        )
+    } else {
+        condition(
+            types::LEASE_TOO_SHORT,
+            Status::False,
+            reasons::NO_STALE_ACKS,
+            format!(
+                "no ack arrived after its lease expired in the last {}",
+                format_duration(STALE_ACK_WINDOW)
+            ),
+            generation,
+            now,
+        )
+    }
+}
+
+/// Why a reconcile could not observe the queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// The condition reason, e.g. `RedisUnreachable`.
+    pub reason: &'static str,
+    /// What went wrong, with no secret in it.
+    pub message: String,
+    /// Whether Redis itself was reached (a wrong-typed key is found on a live Redis).
+    pub redis_reached: bool,
+}
+
+/// The status after a failed reconcile: the counts of the last good one are kept, the
+/// conditions say what is wrong.
+pub fn failed(
+    prev: Option<&JobQueueStatus>,
+    generation: Option<i64>,
+    failure: &Failure,
+    now: Timestamp,
+) -> JobQueueStatus {
+    let mut status = prev.cloned().unwrap_or_default();
+    status.observed_generation = generation;
+    let redis = if failure.redis_reached {
+        let kept = status
+            .condition(types::REDIS_AVAILABLE)
+            .filter(|c| c.status == Status::True.as_str())
+            .cloned();
+        kept.map(|mut c| {
+            c.observed_generation = generation;
+            c
+        })
+        .unwrap_or_else(|| {
+            condition(
+                types::REDIS_AVAILABLE,
+                Status::True,
+                reasons::CONNECTED,
+                "connected",
+                generation,
+                now,
+            )
+        })
+    } else {
+        condition(
+            types::REDIS_AVAILABLE,
+            Status::False,
+            failure.reason,
+            failure.message.clone(),
+            generation,
+            now,
+        )
+    };
+    set_condition(&mut status.conditions, redis);
+    set_condition(
+        &mut status.conditions,
+        condition(
+            types::READY,
+            Status::False,
+            failure.reason,
+            failure.message.clone(),
+            generation,
+            now,
+        ),
+    );
+    status
+}
+
+/// The status for a spec the controller cannot act on.
+pub fn invalid_spec(
+    prev: Option<&JobQueueStatus>,
+    generation: Option<i64>,
+    message: &str,
+    now: Timestamp,
+) -> JobQueueStatus {
+    let mut status = prev.cloned().unwrap_or_default();
+    status.observed_generation = generation;
+    set_condition(
+        &mut status.conditions,
+        condition(
+            types::READY,
+            Status::False,
+            reasons::INVALID_SPEC,
+            format!("the spec is invalid: {message}"),
+            generation,
+            now,
+        ),
+    );
+    set_condition(
+        &mut status.conditions,
+        condition(
+            types::REDIS_AVAILABLE,
+            Status::Unknown,
+            reasons::INVALID_SPEC,
+            "not checked while the spec is invalid",
+            generation,
+            now,
+        ),
+    );
+    status
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + secs).unwrap()
+    }
+
+    fn obs(pending: u64, stale: u64) -> Observation {
+        Observation {
+            endpoint: "redis://redis:6379".into(),
+            cluster: false,
+            queue: "jq:{emails}".into(),
+            reaped: ReapOutcome::default(),
+            stats: QueueStats {
+                pending,
+                stale,
+                ..QueueStats::default()
+            },
+            visibility_timeout: Duration::from_secs(30),
+        }
+    }
+
+    fn cond<'a>(s: &'a JobQueueStatus, type_: &str) -> &'a Condition {
+        s.condition(type_).unwrap_or_else(|| panic!("no {type_}"))
+    }
+
+    #[test]
+    fn a_first_observation_is_ready_with_counts() {
+        let mut o = obs(7, 0);
+        o.stats.processing = 2;
+        o.stats.expired = 1;
+        o.stats.delayed = 3;
+        o.stats.dead = 4;
+        o.stats.reaped = 11;
+        o.stats.dead_lettered = 5;
+        o.stats.histogram = Histogram {
+            buckets: [(3, 100)].into_iter().collect(),
+        };
+        let s = observed(None, Some(3), &o, t(0));
+        assert_eq!(
+            (s.pending, s.processing, s.expired, s.delayed, s.dead),
+            (7, 2, 1, 3, 4)
+        );
+        assert_eq!((s.reaped, s.dead_lettered, s.stale_acks), (11, 5, 0));
+        assert_eq!(s.observed_generation, Some(3));
+        assert_eq!(s.p50.as_deref(), Some("12ms"));
+        assert_eq!(s.p99.as_deref(), Some("15ms"));
+        let ready = cond(&s, types::READY);
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("True", "QueueHealthy")
+        );
+        assert_eq!(ready.observed_generation, Some(3));
+        let redis = cond(&s, types::REDIS_AVAILABLE);
+        assert_eq!(redis.message, "connected to Redis at redis://redis:6379");
+        assert_eq!(cond(&s, types::LEASE_TOO_SHORT).status, "False");
+        assert_eq!(s.last_reap_time, None, "nothing was reaped");
+    }
+
+    #[test]
+    fn an_idle_queue_builds_the_same_status() {
+        let first = observed(None, Some(1), &obs(0, 0), t(0));
+        let again = observed(Some(&first), Some(1), &obs(0, 0), t(600));
+        assert_eq!(first, again, "nothing changed, so nothing to write");
+    }
+
+    #[test]
+    fn transition_time_is_kept_unless_the_status_changes() {
+        let ok = observed(None, Some(1), &obs(0, 0), t(0));
+        let still = observed(Some(&ok), Some(1), &obs(5, 0), t(100));
+        assert_eq!(cond(&still, types::READY).last_transition_time, Time(t(0)));
+        let down = Failure {
+            reason: reasons::REDIS_UNREACHABLE,
+            message: "cannot connect to Redis at redis://redis:6379".into(),
+            redis_reached: false,
+        };
+        let failed1 = failed(Some(&still), Some(1), &down, t(200));
+        let ready = cond(&failed1, types::READY);
+        assert_eq!(
+            (
+                ready.status.as_str(),
+                ready.reason.as_str(),
+                &ready.last_transition_time
+            ),
+            ("False", "RedisUnreachable", &Time(t(200)))
+        );
+        assert_eq!(failed1.pending, 5, "the last counts are kept");
+        // Failing again later with another reason: still False, the time is kept.
+        let auth = Failure {
+            reason: reasons::AUTH_FAILED,
+            message: "refused".into(),
+            redis_reached: false,
+        };
+        let failed2 = failed(Some(&failed1), Some(1), &auth, t(300));
+        let ready = cond(&failed2, types::READY);
+        assert_eq!(ready.reason, "AuthFailed");
+        assert_eq!(ready.last_transition_time, Time(t(200)));
+        let back = observed(Some(&failed2), Some(1), &obs(5, 0), t(400));
+        assert_eq!(cond(&back, types::READY).last_transition_time, Time(t(400)));
+        assert_eq!(
+            cond(&back, types::REDIS_AVAILABLE).last_transition_time,
+            Time(t(400))
+        );
+    }
+
+    #[test]
+    fn a_wrong_type_keeps_redis_available() {
+        let ok = observed(None, Some(1), &obs(0, 0), t(0));
+        let wrong = Failure {
+            reason: reasons::WRONG_TYPE,
+            message: "key jq:{emails}:pending holds a hash, expected a list".into(),
+            redis_reached: true,
+        };
+        let s = failed(Some(&ok), Some(2), &wrong, t(50));
+        let redis = cond(&s, types::REDIS_AVAILABLE);
+        assert_eq!(redis.status, "True");
+        assert_eq!(redis.last_transition_time, Time(t(0)));
+        assert_eq!(redis.observed_generation, Some(2));
+        let ready = cond(&s, types::READY);
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "WrongType")
+        );
+        assert!(ready.message.contains("jq:{emails}:pending"));
+    }
+
+    #[test]
+    fn an_invalid_spec_is_not_ready_and_redis_is_unknown() {
+        let s = invalid_spec(
+            None,
+            Some(4),
+            "spec.reaper.interval: \"0s\" must be above zero",
+            t(0),
+        );
+        let ready = cond(&s, types::READY);
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "InvalidSpec")
+        );
+        assert!(ready.message.contains("spec.reaper.interval"));
+        assert_eq!(cond(&s, types::REDIS_AVAILABLE).status, "Unknown");
+        assert_eq!(s.observed_generation, Some(4));
+    }
+
+    #[test]
+    fn stale_acks_raise_a_warning_for_a_while() {
+        let first = observed(None, Some(1), &obs(0, 3), t(0));
+        assert_eq!(
+            cond(&first, types::LEASE_TOO_SHORT).status,
+            "False",
+            "stale acks from before the operator saw the queue are history"
+        );
+        let grew = observed(Some(&first), Some(1), &obs(0, 5), t(10));
+        let c = cond(&grew, types::LEASE_TOO_SHORT);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", "StaleAcks")
+        );
+        assert!(
+            c.message.contains("visibilityTimeout (30s)"),
+            "{}",
+            c.message
+        );
+        assert_eq!(grew.last_stale_ack_time, Some(Time(t(10))));
+        // No growth: still true inside the window, unchanged status.
+        let quiet = observed(Some(&grew), Some(1), &obs(0, 5), t(10 + 60));
+        assert_eq!(quiet, grew);
+        // Past the window: false again.
+        let later = observed(Some(&quiet), Some(1), &obs(0, 5), t(10 + 15 * 60));
+        let c = cond(&later, types::LEASE_TOO_SHORT);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "NoRecentStaleAcks")
+        );
+        assert_eq!(c.last_transition_time, Time(t(10 + 15 * 60)));
+    }
+
+    #[test]
+    fn counts_written_by_failures_are_no_baseline() {
+        let down = Failure {
+            reason: reasons::REDIS_UNREACHABLE,
+            message: "down".into(),
+            redis_reached: false,
+        };
+        let failed_first = failed(None, Some(1), &down, t(0));
+        assert!(!has_counts(&failed_first));
+        let s = observed(Some(&failed_first), Some(1), &obs(0, 9), t(10));
+        assert_eq!(cond(&s, types::LEASE_TOO_SHORT).status, "False");
+        assert_eq!(s.last_stale_ack_time, None);
+        assert!(has_counts(&s));
+    }
+
+    #[test]
+    fn reaping_sets_the_reap_time() {
+        let mut o = obs(1, 0);
+        o.reaped = ReapOutcome {
+            requeued: 1,
+            dead_lettered: 0,
+            more: false,
+        };
+        let s = observed(None, Some(1), &o, t(5));
+        assert_eq!(s.last_reap_time, Some(Time(t(5))));
+        let idle = observed(Some(&s), Some(1), &obs(1, 0), t(50));
+        assert_eq!(idle.last_reap_time, Some(Time(t(5))), "kept while idle");
+    }
+
+    #[test]
+    fn durations_read_well() {
+        assert_eq!(format_duration(Duration::from_micros(850)), "850µs");
+        assert_eq!(format_duration(Duration::from_millis(12)), "12ms");
+        assert_eq!(format_duration(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(format_duration(Duration::from_secs(2)), "2s");
+        assert_eq!(format_duration(Duration::from_secs(125)), "2m5s");
+        assert_eq!(format_duration(Duration::from_secs(900)), "15m");
+        assert_eq!(format_duration(Duration::from_secs(3725)), "1h2m5s");
+    }
+
+    #[test]
+    fn quantiles_come_from_the_histogram() {
+        assert_eq!(quantiles(&Histogram::default()), (None, None));
+        // 99 acks in [4, 8) ms, one in [1024, 2048) ms.
+        let h = Histogram {
+            buckets: [(2, 99), (10, 1)].into_iter().collect(),
+        };
+        let (p50, p99) = quantiles(&h);
+        assert_eq!(p50.as_deref(), Some("6ms"));
+        assert_eq!(p99.as_deref(), Some("8ms"));
+        let h = Histogram {
+            buckets: [(2, 90), (10, 10)].into_iter().collect(),
+        };
+        assert_eq!(quantiles(&h).1.as_deref(), Some("1.94s"));
+    }
+
+    #[test]
+    fn truncation_drops_sub_seconds() {
+        let t = Timestamp::from_millisecond(1_700_000_000_123).unwrap();
+        assert_eq!(truncate(t).as_millisecond(), 1_700_000_000_000);
+    }
+}

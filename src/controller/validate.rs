@@ -1,0 +1,432 @@
+//! Spec → plan: everything the reconciler needs from a `JobQueue` spec, checked.
+//!
+//! The CRD's schema and CEL rules refuse most bad specs at the API server; this is the
+//! same check on the controller's side, for what slips past (an older API server, a CRD
+//! installed without its rules, an edit made before the rules existed). It is pure: a
+//! spec in, a plan or the first problem (naming its field) out.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::crd::{JobQueueSpec, SecretKeySelector};
+use crate::queue::{MAX_BATCH, QueueSettings};
+
+/// A spec the controller cannot act on, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct InvalidSpec {
+    /// The field's path, e.g. `spec.visibilityTimeout`.
+    pub field: &'static str,
+    pub reason: String,
+}
+
+/// Where the Redis URL comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UrlSource {
+    Inline(String),
+    Secret(SecretKeySelector),
+}
+
+/// How to reach the queue's Redis, before Secrets are read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointPlan {
+    pub url: UrlSource,
+    pub password: Option<SecretKeySelector>,
+    pub cluster: bool,
+    /// Force `rediss://`.
+    pub tls: bool,
+    pub ca: Option<SecretKeySelector>,
+}
+
+impl EndpointPlan {
+    /// The Secrets to read, each once, in a stable order.
+    pub fn secret_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = Vec::new();
+        let refs = [
+            match &self.url {
+                UrlSource::Secret(s) => Some(s),
+                UrlSource::Inline(_) => None,
+            },
+            self.password.as_ref(),
+            self.ca.as_ref(),
+        ];
+        for r in refs.into_iter().flatten() {
+            if !names.contains(&r.name.as_str()) {
+                names.push(&r.name);
+            }
+        }
+        names
+    }
+}
+
+/// A checked spec.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueuePlan {
+    pub endpoint: EndpointPlan,
+    pub prefix: String,
+    pub tag: String,
+    /// What goes into the queue's `meta` hash.
+    pub settings: QueueSettings,
+    /// Time between reconciles.
+    pub interval: Duration,
+    /// Expired leases per reaper call.
+    pub batch: usize,
+}
+
+fn invalid(field: &'static str, reason: impl Into<String>) -> InvalidSpec {
+    InvalidSpec {
+        field,
+        reason: reason.into(),
+    }
+}
+
+/// Parse a Go duration (`60s`, `1m30s`, `500ms`); `positive` refuses zero.
+pub fn parse_duration(
+    field: &'static str,
+    text: &str,
+    positive: bool,
+) -> Result<Duration, InvalidSpec> {
+    let parsed = kube::core::Duration::from_str(text.trim()).map_err(|e| {
+        invalid(
+            field,
+            format!("{text:?} is not a duration ({e}); write e.g. 60s, 1m30s or 500ms"),
+        )
+    })?;
+    if parsed.is_negative() {
+        return Err(invalid(field, format!("{text:?} is negative")));
+    }
+    let d: Duration = parsed.into();
+    if positive && d.is_zero() {
+        return Err(invalid(field, format!("{text:?} must be above zero")));
+    }
+    Ok(d)
+}
+
+fn check_tag(field: &'static str, text: &str, what: &str) -> Result<(), InvalidSpec> {
+    if text.is_empty() {
+        return Err(invalid(field, format!("the {what} must not be empty")));
+    }
+    if text.contains(['{', '}']) {
+        return Err(invalid(
+            field,
+            format!("{text:?} must not contain braces (write `emails`, not `{{emails}}`)"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_secret_ref(field: &'static str, r: &SecretKeySelector) -> Result<(), InvalidSpec> {
+    if r.name.is_empty() || r.key.is_empty() {
+        return Err(invalid(field, "both name and key must be set"));
+    }
+    Ok(())
+}
+
+/// Check a spec and turn it into a plan.
+pub fn plan(spec: &JobQueueSpec) -> Result<QueuePlan, InvalidSpec> {
+    let redis = &spec.redis;
+    let url = match (&redis.url, &redis.url_secret_ref) {
+        (Some(_), Some(_)) | (None, None) => {
+            return Err(invalid(
+                "spec.redis",
+                "exactly one of url and urlSecretRef must be set",
+            ));
+        }
+        (Some(url), None) => {
+            let url = url.trim();
+            let schemes_ok = url
+                .split(',')
+                .map(str::trim)
+                .all(|u| u.starts_with("redis://") || u.starts_with("rediss://"));
+            if url.is_empty() || !schemes_ok {
+                return Err(invalid(
+                    "spec.redis.url",
+                    "must start with redis:// or rediss:// (TLS)",
+                ));
+            }
+            UrlSource::Inline(url.to_string())
+        }
+        (None, Some(secret)) => {
+            check_secret_ref("spec.redis.urlSecretRef", secret)?;
+            UrlSource::Secret(secret.clone())
+        }
+    };
+    if let Some(p) = &redis.password_secret_ref {
+        check_secret_ref("spec.redis.passwordSecretRef", p)?;
+    }
+    let ca = redis.tls.as_ref().and_then(|t| t.ca_secret_ref.clone());
+    if let Some(ca) = &ca {
+        check_secret_ref("spec.redis.tls.caSecretRef", ca)?;
+    }
+
+    check_tag("spec.hashTag", &spec.hash_tag, "hash tag")?;
+    check_tag("spec.keyPrefix", &spec.key_prefix, "key prefix")?;
+
+    let visibility_timeout =
+        parse_duration("spec.visibilityTimeout", &spec.visibility_timeout, true)?;
+    if spec.max_attempts < 1 {
+        return Err(invalid("spec.maxAttempts", "must be at least 1"));
+    }
+    let backoff_initial = parse_duration("spec.retry.initial", &spec.retry.initial, true)?;
+    let backoff_max = parse_duration("spec.retry.max", &spec.retry.max, true)?;
+    if backoff_max < backoff_initial {
+        return Err(invalid(
+            "spec.retry.max",
+            format!(
+                "{} is below retry.initial ({})",
+                spec.retry.max, spec.retry.initial
+            ),
+        ));
+    }
+    let multiplier = spec.retry.multiplier;
+    if !multiplier.is_finite() || multiplier < 1.0 {
+        return Err(invalid(
+            "spec.retry.multiplier",
+            format!("{multiplier} must be a number of at least 1"),
+        ));
+    }
+    let completed_retention =
+        parse_duration("spec.completedRetention", &spec.completed_retention, false)?;
+    let dead_retention = parse_duration(
+        "spec.deadLetter.retention",
+        &spec.dead_letter.retention,
+        false,
+    )?;
+    let interval = parse_duration("spec.reaper.interval", &spec.reaper.interval, true)?;
+    let batch = spec.reaper.batch_size as usize;
+    if !(1..=MAX_BATCH).contains(&batch) {
+        return Err(invalid(
+            "spec.reaper.batchSize",
+            format!("{batch} is not between 1 and {MAX_BATCH}"),
+        ));
+    }
+    if let Some(workers) = &spec.workers {
+        if workers.min_replicas < 0 {
+            return Err(invalid("spec.workers.minReplicas", "must not be negative"));
+        }
+        if workers.max_replicas < 1 {
+            return Err(invalid("spec.workers.maxReplicas", "must be at least 1"));
+        }
+        if workers.min_replicas > workers.max_replicas {
+            return Err(invalid(
+                "spec.workers.minReplicas",
+                format!(
+                    "{} exceeds maxReplicas ({})",
+                    workers.min_replicas, workers.max_replicas
+                ),
+            ));
+        }
+        if workers.target_backlog_per_replica < 1 {
+            return Err(invalid(
+                "spec.workers.targetBacklogPerReplica",
+                "must be at least 1",
+            ));
+        }
+        parse_duration(
+            "spec.workers.scaleDownStabilization",
+            &workers.scale_down_stabilization,
+            false,
+        )?;
+        if workers.scale_target_ref.name.is_empty() {
+            return Err(invalid(
+                "spec.workers.scaleTargetRef.name",
+                "must not be empty",
+            ));
+        }
+    }
+
+    let settings = QueueSettings {
+        visibility_timeout,
+        max_attempts: spec.max_attempts,
+        backoff_initial,
+        backoff_max,
+        backoff_multiplier: multiplier,
+        completed_retention,
+        dead_retention,
+        dead_max_len: spec.dead_letter.max_length,
+    };
+    // The client's own check, so the plan never holds settings `configure` would refuse.
+    settings
+        .validate()
+        .map_err(|e| invalid("spec", e.to_string()))?;
+
+    Ok(QueuePlan {
+        endpoint: EndpointPlan {
+            url,
+            password: redis.password_secret_ref.clone(),
+            cluster: redis.cluster,
+            tls: redis.tls.is_some(),
+            ca,
+        },
+        prefix: spec.key_prefix.clone(),
+        tag: spec.hash_tag.clone(),
+        settings,
+        interval,
+        batch,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{ScaleTargetRef, TlsSpec, WorkersSpec};
+
+    fn spec() -> JobQueueSpec {
+        JobQueueSpec::new("redis://redis:6379", "emails")
+    }
+
+    fn field_of(spec: &JobQueueSpec) -> &'static str {
+        plan(spec).expect_err("the spec is invalid").field
+    }
+
+    #[test]
+    fn defaults_give_the_scripts_defaults() {
+        let plan = plan(&spec()).unwrap();
+        assert_eq!(plan.settings, QueueSettings::default());
+        assert_eq!(plan.interval, Duration::from_secs(10));
+        assert_eq!(plan.batch, 100);
+        assert_eq!(plan.prefix, "jq");
+        assert_eq!(
+            plan.endpoint.url,
+            UrlSource::Inline("redis://redis:6379".into())
+        );
+        assert!(!plan.endpoint.tls);
+    }
+
+    #[test]
+    fn durations_are_go_durations() {
+        let mut s = spec();
+        s.visibility_timeout = "1m30s".into();
+        s.completed_retention = "500ms".into();
+        let plan = plan(&s).unwrap();
+        assert_eq!(plan.settings.visibility_timeout, Duration::from_secs(90));
+        assert_eq!(
+            plan.settings.completed_retention,
+            Duration::from_millis(500)
+        );
+    }
+
+    #[test]
+    fn each_bad_field_is_named() {
+        type Edit = Box<dyn Fn(&mut JobQueueSpec)>;
+        let cases: Vec<(&str, Edit)> = vec![
+            (
+                "spec.visibilityTimeout",
+                Box::new(|s| s.visibility_timeout = "0s".into()),
+            ),
+            (
+                "spec.visibilityTimeout",
+                Box::new(|s| s.visibility_timeout = "soon".into()),
+            ),
+            (
+                "spec.visibilityTimeout",
+                Box::new(|s| s.visibility_timeout = "-5s".into()),
+            ),
+            (
+                "spec.completedRetention",
+                Box::new(|s| s.completed_retention = "-1s".into()),
+            ),
+            ("spec.hashTag", Box::new(|s| s.hash_tag = "".into())),
+            ("spec.hashTag", Box::new(|s| s.hash_tag = "{emails}".into())),
+            ("spec.keyPrefix", Box::new(|s| s.key_prefix = "a}".into())),
+            ("spec.maxAttempts", Box::new(|s| s.max_attempts = 0)),
+            ("spec.retry.max", Box::new(|s| s.retry.max = "100ms".into())),
+            (
+                "spec.retry.multiplier",
+                Box::new(|s| s.retry.multiplier = 0.5),
+            ),
+            (
+                "spec.retry.multiplier",
+                Box::new(|s| s.retry.multiplier = f64::NAN),
+            ),
+            (
+                "spec.reaper.interval",
+                Box::new(|s| s.reaper.interval = "0s".into()),
+            ),
+            (
+                "spec.reaper.batchSize",
+                Box::new(|s| s.reaper.batch_size = 0),
+            ),
+            (
+                "spec.reaper.batchSize",
+                Box::new(|s| s.reaper.batch_size = 1001),
+            ),
+            (
+                "spec.redis",
+                Box::new(|s| {
+                    s.redis.url_secret_ref = Some(SecretKeySelector {
+                        name: "r".into(),
+                        key: "url".into(),
+                    })
+                }),
+            ),
+            ("spec.redis", Box::new(|s| s.redis.url = None)),
+            (
+                "spec.redis.url",
+                Box::new(|s| s.redis.url = Some("http://redis".into())),
+            ),
+            (
+                "spec.redis.passwordSecretRef",
+                Box::new(|s| {
+                    s.redis.password_secret_ref = Some(SecretKeySelector {
+                        name: "r".into(),
+                        key: "".into(),
+                    })
+                }),
+            ),
+            (
+                "spec.workers.minReplicas",
+                Box::new(|s| {
+                    s.workers = Some(WorkersSpec {
+                        scale_target_ref: ScaleTargetRef {
+                            api_version: "apps/v1".into(),
+                            kind: "Deployment".into(),
+                            name: "w".into(),
+                        },
+                        min_replicas: 5,
+                        max_replicas: 2,
+                        target_backlog_per_replica: 10,
+                        activation_backlog: 0,
+                        scale_down_stabilization: "300s".into(),
+                        max_scale_up_step: 4,
+                    })
+                }),
+            ),
+        ];
+        for (field, break_it) in cases {
+            let mut s = spec();
+            break_it(&mut s);
+            assert_eq!(field_of(&s), field, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn messages_say_what_is_wrong() {
+        let mut s = spec();
+        s.visibility_timeout = "soon".into();
+        let err = plan(&s).unwrap_err().to_string();
+        assert!(err.starts_with("spec.visibilityTimeout: \"soon\""), "{err}");
+        assert!(err.contains("60s"), "{err}");
+    }
+
+    #[test]
+    fn secrets_are_listed_once() {
+        let mut s = spec();
+        s.redis.url = None;
+        let r = |key: &str| SecretKeySelector {
+            name: "redis".into(),
+            key: key.into(),
+        };
+        s.redis.url_secret_ref = Some(r("url"));
+        s.redis.password_secret_ref = Some(r("password"));
+        s.redis.tls = Some(TlsSpec {
+            ca_secret_ref: Some(SecretKeySelector {
+                name: "ca".into(),
+                key: "ca.crt".into(),
+            }),
+        });
+        let plan = plan(&s).unwrap();
+        assert_eq!(plan.endpoint.secret_names(), vec!["redis", "ca"]);
+        assert!(plan.endpoint.tls);
+    }
+}

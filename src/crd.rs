@@ -1,0 +1,473 @@
+//! The `JobQueue` custom resource (`jobqueue.dev/v1alpha1`).
+//!
+//! The schema carries defaults and CEL rules (`x-kubernetes-validations`) so the API
+//! server refuses what it can; what slips past (an old API server, a CRD installed
+//! without its rules) is caught again by the controller's own validation and reported
+//! as `Ready=False, reason InvalidSpec`.
+//!
+//! Durations are Go-style strings (`60s`, `1m30s`, `500ms`) as everywhere in Kubernetes.
+//! They are kept as strings in the types so one malformed value never stops the whole
+//! object from being read: the controller parses them and names the bad field.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// The API group.
+pub const GROUP: &str = "jobqueue.dev";
+/// The API version.
+pub const VERSION: &str = "v1alpha1";
+/// `group/version`, as in `apiVersion`.
+pub const API_VERSION: &str = "jobqueue.dev/v1alpha1";
+
+const POSITIVE: &str = "duration(self) > duration('0s')";
+const NON_NEGATIVE: &str = "duration(self) >= duration('0s')";
+
+// Several printer columns repeat `type_`, which this lint mistakes for a repeated attribute.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "jobqueue.dev",
+    version = "v1alpha1",
+    kind = "JobQueue",
+    namespaced,
+    shortname = "jq",
+    category = "jobqueue",
+    category = "all",
+    status = "JobQueueStatus",
+    derive = "PartialEq",
+    doc = "A Redis reliable job queue with visibility timeouts, kept healthy by the jobqueue operator.",
+    printcolumn(
+        name = "Pending",
+        type_ = "integer",
+        json_path = ".status.pending",
+        description = "Jobs ready to be claimed"
+    ),
+    printcolumn(
+        name = "Processing",
+        type_ = "integer",
+        json_path = ".status.processing",
+        description = "Jobs leased to a worker"
+    ),
+    printcolumn(
+        name = "Dead",
+        type_ = "integer",
+        json_path = ".status.dead",
+        description = "Jobs in the dead-letter set"
+    ),
+    printcolumn(
+        name = "Replicas",
+        type_ = "integer",
+        json_path = ".status.currentReplicas",
+        description = "Current worker replicas"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "Whether the queue is reachable and reaped"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    cel
+)]
+#[serde(rename_all = "camelCase")]
+/// The queue the operator keeps: where it lives, its protocol settings, how it is reaped
+/// and (optionally) which workers to scale.
+pub struct JobQueueSpec {
+    /// Where the queue lives.
+    pub redis: RedisSpec,
+
+    /// The text of the queue's Redis Cluster hash tag, e.g. `emails`: keys become
+    /// `jq:{emails}:…`. Without braces; immutable once set.
+    #[x_kube(
+        validation = Rule::new("self.size() > 0").message("hashTag must not be empty"),
+        validation = Rule::new("!self.contains('{') && !self.contains('}')")
+            .message("hashTag must not contain braces: write `emails`, not `{emails}`"),
+        validation = Rule::new("self == oldSelf").message("hashTag is immutable")
+    )]
+    #[schemars(length(max = 128))]
+    pub hash_tag: String,
+
+    /// The prefix of every key of the queue.
+    #[serde(default = "default_key_prefix")]
+    #[x_kube(
+        validation = Rule::new("self.size() > 0 && !self.contains('{') && !self.contains('}')")
+            .message("keyPrefix must be non-empty and contain no braces")
+    )]
+    #[schemars(length(max = 64))]
+    pub key_prefix: String,
+
+    /// How long a claimed job stays invisible to other workers before the reaper puts it
+    /// back (a Go duration, e.g. `60s`).
+    #[serde(default = "default_visibility_timeout")]
+    #[x_kube(validation = Rule::new(POSITIVE).message("visibilityTimeout must be a positive duration"))]
+    #[schemars(length(max = 32))]
+    pub visibility_timeout: String,
+
+    /// Claims after which a failing or expiring job goes to the dead-letter set.
+    #[serde(default = "default_max_attempts")]
+    #[schemars(range(min = 1))]
+    pub max_attempts: u32,
+
+    /// Backoff between retries of a failed job.
+    #[serde(default)]
+    pub retry: RetrySpec,
+
+    /// How long an acked job's hash is kept (a deduplication window); `0s` deletes it on ack.
+    #[serde(default = "default_completed_retention")]
+    #[x_kube(validation = Rule::new(NON_NEGATIVE).message("completedRetention must not be negative"))]
+    #[schemars(length(max = 32))]
+    pub completed_retention: String,
+
+    /// Limits of the dead-letter set.
+    #[serde(default)]
+    pub dead_letter: DeadLetterSpec,
+
+    /// How often and how much the operator reaps expired leases.
+    #[serde(default)]
+    pub reaper: ReaperSpec,
+
+    /// The worker workload to scale on backlog. Without it, the operator does not scale.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers: Option<WorkersSpec>,
+}
+
+/// How to reach Redis. Credentials come from Secrets and are never copied into the
+/// status, events or logs.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("has(self.url) != has(self.urlSecretRef)")
+        .message("exactly one of url and urlSecretRef must be set")
+)]
+pub struct RedisSpec {
+    /// `redis://host:port[/db]`, or `rediss://` for TLS. For a Cluster, seed nodes
+    /// separated by commas. Put a URL holding a password in a Secret instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(
+        validation = Rule::new("self.startsWith('redis://') || self.startsWith('rediss://')")
+            .message("url must start with redis:// or rediss://")
+    )]
+    #[schemars(length(max = 4096))]
+    pub url: Option<String>,
+
+    /// A Secret key holding the URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url_secret_ref: Option<SecretKeySelector>,
+
+    /// A Secret key holding the password (used instead of one in the URL).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_secret_ref: Option<SecretKeySelector>,
+
+    /// Talk the Redis Cluster protocol.
+    #[serde(default)]
+    pub cluster: bool,
+
+    /// Use TLS (`rediss://`) even when the URL says `redis://`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSpec>,
+}
+
+/// A key of a Secret in the JobQueue's namespace.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeySelector {
+    /// The Secret's name.
+    #[x_kube(validation = Rule::new("self.size() > 0").message("the Secret name must not be empty"))]
+    #[schemars(length(max = 253))]
+    pub name: String,
+    /// The key within the Secret's data.
+    #[x_kube(validation = Rule::new("self.size() > 0").message("the Secret key must not be empty"))]
+    #[schemars(length(max = 253))]
+    pub key: String,
+}
+
+/// TLS settings.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsSpec {
+    /// A Secret key holding the PEM CA bundle that signs the server's certificate. The
+    /// system roots are used without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_secret_ref: Option<SecretKeySelector>,
+}
+
+/// Exponential backoff between retries: `initial × multiplier^(attempt-1)`, capped at `max`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RetrySpec {
+    /// The first retry's delay.
+    #[serde(default = "default_retry_initial")]
+    #[x_kube(validation = Rule::new(POSITIVE).message("retry.initial must be a positive duration"))]
+    #[schemars(length(max = 32))]
+    pub initial: String,
+    /// The longest delay.
+    #[serde(default = "default_retry_max")]
+    #[x_kube(validation = Rule::new(POSITIVE).message("retry.max must be a positive duration"))]
+    #[schemars(length(max = 32))]
+    pub max: String,
+    /// Growth factor per attempt (≥ 1).
+    #[serde(default = "default_retry_multiplier")]
+    #[schemars(range(min = 1.0))]
+    pub multiplier: f64,
+}
+
+/// Limits of the dead-letter set; the reaper trims beyond them.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DeadLetterSpec {
+    /// Dead jobs older than this are deleted; `0s` keeps them regardless of age.
+    #[serde(default = "default_dead_retention")]
+    #[x_kube(validation = Rule::new(NON_NEGATIVE).message("deadLetter.retention must not be negative"))]
+    #[schemars(length(max = 32))]
+    pub retention: String,
+    /// At most this many dead jobs are kept; 0 means no limit.
+    #[serde(default = "default_dead_max_length")]
+    pub max_length: u64,
+}
+
+/// The reaper: expired leases go back to pending (or to the dead-letter set once out of
+/// attempts).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReaperSpec {
+    /// Time between two reconciles of the queue (reap, then publish the status).
+    #[serde(default = "default_reaper_interval")]
+    #[x_kube(validation = Rule::new(POSITIVE).message("reaper.interval must be a positive duration"))]
+    #[schemars(length(max = 32))]
+    pub interval: String,
+    /// Expired leases handled per reaper call (1 to 1000).
+    #[serde(default = "default_reaper_batch")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub batch_size: u32,
+}
+
+/// The workload that runs the queue's workers, scaled on backlog.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("!has(self.minReplicas) || self.minReplicas <= self.maxReplicas")
+        .message("minReplicas must not exceed maxReplicas")
+)]
+pub struct WorkersSpec {
+    /// The object to scale; any kind with a scale subresource.
+    pub scale_target_ref: ScaleTargetRef,
+    /// Fewest replicas (0 allows scaling to zero).
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub min_replicas: i32,
+    /// Most replicas.
+    #[schemars(range(min = 1))]
+    pub max_replicas: i32,
+    /// Pending plus processing jobs one replica is expected to handle.
+    #[serde(default = "default_target_backlog")]
+    #[schemars(range(min = 1))]
+    pub target_backlog_per_replica: u32,
+    /// Below or at this backlog the workload may scale to zero; above it, it scales up
+    /// from zero.
+    #[serde(default)]
+    pub activation_backlog: u32,
+    /// How long a lower recommendation must hold before scaling down.
+    #[serde(default = "default_scale_down_stabilization")]
+    #[x_kube(
+        validation = Rule::new(NON_NEGATIVE)
+            .message("workers.scaleDownStabilization must not be negative")
+    )]
+    #[schemars(length(max = 32))]
+    pub scale_down_stabilization: String,
+    /// At most this many replicas added in one step.
+    #[serde(default = "default_max_scale_up_step")]
+    #[schemars(range(min = 1))]
+    pub max_scale_up_step: i32,
+}
+
+/// What to scale.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleTargetRef {
+    #[serde(default = "default_target_api_version")]
+    pub api_version: String,
+    #[serde(default = "default_target_kind")]
+    pub kind: String,
+    #[x_kube(validation = Rule::new("self.size() > 0").message("scaleTargetRef.name must not be empty"))]
+    pub name: String,
+}
+
+/// What the operator last saw of the queue.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct JobQueueStatus {
+    /// The generation of the spec this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// Jobs ready to be claimed.
+    #[serde(default)]
+    pub pending: u64,
+    /// Jobs leased to a worker.
+    #[serde(default)]
+    pub processing: u64,
+    /// Leases past their visibility timeout, not yet reaped.
+    #[serde(default)]
+    pub expired: u64,
+    /// Jobs waiting for their retry backoff or delay.
+    #[serde(default)]
+    pub delayed: u64,
+    /// Jobs in the dead-letter set.
+    #[serde(default)]
+    pub dead: u64,
+
+    /// Expired leases put back since the queue began.
+    #[serde(default)]
+    pub reaped: u64,
+    /// Jobs moved to the dead-letter set since the queue began.
+    #[serde(default)]
+    pub dead_lettered: u64,
+    /// Acks that arrived after their lease had been taken away, since the queue began.
+    #[serde(default)]
+    pub stale_acks: u64,
+
+    /// Median processing time of acked jobs (from the queue's histogram).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p50: Option<String>,
+    /// 99th percentile processing time of acked jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p99: Option<String>,
+
+    /// Replicas the scaler wants.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired_replicas: Option<i32>,
+    /// Replicas the scale target has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_replicas: Option<i32>,
+    /// When the scaler last changed the replicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_scale_time: Option<Time>,
+    /// When the reaper last put an expired lease back or dead-lettered it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_reap_time: Option<Time>,
+    /// When the operator last saw the stale-ack count grow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_stale_ack_time: Option<Time>,
+
+    /// `Ready`, `RedisAvailable`, `LeaseTooShort` (and `Scaling` with workers).
+    #[serde(default)]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+}
+
+impl JobQueueStatus {
+    /// The condition of type `type_`, if present.
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
+}
+
+impl Default for RetrySpec {
+    fn default() -> Self {
+        RetrySpec {
+            initial: default_retry_initial(),
+            max: default_retry_max(),
+            multiplier: default_retry_multiplier(),
+        }
+    }
+}
+
+impl Default for DeadLetterSpec {
+    fn default() -> Self {
+        DeadLetterSpec {
+            retention: default_dead_retention(),
+            max_length: default_dead_max_length(),
+        }
+    }
+}
+
+impl Default for ReaperSpec {
+    fn default() -> Self {
+        ReaperSpec {
+            interval: default_reaper_interval(),
+            batch_size: default_reaper_batch(),
+        }
+    }
+}
+
+impl JobQueueSpec {
+    /// A spec with every default and the given Redis URL and hash tag.
+    pub fn new(url: impl Into<String>, hash_tag: impl Into<String>) -> JobQueueSpec {
+        JobQueueSpec {
+            redis: RedisSpec {
+                url: Some(url.into()),
+                ..RedisSpec::default()
+            },
+            hash_tag: hash_tag.into(),
+            key_prefix: default_key_prefix(),
+            visibility_timeout: default_visibility_timeout(),
+            max_attempts: default_max_attempts(),
+            retry: RetrySpec::default(),
+            completed_retention: default_completed_retention(),
+            dead_letter: DeadLetterSpec::default(),
+            reaper: ReaperSpec::default(),
+            workers: None,
+        }
+    }
+}
+
+fn default_key_prefix() -> String {
+    crate::queue::DEFAULT_PREFIX.to_string()
+}
+fn default_visibility_timeout() -> String {
+    "30s".into()
+}
+fn default_max_attempts() -> u32 {
+    5
+}
+fn default_retry_initial() -> String {
+    "1s".into()
+}
+fn default_retry_max() -> String {
+    "5m".into()
+}
+fn default_retry_multiplier() -> f64 {
+    2.0
+}
+fn default_completed_retention() -> String {
+    "0s".into()
+}
+fn default_dead_retention() -> String {
+    "168h".into()
+}
+fn default_dead_max_length() -> u64 {
+    10_000
+}
+fn default_reaper_interval() -> String {
+    "10s".into()
+}
+fn default_reaper_batch() -> u32 {
+    100
+}
+fn default_target_backlog() -> u32 {
+    10
+}
+fn default_scale_down_stabilization() -> String {
+    "300s".into()
+}
+fn default_max_scale_up_step() -> i32 {
+    4
+}
+fn default_target_api_version() -> String {
+    "apps/v1".into()
+}
+fn default_target_kind() -> String {
+    "Deployment".into()
+}
+
+/// The CustomResourceDefinition as YAML, as `jobqueue crd` prints it.
+pub fn crd_yaml() -> String {
+    use kube::CustomResourceExt;
+    let yaml = serde_saphyr::to_string(&JobQueue::crd()).expect("the CRD serializes to YAML");
+    format!("---\n{yaml}")
+}

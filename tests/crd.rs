@@ -1,0 +1,420 @@
+//! The JobQueue CRD: the committed YAML matches the code, the schema's CEL rules accept
+//! good specs and refuse bad ones (evaluated locally with kube's CEL validator, as the
+//! API server would), and the example manifest is valid.
+
+use std::process::Command;
+
+use jobqueue::controller::validate;
+use jobqueue::crd::{JobQueue, JobQueueSpec};
+use kube::CustomResourceExt;
+use kube::core::cel::{ScopeContext, Validator, WarningKind, analyze_rule, compile_schema};
+use serde_json::{Value, json};
+
+fn schema() -> Value {
+    let crd = JobQueue::crd();
+    let version = &crd.spec.versions[0];
+    let schema = version
+        .schema
+        .as_ref()
+        .and_then(|s| s.open_api_v3_schema.as_ref())
+        .expect("the CRD has a schema");
+    serde_json::to_value(schema).unwrap()
+}
+
+fn object(spec: Value) -> Value {
+    json!({
+        "apiVersion": "jobqueue.dev/v1alpha1",
+        "kind": "JobQueue",
+        "metadata": {"name": "emails", "namespace": "default"},
+        "spec": spec,
+    })
+}
+
+/// The CEL verdict on `obj` (an update of `old` when given): the failed rules' messages.
+fn cel(obj: &Value, old: Option<&Value>) -> Result<(), Vec<String>> {
+    Validator::new()
+        .validate(&schema(), obj, old)
+        .map_err(|errors| errors.iter().map(|e| e.to_string()).collect())
+}
+
+fn minimal() -> Value {
+    json!({"redis": {"url": "redis://redis:6379"}, "hashTag": "emails"})
+}
+
+#[test]
+fn the_committed_crd_matches_the_code() {
+    let out = Command::new(env!("CARGO_BIN_EXE_jobqueue"))
+        .arg("crd")
+        .output()
+        .expect("run jobqueue crd");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8(out.stdout).unwrap();
+    let committed =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/crds/jobqueue.yaml"))
+            .expect("crds/jobqueue.yaml exists");
+    assert!(
+        printed == committed,
+        "crds/jobqueue.yaml is out of date: run `jobqueue crd > crds/jobqueue.yaml` (or `make crds`)"
+    );
+    // And it is the CRD itself, readable back.
+    let parsed: Value = serde_saphyr::from_str(&printed).expect("the CRD is valid YAML");
+    assert_eq!(parsed["metadata"]["name"], "jobqueues.jobqueue.dev");
+}
+
+#[test]
+fn names_columns_and_subresources() {
+    let crd = JobQueue::crd();
+    assert_eq!(crd.spec.group, "jobqueue.dev");
+    assert_eq!(crd.spec.scope, "Namespaced");
+    assert_eq!(crd.spec.names.kind, "JobQueue");
+    assert_eq!(crd.spec.names.short_names, Some(vec!["jq".to_string()]));
+    let categories = crd.spec.names.categories.clone().unwrap_or_default();
+    assert!(
+        categories.contains(&"jobqueue".to_string()),
+        "{categories:?}"
+    );
+    let version = &crd.spec.versions[0];
+    assert_eq!(version.name, "v1alpha1");
+    assert!(
+        version
+            .subresources
+            .as_ref()
+            .and_then(|s| s.status.as_ref())
+            .is_some(),
+        "status subresource"
+    );
+    let columns: Vec<&str> = version
+        .additional_printer_columns
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(
+        columns,
+        ["Pending", "Processing", "Dead", "Replicas", "Ready", "Age"]
+    );
+}
+
+#[test]
+fn schema_defaults_are_the_code_defaults() {
+    let defaulted = kube::core::cel::apply_defaults(&schema(), &object(minimal()));
+    let spec: JobQueueSpec = serde_json::from_value(defaulted["spec"].clone()).unwrap();
+    assert_eq!(spec, JobQueueSpec::new("redis://redis:6379", "emails"));
+    assert_eq!(defaulted["spec"]["keyPrefix"], "jq");
+    assert_eq!(defaulted["spec"]["visibilityTimeout"], "30s");
+    assert_eq!(defaulted["spec"]["reaper"]["interval"], "10s");
+}
+
+#[test]
+fn good_specs_pass() {
+    let good = [
+        minimal(),
+        json!({
+            "redis": {
+                "urlSecretRef": {"name": "redis", "key": "url"},
+                "passwordSecretRef": {"name": "redis", "key": "password"},
+                "cluster": true,
+                "tls": {"caSecretRef": {"name": "redis-ca", "key": "ca.crt"}}
+            },
+            "hashTag": "emails-eu",
+            "keyPrefix": "app",
+            "visibilityTimeout": "1m30s",
+            "maxAttempts": 3,
+            "retry": {"initial": "500ms", "max": "10m", "multiplier": 1.5},
+            "completedRetention": "0s",
+            "deadLetter": {"retention": "0s", "maxLength": 0},
+            "reaper": {"interval": "2s", "batchSize": 1000},
+            "workers": {
+                "scaleTargetRef": {"name": "email-workers"},
+                "minReplicas": 0,
+                "maxReplicas": 10,
+                "targetBacklogPerReplica": 50,
+                "scaleDownStabilization": "5m"
+            }
+        }),
+    ];
+    for spec in good {
+        assert_eq!(cel(&object(spec.clone()), None), Ok(()), "{spec}");
+    }
+    // The Rust defaults too, through the generated client-side check.
+    let jq = JobQueue::new("emails", JobQueueSpec::new("redis://redis:6379", "emails"));
+    jq.validate_cel()
+        .expect("the default spec passes the CRD's rules");
+}
+
+#[test]
+fn bad_specs_are_refused_with_their_message() {
+    let with = |patch: Value| {
+        let mut spec = minimal();
+        json_patch_merge(&mut spec, &patch);
+        object(spec)
+    };
+    let cases = [
+        (json!({"hashTag": ""}), "hashTag must not be empty"),
+        (
+            json!({"hashTag": "{emails}"}),
+            "hashTag must not contain braces",
+        ),
+        (json!({"hashTag": "a}b"}), "hashTag must not contain braces"),
+        (json!({"keyPrefix": "j{q"}), "keyPrefix must be non-empty"),
+        (
+            json!({"visibilityTimeout": "0s"}),
+            "visibilityTimeout must be a positive duration",
+        ),
+        (
+            json!({"visibilityTimeout": "-30s"}),
+            "visibilityTimeout must be a positive duration",
+        ),
+        (
+            json!({"reaper": {"interval": "0s"}}),
+            "reaper.interval must be a positive duration",
+        ),
+        (
+            json!({"retry": {"initial": "0ms"}}),
+            "retry.initial must be a positive duration",
+        ),
+        (
+            json!({"completedRetention": "-1s"}),
+            "completedRetention must not be negative",
+        ),
+        (
+            json!({"redis": {"url": null}}),
+            "exactly one of url and urlSecretRef must be set",
+        ),
+        (
+            json!({"redis": {"urlSecretRef": {"name": "r", "key": "url"}}}),
+            "exactly one of url and urlSecretRef must be set",
+        ),
+        (
+            json!({"redis": {"url": "http://redis:6379"}}),
+            "url must start with redis:// or rediss://",
+        ),
+        (
+            json!({"workers": {"scaleTargetRef": {"name": "w"}, "minReplicas": 5, "maxReplicas": 2}}),
+            "minReplicas must not exceed maxReplicas",
+        ),
+    ];
+    for (patch, message) in cases {
+        let obj = with(patch.clone());
+        let errors = cel(&obj, None).expect_err(&format!("{patch} must be refused"));
+        assert!(
+            errors.iter().any(|e| e.contains(message)),
+            "{patch}: expected {message:?}, got {errors:?}"
+        );
+    }
+}
+
+#[test]
+fn a_malformed_duration_is_refused() {
+    let mut spec = minimal();
+    spec["visibilityTimeout"] = json!("soon");
+    assert!(cel(&object(spec), None).is_err());
+}
+
+#[test]
+fn the_hash_tag_is_immutable() {
+    let old = object(minimal());
+    let mut spec = minimal();
+    spec["hashTag"] = json!("invoices");
+    let errors = cel(&object(spec), Some(&old)).expect_err("changing hashTag is refused");
+    assert!(
+        errors.iter().any(|e| e.contains("hashTag is immutable")),
+        "{errors:?}"
+    );
+    // Other fields may change.
+    let mut spec = minimal();
+    spec["visibilityTimeout"] = json!("2m");
+    assert_eq!(cel(&object(spec), Some(&old)), Ok(()));
+
+    // Through the generated client-side check, too.
+    let a = JobQueue::new("q", JobQueueSpec::new("redis://r:6379", "emails"));
+    let b = JobQueue::new("q", JobQueueSpec::new("redis://r:6379", "invoices"));
+    assert!(b.validate_cel_update(&a).is_err());
+    assert!(a.validate_cel_update(&a).is_ok());
+}
+
+#[test]
+fn every_rule_is_in_scope_and_within_the_cost_budget() {
+    let schema = schema();
+    let compiled = compile_schema(&schema);
+    assert!(
+        !compiled.has_errors(),
+        "{:?}",
+        compiled.compilation_errors()
+    );
+    let mut rules = Vec::new();
+    collect_rules(&schema, &mut rules);
+    assert!(rules.len() >= 15, "{rules:?}");
+    for rule in rules {
+        let warnings = analyze_rule(&rule, &compiled, ScopeContext::CrdValidation);
+        let serious: Vec<_> = warnings
+            .iter()
+            .filter(|w| matches!(w.kind, WarningKind::CostExceeded | WarningKind::WrongScope))
+            .collect();
+        assert!(serious.is_empty(), "{rule}: {serious:?}");
+    }
+}
+
+#[test]
+fn the_example_is_valid() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/jobqueue.yaml"
+    ))
+    .unwrap();
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("valid YAML");
+    let queues: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "JobQueue").collect();
+    assert_eq!(queues.len(), 1, "the example holds one JobQueue");
+    let obj = queues[0];
+    assert_eq!(obj["apiVersion"], "jobqueue.dev/v1alpha1");
+
+    let schema = schema();
+    let mut problems = Vec::new();
+    conform(
+        &obj["spec"],
+        &schema["properties"]["spec"],
+        "spec",
+        &mut problems,
+    );
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(cel(obj, None), Ok(()));
+
+    let jq: JobQueue = serde_json::from_value(obj.clone()).expect("a JobQueue");
+    let plan = validate::plan(&jq.spec).expect("the controller accepts it");
+    assert_eq!(plan.tag, "emails");
+    assert_eq!(plan.settings.visibility_timeout.as_secs(), 60);
+
+    // The Secret it names is in the example too.
+    let secret = docs.iter().find(|d| d["kind"] == "Secret").unwrap();
+    assert_eq!(
+        secret["metadata"]["name"],
+        obj["spec"]["redis"]["urlSecretRef"]["name"]
+    );
+}
+
+#[test]
+fn the_structural_check_catches_typos() {
+    let mut spec = minimal();
+    spec["visibilityTimeOut"] = json!("60s");
+    spec["maxAttempts"] = json!("five");
+    let mut problems = Vec::new();
+    conform(
+        &spec,
+        &schema()["properties"]["spec"],
+        "spec",
+        &mut problems,
+    );
+    assert_eq!(
+        problems,
+        vec![
+            "spec.maxAttempts: expected integer, got \"five\"".to_string(),
+            "spec.visibilityTimeOut: unknown field".to_string(),
+        ]
+    );
+}
+
+/// RFC 7386 merge of `patch` into `target` (null removes).
+fn json_patch_merge(target: &mut Value, patch: &Value) {
+    match (target.as_object_mut(), patch.as_object()) {
+        (Some(t), Some(p)) => {
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    json_patch_merge(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        _ => *target = patch.clone(),
+    }
+}
+
+fn collect_rules(schema: &Value, out: &mut Vec<String>) {
+    match schema {
+        Value::Object(map) => {
+            if let Some(Value::Array(rules)) = map.get("x-kubernetes-validations") {
+                out.extend(
+                    rules
+                        .iter()
+                        .filter_map(|r| r["rule"].as_str().map(String::from)),
+                );
+            }
+            for v in map.values() {
+                collect_rules(v, out);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| collect_rules(v, out)),
+        _ => {}
+    }
+}
+
+/// The structural part of the API server's validation: known fields, types, required
+/// fields, numeric bounds and enums (pruning would silently drop a misspelt field).
+fn conform(value: &Value, schema: &Value, path: &str, problems: &mut Vec<String>) {
+    if value.is_null() && schema["nullable"] == json!(true) {
+        return;
+    }
+    let ty = schema["type"].as_str().unwrap_or("");
+    let ok = match ty {
+        "object" => value.is_object(),
+        "array" => value.is_array(),
+        "string" => value.is_string(),
+        "integer" => value.is_i64() || value.is_u64(),
+        "number" => value.is_number(),
+        "boolean" => value.is_boolean(),
+        _ => true,
+    };
+    if !ok {
+        problems.push(format!("{path}: expected {ty}, got {value}"));
+        return;
+    }
+    if let (Some(min), Some(n)) = (schema["minimum"].as_f64(), value.as_f64())
+        && n < min
+    {
+        problems.push(format!("{path}: {n} is below {min}"));
+    }
+    if let (Some(max), Some(n)) = (schema["maximum"].as_f64(), value.as_f64())
+        && n > max
+    {
+        problems.push(format!("{path}: {n} is above {max}"));
+    }
+    if let (Some(max), Some(s)) = (schema["maxLength"].as_u64(), value.as_str())
+        && s.chars().count() as u64 > max
+    {
+        problems.push(format!("{path}: longer than {max}"));
+    }
+    match value {
+        Value::Object(map) => {
+            let props = schema["properties"].as_object();
+            for (key, v) in map {
+                match props.and_then(|p| p.get(key)) {
+                    Some(sub) => conform(v, sub, &format!("{path}.{key}"), problems),
+                    None if schema.get("additionalProperties").is_some() => conform(
+                        v,
+                        &schema["additionalProperties"],
+                        &format!("{path}.{key}"),
+                        problems,
+                    ),
+                    None => problems.push(format!("{path}.{key}: unknown field")),
+                }
+            }
+            for req in schema["required"].as_array().into_iter().flatten() {
+                let req = req.as_str().unwrap();
+                if !map.contains_key(req) {
+                    problems.push(format!("{path}.{req}: required"));
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                conform(item, &schema["items"], &format!("{path}[{i}]"), problems);
+            }
+        }
+        _ => {}
+    }
+}
