@@ -1,11 +1,13 @@
 //! Scaling the workers on backlog, against kube's mock API server (tower-test) and a
 //! real Redis the test starts. Each scenario lists the exact requests a reconcile must
 //! make, in order; time is the test's clock, moved by hand, so no test waits through a
-//! stabilization window.
+//! stabilization window. The last one runs the operator binary against the stand-in
+//! API server over HTTP.
 
 mod common;
 #[path = "operator/fixtures.rs"]
 mod fixtures;
+mod standin;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -698,4 +700,192 @@ async fn the_replicas_follow_the_backlog_through_real_redis() {
     ] {
         assert!(text.contains(line), "missing {line} in\n{text}");
     }
+}
+
+/// The operator binary, its HTTP API calls real: a Deployment follows a backlog in a real
+/// Redis up in steps, back to zero once drained, and is left alone once an HPA claims it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_binary_scales_a_deployment_over_http() {
+    use std::process::{Command, Stdio};
+
+    const APPS: &str = "/apis/apps/v1";
+    const CRD: &str = "/apis/jobqueue.dev/v1alpha1";
+    let redis = RedisServer::start();
+    let q = redis.queue("e2e").await;
+    enqueue(&q, 100).await;
+
+    let api = standin::StandIn::start().await;
+    api.put(
+        APPS,
+        "deployments",
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "worker", "namespace": "jobs"},
+            "spec": {"replicas": 0}
+        }),
+    );
+    api.put(
+        CRD,
+        "jobqueues",
+        json!({
+            "apiVersion": "jobqueue.dev/v1alpha1", "kind": "JobQueue",
+            "metadata": {"name": "e2e", "namespace": "jobs"},
+            "spec": {
+                "redis": {"url": redis.url()},
+                "hashTag": "e2e",
+                "reaper": {"interval": "1s"},
+                "workers": {
+                    "scaleTargetRef": {"name": "worker"},
+                    "maxReplicas": 10,
+                    "targetBacklogPerReplica": 10,
+                    "scaleDownStabilization": "2s",
+                    "maxScaleUpStep": 4
+                }
+            }
+        }),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, api.kubeconfig("jobs")).unwrap();
+    let log_path = dir.path().join("operator.log");
+    let metrics_addr = format!("127.0.0.1:{}", free_port());
+    let child = Command::new(env!("CARGO_BIN_EXE_jobqueue"))
+        .args([
+            "operator",
+            "--no-leader-election",
+            "--metrics-addr",
+            &metrics_addr,
+        ])
+        .env("KUBECONFIG", &kubeconfig)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .expect("start the operator");
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _child = Kill(child);
+
+    let replicas = || {
+        api.get(APPS, "deployments", "jobs", "worker").unwrap()["spec"]["replicas"]
+            .as_i64()
+            .unwrap()
+    };
+    let scale_patches = || -> Vec<i64> {
+        api.log()
+            .iter()
+            .filter(|r| r.method == "PATCH" && r.path.ends_with("/deployments/worker/scale"))
+            .map(|r| {
+                assert_eq!(r.content_type, "application/merge-patch+json", "{r:?}");
+                assert_eq!(r.query, "&fieldManager=jobqueue-operator", "{r:?}");
+                let patch: Value = serde_json::from_str(&r.body).unwrap();
+                patch["spec"]["replicas"].as_i64().unwrap()
+            })
+            .collect()
+    };
+    let scaling_reason = || -> Option<String> {
+        let jq = api.get(CRD, "jobqueues", "jobs", "e2e")?;
+        let conditions = jq["status"]["conditions"].as_array()?.clone();
+        let c = conditions.into_iter().find(|c| c["type"] == "Scaling")?;
+        c["reason"].as_str().map(String::from)
+    };
+    let eventually = async |what: &str, check: &dyn Fn() -> bool| {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !check() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {what}; operator log:\n{}",
+                std::fs::read_to_string(&log_path).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+
+    // Up in steps of 4 to the maximum, one reconcile each.
+    eventually("10 replicas", &|| replicas() == 10).await;
+    assert_eq!(scale_patches(), vec![4, 8, 10]);
+    eventually("the status at the maximum", &|| {
+        scaling_reason().as_deref() == Some("AtMaxReplicas")
+    })
+    .await;
+    let jq = api.get(CRD, "jobqueues", "jobs", "e2e").unwrap();
+    let st = &jq["status"];
+    assert_eq!(
+        (&st["desiredReplicas"], &st["currentReplicas"]),
+        (&json!(10), &json!(10)),
+        "{st}"
+    );
+    let scaled_up = || {
+        api.all("events")
+            .into_iter()
+            .filter(|e| e["reason"] == "ScaledUp")
+            .count()
+    };
+    eventually("three ScaledUp Events", &|| scaled_up() == 3).await;
+
+    // Drained: down to zero, in one patch, once the window has passed.
+    let leases = q.claim(100, "w", None).await.unwrap();
+    let refs: Vec<LeaseRef<'_>> = leases.iter().map(LeaseRef::from).collect();
+    q.ack_many(&refs).await.unwrap();
+    eventually("0 replicas", &|| replicas() == 0).await;
+    assert_eq!(scale_patches(), vec![4, 8, 10, 0]);
+    eventually("the status at the minimum", &|| {
+        scaling_reason().as_deref() == Some("AtMinReplicas")
+    })
+    .await;
+
+    // An HPA claims the Deployment: new backlog, but the operator keeps out.
+    api.put(
+        "/apis/autoscaling/v2",
+        "horizontalpodautoscalers",
+        json!({
+            "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": "worker-cpu", "namespace": "jobs"},
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "worker"},
+                "minReplicas": 1, "maxReplicas": 3
+            }
+        }),
+    );
+    enqueue(&q, 50).await;
+    eventually("HPAConflict with the new backlog counted", &|| {
+        let pending = api.get(CRD, "jobqueues", "jobs", "e2e").unwrap()["status"]["pending"] == 50;
+        pending && scaling_reason().as_deref() == Some("HPAConflict")
+    })
+    .await;
+    assert_eq!(
+        scale_patches(),
+        vec![4, 8, 10, 0],
+        "no patch against the HPA"
+    );
+    assert_eq!(replicas(), 0);
+
+    let (code, metrics) = http_get(&metrics_addr, "/metrics").await.expect("/metrics");
+    assert_eq!(code, 200);
+    for line in [
+        r#"jobqueue_scale_operations_total{namespace="jobs",name="e2e",direction="up"} 3"#,
+        r#"jobqueue_scale_operations_total{namespace="jobs",name="e2e",direction="down"} 1"#,
+        r#"jobqueue_current_replicas{namespace="jobs",name="e2e"} 0"#,
+    ] {
+        assert!(metrics.contains(line), "missing {line} in\n{metrics}");
+    }
+}
+
+async fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.ok()?;
+    let code = out.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, out))
 }
