@@ -21,6 +21,13 @@ test: redis
 	./scripts/chart-check.sh
 	$(CARGO) test --all-targets
 
+## The chaos and durability suite at full size: worker processes SIGKILLed, two reapers,
+## connections cut, Redis SIGKILLed and restarted with an AOF, and a 3-master Cluster.
+## Prints one tally per scenario; `make test` runs the same suite CI-sized.
+CHAOS_SCALE ?= 10
+chaos: redis
+	JOBQUEUE_CHAOS_SCALE=$(CHAOS_SCALE) $(CARGO) test --test chaos -- --nocapture --test-threads=1
+
 ## The embedded demo: a private redis-server on a free loopback port, worker processes of
 ## which some are SIGKILLed mid-job, the reaper, live counts, and a check that no job was
 ## lost. Options go through DEMO_ARGS, e.g. `make demo DEMO_ARGS="--jobs 10000 --workers 8"`.

@@ -16,6 +16,7 @@ pub mod format;
 mod peek;
 mod reap;
 mod stats;
+pub mod worker;
 
 pub use common::Interrupted;
 
@@ -57,6 +58,8 @@ pub struct Cli {
 pub enum Command {
     /// Print the JobQueue CustomResourceDefinition (YAML).
     Crd,
+    /// Run a command for each job: payload on stdin, exit 0 acks (see --help).
+    Worker(worker::WorkerArgs),
     /// Run the Kubernetes operator: reap every JobQueue and publish its status.
     Operator(operator::OperatorArgs),
     /// Add jobs to a queue: one payload, a file, or one payload per line of stdin.
@@ -170,6 +173,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Crd => crd::run(),
         Command::Operator(args) => operator::run(args).await,
+        Command::Worker(args) => worker::run(args).await,
         Command::Enqueue(args) => enqueue::run(args).await,
         Command::Stats(args) => stats::run(args).await,
         Command::Dead(args) => dead::run(args).await,

@@ -304,7 +304,8 @@ async fn resolve_endpoint(
         .cluster(plan.cluster)
         .password(password)
         .connect_timeout(ctx.settings.connect_timeout)
-        .response_timeout(ctx.settings.response_timeout);
+        .response_timeout(ctx.settings.response_timeout)
+        .ca_cert(ca.clone());
     Ok(Endpoint { options, ca })
 }
 
