@@ -4,6 +4,8 @@
 
 use std::process::Command;
 
+use clap::Parser;
+
 use jobqueue::controller::validate;
 use jobqueue::crd::{JobQueue, JobQueueSpec};
 use kube::CustomResourceExt;
@@ -382,7 +384,9 @@ fn every_example_queue_is_valid_and_its_secrets_are_there() {
     };
     let secrets_and_tls = |q: &JobQueue| {
         let r = &q.spec.redis;
-        r.url_secret_ref.is_some() && r.password_secret_ref.is_some() && r.tls.is_some()
+        r.url_secret_ref.is_some()
+            && r.password_secret_ref.is_some()
+            && r.tls.as_ref().is_some_and(|t| t.ca_secret_ref.is_some())
     };
     let cluster_seeds = |q: &JobQueue| {
         let r = &q.spec.redis;
@@ -415,14 +419,15 @@ fn the_worker_example_runs_the_exec_worker_on_an_example_queue() {
         .iter()
         .map(|a| a.as_str().unwrap())
         .collect();
-    assert_eq!(&command[..2], ["jobqueue", "worker"], "{file}");
-    let exec = command.iter().position(|a| *a == "--exec").expect("--exec");
-    assert!(exec + 1 < command.len(), "{file}: a command follows --exec");
+    // It is a command line the binary accepts.
+    let cli = jobqueue::cli::Cli::try_parse_from(&command)
+        .unwrap_or_else(|e| panic!("{file}: `{}` is refused: {e}", command.join(" ")));
+    let jobqueue::cli::Command::Worker(args) = cli.command else {
+        panic!("{file}: `{}` is not `jobqueue worker`", command.join(" "));
+    };
+    assert!(!args.exec.is_empty(), "{file}: a command follows --exec");
     // The queue it works on is one of the example queues.
-    let tag = command
-        .iter()
-        .find_map(|a| a.strip_prefix("--tag="))
-        .expect("--tag=…");
+    let tag = &args.connect.tag;
     let tags: Vec<String> = files
         .iter()
         .flat_map(|(_, docs)| docs.iter())
@@ -430,7 +435,7 @@ fn the_worker_example_runs_the_exec_worker_on_an_example_queue() {
         .map(|d| d["spec"]["hashTag"].as_str().unwrap().to_string())
         .collect();
     assert!(
-        tags.iter().any(|t| t == tag),
+        tags.contains(tag),
         "{file}: --tag={tag} is no example queue's hash tag ({tags:?})"
     );
     // The URL comes from a Secret of the same file, never inline.
@@ -450,12 +455,7 @@ fn the_worker_example_runs_the_exec_worker_on_an_example_queue() {
         "{file}: the Redis URL's Secret is not in the file"
     );
     // The grace period leaves room for --shutdown-timeout.
-    let shutdown = command
-        .iter()
-        .find_map(|a| a.strip_prefix("--shutdown-timeout="))
-        .and_then(|d| d.strip_suffix('s'))
-        .and_then(|d| d.parse::<i64>().ok())
-        .expect("--shutdown-timeout=Ns");
+    let shutdown = args.shutdown_timeout.as_secs() as i64;
     let grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
         .as_i64()
         .expect("terminationGracePeriodSeconds");
