@@ -3,7 +3,7 @@
 CARGO ?= cargo
 export REDIS_SERVER ?= redis-server
 
-.PHONY: all build test lint fmt demo chaos bench crds clean redis
+.PHONY: all build test lint fmt demo chaos bench crds chart-check clean redis
 
 all: build
 
@@ -13,11 +13,12 @@ build:
 redis:
 	@./scripts/ensure-redis.sh
 
-## The full test suite: formatting, lints, unit and integration tests (real Redis,
+## The full test suite: formatting, lints, the Helm chart checks, unit and integration tests (real Redis,
 ## standalone and a 3-master Cluster, started by the tests themselves).
 test: redis
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
+	./scripts/chart-check.sh
 	$(CARGO) test --all-targets
 
 ## The chaos and durability suite at full size: worker processes SIGKILLed, two reapers,
@@ -34,9 +35,16 @@ DEMO_ARGS ?=
 demo: redis
 	$(CARGO) run --quiet --bin jobqueue -- demo $(DEMO_ARGS)
 
-## Regenerate crds/jobqueue.yaml from the code (a test fails when it drifts).
+## Regenerate crds/jobqueue.yaml from the code, and the Helm chart's copy of it (tests
+## fail when either drifts).
 crds:
 	$(CARGO) run --quiet --bin jobqueue -- crd > crds/jobqueue.yaml
+	cp crds/jobqueue.yaml charts/jobqueue-operator/crds/jobqueue.yaml
+
+## Check the Helm chart with real tools (helm lint, helm template, kubernetes-validate, the
+## RBAC rules, the CRD copy); installs them into .tools/ on first use.
+chart-check:
+	./scripts/chart-check.sh
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -160,13 +160,15 @@ async fn the_operator_binary_keeps_a_queue_against_a_real_http_api() {
     let op = Operator::start(&api, dir.path());
 
     // Leader election: the operator takes the Lease before it reconciles.
-    let lease = eventually(&op, 30, "the Lease", || {
-        api.get(
+    // (The Lease may be created empty first and taken by a later update.)
+    let lease = eventually(&op, 30, "the Lease held by op-1", || {
+        let lease = api.get(
             "/apis/coordination.k8s.io/v1",
             "leases",
             "jobs",
             "jobqueue-operator",
-        )
+        )?;
+        (lease["spec"]["holderIdentity"] == "op-1").then_some(lease)
     })
     .await;
     assert_eq!(lease["spec"]["holderIdentity"], "op-1");
