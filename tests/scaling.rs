@@ -466,8 +466,9 @@ async fn any_kind_with_a_scale_subresource() {
 
 #[tokio::test]
 async fn an_unreachable_queue_leaves_the_replicas_alone() {
-    let url = format!("redis://127.0.0.1:{}", free_port());
-    let jq = queue("dark", &url, "dark").with_workers(workers(0, 10));
+    // Port 1: nothing listens there, and no test server can take it (the harness's
+    // servers get ports from the ephemeral range).
+    let jq = queue("dark", "redis://127.0.0.1:1", "dark").with_workers(workers(0, 10));
     let clock = TestClock::new();
     let (ctx, verifier, _) = test_context_at(&clock);
     // No scale request at all: without the backlog there is nothing to decide.
