@@ -118,4 +118,35 @@ async fn a_private_ca_is_trusted_only_when_given() {
         matches!(err, Error::InvalidUrl { .. }) && err.to_string().contains("rediss://"),
         "{err}"
     );
+
+    // The command line takes the CA from a file.
+    let run = |extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_jobqueue"))
+            .args(["stats", "--json", "--redis", &url, "--tag", "tls"])
+            .args(extra)
+            .env_remove("JOBQUEUE_REDIS_URL")
+            .output()
+            .unwrap()
+    };
+    let ok = run(&["--tls-ca", &file("ca.crt")]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&ok.stdout).contains("\"acked\":1"),
+        "{}",
+        String::from_utf8_lossy(&ok.stdout)
+    );
+    let untrusted = run(&[]);
+    assert_eq!(
+        untrusted.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&untrusted.stderr)
+    );
+    let missing = run(&["--tls-ca", "/nonexistent/ca.pem"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("--tls-ca"));
 }

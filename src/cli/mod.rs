@@ -109,19 +109,35 @@ pub struct ConnectArgs {
     /// Key prefix.
     #[arg(long, env = "JOBQUEUE_PREFIX", default_value = DEFAULT_PREFIX)]
     pub prefix: String,
+    /// PEM file of the CA that signs the server's certificate (with `rediss://`), for a
+    /// Redis whose certificate the system trust store does not know.
+    #[arg(long, env = "JOBQUEUE_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<std::path::PathBuf>,
 }
 
 impl ConnectArgs {
-    pub fn options(&self) -> ConnectOptions {
-        ConnectOptions::new(self.redis.clone())
+    pub fn options(&self) -> crate::queue::Result<ConnectOptions> {
+        let ca = match &self.tls_ca {
+            Some(path) => {
+                Some(
+                    std::fs::read(path).map_err(|e| crate::queue::Error::InvalidArgument {
+                        what: "--tls-ca",
+                        reason: format!("cannot read {}: {e}", path.display()),
+                    })?,
+                )
+            }
+            None => None,
+        };
+        Ok(ConnectOptions::new(self.redis.clone())
             .cluster(self.cluster)
             .connect_timeout(Duration::from_secs(3))
+            .ca_cert(ca))
     }
 
     pub async fn queue(&self) -> crate::queue::Result<Queue> {
         // Check the tag before connecting: a bad tag is a usage error, not a Redis one.
         crate::queue::validate_tag(&self.tag)?;
-        let redis = Redis::connect(&self.options()).await?;
+        let redis = Redis::connect(&self.options()?).await?;
         Queue::new(redis, &self.prefix, &self.tag)
     }
 }
