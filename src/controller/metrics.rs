@@ -2,6 +2,7 @@
 
 use std::collections::HashSet;
 use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -37,6 +38,17 @@ pub struct FailureLabels {
     pub error: String,
 }
 
+/// One JobQueue and a quantile of its processing time (`0.5`, `0.99`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QuantileLabels {
+    pub namespace: String,
+    pub name: String,
+    pub quantile: String,
+}
+
+/// The quantiles of processing time published per queue.
+const QUANTILES: [(f64, &str); 2] = [(0.5, "0.5"), (0.99, "0.99")];
+
 /// One JobQueue and the direction of a scale operation (`up` or `down`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ScaleLabels {
@@ -52,6 +64,10 @@ pub struct Metrics {
     pub expired: Family<QueueLabels, Gauge>,
     pub delayed: Family<QueueLabels, Gauge>,
     pub dead: Family<QueueLabels, Gauge>,
+    /// Processing time of acked jobs (claim to ack), from the queue's histogram.
+    pub processing_time: Family<QuantileLabels, Gauge<f64, AtomicU64>>,
+    /// Acks, extends and fails refused since the queue began (Redis's `stale` counter).
+    pub stale_acks: Family<QueueLabels, Gauge>,
     pub reaped: Family<QueueLabels, Counter>,
     pub dead_lettered: Family<QueueLabels, Counter>,
     pub reconcile_runs: Family<QueueLabels, Counter>,
@@ -72,6 +88,8 @@ impl Default for Metrics {
             expired: Family::default(),
             delayed: Family::default(),
             dead: Family::default(),
+            processing_time: Family::default(),
+            stale_acks: Family::default(),
             reaped: Family::default(),
             dead_lettered: Family::default(),
             reconcile_runs: Family::default(),
@@ -108,6 +126,16 @@ impl Metrics {
             self.delayed.clone(),
         );
         r.register("dead", "Jobs in the dead-letter set", self.dead.clone());
+        r.register(
+            "processing_time_seconds",
+            "Processing time of acked jobs (claim to ack) at a quantile, from the queue's histogram",
+            self.processing_time.clone(),
+        );
+        r.register(
+            "stale_acks",
+            "Acks, extends and fails refused because the lease had been taken away, since the queue began",
+            self.stale_acks.clone(),
+        );
         r.register(
             "reaped",
             "Expired leases the operator put back to pending",
@@ -182,6 +210,24 @@ impl Metrics {
         set(&self.expired, stats.expired);
         set(&self.delayed, stats.delayed);
         set(&self.dead, stats.dead);
+        set(&self.stale_acks, stats.stale);
+        for (q, label) in QUANTILES {
+            let labels = QuantileLabels {
+                namespace: queue.namespace.clone(),
+                name: queue.name.clone(),
+                quantile: label.to_string(),
+            };
+            match stats.histogram.quantile(q) {
+                Some(d) => {
+                    self.processing_time
+                        .get_or_create(&labels)
+                        .set(d.as_secs_f64());
+                }
+                None => {
+                    self.processing_time.remove(&labels);
+                }
+            }
+        }
         self.reaped.get_or_create(queue).inc_by(reaped.requeued);
         self.dead_lettered
             .get_or_create(queue)
@@ -232,10 +278,18 @@ impl Metrics {
                 &self.expired,
                 &self.delayed,
                 &self.dead,
+                &self.stale_acks,
                 &self.desired_replicas,
                 &self.current_replicas,
             ] {
                 family.remove(&queue);
+            }
+            for (_, label) in QUANTILES {
+                self.processing_time.remove(&QuantileLabels {
+                    namespace: queue.namespace.clone(),
+                    name: queue.name.clone(),
+                    quantile: label.to_string(),
+                });
             }
             for direction in ["up", "down"] {
                 self.scale_operations.remove(&ScaleLabels {
@@ -284,11 +338,14 @@ mod tests {
         {
             let _timer = metrics.reconcile_started(&q);
         }
-        let stats = QueueStats {
+        let mut stats = QueueStats {
             pending: 7,
             dead: 2,
+            stale: 3,
             ..QueueStats::default()
         };
+        // 10 acks in [512, 1024) ms.
+        stats.histogram.buckets.insert(9, 10);
         let reaped = ReapOutcome {
             requeued: 3,
             dead_lettered: 1,
@@ -305,6 +362,9 @@ mod tests {
         for line in [
             r#"jobqueue_pending{namespace="prod",name="emails"} 7"#,
             r#"jobqueue_dead{namespace="prod",name="emails"} 2"#,
+            r#"jobqueue_stale_acks{namespace="prod",name="emails"} 3"#,
+            r#"jobqueue_processing_time_seconds{namespace="prod",name="emails",quantile="0.5"} 0.768"#,
+            r#"jobqueue_processing_time_seconds{namespace="prod",name="emails",quantile="0.99"} 1.01"#,
             r#"jobqueue_reaped_total{namespace="prod",name="emails"} 6"#,
             r#"jobqueue_dead_lettered_total{namespace="prod",name="emails"} 2"#,
             r#"jobqueue_reconcile_runs_total{namespace="prod",name="emails"} 1"#,
