@@ -185,6 +185,9 @@ async fn lead_then_run(
         if shutdown.is_cancelled() {
             break;
         }
+        // The new leader publishes the queues now: a standby serving its last values
+        // would show two diverging series per queue.
+        ctx.metrics.retain(&HashSet::new());
         warn!(identity = %identity, "lost the leadership: standing by");
         ready.store(true, Ordering::Release);
     }
