@@ -3,7 +3,7 @@
 CARGO ?= cargo
 export REDIS_SERVER ?= redis-server
 
-.PHONY: all build test lint fmt demo chaos bench crds chart-check clean redis
+.PHONY: all build test lint fmt demo chaos bench crds chart-check conformance clean redis
 
 all: build
 
@@ -19,6 +19,7 @@ test: redis
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 	./scripts/chart-check.sh
+	./scripts/conformance.sh
 	$(CARGO) test --all-targets
 
 ## The chaos and durability suite at full size: worker processes SIGKILLed, two reapers,
@@ -45,6 +46,11 @@ crds:
 ## RBAC rules, the CRD copy); installs them into .tools/ on first use.
 chart-check:
 	./scripts/chart-check.sh
+
+## lua/ checked against the protocol by a client in another language (Python, redis-py
+## only, on a private redis-server); installs redis-py into .tools/ on first use.
+conformance: redis
+	./scripts/conformance.sh
 
 lint:
 	$(CARGO) fmt --all -- --check
