@@ -3,7 +3,7 @@
 CARGO ?= cargo
 export REDIS_SERVER ?= redis-server
 
-.PHONY: all build test lint fmt demo chaos bench crds clean redis
+.PHONY: all build test lint fmt demo chaos bench crds chart-check conformance clean redis
 
 all: build
 
@@ -13,12 +13,29 @@ build:
 redis:
 	@./scripts/ensure-redis.sh
 
-## The full test suite: formatting, lints, unit and integration tests (real Redis,
+## The full test suite: formatting, lints, the Helm chart checks, unit and integration tests (real Redis,
 ## standalone and a 3-master Cluster, started by the tests themselves).
 test: redis
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
+	./scripts/chart-check.sh
+	./scripts/conformance.sh
 	$(CARGO) test --all-targets
+
+## The chaos and durability suite at full size: worker processes SIGKILLed, two reapers,
+## connections cut, Redis SIGKILLed and restarted with an AOF, and a 3-master Cluster.
+## Prints one tally per scenario; `make test` runs the same suite CI-sized.
+CHAOS_SCALE ?= 10
+chaos: redis
+	JOBQUEUE_CHAOS_SCALE=$(CHAOS_SCALE) $(CARGO) test --test chaos -- --nocapture --test-threads=1
+
+## Throughput, Redis cost per job, reaper speed, memory per job and the operator's cost
+## per reconcile, each next to redis-benchmark's figure for the primitive it is bound by,
+## on a private redis-server (see docs/benchmarks.md). Options go through BENCH_ARGS:
+## `--quick` (a tenth of the data) or `--only claim_ack,reaper`.
+BENCH_ARGS ?=
+bench: redis
+	$(CARGO) bench --bench throughput -- $(BENCH_ARGS)
 
 ## The embedded demo: a private redis-server on a free loopback port, worker processes of
 ## which some are SIGKILLed mid-job, the reaper, live counts, and a check that no job was
@@ -27,9 +44,21 @@ DEMO_ARGS ?=
 demo: redis
 	$(CARGO) run --quiet --bin jobqueue -- demo $(DEMO_ARGS)
 
-## Regenerate crds/jobqueue.yaml from the code (a test fails when it drifts).
+## Regenerate crds/jobqueue.yaml from the code, and the Helm chart's copy of it (tests
+## fail when either drifts).
 crds:
 	$(CARGO) run --quiet --bin jobqueue -- crd > crds/jobqueue.yaml
+	cp crds/jobqueue.yaml charts/jobqueue-operator/crds/jobqueue.yaml
+
+## Check the Helm chart with real tools (helm lint, helm template, kubernetes-validate, the
+## RBAC rules, the CRD copy); installs them into .tools/ on first use.
+chart-check:
+	./scripts/chart-check.sh
+
+## lua/ checked against the protocol by a client in another language (Python, redis-py
+## only, on a private redis-server); installs redis-py into .tools/ on first use.
+conformance: redis
+	./scripts/conformance.sh
 
 lint:
 	$(CARGO) fmt --all -- --check

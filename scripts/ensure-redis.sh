@@ -10,7 +10,7 @@ if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
   echo "redis-server not found: installing it with apt-get" >&2
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >&2
-  apt-get install -y -qq --no-install-recommends redis-server redis-tools >&2
+  apt-get install -y -qq --no-install-recommends redis-server redis-tools openssl >&2
   # The package may start a system-wide server; the tests never use it.
   command -v redis-server >/dev/null 2>&1 && exit 0
 fi

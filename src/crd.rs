@@ -271,7 +271,8 @@ pub struct WorkersSpec {
     /// from zero.
     #[serde(default)]
     pub activation_backlog: u32,
-    /// How long a lower recommendation must hold before scaling down.
+    /// How long a lower recommendation must hold before scaling down: the highest
+    /// recommendation within this window wins.
     #[serde(default = "default_scale_down_stabilization")]
     #[x_kube(
         validation = Rule::new(NON_NEGATIVE)
@@ -279,7 +280,7 @@ pub struct WorkersSpec {
     )]
     #[schemars(length(max = 32))]
     pub scale_down_stabilization: String,
-    /// At most this many replicas added in one step.
+    /// At most this many replicas added per reconcile (scale-up is otherwise immediate).
     #[serde(default = "default_max_scale_up_step")]
     #[schemars(range(min = 1))]
     pub max_scale_up_step: i32,
@@ -289,10 +290,13 @@ pub struct WorkersSpec {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ScaleTargetRef {
+    /// The target's API version, e.g. `apps/v1`.
     #[serde(default = "default_target_api_version")]
     pub api_version: String,
+    /// The target's kind, e.g. `Deployment` or `StatefulSet`.
     #[serde(default = "default_target_kind")]
     pub kind: String,
+    /// The target's name, in the JobQueue's namespace.
     #[x_kube(validation = Rule::new("self.size() > 0").message("scaleTargetRef.name must not be empty"))]
     pub name: String,
 }

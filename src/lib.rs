@@ -2,6 +2,7 @@
 //! operator that keeps them healthy.
 //!
 //! - [`queue`]: the protocol client (enqueue, claim, ack, extend, fail, reap, stats, ...).
+//! - [`worker`]: the worker runtime (claim, renew, ack or fail) and the exec handler.
 //! - [`crd`]: the `JobQueue` custom resource.
 //! - [`controller`]: the operator that reaps queues and publishes their status.
 //! - [`cli`]: the `jobqueue` command line.
@@ -10,3 +11,4 @@ pub mod cli;
 pub mod controller;
 pub mod crd;
 pub mod queue;
+pub mod worker;

@@ -4,6 +4,8 @@
 
 use std::process::Command;
 
+use clap::Parser;
+
 use jobqueue::controller::validate;
 use jobqueue::crd::{JobQueue, JobQueueSpec};
 use kube::CustomResourceExt;
@@ -294,6 +296,172 @@ fn the_example_is_valid() {
     assert_eq!(
         secret["metadata"]["name"],
         obj["spec"]["redis"]["urlSecretRef"]["name"]
+    );
+}
+
+#[test]
+fn the_chart_ships_the_committed_crd() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let committed = std::fs::read(format!("{root}/crds/jobqueue.yaml")).unwrap();
+    let chart = std::fs::read(format!(
+        "{root}/charts/jobqueue-operator/crds/jobqueue.yaml"
+    ))
+    .expect("the chart holds the CRD");
+    assert!(
+        chart == committed,
+        "charts/jobqueue-operator/crds/jobqueue.yaml differs from crds/jobqueue.yaml: run `make crds`"
+    );
+}
+
+/// Every `examples/*.yaml`, parsed: (file name, documents).
+fn example_files() -> Vec<(String, Vec<Value>)> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples");
+    let mut files: Vec<(String, Vec<Value>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .map(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            let text = std::fs::read_to_string(&p).unwrap();
+            let docs: Vec<Value> = serde_saphyr::from_multiple(&text)
+                .unwrap_or_else(|e| panic!("{name} is not valid YAML: {e}"));
+            (name, docs.into_iter().filter(|d| !d.is_null()).collect())
+        })
+        .collect();
+    files.sort_by(|a, b| a.0.cmp(&b.0));
+    files
+}
+
+/// A Secret of `docs` named `name` that has `key` in data or stringData.
+fn has_secret_key(docs: &[Value], name: &str, key: &str) -> bool {
+    docs.iter().any(|d| {
+        d["kind"] == "Secret"
+            && d["metadata"]["name"] == name
+            && (d["stringData"].get(key).is_some() || d["data"].get(key).is_some())
+    })
+}
+
+#[test]
+fn every_example_queue_is_valid_and_its_secrets_are_there() {
+    let schema = schema();
+    let mut queues = Vec::new();
+    for (file, docs) in example_files() {
+        for obj in docs.iter().filter(|d| d["kind"] == "JobQueue") {
+            let what = format!("{file}: JobQueue {}", obj["metadata"]["name"]);
+            assert_eq!(obj["apiVersion"], "jobqueue.dev/v1alpha1", "{what}");
+            let mut problems = Vec::new();
+            conform(
+                &obj["spec"],
+                &schema["properties"]["spec"],
+                "spec",
+                &mut problems,
+            );
+            assert!(problems.is_empty(), "{what}: {problems:?}");
+            assert_eq!(cel(obj, None), Ok(()), "{what}");
+            let jq: JobQueue = serde_json::from_value(obj.clone()).expect("a JobQueue");
+            validate::plan(&jq.spec).unwrap_or_else(|e| panic!("{what}: {e}"));
+            // Every Secret key the queue names is defined next to it.
+            let redis = &obj["spec"]["redis"];
+            for (field, sel) in [
+                ("urlSecretRef", &redis["urlSecretRef"]),
+                ("passwordSecretRef", &redis["passwordSecretRef"]),
+                ("tls.caSecretRef", &redis["tls"]["caSecretRef"]),
+            ] {
+                if let (Some(name), Some(key)) = (sel["name"].as_str(), sel["key"].as_str()) {
+                    assert!(
+                        has_secret_key(&docs, name, key),
+                        "{what}: {field} names Secret {name} key {key}, not in {file}"
+                    );
+                }
+            }
+            queues.push(jq);
+        }
+    }
+    // The examples cover each way to reach Redis.
+    let inline_url = |q: &JobQueue| {
+        let r = &q.spec.redis;
+        r.url.is_some() && r.password_secret_ref.is_none() && !r.cluster
+    };
+    let secrets_and_tls = |q: &JobQueue| {
+        let r = &q.spec.redis;
+        r.url_secret_ref.is_some()
+            && r.password_secret_ref.is_some()
+            && r.tls.as_ref().is_some_and(|t| t.ca_secret_ref.is_some())
+    };
+    let cluster_seeds = |q: &JobQueue| {
+        let r = &q.spec.redis;
+        r.cluster && r.url.as_deref().is_some_and(|u| u.contains(','))
+    };
+    assert!(
+        queues.iter().any(inline_url),
+        "no example with an inline URL"
+    );
+    assert!(
+        queues.iter().any(secrets_and_tls),
+        "no example with Secrets and TLS"
+    );
+    assert!(queues.iter().any(cluster_seeds), "no Redis Cluster example");
+    assert!(queues.len() >= 4, "{} example queues", queues.len());
+}
+
+#[test]
+fn the_worker_example_runs_the_exec_worker_on_an_example_queue() {
+    let files = example_files();
+    let (file, docs) = files
+        .iter()
+        .find(|(_, docs)| docs.iter().any(|d| d["kind"] == "Deployment"))
+        .expect("an example worker Deployment");
+    let deployment = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let command: Vec<&str> = container["command"]
+        .as_array()
+        .expect("the worker's command")
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    // It is a command line the binary accepts.
+    let cli = jobqueue::cli::Cli::try_parse_from(&command)
+        .unwrap_or_else(|e| panic!("{file}: `{}` is refused: {e}", command.join(" ")));
+    let jobqueue::cli::Command::Worker(args) = cli.command else {
+        panic!("{file}: `{}` is not `jobqueue worker`", command.join(" "));
+    };
+    assert!(!args.exec.is_empty(), "{file}: a command follows --exec");
+    // The queue it works on is one of the example queues.
+    let tag = &args.connect.tag;
+    let tags: Vec<String> = files
+        .iter()
+        .flat_map(|(_, docs)| docs.iter())
+        .filter(|d| d["kind"] == "JobQueue")
+        .map(|d| d["spec"]["hashTag"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        tags.contains(tag),
+        "{file}: --tag={tag} is no example queue's hash tag ({tags:?})"
+    );
+    // The URL comes from a Secret of the same file, never inline.
+    let url = container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "JOBQUEUE_REDIS_URL")
+        .expect("JOBQUEUE_REDIS_URL");
+    let sel = &url["valueFrom"]["secretKeyRef"];
+    assert!(
+        has_secret_key(
+            docs,
+            sel["name"].as_str().unwrap(),
+            sel["key"].as_str().unwrap()
+        ),
+        "{file}: the Redis URL's Secret is not in the file"
+    );
+    // The grace period leaves room for --shutdown-timeout.
+    let shutdown = args.shutdown_timeout.as_secs() as i64;
+    let grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        .as_i64()
+        .expect("terminationGracePeriodSeconds");
+    assert!(
+        grace > shutdown,
+        "{file}: grace {grace}s ≤ shutdown timeout {shutdown}s"
     );
 }
 

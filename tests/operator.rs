@@ -9,7 +9,7 @@ mod fixtures;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{RedisServer, free_port, wait_past};
+use common::{RedisServer, wait_past};
 use fixtures::{Expect, JobQueueExt, NS, queue, reconcile_expecting, status_patch, test_context};
 use jobqueue::controller::{Error, error_policy};
 use jobqueue::crd::JobQueueStatus;
@@ -171,7 +171,7 @@ async fn secrets_are_read_once_and_never_written_out() {
 #[tokio::test]
 async fn a_password_in_the_url_is_redacted_everywhere() {
     // Nobody listens: the failure message names the endpoint, without the password.
-    let url = format!("redis://app:hunter22@127.0.0.1:{}", free_port());
+    let url = "redis://app:hunter22@127.0.0.1:1".to_string();
     let jq = queue("redacted", "unused", "r").with_url_secret("redis-url", "url");
     let (ctx, verifier, _) = test_context();
     let (result, seen, _) = reconcile_expecting(
@@ -198,7 +198,7 @@ async fn a_password_in_the_url_is_redacted_everywhere() {
 
 #[tokio::test]
 async fn redis_down_is_a_condition_a_warning_and_a_backoff() {
-    let url = format!("redis://127.0.0.1:{}", free_port());
+    let url = "redis://127.0.0.1:1".to_string();
     let jq = queue("down", &url, "down");
     let (ctx, verifier, registry) = test_context();
     let (result, seen, _) = reconcile_expecting(
@@ -370,7 +370,7 @@ async fn an_invalid_spec_waits_for_a_change() {
 #[tokio::test]
 async fn one_queue_failing_leaves_the_others_alone() {
     let redis = RedisServer::start();
-    let down = queue("broken", &format!("redis://127.0.0.1:{}", free_port()), "b");
+    let down = queue("broken", "redis://127.0.0.1:1", "b");
     let up = queue("fine", &redis.url(), "fine");
     let (ctx, verifier, _) = test_context();
     let (result, _, verifier) = reconcile_expecting(

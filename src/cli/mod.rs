@@ -16,6 +16,7 @@ pub mod format;
 mod peek;
 mod reap;
 mod stats;
+pub mod worker;
 
 pub use common::Interrupted;
 
@@ -57,6 +58,8 @@ pub struct Cli {
 pub enum Command {
     /// Print the JobQueue CustomResourceDefinition (YAML).
     Crd,
+    /// Run a command for each job: payload on stdin, exit 0 acks (see --help).
+    Worker(worker::WorkerArgs),
     /// Run the Kubernetes operator: reap every JobQueue and publish its status.
     Operator(operator::OperatorArgs),
     /// Add jobs to a queue: one payload, a file, or one payload per line of stdin.
@@ -106,19 +109,35 @@ pub struct ConnectArgs {
     /// Key prefix.
     #[arg(long, env = "JOBQUEUE_PREFIX", default_value = DEFAULT_PREFIX)]
     pub prefix: String,
+    /// PEM file of the CA that signs the server's certificate (with `rediss://`), for a
+    /// Redis whose certificate the system trust store does not know.
+    #[arg(long, env = "JOBQUEUE_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<std::path::PathBuf>,
 }
 
 impl ConnectArgs {
-    pub fn options(&self) -> ConnectOptions {
-        ConnectOptions::new(self.redis.clone())
+    pub fn options(&self) -> crate::queue::Result<ConnectOptions> {
+        let ca = match &self.tls_ca {
+            Some(path) => {
+                Some(
+                    std::fs::read(path).map_err(|e| crate::queue::Error::InvalidArgument {
+                        what: "--tls-ca",
+                        reason: format!("cannot read {}: {e}", path.display()),
+                    })?,
+                )
+            }
+            None => None,
+        };
+        Ok(ConnectOptions::new(self.redis.clone())
             .cluster(self.cluster)
             .connect_timeout(Duration::from_secs(3))
+            .ca_cert(ca))
     }
 
     pub async fn queue(&self) -> crate::queue::Result<Queue> {
         // Check the tag before connecting: a bad tag is a usage error, not a Redis one.
         crate::queue::validate_tag(&self.tag)?;
-        let redis = Redis::connect(&self.options()).await?;
+        let redis = Redis::connect(&self.options()?).await?;
         Queue::new(redis, &self.prefix, &self.tag)
     }
 }
@@ -170,6 +189,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Crd => crd::run(),
         Command::Operator(args) => operator::run(args).await,
+        Command::Worker(args) => worker::run(args).await,
         Command::Enqueue(args) => enqueue::run(args).await,
         Command::Stats(args) => stats::run(args).await,
         Command::Dead(args) => dead::run(args).await,

@@ -2,6 +2,7 @@
 
 use std::collections::HashSet;
 use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -37,6 +38,25 @@ pub struct FailureLabels {
     pub error: String,
 }
 
+/// One JobQueue and a quantile of its processing time (`0.5`, `0.99`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QuantileLabels {
+    pub namespace: String,
+    pub name: String,
+    pub quantile: String,
+}
+
+/// The quantiles of processing time published per queue.
+const QUANTILES: [(f64, &str); 2] = [(0.5, "0.5"), (0.99, "0.99")];
+
+/// One JobQueue and the direction of a scale operation (`up` or `down`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScaleLabels {
+    pub namespace: String,
+    pub name: String,
+    pub direction: String,
+}
+
 /// Every metric of the operator.
 pub struct Metrics {
     pub pending: Family<QueueLabels, Gauge>,
@@ -44,11 +64,18 @@ pub struct Metrics {
     pub expired: Family<QueueLabels, Gauge>,
     pub delayed: Family<QueueLabels, Gauge>,
     pub dead: Family<QueueLabels, Gauge>,
+    /// Processing time of acked jobs (claim to ack), from the queue's histogram.
+    pub processing_time: Family<QuantileLabels, Gauge<f64, AtomicU64>>,
+    /// Acks, extends and fails refused since the queue began (Redis's `stale` counter).
+    pub stale_acks: Family<QueueLabels, Gauge>,
     pub reaped: Family<QueueLabels, Counter>,
     pub dead_lettered: Family<QueueLabels, Counter>,
     pub reconcile_runs: Family<QueueLabels, Counter>,
     pub reconcile_failures: Family<FailureLabels, Counter>,
     pub reconcile_duration: Histogram,
+    pub desired_replicas: Family<QueueLabels, Gauge>,
+    pub current_replicas: Family<QueueLabels, Gauge>,
+    pub scale_operations: Family<ScaleLabels, Counter>,
     /// Queues with series, so deleted queues can be forgotten.
     known: Mutex<HashSet<QueueLabels>>,
 }
@@ -61,6 +88,8 @@ impl Default for Metrics {
             expired: Family::default(),
             delayed: Family::default(),
             dead: Family::default(),
+            processing_time: Family::default(),
+            stale_acks: Family::default(),
             reaped: Family::default(),
             dead_lettered: Family::default(),
             reconcile_runs: Family::default(),
@@ -68,6 +97,9 @@ impl Default for Metrics {
             reconcile_duration: Histogram::new([
                 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
             ]),
+            desired_replicas: Family::default(),
+            current_replicas: Family::default(),
+            scale_operations: Family::default(),
             known: Mutex::default(),
         }
     }
@@ -95,6 +127,16 @@ impl Metrics {
         );
         r.register("dead", "Jobs in the dead-letter set", self.dead.clone());
         r.register(
+            "processing_time_seconds",
+            "Processing time of acked jobs (claim to ack) at a quantile, from the queue's histogram",
+            self.processing_time.clone(),
+        );
+        r.register(
+            "stale_acks",
+            "Acks, extends and fails refused because the lease had been taken away, since the queue began",
+            self.stale_acks.clone(),
+        );
+        r.register(
             "reaped",
             "Expired leases the operator put back to pending",
             self.reaped.clone(),
@@ -118,6 +160,21 @@ impl Metrics {
             "reconcile_duration_seconds",
             "Time one reconcile took",
             self.reconcile_duration.clone(),
+        );
+        r.register(
+            "desired_replicas",
+            "Worker replicas the scaler wants",
+            self.desired_replicas.clone(),
+        );
+        r.register(
+            "current_replicas",
+            "Worker replicas the scale target has",
+            self.current_replicas.clone(),
+        );
+        r.register(
+            "scale_operations",
+            "Scale patches of the worker workload, by direction",
+            self.scale_operations.clone(),
         );
         self
     }
@@ -153,6 +210,24 @@ impl Metrics {
         set(&self.expired, stats.expired);
         set(&self.delayed, stats.delayed);
         set(&self.dead, stats.dead);
+        set(&self.stale_acks, stats.stale);
+        for (q, label) in QUANTILES {
+            let labels = QuantileLabels {
+                namespace: queue.namespace.clone(),
+                name: queue.name.clone(),
+                quantile: label.to_string(),
+            };
+            match stats.histogram.quantile(q) {
+                Some(d) => {
+                    self.processing_time
+                        .get_or_create(&labels)
+                        .set(d.as_secs_f64());
+                }
+                None => {
+                    self.processing_time.remove(&labels);
+                }
+            }
+        }
         self.reaped.get_or_create(queue).inc_by(reaped.requeued);
         self.dead_lettered
             .get_or_create(queue)
@@ -161,6 +236,35 @@ impl Metrics {
             .lock()
             .expect("metrics lock")
             .insert(queue.clone());
+    }
+
+    /// Publish the scaler's replicas; `None` drops the series (nothing to show).
+    pub fn replicas(&self, queue: &QueueLabels, desired: Option<i32>, current: Option<i32>) {
+        for (family, value) in [
+            (&self.desired_replicas, desired),
+            (&self.current_replicas, current),
+        ] {
+            match value {
+                Some(v) => {
+                    family.get_or_create(queue).set(i64::from(v));
+                }
+                None => {
+                    family.remove(queue);
+                }
+            }
+        }
+    }
+
+    /// Count one scale patch from `from` to `to` replicas.
+    pub fn scaled(&self, queue: &QueueLabels, from: i32, to: i32) {
+        let direction = if to > from { "up" } else { "down" };
+        self.scale_operations
+            .get_or_create(&ScaleLabels {
+                namespace: queue.namespace.clone(),
+                name: queue.name.clone(),
+                direction: direction.to_string(),
+            })
+            .inc();
     }
 
     /// Drop the series of queues that no longer exist.
@@ -174,8 +278,25 @@ impl Metrics {
                 &self.expired,
                 &self.delayed,
                 &self.dead,
+                &self.stale_acks,
+                &self.desired_replicas,
+                &self.current_replicas,
             ] {
                 family.remove(&queue);
+            }
+            for (_, label) in QUANTILES {
+                self.processing_time.remove(&QuantileLabels {
+                    namespace: queue.namespace.clone(),
+                    name: queue.name.clone(),
+                    quantile: label.to_string(),
+                });
+            }
+            for direction in ["up", "down"] {
+                self.scale_operations.remove(&ScaleLabels {
+                    namespace: queue.namespace.clone(),
+                    name: queue.name.clone(),
+                    direction: direction.to_string(),
+                });
             }
             for family in [&self.reaped, &self.dead_lettered, &self.reconcile_runs] {
                 family.remove(&queue);
@@ -217,11 +338,14 @@ mod tests {
         {
             let _timer = metrics.reconcile_started(&q);
         }
-        let stats = QueueStats {
+        let mut stats = QueueStats {
             pending: 7,
             dead: 2,
+            stale: 3,
             ..QueueStats::default()
         };
+        // 10 acks in [512, 1024) ms.
+        stats.histogram.buckets.insert(9, 10);
         let reaped = ReapOutcome {
             requeued: 3,
             dead_lettered: 1,
@@ -230,20 +354,36 @@ mod tests {
         metrics.observed(&q, &stats, &reaped);
         metrics.observed(&q, &stats, &reaped);
         metrics.reconcile_failed(&q, "redis_unreachable");
+        metrics.replicas(&q, Some(4), Some(2));
+        metrics.scaled(&q, 2, 4);
+        metrics.scaled(&q, 0, 2);
+        metrics.scaled(&q, 4, 1);
         let text = encode(&registry);
         for line in [
             r#"jobqueue_pending{namespace="prod",name="emails"} 7"#,
             r#"jobqueue_dead{namespace="prod",name="emails"} 2"#,
+            r#"jobqueue_stale_acks{namespace="prod",name="emails"} 3"#,
+            r#"jobqueue_processing_time_seconds{namespace="prod",name="emails",quantile="0.5"} 0.768"#,
+            r#"jobqueue_processing_time_seconds{namespace="prod",name="emails",quantile="0.99"} 1.01"#,
             r#"jobqueue_reaped_total{namespace="prod",name="emails"} 6"#,
             r#"jobqueue_dead_lettered_total{namespace="prod",name="emails"} 2"#,
             r#"jobqueue_reconcile_runs_total{namespace="prod",name="emails"} 1"#,
             r#"jobqueue_reconcile_failures_total{namespace="prod",name="emails",error="redis_unreachable"} 1"#,
             "jobqueue_reconcile_duration_seconds_count 1",
+            r#"jobqueue_desired_replicas{namespace="prod",name="emails"} 4"#,
+            r#"jobqueue_current_replicas{namespace="prod",name="emails"} 2"#,
+            r#"jobqueue_scale_operations_total{namespace="prod",name="emails",direction="up"} 2"#,
+            r#"jobqueue_scale_operations_total{namespace="prod",name="emails",direction="down"} 1"#,
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }
+        metrics.replicas(&q, None, Some(2));
+        let text = encode(&registry);
+        assert!(!text.contains("jobqueue_desired_replicas{"), "{text}");
         metrics.retain(&HashSet::new());
         let text = encode(&registry);
         assert!(!text.contains(r#"jobqueue_pending{"#), "{text}");
+        assert!(!text.contains("jobqueue_current_replicas{"), "{text}");
+        assert!(!text.contains("jobqueue_scale_operations_total{"), "{text}");
     }
 }

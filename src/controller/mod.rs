@@ -1,8 +1,9 @@
 //! The operator: a kube-runtime `Controller` over `JobQueue`.
 //!
-//! Each reconcile reads (the spec, its Secrets, then the queue in Redis), decides with
-//! pure functions ([`validate`], [`status`]) and writes (the status, only when it
-//! changed; Events when something needs a person). See [`reconcile`] for the pipeline
+//! Each reconcile reads (the spec, its Secrets, then the queue in Redis and the worker
+//! workload's scale), decides with pure functions ([`validate`], [`scaling`], [`status`])
+//! and writes (the scale and the status, only when they change; Events when something
+//! needs a person). See [`reconcile`] for the pipeline
 //! and [`operator`] for the process around it: leader election, the HTTP endpoints and
 //! shutdown.
 
@@ -10,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
@@ -23,6 +25,7 @@ pub mod http;
 pub mod metrics;
 pub mod operator;
 pub mod reconcile;
+pub mod scaling;
 pub mod status;
 pub mod telemetry;
 pub mod validate;
@@ -111,6 +114,9 @@ impl Default for Settings {
     }
 }
 
+/// Where a reconcile takes the time from: the system clock, or a test's.
+pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+
 /// What every reconcile shares.
 pub struct Context {
     pub client: Client,
@@ -118,8 +124,13 @@ pub struct Context {
     pub recorder: Recorder,
     pub endpoints: endpoints::Endpoints,
     pub settings: Settings,
+    /// Who publishes Events (for a recorder of its own per scale Event).
+    reporter: Reporter,
+    clock: Clock,
     /// Consecutive failures per queue, for the backoff.
     failures: Mutex<HashMap<ObjectRef<JobQueue>, u32>>,
+    /// Recent scale recommendations per queue, for the scale-down stabilization.
+    recommendations: Mutex<HashMap<metrics::QueueLabels, scaling::Recommendations>>,
 }
 
 impl Context {
@@ -134,13 +145,61 @@ impl Context {
             instance,
         };
         Context {
-            recorder: Recorder::new(client.clone(), reporter),
+            recorder: Recorder::new(client.clone(), reporter.clone()),
+            reporter,
             client,
             metrics,
             endpoints: endpoints::Endpoints::default(),
             settings,
+            clock: Arc::new(Timestamp::now),
             failures: Mutex::default(),
+            recommendations: Mutex::default(),
         }
+    }
+
+    /// The same context on another clock (tests step time instead of sleeping).
+    pub fn with_clock(mut self, clock: Clock) -> Context {
+        self.clock = clock;
+        self
+    }
+
+    /// A recorder with no memory of earlier Events. The shared one folds an Event into
+    /// the previous one of the same reason (keeping the first note); each scale is news
+    /// of its own, with its own numbers.
+    pub(crate) fn fresh_recorder(&self) -> Recorder {
+        Recorder::new(self.client.clone(), self.reporter.clone())
+    }
+
+    /// Now, at the API's precision (whole seconds).
+    pub fn now(&self) -> Timestamp {
+        status::truncate((self.clock)())
+    }
+
+    /// Run `f` on the scale recommendations of `queue`.
+    pub(crate) fn with_recommendations<T>(
+        &self,
+        queue: &metrics::QueueLabels,
+        f: impl FnOnce(&mut scaling::Recommendations) -> T,
+    ) -> T {
+        let mut all = self.recommendations.lock().expect("recommendations lock");
+        f(all.entry(queue.clone()).or_default())
+    }
+
+    /// Forget the scale recommendations of `queue` (it no longer scales).
+    pub(crate) fn forget_recommendations(&self, queue: &metrics::QueueLabels) {
+        self.recommendations
+            .lock()
+            .expect("recommendations lock")
+            .remove(queue);
+    }
+
+    /// Forget what is kept about queues that no longer exist.
+    pub fn retain(&self, alive: &std::collections::HashSet<metrics::QueueLabels>) {
+        self.metrics.retain(alive);
+        self.recommendations
+            .lock()
+            .expect("recommendations lock")
+            .retain(|queue, _| alive.contains(queue));
     }
 
     /// Forget a queue's failures after a good reconcile.

@@ -185,6 +185,9 @@ async fn lead_then_run(
         if shutdown.is_cancelled() {
             break;
         }
+        // The new leader publishes the queues now: a standby serving its last values
+        // would show two diverging series per queue.
+        ctx.metrics.retain(&HashSet::new());
         warn!(identity = %identity, "lost the leadership: standing by");
         ready.store(true, Ordering::Release);
     }
@@ -228,7 +231,7 @@ pub async fn run_controller(
         .predicate_filter(predicates::generation, Default::default());
     let sweep = {
         let reader = reader.clone();
-        let metrics = ctx.metrics.clone();
+        let ctx = ctx.clone();
         tokio::spawn(async move {
             let mut every = tokio::time::interval(Duration::from_secs(60));
             loop {
@@ -238,7 +241,7 @@ pub async fn run_controller(
                     .iter()
                     .map(|q| QueueLabels::new(&q.namespace().unwrap_or_default(), &q.name_any()))
                     .collect();
-                metrics.retain(&alive);
+                ctx.retain(&alive);
             }
         })
     };

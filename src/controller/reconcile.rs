@@ -6,30 +6,38 @@
 //! 3. **apply** to the queue: check its keys' types, write its settings into `meta`,
 //!    reap expired leases within a budget, read its stats: one round trip when `meta`
 //!    is current and nothing has expired (`Queue::maintain`);
-//! 4. **build** the status (pure, from the previous status and what was seen);
-//! 5. **write** the status only when it changed (server-side apply), then publish the
+//! 4. **scale** the workers (with `spec.workers`): read the target's `/scale` and the
+//!    namespace's HorizontalPodAutoscalers, decide (pure, [`scaling::decide`]), patch
+//!    the scale only when the replicas must change;
+//! 5. **build** the status (pure, from the previous status and what was seen);
+//! 6. **write** the status only when it changed (server-side apply), then publish the
 //!    Events worth a person's attention; requeue after `reaper.interval`.
 //!
 //! A failure in 2 or 3 becomes a condition with a reason and a message (never a secret),
-//! a Warning Event, and a backoff for this queue alone.
+//! a Warning Event, and a backoff for this queue alone. A failure in 4 (a missing target,
+//! an HPA on it, a refused patch) is the `Scaling` condition's reason: the rest of the
+//! reconcile goes on.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, Patch, PatchParams};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
 use super::endpoints::Endpoint;
 use super::metrics::QueueLabels;
+use super::scaling::{self, Backlog, Decision, ScalePolicy, TargetRef, TargetState};
 use super::status::{self, Failure, Observation, reasons};
 use super::validate::{self, EndpointPlan, QueuePlan, UrlSource};
 use super::{Context, Error, FIELD_MANAGER, Result};
 use crate::crd::{API_VERSION, JobQueue, JobQueueStatus, SecretKeySelector};
-use crate::queue::{ConnectOptions, Error as QueueError, Queue};
+use crate::queue::{ConnectOptions, Error as QueueError, Queue, QueueStats};
 
 /// Reconcile one JobQueue.
 pub async fn reconcile(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
@@ -42,13 +50,23 @@ pub async fn reconcile(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
     let generation = jq.metadata.generation;
     let prev = jq.status.as_ref();
     let api: Api<JobQueue> = Api::namespaced(ctx.client.clone(), &ns);
+    let now = ctx.now();
 
     let plan = match validate::plan(&jq.spec) {
         Ok(plan) => plan,
         Err(invalid) => {
             let message = invalid.to_string();
             warn!(namespace = %ns, name = %name, error = %message, "invalid spec");
-            let new = status::invalid_spec(prev, generation, &message, status::now());
+            let mut new = status::invalid_spec(prev, generation, &message, now);
+            if jq.spec.workers.is_some() {
+                status::scaling_paused(
+                    &mut new,
+                    reasons::INVALID_SPEC,
+                    "not scaling while the spec is invalid: the replicas are left as they are",
+                    generation,
+                    now,
+                );
+            }
             write_status(&api, &name, prev, &new).await?;
             publish(
                 &ctx,
@@ -67,9 +85,24 @@ pub async fn reconcile(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
 
     match observe(&ctx, &ns, &plan).await {
         Ok(obs) => {
-            let new = status::observed(prev, generation, &obs, status::now());
+            let scaling = match &plan.workers {
+                Some(policy) => {
+                    Some(scale_workers(&ctx, &ns, &labels, policy, &obs.stats, now).await)
+                }
+                None => {
+                    ctx.forget_recommendations(&labels);
+                    None
+                }
+            };
+            let mut new = status::observed(prev, generation, &obs, now);
+            status::scaled(&mut new, scaling.as_ref(), generation, now);
             write_status(&api, &name, prev, &new).await?;
             ctx.metrics.observed(&labels, &obs.stats, &obs.reaped);
+            ctx.metrics.replicas(
+                &labels,
+                scaling.as_ref().and_then(|d| d.desired),
+                scaling.as_ref().and_then(|d| d.replicas_after()),
+            );
             ctx.succeeded(&jq);
             if obs.reaped.requeued + obs.reaped.dead_lettered > 0 {
                 info!(
@@ -83,11 +116,31 @@ pub async fn reconcile(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
             for (kind, reason, note) in success_events(prev, &new, &obs) {
                 publish(&ctx, &jq, kind, reason, note).await;
             }
+            if let Some(decision) = &scaling {
+                for (kind, reason, note) in scaling_events(prev, decision) {
+                    if decision.reason.scales() {
+                        let recorder = ctx.fresh_recorder();
+                        publish_on(&recorder, &jq, kind, reason, note).await;
+                    } else {
+                        publish(&ctx, &jq, kind, reason, note).await;
+                    }
+                }
+            }
             debug!(namespace = %ns, name = %name, pending = new.pending, "reconciled");
             Ok(Action::requeue(plan.interval))
         }
         Err(failure) => {
-            let new = status::failed(prev, generation, &failure, status::now());
+            let mut new = status::failed(prev, generation, &failure, now);
+            if plan.workers.is_some() {
+                status::scaling_paused(
+                    &mut new,
+                    failure.reason,
+                    "not scaling while the queue cannot be read: the replicas are left as \
+                     they are",
+                    generation,
+                    now,
+                );
+            }
             write_status(&api, &name, prev, &new).await?;
             publish(
                 &ctx,
@@ -100,6 +153,130 @@ pub async fn reconcile(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
             Err(Error::Unavailable(failure))
         }
     }
+}
+
+/// Step 4: read the target's scale and the HPAs that could claim it, decide, and patch
+/// the scale when the replicas must change. What goes wrong is the decision's reason,
+/// never an error: the reconcile goes on.
+async fn scale_workers(
+    ctx: &Context,
+    ns: &str,
+    labels: &QueueLabels,
+    policy: &ScalePolicy,
+    stats: &QueueStats,
+    now: Timestamp,
+) -> Decision {
+    let target = &policy.target;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), ns, &target.api_resource());
+    let state = match api.get_scale(&target.name).await {
+        Ok(scale) => {
+            let replicas = scale.spec.and_then(|s| s.replicas).unwrap_or(0);
+            match claiming_hpa(ctx, ns, target).await {
+                Ok(Some(hpa)) => TargetState::ClaimedByHpa { hpa, replicas },
+                Ok(None) => TargetState::Found { replicas },
+                Err(e) => TargetState::Unreadable {
+                    message: format!(
+                        "cannot list the HorizontalPodAutoscalers of namespace {ns}: {}",
+                        kube_reason(&e)
+                    ),
+                },
+            }
+        }
+        Err(kube::Error::Api(s)) if s.code == 404 => TargetState::NotFound {
+            message: format!(
+                "{target} ({}) not found in namespace {ns}: {}",
+                target.api_version(),
+                s.message
+            ),
+        },
+        Err(e) => TargetState::Unreadable {
+            message: format!("cannot read the scale of {target}: {}", kube_reason(&e)),
+        },
+    };
+    let backlog = Backlog {
+        pending: stats.pending,
+        processing: stats.processing,
+    };
+    let decision = ctx.with_recommendations(labels, |history| {
+        scaling::decide(policy, backlog, state, history, now)
+    });
+    let Some(to) = decision.patch() else {
+        return decision;
+    };
+    let from = decision.current.unwrap_or(0);
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    };
+    let patch = serde_json::json!({ "spec": { "replicas": to } });
+    match api
+        .patch_scale(&target.name, &params, &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => {
+            ctx.metrics.scaled(labels, from, to);
+            info!(
+                namespace = %labels.namespace,
+                name = %labels.name,
+                target = %target,
+                from,
+                to,
+                "scaled the workers"
+            );
+            decision
+        }
+        Err(e) => {
+            let message = format!(
+                "cannot scale {target} from {from} to {to}: {}",
+                kube_reason(&e)
+            );
+            warn!(namespace = %labels.namespace, name = %labels.name, error = %message, "scale failed");
+            decision.failed(message)
+        }
+    }
+}
+
+/// The HPA (`namespace/name`) of namespace `ns` that scales `target`, if any.
+async fn claiming_hpa(
+    ctx: &Context,
+    ns: &str,
+    target: &TargetRef,
+) -> Result<Option<String>, kube::Error> {
+    let api: Api<HorizontalPodAutoscaler> = Api::namespaced(ctx.client.clone(), ns);
+    let hpas = api.list(&ListParams::default()).await?;
+    Ok(hpas
+        .items
+        .iter()
+        .find(|hpa| {
+            hpa.spec
+                .as_ref()
+                .is_some_and(|spec| target.is_targeted_by(&spec.scale_target_ref))
+        })
+        .map(|hpa| format!("{ns}/{}", hpa.name_any())))
+}
+
+/// The Events of the scaler: a Normal one on each scale; a Warning when it stops
+/// scaling (a missing target, an HPA, a failure), once, not on every reconcile.
+pub fn scaling_events(
+    prev: Option<&JobQueueStatus>,
+    decision: &Decision,
+) -> Vec<(EventType, &'static str, String)> {
+    let reason = decision.reason;
+    if reason.scales() {
+        return vec![(EventType::Normal, reason.as_str(), decision.message.clone())];
+    }
+    let was = prev
+        .and_then(|p| p.condition(status::types::SCALING))
+        .map(|c| c.reason.as_str());
+    if !reason.is_scaling() && was != Some(reason.as_str()) {
+        return vec![(
+            EventType::Warning,
+            reason.as_str(),
+            decision.message.clone(),
+        )];
+    }
+    Vec::new()
 }
 
 /// The Events a successful reconcile raises, from the previous status and the new one.
@@ -177,6 +354,16 @@ async fn write_status(
 
 /// Publish an Event about `jq`; a failure to publish is logged, never fatal.
 async fn publish(ctx: &Context, jq: &JobQueue, type_: EventType, reason: &str, note: String) {
+    publish_on(&ctx.recorder, jq, type_, reason, note).await;
+}
+
+async fn publish_on(
+    recorder: &Recorder,
+    jq: &JobQueue,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
     let event = Event {
         type_,
         reason: reason.to_string(),
@@ -184,7 +371,7 @@ async fn publish(ctx: &Context, jq: &JobQueue, type_: EventType, reason: &str, n
         action: "Reconcile".to_string(),
         secondary: None,
     };
-    if let Err(e) = ctx.recorder.publish(&event, &jq.object_ref(&())).await {
+    if let Err(e) = recorder.publish(&event, &jq.object_ref(&())).await {
         warn!(name = %jq.name_any(), error = %e, "cannot publish event");
     }
 }
@@ -303,7 +490,8 @@ async fn resolve_endpoint(
         .cluster(plan.cluster)
         .password(password)
         .connect_timeout(ctx.settings.connect_timeout)
-        .response_timeout(ctx.settings.response_timeout);
+        .response_timeout(ctx.settings.response_timeout)
+        .ca_cert(ca.clone());
     Ok(Endpoint { options, ca })
 }
 
@@ -421,6 +609,66 @@ mod tests {
         // A status only ever written by failures is no baseline.
         let never_counted = status::failed(None, Some(1), &down, now);
         assert_eq!(reasons(Some(&never_counted), &obs(7)), vec!["Recovered"]);
+    }
+
+    #[test]
+    fn scaling_raises_events_on_scales_and_on_new_trouble() {
+        use super::scaling::Reason;
+        use k8s_openapi::jiff::Timestamp;
+        let now = Timestamp::from_second(1_700_000_000).unwrap();
+        let decision = |reason: Reason| Decision {
+            reason,
+            current: Some(2),
+            desired: Some(4),
+            message: format!("{} message", reason.as_str()),
+        };
+        let after = |prev: Option<&JobQueueStatus>, reason: Reason| {
+            let mut s = prev.cloned().unwrap_or_default();
+            status::scaled(&mut s, Some(&decision(reason)), Some(1), now);
+            s
+        };
+        let events = |prev: Option<&JobQueueStatus>, reason: Reason| -> Vec<(String, &str)> {
+            scaling_events(prev, &decision(reason))
+                .into_iter()
+                .map(|(kind, reason, _)| (format!("{kind:?}"), reason))
+                .collect()
+        };
+        // Every scale, even a repeated one.
+        let up = after(None, Reason::ScaledUp);
+        assert_eq!(
+            events(Some(&up), Reason::ScaledUp),
+            vec![("Normal".into(), "ScaledUp")]
+        );
+        assert_eq!(
+            events(Some(&up), Reason::ScaledDown),
+            vec![("Normal".into(), "ScaledDown")]
+        );
+        // Holding raises nothing.
+        for quiet in [
+            Reason::Steady,
+            Reason::Stabilizing,
+            Reason::AtMinReplicas,
+            Reason::AtMaxReplicas,
+        ] {
+            assert!(events(Some(&up), quiet).is_empty(), "{quiet:?}");
+        }
+        // Trouble: once when it starts, not again while it lasts.
+        for trouble in [
+            Reason::TargetNotFound,
+            Reason::HpaConflict,
+            Reason::ScaleFailed,
+        ] {
+            assert_eq!(
+                events(Some(&up), trouble),
+                vec![("Warning".into(), trouble.as_str())]
+            );
+            assert_eq!(
+                events(None, trouble),
+                vec![("Warning".into(), trouble.as_str())]
+            );
+            let lasting = after(Some(&up), trouble);
+            assert!(events(Some(&lasting), trouble).is_empty(), "{trouble:?}");
+        }
     }
 
     #[test]

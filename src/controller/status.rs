@@ -10,6 +10,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
+use super::scaling::{Decision, Reason};
 use crate::crd::JobQueueStatus;
 use crate::queue::{Histogram, QueueStats, ReapOutcome};
 
@@ -21,6 +22,8 @@ pub mod types {
     pub const REDIS_AVAILABLE: &str = "RedisAvailable";
     /// Acks arrive after their lease expired: jobs run longer than the visibility timeout.
     pub const LEASE_TOO_SHORT: &str = "LeaseTooShort";
+    /// The operator scales the worker workload on backlog (with `spec.workers`).
+    pub const SCALING: &str = "Scaling";
 }
 
 /// Condition reasons.
@@ -266,6 +269,73 @@ fn lease_condition(
             now,
         )
     }
+}
+
+/// The scaler's part of the status: `desiredReplicas`, `currentReplicas`,
+/// `lastScaleTime` (when it scaled, now) and the `Scaling` condition. `None` (no
+/// `spec.workers`) removes them all.
+pub fn scaled(
+    status: &mut JobQueueStatus,
+    decision: Option<&Decision>,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    let Some(decision) = decision else {
+        status.desired_replicas = None;
+        status.current_replicas = None;
+        status.last_scale_time = None;
+        status.conditions.retain(|c| c.type_ != types::SCALING);
+        return;
+    };
+    if decision.reason == Reason::ScaleFailed {
+        // What could not be read stays as last seen rather than vanishing for a moment.
+        status.desired_replicas = decision.desired.or(status.desired_replicas);
+        status.current_replicas = decision.replicas_after().or(status.current_replicas);
+    } else {
+        status.desired_replicas = decision.desired;
+        status.current_replicas = decision.replicas_after();
+    }
+    if decision.reason.scales() {
+        status.last_scale_time = Some(Time(now));
+    }
+    let state = if decision.reason.is_scaling() {
+        Status::True
+    } else {
+        Status::False
+    };
+    set_condition(
+        &mut status.conditions,
+        condition(
+            types::SCALING,
+            state,
+            decision.reason.as_str(),
+            decision.message.clone(),
+            generation,
+            now,
+        ),
+    );
+}
+
+/// `Scaling=Unknown` while the operator cannot decide (the queue cannot be read, the
+/// spec is invalid): the replicas are left as they are; `reason` is the failure's.
+pub fn scaling_paused(
+    status: &mut JobQueueStatus,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    set_condition(
+        &mut status.conditions,
+        condition(
+            types::SCALING,
+            Status::Unknown,
+            reason,
+            message,
+            generation,
+            now,
+        ),
+    );
 }
 
 /// Why a reconcile could not observe the queue.
@@ -572,6 +642,115 @@ mod tests {
         assert_eq!(s.last_reap_time, Some(Time(t(5))));
         let idle = observed(Some(&s), Some(1), &obs(1, 0), t(50));
         assert_eq!(idle.last_reap_time, Some(Time(t(5))), "kept while idle");
+    }
+
+    #[test]
+    fn scaling_sets_replicas_and_its_condition() {
+        let base = observed(None, Some(1), &obs(30, 0), t(0));
+        let up = Decision {
+            reason: Reason::ScaledUp,
+            current: Some(0),
+            desired: Some(3),
+            message: "scaled Deployment/w from 0 to 3 replicas".into(),
+        };
+        let mut s = base.clone();
+        scaled(&mut s, Some(&up), Some(1), t(10));
+        assert_eq!(
+            (s.desired_replicas, s.current_replicas),
+            (Some(3), Some(3)),
+            "the target has what was patched"
+        );
+        assert_eq!(s.last_scale_time, Some(Time(t(10))));
+        let c = cond(&s, types::SCALING);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str(), c.message.as_str()),
+            (
+                "True",
+                "ScaledUp",
+                "scaled Deployment/w from 0 to 3 replicas"
+            )
+        );
+
+        // Holding: the scale time and the transition time are kept.
+        let steady = Decision {
+            reason: Reason::Steady,
+            current: Some(3),
+            desired: Some(3),
+            message: "3 replicas of Deployment/w".into(),
+        };
+        let mut held = s.clone();
+        scaled(&mut held, Some(&steady), Some(1), t(20));
+        assert_eq!(held.last_scale_time, Some(Time(t(10))));
+        assert_eq!(
+            cond(&held, types::SCALING).last_transition_time,
+            Time(t(10))
+        );
+        assert_eq!(cond(&held, types::SCALING).reason, "Steady");
+
+        // An HPA takes over: False, no desired replicas.
+        let conflict = Decision {
+            reason: Reason::HpaConflict,
+            current: Some(3),
+            desired: None,
+            message: "HorizontalPodAutoscaler default/h scales Deployment/w".into(),
+        };
+        let mut claimed = held.clone();
+        scaled(&mut claimed, Some(&conflict), Some(1), t(30));
+        assert_eq!(
+            (claimed.desired_replicas, claimed.current_replicas),
+            (None, Some(3))
+        );
+        let c = cond(&claimed, types::SCALING);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "HPAConflict")
+        );
+        assert_eq!(c.last_transition_time, Time(t(30)));
+
+        // The scale cannot be read for a moment: False, the last numbers kept.
+        let unreadable = Decision {
+            reason: Reason::ScaleFailed,
+            current: None,
+            desired: None,
+            message: "cannot read the scale of Deployment/w: forbidden".into(),
+        };
+        let mut failing = held.clone();
+        scaled(&mut failing, Some(&unreadable), Some(1), t(35));
+        assert_eq!(
+            (failing.desired_replicas, failing.current_replicas),
+            (Some(3), Some(3))
+        );
+        assert_eq!(cond(&failing, types::SCALING).status, "False");
+
+        // Redis down: Unknown, the numbers kept.
+        let mut paused = held.clone();
+        scaling_paused(
+            &mut paused,
+            reasons::REDIS_UNREACHABLE,
+            "not scaling",
+            Some(1),
+            t(40),
+        );
+        let c = cond(&paused, types::SCALING);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("Unknown", "RedisUnreachable")
+        );
+        assert_eq!(paused.current_replicas, Some(3));
+
+        // spec.workers removed: the scaler's fields go.
+        let mut gone = held.clone();
+        scaled(&mut gone, None, Some(2), t(50));
+        assert_eq!(
+            (
+                gone.desired_replicas,
+                gone.current_replicas,
+                &gone.last_scale_time
+            ),
+            (None, None, &None)
+        );
+        assert!(gone.condition(types::SCALING).is_none());
+        assert_eq!(gone.conditions.len(), base.conditions.len());
     }
 
     #[test]

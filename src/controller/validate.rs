@@ -8,6 +8,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use super::scaling::{ScalePolicy, TargetRef};
 use crate::crd::{JobQueueSpec, SecretKeySelector};
 use crate::queue::{MAX_BATCH, QueueSettings};
 
@@ -71,6 +72,8 @@ pub struct QueuePlan {
     pub interval: Duration,
     /// Expired leases per reaper call.
     pub batch: usize,
+    /// How to scale the workers, when the spec names them.
+    pub workers: Option<ScalePolicy>,
 }
 
 fn invalid(field: &'static str, reason: impl Into<String>) -> InvalidSpec {
@@ -200,40 +203,52 @@ pub fn plan(spec: &JobQueueSpec) -> Result<QueuePlan, InvalidSpec> {
             format!("{batch} is not between 1 and {MAX_BATCH}"),
         ));
     }
-    if let Some(workers) = &spec.workers {
-        if workers.min_replicas < 0 {
-            return Err(invalid("spec.workers.minReplicas", "must not be negative"));
+    let workers = match &spec.workers {
+        None => None,
+        Some(workers) => {
+            if workers.min_replicas < 0 {
+                return Err(invalid("spec.workers.minReplicas", "must not be negative"));
+            }
+            if workers.max_replicas < 1 {
+                return Err(invalid("spec.workers.maxReplicas", "must be at least 1"));
+            }
+            if workers.min_replicas > workers.max_replicas {
+                return Err(invalid(
+                    "spec.workers.minReplicas",
+                    format!(
+                        "{} exceeds maxReplicas ({})",
+                        workers.min_replicas, workers.max_replicas
+                    ),
+                ));
+            }
+            if workers.target_backlog_per_replica < 1 {
+                return Err(invalid(
+                    "spec.workers.targetBacklogPerReplica",
+                    "must be at least 1",
+                ));
+            }
+            if workers.max_scale_up_step < 1 {
+                return Err(invalid("spec.workers.maxScaleUpStep", "must be at least 1"));
+            }
+            let stabilization = parse_duration(
+                "spec.workers.scaleDownStabilization",
+                &workers.scale_down_stabilization,
+                false,
+            )?;
+            let r = &workers.scale_target_ref;
+            let target = TargetRef::parse(&r.api_version, &r.kind, &r.name)
+                .map_err(|reason| invalid("spec.workers.scaleTargetRef", reason))?;
+            Some(ScalePolicy {
+                target,
+                min_replicas: workers.min_replicas,
+                max_replicas: workers.max_replicas,
+                target_backlog_per_replica: u64::from(workers.target_backlog_per_replica),
+                activation_backlog: u64::from(workers.activation_backlog),
+                scale_down_stabilization: stabilization,
+                max_scale_up_step: workers.max_scale_up_step,
+            })
         }
-        if workers.max_replicas < 1 {
-            return Err(invalid("spec.workers.maxReplicas", "must be at least 1"));
-        }
-        if workers.min_replicas > workers.max_replicas {
-            return Err(invalid(
-                "spec.workers.minReplicas",
-                format!(
-                    "{} exceeds maxReplicas ({})",
-                    workers.min_replicas, workers.max_replicas
-                ),
-            ));
-        }
-        if workers.target_backlog_per_replica < 1 {
-            return Err(invalid(
-                "spec.workers.targetBacklogPerReplica",
-                "must be at least 1",
-            ));
-        }
-        parse_duration(
-            "spec.workers.scaleDownStabilization",
-            &workers.scale_down_stabilization,
-            false,
-        )?;
-        if workers.scale_target_ref.name.is_empty() {
-            return Err(invalid(
-                "spec.workers.scaleTargetRef.name",
-                "must not be empty",
-            ));
-        }
-    }
+    };
 
     let settings = QueueSettings {
         visibility_timeout,
@@ -263,6 +278,7 @@ pub fn plan(spec: &JobQueueSpec) -> Result<QueuePlan, InvalidSpec> {
         settings,
         interval,
         batch,
+        workers,
     })
 }
 
@@ -273,6 +289,37 @@ mod tests {
 
     fn spec() -> JobQueueSpec {
         JobQueueSpec::new("redis://redis:6379", "emails")
+    }
+
+    fn workers() -> WorkersSpec {
+        WorkersSpec {
+            scale_target_ref: ScaleTargetRef {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                name: "w".into(),
+            },
+            min_replicas: 0,
+            max_replicas: 8,
+            target_backlog_per_replica: 10,
+            activation_backlog: 2,
+            scale_down_stabilization: "2m".into(),
+            max_scale_up_step: 4,
+        }
+    }
+
+    #[test]
+    fn workers_become_a_scale_policy() {
+        let mut s = spec();
+        assert_eq!(plan(&s).unwrap().workers, None);
+        s.workers = Some(workers());
+        let policy = plan(&s).unwrap().workers.expect("a policy");
+        assert_eq!(policy.target.to_string(), "Deployment/w");
+        assert_eq!(policy.target.group, "apps");
+        assert_eq!((policy.min_replicas, policy.max_replicas), (0, 8));
+        assert_eq!(policy.target_backlog_per_replica, 10);
+        assert_eq!(policy.activation_backlog, 2);
+        assert_eq!(policy.scale_down_stabilization, Duration::from_secs(120));
+        assert_eq!(policy.max_scale_up_step, 4);
     }
 
     fn field_of(spec: &JobQueueSpec) -> &'static str {
@@ -378,18 +425,36 @@ mod tests {
                 "spec.workers.minReplicas",
                 Box::new(|s| {
                     s.workers = Some(WorkersSpec {
-                        scale_target_ref: ScaleTargetRef {
-                            api_version: "apps/v1".into(),
-                            kind: "Deployment".into(),
-                            name: "w".into(),
-                        },
                         min_replicas: 5,
                         max_replicas: 2,
-                        target_backlog_per_replica: 10,
-                        activation_backlog: 0,
-                        scale_down_stabilization: "300s".into(),
-                        max_scale_up_step: 4,
+                        ..workers()
                     })
+                }),
+            ),
+            (
+                "spec.workers.maxScaleUpStep",
+                Box::new(|s| {
+                    s.workers = Some(WorkersSpec {
+                        max_scale_up_step: 0,
+                        ..workers()
+                    })
+                }),
+            ),
+            (
+                "spec.workers.scaleDownStabilization",
+                Box::new(|s| {
+                    s.workers = Some(WorkersSpec {
+                        scale_down_stabilization: "later".into(),
+                        ..workers()
+                    })
+                }),
+            ),
+            (
+                "spec.workers.scaleTargetRef",
+                Box::new(|s| {
+                    let mut w = workers();
+                    w.scale_target_ref.api_version = "apps/v1/x".into();
+                    s.workers = Some(w);
                 }),
             ),
         ];

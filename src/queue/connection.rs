@@ -21,7 +21,7 @@ use redis::{
 use super::error::{Error, Result};
 
 /// How to reach Redis.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ConnectOptions {
     /// `redis://[user:password@]host:port[/db]` or `rediss://` for TLS. For a Cluster,
     /// one or more seed nodes separated by commas.
@@ -35,6 +35,23 @@ pub struct ConnectOptions {
     pub response_timeout: Duration,
     /// How long establishing a connection may take.
     pub connect_timeout: Duration,
+    /// PEM CA bundle that signs the server's certificate (`rediss://` only), for servers
+    /// whose certificate the system trust store does not know.
+    pub ca_cert: Option<Vec<u8>>,
+}
+
+/// Never prints the password.
+impl std::fmt::Debug for ConnectOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectOptions")
+            .field("url", &self.redacted_url())
+            .field("cluster", &self.cluster)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("response_timeout", &self.response_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("ca_cert", &self.ca_cert.as_ref().map(|c| c.len()))
+            .finish()
+    }
 }
 
 impl ConnectOptions {
@@ -45,7 +62,13 @@ impl ConnectOptions {
             password: None,
             response_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
+            ca_cert: None,
         }
+    }
+
+    pub fn ca_cert(mut self, pem: Option<Vec<u8>>) -> Self {
+        self.ca_cert = pem;
+        self
     }
 
     pub fn cluster(mut self, cluster: bool) -> Self {
@@ -102,6 +125,13 @@ pub fn redact_url(url: &str) -> String {
         })
         .collect::<Vec<_>>()
         .join(",")
+}
+
+fn tls_certificates(options: &ConnectOptions) -> Option<redis::TlsCertificates> {
+    options.ca_cert.as_ref().map(|pem| redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(pem.clone()),
+    })
 }
 
 /// Say what is wrong with a URL redis-rs refused, without echoing its secrets.
@@ -172,6 +202,11 @@ impl Redis {
             url: endpoint.clone(),
             reason,
         };
+        if options.ca_cert.is_some() && !options.url.contains("rediss://") {
+            return Err(invalid(
+                "a CA certificate was given but the URL is not rediss:// (TLS)".into(),
+            ));
+        }
         let urls: Vec<&str> = options
             .url
             .split(',')
@@ -198,12 +233,14 @@ impl Redis {
         }
         let connect_err = |source: RedisError| classify_connect(&endpoint, source);
         let target = if options.cluster {
-            let client = ClusterClient::builder(infos)
+            let mut builder = ClusterClient::builder(infos)
                 .connection_timeout(options.connect_timeout)
                 .response_timeout(options.response_timeout)
-                .retries(3)
-                .build()
-                .map_err(|e| invalid(e.to_string()))?;
+                .retries(3);
+            if let Some(certs) = tls_certificates(options) {
+                builder = builder.certs(certs);
+            }
+            let client = builder.build().map_err(|e| invalid(e.to_string()))?;
             let conn =
                 tokio::time::timeout(options.connect_timeout * 2, client.get_async_connection())
                     .await
@@ -219,7 +256,12 @@ impl Redis {
                     "several URLs are only allowed with cluster mode".into(),
                 ));
             }
-            let client = Client::open(infos.remove(0)).map_err(|e| invalid(e.to_string()))?;
+            let info = infos.remove(0);
+            let client = match tls_certificates(options) {
+                Some(certs) => Client::build_with_tls(info, certs),
+                None => Client::open(info),
+            }
+            .map_err(|e| invalid(e.to_string()))?;
             let config = ConnectionManagerConfig::new()
                 .set_response_timeout(Some(options.response_timeout))
                 .set_connection_timeout(Some(options.connect_timeout))

@@ -1,0 +1,88 @@
+{{/* The chart's name. */}}
+{{- define "jobqueue.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The release's full name, used for every object. */}}
+{{- define "jobqueue.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "jobqueue.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "jobqueue.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "jobqueue.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "jobqueue.labels" -}}
+helm.sh/chart: {{ include "jobqueue.chart" . }}
+{{ include "jobqueue.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: operator
+app.kubernetes.io/part-of: jobqueue
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "jobqueue.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "jobqueue.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "jobqueue.leaseName" -}}
+{{- default (include "jobqueue.fullname" .) .Values.operator.leaderElection.leaseName }}
+{{- end }}
+
+{{- define "jobqueue.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{/*
+The namespaced rules of the operator: the same whether bound cluster-wide (ClusterRole)
+or in the one watched namespace (Role). Keep in step with docs/operations.md and with
+scripts/chart_check.py, which fails when the rendered rules grant more.
+*/}}
+{{- define "jobqueue.rules" -}}
+- apiGroups: ["jobqueue.dev"]
+  resources: ["jobqueues"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["jobqueue.dev"]
+  resources: ["jobqueues/status"]
+  verbs: ["get", "patch"]
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+- apiGroups: ["apps"]
+  resources: ["deployments/scale", "statefulsets/scale"]
+  verbs: ["get", "patch"]
+{{- range .Values.rbac.extraScaleTargets }}
+- apiGroups: [{{ .apiGroup | quote }}]
+  resources: [{{ printf "%s/scale" .resource | quote }}]
+  verbs: ["get", "patch"]
+{{- end }}
+- apiGroups: ["autoscaling"]
+  resources: ["horizontalpodautoscalers"]
+  verbs: ["list", "watch"]
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end }}

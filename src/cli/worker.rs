@@ -1,0 +1,195 @@
+//! `jobqueue worker --exec CMD [ARGS…]`: a reliable worker for a command in any language.
+
+use std::time::Duration;
+
+use clap::Args;
+use tokio_util::sync::CancellationToken;
+
+use super::ConnectArgs;
+use crate::queue::Error;
+use crate::worker::Worker;
+use crate::worker::exec::{DEFAULT_DEAD_EXIT_CODE, DEFAULT_STDERR_TAIL, ExecHandler};
+
+const EXAMPLES: &str = "\
+Examples:
+  # Run ./send-email.py for each job of the `emails` queue, four at a time:
+  jobqueue worker --redis redis://127.0.0.1:6379 --tag emails --concurrency 4 --exec ./send-email.py
+
+  # A shell one-liner; everything after --exec is the command and its arguments:
+  jobqueue worker --tag thumbs --exec sh -c 'convert - -resize 64x64 \"/out/$JOBQUEUE_JOB_ID.png\"'
+
+What the command gets and how its exit is read:
+  stdin                 the job's payload (exact bytes)
+  JOBQUEUE_JOB_ID       the job's id
+  JOBQUEUE_ATTEMPT      1 on the first run, 2 on the first retry, ...
+  JOBQUEUE_QUEUE        the queue, e.g. jq:{emails}
+  JOBQUEUE_WORKER_ID    this worker's id
+  exit 0                the job is done (acked)
+  exit 99               the job is dead-lettered at once (--dead-exit-code changes 99)
+  other exit, signal    the job is retried per the queue's backoff, until max attempts
+  stderr                passed through; its last 2 KiB become the job's last_error
+
+The lease is renewed while the command runs. On SIGTERM or Ctrl-C the worker stops
+claiming, sends SIGTERM to running commands and waits up to --shutdown-timeout: a command
+that exits 0 in time is acked, one that dies of the signal is retried, and one still
+running at the deadline is killed (SIGKILL) and its job left for the reaper. A second
+SIGTERM or Ctrl-C skips the wait.";
+
+/// Run a command for each job of a queue.
+#[derive(Debug, Args)]
+#[command(after_help = EXAMPLES)]
+pub struct WorkerArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+
+    /// Jobs run at once.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub concurrency: u16,
+
+    /// Lease length (e.g. `30s`, `500ms`, `2m`) instead of the queue's visibility timeout.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub visibility: Option<Duration>,
+
+    /// How long shutdown waits for running commands before killing them.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub shutdown_timeout: Duration,
+
+    /// The name recorded in each job's `worker` field [default: hostname-pid].
+    #[arg(long, env = "JOBQUEUE_WORKER_ID")]
+    pub worker_id: Option<String>,
+
+    /// The exit code that dead-letters a job instead of retrying it (1-255).
+    #[arg(long, default_value_t = DEFAULT_DEAD_EXIT_CODE, value_parser = clap::value_parser!(u8).range(1..))]
+    pub dead_exit_code: u8,
+
+    /// Bytes of the end of the command's stderr kept as the job's last_error.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_STDERR_TAIL)]
+    pub stderr_tail: usize,
+
+    /// The command and its arguments: everything after --exec (so put other flags first).
+    #[arg(
+        long = "exec",
+        value_name = "CMD",
+        required = true,
+        num_args = 1..,
+        allow_hyphen_values = true
+    )]
+    pub exec: Vec<String>,
+}
+
+/// `500ms`, `30s`, `5m`, `1h`, or combinations such as `1m30s`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err("empty duration (write e.g. 30s, 500ms or 2m)".into());
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        if digits == 0 {
+            return Err(format!(
+                "{text:?} is not a duration (write e.g. 30s, 500ms or 2m)"
+            ));
+        }
+        let n: u64 = rest[..digits]
+            .parse()
+            .map_err(|_| format!("{text:?}: number too large"))?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let unit = &rest[..unit_len];
+        rest = &rest[unit_len..];
+        let part = match unit {
+            "ms" => Duration::from_millis(n),
+            "s" => Duration::from_secs(n),
+            "m" => Duration::from_secs(n.saturating_mul(60)),
+            "h" => Duration::from_secs(n.saturating_mul(3600)),
+            "" => return Err(format!("{text:?} needs a unit: ms, s, m or h")),
+            other => {
+                return Err(format!(
+                    "{text:?}: unknown unit {other:?} (use ms, s, m or h)"
+                ));
+            }
+        };
+        total = total.saturating_add(part);
+    }
+    Ok(total)
+}
+
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    // JSON lines for log collectors; a second subscriber (tests) is not an error.
+    let _ = if std::env::var("JOBQUEUE_LOG_FORMAT").as_deref() == Ok("json") {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
+    let (program, rest) = args
+        .exec
+        .split_first()
+        .ok_or_else(|| Error::InvalidArgument {
+            what: "--exec",
+            reason: "a command is needed".into(),
+        })?;
+    let handler = ExecHandler::new(program, rest)
+        .dead_exit_code(args.dead_exit_code)
+        .stderr_tail(args.stderr_tail);
+    handler.check().map_err(|reason| Error::InvalidArgument {
+        what: "--exec command",
+        reason,
+    })?;
+    init_logging();
+    let queue = args.connect.queue().await?;
+    let shutdown = CancellationToken::new();
+    let mut builder = Worker::builder(queue)
+        .concurrency(usize::from(args.concurrency))
+        .visibility(args.visibility)
+        .shutdown_deadline(args.shutdown_timeout)
+        .handle_signals(true)
+        .shutdown_token(shutdown);
+    if let Some(id) = args.worker_id {
+        builder = builder.worker_id(id);
+    }
+    let worker = builder.build()?;
+    let handler = std::sync::Arc::new(handler);
+    worker
+        .run(move |lease, ctx| {
+            let handler = handler.clone();
+            async move { handler.run(lease, ctx).await }
+        })
+        .await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+    }
+
+    #[test]
+    fn bad_durations_say_what_is_wrong() {
+        assert!(parse_duration("30").unwrap_err().contains("needs a unit"));
+        assert!(parse_duration("5x").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("s").unwrap_err().contains("not a duration"));
+        assert!(parse_duration("").unwrap_err().contains("empty"));
+    }
+}

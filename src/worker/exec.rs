@@ -1,0 +1,468 @@
+//! A handler that runs a command per job, so a worker can be written in any language.
+//!
+//! The child gets the payload on stdin and `JOBQUEUE_JOB_ID`, `JOBQUEUE_ATTEMPT`,
+//! `JOBQUEUE_QUEUE` and `JOBQUEUE_WORKER_ID` in its environment; its stdout and stderr
+//! pass through to the worker's. Its exit decides the job:
+//!
+//! | child | job |
+//! | --- | --- |
+//! | exit 0 | acked |
+//! | exit [`DEFAULT_DEAD_EXIT_CODE`] (or the configured code) | dead-lettered |
+//! | any other exit, or killed by a signal | failed, retried per the queue's policy |
+//!
+//! The last [`DEFAULT_STDERR_TAIL`] bytes of its stderr become the job's `last_error`.
+//! The child runs in a process group of its own: when the worker shuts down the group
+//! gets SIGTERM, and SIGKILL when the shutdown deadline passes; when the job's lease is
+//! taken away it gets SIGTERM, then SIGKILL after [`ExecHandler::kill_grace`]. On Linux
+//! the child is also killed if the worker process dies, so a SIGKILLed worker leaves no
+//! job running unleased.
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::Command;
+use tracing::warn;
+
+use super::{JobContext, JobError};
+use crate::queue::Lease;
+
+/// The exit code that dead-letters a job instead of retrying it.
+pub const DEFAULT_DEAD_EXIT_CODE: u8 = 99;
+
+/// How many bytes at the end of the child's stderr are kept for `last_error`.
+pub const DEFAULT_STDERR_TAIL: usize = 2048;
+
+/// Runs one command per job.
+#[derive(Debug, Clone)]
+pub struct ExecHandler {
+    program: PathBuf,
+    args: Vec<OsString>,
+    dead_exit_code: u8,
+    stderr_tail: usize,
+    kill_grace: Duration,
+    forward_stderr: bool,
+}
+
+impl ExecHandler {
+    pub fn new(
+        program: impl Into<PathBuf>,
+        args: impl IntoIterator<Item = impl Into<OsString>>,
+    ) -> Self {
+        ExecHandler {
+            program: program.into(),
+            args: args.into_iter().map(Into::into).collect(),
+            dead_exit_code: DEFAULT_DEAD_EXIT_CODE,
+            stderr_tail: DEFAULT_STDERR_TAIL,
+            kill_grace: Duration::from_secs(5),
+            forward_stderr: true,
+        }
+    }
+
+    /// The exit code that dead-letters the job (not 0).
+    pub fn dead_exit_code(mut self, code: u8) -> Self {
+        self.dead_exit_code = code;
+        self
+    }
+
+    /// How many bytes of the end of stderr go into `last_error`.
+    pub fn stderr_tail(mut self, bytes: usize) -> Self {
+        self.stderr_tail = bytes;
+        self
+    }
+
+    /// After a lease is lost, how long the child has between SIGTERM and SIGKILL.
+    pub fn kill_grace(mut self, grace: Duration) -> Self {
+        self.kill_grace = grace;
+        self
+    }
+
+    /// Copy the child's stderr to the worker's (default true).
+    pub fn forward_stderr(mut self, on: bool) -> Self {
+        self.forward_stderr = on;
+        self
+    }
+
+    pub fn program(&self) -> &Path {
+        &self.program
+    }
+
+    /// Check that the program can be run at all, so a typo fails at start-up instead of
+    /// failing every job.
+    pub fn check(&self) -> Result<PathBuf, String> {
+        resolve_program(&self.program, std::env::var_os("PATH").as_deref())
+    }
+
+    /// Run the command for one job.
+    pub async fn run(&self, lease: Lease, ctx: JobContext) -> Result<(), JobError> {
+        let mut cmd = Command::new(&self.program);
+        cmd.args(&self.args)
+            .env("JOBQUEUE_JOB_ID", &lease.id)
+            .env("JOBQUEUE_ATTEMPT", lease.attempts.to_string())
+            .env("JOBQUEUE_QUEUE", ctx.queue())
+            .env("JOBQUEUE_WORKER_ID", ctx.worker_id())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        #[cfg(unix)]
+        cmd.process_group(0);
+        #[cfg(target_os = "linux")]
+        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                // Die with the worker: its lease would expire and the job run elsewhere.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| JobError::Retry(format!("cannot run {}: {e}", self.program.display())))?;
+        let group = ProcessGroup(child.id());
+
+        let stdin = child.stdin.take();
+        let payload = lease.payload.clone();
+        let feeder = tokio::spawn(async move {
+            if let Some(mut stdin) = stdin {
+                // A child that does not read its input closes the pipe early: not an error.
+                let _ = stdin.write_all(&payload).await;
+                let _ = stdin.shutdown().await;
+            }
+        });
+        let tail = Arc::new(Mutex::new(Tail::new(self.stderr_tail)));
+        let reader = child
+            .stderr
+            .take()
+            .map(|stderr| tokio::spawn(read_stderr(stderr, tail.clone(), self.forward_stderr)));
+
+        let mut termed = false;
+        let mut kill_at: Option<tokio::time::Instant> = None;
+        let status = loop {
+            let kill_timer = async {
+                match kill_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                status = child.wait() => break status,
+                _ = ctx.shutdown().cancelled(), if !termed => {
+                    // The worker is shutting down: ask the child to finish; the runtime
+                    // kills it at the deadline by dropping this future.
+                    termed = true;
+                    group.signal(Signal::Term);
+                }
+                _ = ctx.cancelled(), if kill_at.is_none() => {
+                    if !termed {
+                        termed = true;
+                        group.signal(Signal::Term);
+                    }
+                    kill_at = Some(tokio::time::Instant::now() + self.kill_grace);
+                }
+                _ = kill_timer => {
+                    group.signal(Signal::Kill);
+                    kill_at = Some(tokio::time::Instant::now() + Duration::from_secs(3600));
+                }
+            }
+        };
+        group.disarm();
+        feeder.abort();
+        if let Some(reader) = reader {
+            // A grandchild may hold stderr open: don't wait for it for long.
+            let _ = tokio::time::timeout(Duration::from_millis(500), reader).await;
+        }
+        let status =
+            status.map_err(|e| JobError::Retry(format!("waiting for the command: {e}")))?;
+        let stderr = tail.lock().unwrap_or_else(|p| p.into_inner()).text();
+        let result = judge(status, self.dead_exit_code, &stderr);
+        if let Err(err) = &result
+            && ctx.lease_lost()
+        {
+            warn!(job = %lease.id, error = %err, "command ended after its lease was lost");
+        }
+        result
+    }
+}
+
+/// What a child's exit means for its job.
+fn judge(status: ExitStatus, dead_exit_code: u8, stderr: &str) -> Result<(), JobError> {
+    let with_stderr = |head: String| {
+        if stderr.is_empty() {
+            head
+        } else {
+            format!("{head}; stderr: {stderr}")
+        }
+    };
+    if status.success() {
+        return Ok(());
+    }
+    if let Some(code) = status.code() {
+        if code == i32::from(dead_exit_code) {
+            return Err(JobError::Permanent(with_stderr(format!(
+                "exit code {code} (dead-letter)"
+            ))));
+        }
+        return Err(JobError::Retry(with_stderr(format!("exit code {code}"))));
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(sig) = status.signal() {
+            return Err(JobError::Retry(with_stderr(format!(
+                "killed by signal {sig} ({})",
+                signal_name(sig)
+            ))));
+        }
+    }
+    Err(JobError::Retry(with_stderr(format!(
+        "ended abnormally: {status}"
+    ))))
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        _ => "signal",
+    }
+}
+
+async fn read_stderr(
+    mut stderr: tokio::process::ChildStderr,
+    tail: Arc<Mutex<Tail>>,
+    forward: bool,
+) {
+    let mut buf = [0u8; 8192];
+    let mut out = tokio::io::stderr();
+    loop {
+        match stderr.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                tail.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(&buf[..n]);
+                if forward {
+                    let _ = out.write_all(&buf[..n]).await;
+                }
+            }
+        }
+    }
+}
+
+/// The last `max` bytes written to a stream.
+#[derive(Debug)]
+struct Tail {
+    max: usize,
+    bytes: VecDeque<u8>,
+    dropped: bool,
+}
+
+impl Tail {
+    fn new(max: usize) -> Tail {
+        Tail {
+            max,
+            bytes: VecDeque::with_capacity(max.min(64 * 1024)),
+            dropped: false,
+        }
+    }
+
+    fn push(&mut self, data: &[u8]) {
+        let data = if data.len() > self.max {
+            self.dropped = true;
+            &data[data.len() - self.max..]
+        } else {
+            data
+        };
+        let overflow = (self.bytes.len() + data.len()).saturating_sub(self.max);
+        if overflow > 0 {
+            self.dropped = true;
+            self.bytes.drain(..overflow);
+        }
+        self.bytes.extend(data);
+    }
+
+    /// The tail as text: invalid UTF-8 (a character cut in two) replaced, trimmed, and
+    /// marked with `…` when the start was dropped.
+    fn text(&self) -> String {
+        let (a, b) = self.bytes.as_slices();
+        let mut all = Vec::with_capacity(a.len() + b.len());
+        all.extend_from_slice(a);
+        all.extend_from_slice(b);
+        let text = String::from_utf8_lossy(&all);
+        let text = text.trim();
+        if self.dropped && !text.is_empty() {
+            format!("…{text}")
+        } else {
+            text.to_string()
+        }
+    }
+}
+
+enum Signal {
+    Term,
+    Kill,
+}
+
+/// The child's process group. Signalled while the child is alive (not yet reaped, so the
+/// group id cannot have been reused); SIGKILLed when dropped before the child ended.
+struct ProcessGroup(Option<u32>);
+
+impl ProcessGroup {
+    fn signal(&self, signal: Signal) {
+        #[cfg(unix)]
+        if let Some(pid) = self.0 {
+            let sig = match signal {
+                Signal::Term => libc::SIGTERM,
+                Signal::Kill => libc::SIGKILL,
+            };
+            // SAFETY: kill has no memory effects; a negative pid names the group.
+            unsafe {
+                libc::kill(-(pid as libc::pid_t), sig);
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = signal;
+    }
+
+    /// The child ended and was reaped: its group id may be reused, never signal it again.
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        // Dropped before the child ended: the job was abandoned (shutdown deadline).
+        self.signal(Signal::Kill);
+    }
+}
+
+/// Find `program` as the OS would: a path with a `/` as given, otherwise on `PATH`.
+fn resolve_program(program: &Path, path: Option<&std::ffi::OsStr>) -> Result<PathBuf, String> {
+    let shown = program.display();
+    if program.as_os_str().is_empty() {
+        return Err("the command is empty".into());
+    }
+    if program.components().count() > 1 || program.to_string_lossy().contains('/') {
+        return if is_executable(program) {
+            Ok(program.to_path_buf())
+        } else if program.exists() {
+            Err(format!("{shown} is not an executable file"))
+        } else {
+            Err(format!("{shown} does not exist"))
+        };
+    }
+    for dir in std::env::split_paths(path.unwrap_or_default()) {
+        let candidate = dir.join(program);
+        if is_executable(&candidate) {
+            return Ok(candidate);
+        }
+    }
+    Err(format!("{shown} was not found on PATH"))
+}
+
+fn is_executable(path: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        path.metadata()
+            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false)
+    }
+    #[cfg(not(unix))]
+    {
+        path.is_file()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(unix)]
+    fn exited(code: i32) -> ExitStatus {
+        use std::os::unix::process::ExitStatusExt;
+        ExitStatus::from_raw(code << 8)
+    }
+
+    #[cfg(unix)]
+    fn signalled(sig: i32) -> ExitStatus {
+        use std::os::unix::process::ExitStatusExt;
+        ExitStatus::from_raw(sig)
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn exits_map_to_ack_dead_and_retry() {
+        assert_eq!(judge(exited(0), 99, "noise"), Ok(()));
+        assert_eq!(
+            judge(exited(99), 99, "bad payload"),
+            Err(JobError::Permanent(
+                "exit code 99 (dead-letter); stderr: bad payload".into()
+            ))
+        );
+        assert_eq!(
+            judge(exited(3), 99, ""),
+            Err(JobError::Retry("exit code 3".into()))
+        );
+        assert_eq!(
+            judge(exited(99), 42, ""),
+            Err(JobError::Retry("exit code 99".into()))
+        );
+        assert_eq!(
+            judge(signalled(libc::SIGKILL), 99, "half done"),
+            Err(JobError::Retry(
+                "killed by signal 9 (SIGKILL); stderr: half done".into()
+            ))
+        );
+    }
+
+    #[test]
+    fn tail_keeps_the_last_bytes() {
+        let mut t = Tail::new(8);
+        t.push(b"hello ");
+        assert_eq!(t.text(), "hello");
+        t.push(b"world");
+        assert_eq!(t.text(), "…lo world");
+        t.push(b"0123456789abcdef");
+        assert_eq!(t.text(), "…89abcdef");
+        let mut t = Tail::new(4);
+        t.push("aé".as_bytes());
+        t.push("éb".as_bytes());
+        // A character cut at the start is replaced, not an error.
+        assert!(t.text().ends_with("éb"), "{}", t.text());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn programs_are_resolved_like_the_shell_does() {
+        let path = std::ffi::OsString::from("/nonexistent:/bin:/usr/bin");
+        assert!(resolve_program(Path::new("sh"), Some(&path)).is_ok());
+        let err = resolve_program(Path::new("no-such-program-xyz"), Some(&path)).unwrap_err();
+        assert!(err.contains("not found on PATH"), "{err}");
+        let err = resolve_program(Path::new("./no/such/file"), Some(&path)).unwrap_err();
+        assert!(err.contains("does not exist"), "{err}");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("data.txt");
+        std::fs::write(&file, "x").unwrap();
+        let err = resolve_program(&file, Some(&path)).unwrap_err();
+        assert!(err.contains("not an executable"), "{err}");
+    }
+}

@@ -1,0 +1,464 @@
+//! The worker runtime: claim jobs, run a handler on each with bounded concurrency, keep
+//! their leases alive, and end every lease the right way.
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! use jobqueue::queue::{ConnectOptions, Queue, Redis};
+//! use jobqueue::worker::{JobError, Worker};
+//!
+//! let redis = Redis::connect(&ConnectOptions::new("redis://127.0.0.1:6379")).await?;
+//! let queue = Queue::new(redis, "jq", "emails")?;
+//! let worker = Worker::builder(queue).concurrency(8).build()?;
+//! worker
+//!     .run(|lease, ctx| async move {
+//!         let text = std::str::from_utf8(&lease.payload).map_err(JobError::permanent)?;
+//!         tokio::select! {
+//!             _ = ctx.cancelled() => Err(JobError::retry("interrupted")),
+//!             _ = tokio::time::sleep(std::time::Duration::from_millis(10)) => {
+//!                 println!("sent {text}");
+//!                 Ok(())
+//!             }
+//!         }
+//!     })
+//!     .await;
+//! # Ok(()) }
+//! ```
+//!
+//! What the runtime promises (see `docs/reliability.md`):
+//! - At most `concurrency` leases are held at once; claims ask for as many jobs as there
+//!   are free slots, and an idle worker waits on the queue's `wake` list on a connection
+//!   of its own.
+//! - Every in-flight lease is renewed in one `extend` call at a third of the visibility
+//!   timeout. A renewal that comes back stale means the lease was taken away: the
+//!   handler's [`JobContext`] is cancelled and its result is never acked.
+//! - `Ok` acks (acks of jobs finishing together go in one call), [`JobError::Retry`]
+//!   fails with retry, [`JobError::Permanent`] dead-letters, and a panic fails the job with
+//!   retry and the text `handler panicked: …`. The worker itself keeps running.
+//! - Shutdown (SIGTERM, Ctrl-C, or the shutdown token) stops claiming and waits for the
+//!   jobs in flight up to the shutdown deadline; what is still unfinished then is
+//!   abandoned without an ack, and its lease expires for the reaper to hand it out again.
+//! - Redis failures are retried with capped, jittered exponential backoff; the worker
+//!   never spins and never exits because Redis went away.
+
+mod backoff;
+pub mod exec;
+mod runtime;
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::queue::{Backoff, Error, MAX_BATCH, Queue, Result};
+
+pub use backoff::RetryDelay;
+
+/// The most bytes of error text a worker stores in a job's `last_error`.
+pub const MAX_ERROR_TEXT: usize = 4096;
+
+/// Why a handler did not finish its job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobError {
+    /// Try again later (per the queue's backoff policy), until `max_attempts` is reached.
+    Retry(String),
+    /// Trying again cannot help (a malformed payload, say): dead-letter the job now.
+    Permanent(String),
+}
+
+impl JobError {
+    pub fn retry(error: impl fmt::Display) -> JobError {
+        JobError::Retry(error.to_string())
+    }
+
+    pub fn permanent(error: impl fmt::Display) -> JobError {
+        JobError::Permanent(error.to_string())
+    }
+
+    pub fn message(&self) -> &str {
+        match self {
+            JobError::Retry(m) | JobError::Permanent(m) => m,
+        }
+    }
+
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, JobError::Permanent(_))
+    }
+}
+
+impl fmt::Display for JobError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.message())
+    }
+}
+
+/// `?` on any error in a handler means "retry": the error and its sources become the
+/// job's `last_error`. Use [`JobError::permanent`] for errors that retrying cannot fix.
+impl<E: std::error::Error + Send + Sync + 'static> From<E> for JobError {
+    fn from(error: E) -> JobError {
+        let mut text = error.to_string();
+        let mut source = error.source();
+        while let Some(s) = source {
+            text.push_str(": ");
+            text.push_str(&s.to_string());
+            source = s.source();
+        }
+        JobError::Retry(text)
+    }
+}
+
+/// What a handler learns about its job besides the lease.
+#[derive(Debug, Clone)]
+pub struct JobContext {
+    cancel: CancellationToken,
+    shutdown: CancellationToken,
+    lost: Arc<AtomicBool>,
+    worker_id: Arc<str>,
+    queue: Arc<str>,
+}
+
+impl JobContext {
+    /// Cancelled when the job must stop now: its lease was taken away (a renewal came
+    /// back stale; the result will not be acked whatever it is), or the worker's
+    /// shutdown deadline passed.
+    pub fn token(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// Resolves when [`JobContext::token`] is cancelled.
+    pub async fn cancelled(&self) {
+        self.cancel.cancelled().await
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// True once a renewal has shown that this worker no longer holds the lease.
+    pub fn lease_lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+
+    /// Cancelled when the worker begins shutting down: finish soon (the job is still
+    /// acked if it ends before the deadline).
+    pub fn shutdown(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+
+    pub fn worker_id(&self) -> &str {
+        &self.worker_id
+    }
+
+    /// The queue's name, `prefix:{tag}`.
+    pub fn queue(&self) -> &str {
+        &self.queue
+    }
+}
+
+/// Counters of one worker since it started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkerStats {
+    /// Leases claimed.
+    pub claimed: u64,
+    /// Acks accepted.
+    pub acked: u64,
+    /// Jobs failed with retry (the queue may still dead-letter them at `max_attempts`).
+    pub retried: u64,
+    /// Jobs the queue dead-lettered on this worker's fail.
+    pub dead: u64,
+    /// Handlers that panicked (their jobs are also counted in `retried` or `dead`).
+    pub panicked: u64,
+    /// Leases found taken away on renewal; their results were not acked.
+    pub lost: u64,
+    /// Acks or fails the queue refused as stale.
+    pub stale: u64,
+    /// Jobs still running at the shutdown deadline, left for their leases to expire.
+    pub abandoned: u64,
+    /// Renewal calls made (each covers every lease in flight).
+    pub renewals: u64,
+    /// Redis calls that failed (each followed by a backoff and a retry).
+    pub redis_errors: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    claimed: AtomicU64,
+    acked: AtomicU64,
+    retried: AtomicU64,
+    dead: AtomicU64,
+    panicked: AtomicU64,
+    lost: AtomicU64,
+    stale: AtomicU64,
+    abandoned: AtomicU64,
+    renewals: AtomicU64,
+    redis_errors: AtomicU64,
+}
+
+impl Counters {
+    fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> WorkerStats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        WorkerStats {
+            claimed: get(&self.claimed),
+            acked: get(&self.acked),
+            retried: get(&self.retried),
+            dead: get(&self.dead),
+            panicked: get(&self.panicked),
+            lost: get(&self.lost),
+            stale: get(&self.stale),
+            abandoned: get(&self.abandoned),
+            renewals: get(&self.renewals),
+            redis_errors: get(&self.redis_errors),
+        }
+    }
+}
+
+/// A live view of a worker's counters, usable while it runs.
+#[derive(Debug, Clone)]
+pub struct StatsHandle(Arc<Counters>);
+
+impl StatsHandle {
+    pub fn get(&self) -> WorkerStats {
+        self.0.snapshot()
+    }
+}
+
+/// How a worker runs. Built with [`Worker::builder`].
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    pub concurrency: usize,
+    /// Lease length for claims and renewals; the queue's `visibility_timeout` when `None`.
+    pub visibility: Option<Duration>,
+    /// How long shutdown waits for jobs in flight before abandoning them.
+    pub shutdown_deadline: Duration,
+    pub worker_id: String,
+    /// Shut down on SIGTERM and Ctrl-C (a second signal skips the wait).
+    pub handle_signals: bool,
+    /// When a failed job runs again.
+    pub retry_backoff: Backoff,
+    /// Most jobs one claim asks for.
+    pub max_claim: usize,
+    /// First and longest wait after a Redis failure.
+    pub retry_initial: Duration,
+    pub retry_max: Duration,
+}
+
+/// Builds a [`Worker`].
+#[derive(Debug)]
+pub struct WorkerBuilder {
+    queue: Queue,
+    config: WorkerConfig,
+    shutdown: Option<CancellationToken>,
+}
+
+impl WorkerBuilder {
+    /// Jobs run at once (default 1).
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.config.concurrency = n;
+        self
+    }
+
+    /// Lease length instead of the queue's visibility timeout.
+    pub fn visibility(mut self, visibility: Option<Duration>) -> Self {
+        self.config.visibility = visibility;
+        self
+    }
+
+    /// How long shutdown waits for jobs in flight (default 30 s).
+    pub fn shutdown_deadline(mut self, deadline: Duration) -> Self {
+        self.config.shutdown_deadline = deadline;
+        self
+    }
+
+    /// The name recorded in each job's `worker` field (default `hostname-pid`).
+    pub fn worker_id(mut self, id: impl Into<String>) -> Self {
+        self.config.worker_id = id.into();
+        self
+    }
+
+    /// Shut down on SIGTERM and Ctrl-C (default true).
+    pub fn handle_signals(mut self, on: bool) -> Self {
+        self.config.handle_signals = on;
+        self
+    }
+
+    /// Shut down when this token is cancelled.
+    pub fn shutdown_token(mut self, token: CancellationToken) -> Self {
+        self.shutdown = Some(token);
+        self
+    }
+
+    /// When jobs failed with [`JobError::Retry`] run again (default: the queue's policy).
+    pub fn retry_backoff(mut self, backoff: Backoff) -> Self {
+        self.config.retry_backoff = backoff;
+        self
+    }
+
+    /// The most jobs one claim asks for (default 100, at most the free slots).
+    pub fn max_claim(mut self, n: usize) -> Self {
+        self.config.max_claim = n;
+        self
+    }
+
+    /// Backoff after Redis failures: first wait and longest wait (default 100 ms, 10 s).
+    pub fn redis_retry(mut self, initial: Duration, max: Duration) -> Self {
+        self.config.retry_initial = initial;
+        self.config.retry_max = max;
+        self
+    }
+
+    pub fn build(self) -> Result<Worker> {
+        let c = &self.config;
+        let bad = |what: &'static str, reason: String| Error::InvalidArgument { what, reason };
+        if c.concurrency == 0 || c.concurrency > MAX_BATCH {
+            return Err(bad(
+                "concurrency",
+                format!("{} is not between 1 and {MAX_BATCH}", c.concurrency),
+            ));
+        }
+        if c.max_claim == 0 || c.max_claim > MAX_BATCH {
+            return Err(bad(
+                "max claim",
+                format!("{} is not between 1 and {MAX_BATCH}", c.max_claim),
+            ));
+        }
+        if let Some(v) = c.visibility
+            && v < Duration::from_millis(30)
+        {
+            return Err(bad(
+                "visibility timeout",
+                format!("{v:?} is too short (at least 30ms: leases are renewed at a third of it)"),
+            ));
+        }
+        if c.worker_id.is_empty() || c.worker_id.chars().any(char::is_control) {
+            return Err(bad(
+                "worker id",
+                format!("{:?} must be non-empty printable text", c.worker_id),
+            ));
+        }
+        Ok(Worker {
+            queue: self.queue,
+            config: self.config,
+            shutdown: self.shutdown.unwrap_or_default(),
+            counters: Arc::new(Counters::default()),
+        })
+    }
+}
+
+/// Runs a handler over a queue's jobs. See the module documentation.
+#[derive(Debug)]
+pub struct Worker {
+    queue: Queue,
+    config: WorkerConfig,
+    shutdown: CancellationToken,
+    counters: Arc<Counters>,
+}
+
+impl Worker {
+    pub fn builder(queue: Queue) -> WorkerBuilder {
+        WorkerBuilder {
+            queue,
+            config: WorkerConfig {
+                concurrency: 1,
+                visibility: None,
+                shutdown_deadline: Duration::from_secs(30),
+                worker_id: default_worker_id(),
+                handle_signals: true,
+                retry_backoff: Backoff::Policy,
+                max_claim: 100,
+                retry_initial: Duration::from_millis(100),
+                retry_max: Duration::from_secs(10),
+            },
+            shutdown: None,
+        }
+    }
+
+    pub fn config(&self) -> &WorkerConfig {
+        &self.config
+    }
+
+    /// Cancel it to shut the worker down gracefully.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    pub fn stats(&self) -> StatsHandle {
+        StatsHandle(self.counters.clone())
+    }
+
+    /// Run until shut down; returns the worker's counters.
+    pub async fn run<H, F>(self, handler: H) -> WorkerStats
+    where
+        H: Fn(crate::queue::Lease, JobContext) -> F + Send + Sync + 'static,
+        F: std::future::Future<Output = std::result::Result<(), JobError>> + Send + 'static,
+    {
+        runtime::run(self, Arc::new(handler)).await
+    }
+}
+
+/// `hostname-pid`: unique per process on a host, and readable in `jobqueue peek`.
+pub fn default_worker_id() -> String {
+    format!("{}-{}", hostname(), std::process::id())
+}
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates on success.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc == 0 {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        let name = String::from_utf8_lossy(&buf[..end]).trim().to_string();
+        if !name.is_empty() {
+            return name;
+        }
+    }
+    std::env::var("HOSTNAME").unwrap_or_else(|_| "worker".to_string())
+}
+
+/// Cut `text` to at most `max` bytes on a character boundary, keeping its start.
+pub(crate) fn truncate_text(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn question_mark_retries_with_the_whole_chain() {
+        let err: JobError = Outer(std::io::Error::other("inner")).into();
+        assert_eq!(err, JobError::Retry("outer: inner".into()));
+        assert!(!err.is_permanent());
+        assert!(JobError::permanent("bad").is_permanent());
+    }
+
+    #[test]
+    fn worker_id_names_host_and_process() {
+        let id = default_worker_id();
+        assert!(id.ends_with(&format!("-{}", std::process::id())), "{id}");
+        assert!(id.len() > 2 + std::process::id().to_string().len());
+    }
+
+    #[test]
+    fn long_error_text_is_cut_on_a_char_boundary() {
+        let text = "é".repeat(10);
+        let cut = truncate_text(text, 5);
+        assert_eq!(cut, "éé");
+        assert_eq!(truncate_text("short".into(), 100), "short");
+    }
+}

@@ -1,0 +1,591 @@
+//! The worker's tasks: the claim loop (this function), one task per job plus its
+//! supervisor, the completer (acks and fails), the renewer, and the signal listener.
+//!
+//! Slots are semaphore permits. A permit travels with its job from the claim to the end
+//! of its lease (the ack or fail reply), so the worker never holds more than
+//! `concurrency` leases.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::join_all;
+use redis::Value;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::task::AbortHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use super::{Counters, JobContext, JobError, MAX_ERROR_TEXT, RetryDelay, Worker, WorkerStats};
+use crate::queue::{
+    Dedicated, Error, FailMode, FailOutcome, Lease, LeaseRef, MAX_BATCH, Queue, Result,
+};
+
+/// The longest an idle worker blocks on `wake` before claiming again: delayed jobs
+/// become due without a marker.
+const WAKE_WAIT: Duration = Duration::from_secs(1);
+
+/// After the shutdown deadline, how long to wait for aborted jobs to unwind.
+const ABORT_GRACE: Duration = Duration::from_secs(2);
+
+/// A lease this worker holds.
+struct InFlight {
+    id: String,
+    cancel: CancellationToken,
+    lost: Arc<AtomicBool>,
+    /// The handler finished and its ack or fail is on its way: a stale renewal now only
+    /// means the lease already ended.
+    completing: bool,
+    abort: Option<AbortHandle>,
+}
+
+/// Everything the worker's tasks share.
+struct Shared {
+    queue: Queue,
+    worker_id: Arc<str>,
+    queue_name: Arc<str>,
+    visibility: Option<Duration>,
+    retry_backoff: crate::queue::Backoff,
+    retry_initial: Duration,
+    retry_max: Duration,
+    /// In-flight leases by claim token (a job can come back to this worker under a new
+    /// token while an old attempt still unwinds).
+    inflight: Mutex<HashMap<String, InFlight>>,
+    /// Held by a renewal from its snapshot to its reply, and by the completer while it
+    /// marks leases as completing: a renewal never races the ack of a lease it covers
+    /// (which would count a needless `stale` in the queue's stats).
+    renew_gate: tokio::sync::Mutex<()>,
+    counters: Arc<Counters>,
+    /// Cancelled once shutdown begins.
+    shutdown: CancellationToken,
+    /// Cancelled at the shutdown deadline: stop retrying, abandon what is left.
+    hard_stop: CancellationToken,
+}
+
+impl Shared {
+    fn inflight(&self) -> std::sync::MutexGuard<'_, HashMap<String, InFlight>> {
+        // A panic never happens while the lock is held; recover the map regardless.
+        self.inflight.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn delay(&self) -> RetryDelay {
+        RetryDelay::new(self.retry_initial, self.retry_max)
+    }
+
+    fn redis_error(&self, what: &str, err: &Error, delay: Duration) {
+        Counters::add(&self.counters.redis_errors, 1);
+        if err.is_transient() {
+            warn!(queue = %self.queue_name, error = %err, retry_in = ?delay, "{what} failed; retrying");
+        } else {
+            error!(queue = %self.queue_name, error = %err, retry_in = ?delay, "{what} failed; retrying");
+        }
+    }
+}
+
+enum Outcome {
+    Finished(std::result::Result<(), JobError>),
+    Panicked(String),
+    /// Aborted at the shutdown deadline.
+    Aborted,
+}
+
+struct Completion {
+    lease: Lease,
+    outcome: Outcome,
+    _permit: OwnedSemaphorePermit,
+}
+
+type Handler<H> = Arc<H>;
+
+pub(super) async fn run<H, F>(worker: Worker, handler: Handler<H>) -> WorkerStats
+where
+    H: Fn(Lease, JobContext) -> F + Send + Sync + 'static,
+    F: std::future::Future<Output = std::result::Result<(), JobError>> + Send + 'static,
+{
+    let Worker {
+        queue,
+        config,
+        shutdown,
+        counters,
+    } = worker;
+    let shared = Arc::new(Shared {
+        worker_id: Arc::from(config.worker_id.as_str()),
+        queue_name: Arc::from(queue.name()),
+        queue,
+        visibility: config.visibility,
+        retry_backoff: config.retry_backoff,
+        retry_initial: config.retry_initial,
+        retry_max: config.retry_max,
+        inflight: Mutex::new(HashMap::new()),
+        renew_gate: tokio::sync::Mutex::new(()),
+        counters: counters.clone(),
+        shutdown: shutdown.clone(),
+        hard_stop: CancellationToken::new(),
+    });
+    info!(
+        queue = %shared.queue_name,
+        worker = %shared.worker_id,
+        concurrency = config.concurrency,
+        visibility = ?config.visibility,
+        "worker started"
+    );
+
+    let signals = config
+        .handle_signals
+        .then(|| tokio::spawn(listen_for_signals(shared.clone())));
+    let (done_tx, done_rx) = mpsc::unbounded_channel::<Completion>();
+    let completer = tokio::spawn(complete_jobs(shared.clone(), done_rx));
+    let stop_renewing = CancellationToken::new();
+    let renewer = tokio::spawn(renew_leases(shared.clone(), stop_renewing.clone()));
+
+    let slots = Arc::new(Semaphore::new(config.concurrency));
+    let max_claim = config.max_claim.min(config.concurrency);
+    let mut waker = Waker::default();
+    let mut delay = shared.delay();
+    loop {
+        let first = tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => break,
+            permit = slots.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
+        };
+        let mut permits = vec![first];
+        while permits.len() < max_claim {
+            match slots.clone().try_acquire_owned() {
+                Ok(p) => permits.push(p),
+                Err(_) => break,
+            }
+        }
+        // A claim is never cut short by shutdown: a claimed job must reach a handler (or
+        // at worst its lease runs out), and one claim is quick.
+        let claimed = shared
+            .queue
+            .claim(permits.len(), &shared.worker_id, shared.visibility)
+            .await;
+        match claimed {
+            Ok(leases) if leases.is_empty() => {
+                delay.reset();
+                drop(permits);
+                let woke = tokio::select! {
+                    biased;
+                    _ = shutdown.cancelled() => break,
+                    woke = waker.wait(&shared.queue, WAKE_WAIT) => woke,
+                };
+                if let Err(err) = woke {
+                    let wait = delay.next_delay();
+                    shared.redis_error("waiting for jobs", &err, wait);
+                    tokio::select! {
+                        _ = shutdown.cancelled() => break,
+                        _ = tokio::time::sleep(wait) => {}
+                    }
+                }
+            }
+            Ok(leases) => {
+                delay.reset();
+                Counters::add(&counters.claimed, leases.len() as u64);
+                debug!(queue = %shared.queue_name, n = leases.len(), "claimed");
+                let mut permits = permits.into_iter();
+                for lease in leases {
+                    let permit = permits.next().expect("claim returns at most n jobs");
+                    start_job(&shared, &handler, lease, permit, &done_tx);
+                }
+            }
+            Err(err) => {
+                drop(permits);
+                let wait = delay.next_delay();
+                shared.redis_error("claim", &err, wait);
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(wait) => {}
+                }
+            }
+        }
+    }
+    drop(waker);
+
+    // Shutdown: no more claims. Wait for the jobs in flight, up to the deadline.
+    let running = shared.inflight().len();
+    info!(
+        queue = %shared.queue_name,
+        running,
+        deadline = ?config.shutdown_deadline,
+        "shutting down: no more claims, waiting for jobs in flight"
+    );
+    let all_slots = slots.acquire_many(config.concurrency as u32);
+    let finished = tokio::select! {
+        _ = all_slots => true,
+        _ = tokio::time::sleep(config.shutdown_deadline) => false,
+        _ = shared.hard_stop.cancelled() => false,
+    };
+    if !finished {
+        shared.hard_stop.cancel();
+        let left: Vec<(String, Option<AbortHandle>, CancellationToken)> = shared
+            .inflight()
+            .values()
+            .map(|f| (f.id.clone(), f.abort.clone(), f.cancel.clone()))
+            .collect();
+        for (id, abort, cancel) in left {
+            warn!(queue = %shared.queue_name, job = %id, "shutdown deadline passed: job abandoned, its lease will expire");
+            cancel.cancel();
+            if let Some(abort) = abort {
+                abort.abort();
+            }
+        }
+    }
+    // Leases left now are abandoned: they must expire, so stop renewing them.
+    stop_renewing.cancel();
+    drop(done_tx);
+    if tokio::time::timeout(ABORT_GRACE, completer).await.is_err() {
+        warn!(queue = %shared.queue_name, "jobs still unwinding after the shutdown deadline; leaving them");
+    }
+    let _ = renewer.await;
+    if let Some(signals) = signals {
+        signals.abort();
+    }
+    let stats = counters.snapshot();
+    info!(
+        queue = %shared.queue_name,
+        acked = stats.acked,
+        retried = stats.retried,
+        dead = stats.dead,
+        abandoned = stats.abandoned,
+        "worker stopped"
+    );
+    stats
+}
+
+fn start_job<H, F>(
+    shared: &Arc<Shared>,
+    handler: &Handler<H>,
+    lease: Lease,
+    permit: OwnedSemaphorePermit,
+    done: &mpsc::UnboundedSender<Completion>,
+) where
+    H: Fn(Lease, JobContext) -> F + Send + Sync + 'static,
+    F: std::future::Future<Output = std::result::Result<(), JobError>> + Send + 'static,
+{
+    let cancel = CancellationToken::new();
+    let lost = Arc::new(AtomicBool::new(false));
+    let ctx = JobContext {
+        cancel: cancel.clone(),
+        // A child: a handler cancelling it must not shut the worker down.
+        shutdown: shared.shutdown.child_token(),
+        lost: lost.clone(),
+        worker_id: shared.worker_id.clone(),
+        queue: shared.queue_name.clone(),
+    };
+    let task = {
+        let handler = handler.clone();
+        let lease = lease.clone();
+        // The handler is called inside the task, so a panic while building its future is
+        // caught like one while polling it.
+        tokio::spawn(async move { handler(lease, ctx).await })
+    };
+    shared.inflight().insert(
+        lease.token.clone(),
+        InFlight {
+            id: lease.id.clone(),
+            cancel,
+            lost,
+            completing: false,
+            abort: Some(task.abort_handle()),
+        },
+    );
+    let done = done.clone();
+    tokio::spawn(async move {
+        let outcome = match task.await {
+            Ok(result) => Outcome::Finished(result),
+            Err(err) if err.is_panic() => Outcome::Panicked(panic_text(err.into_panic())),
+            Err(_) => Outcome::Aborted,
+        };
+        let _ = done.send(Completion {
+            lease,
+            outcome,
+            _permit: permit,
+        });
+    });
+}
+
+fn panic_text(payload: Box<dyn Any + Send>) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(a non-text panic payload)".to_string()
+    }
+}
+
+/// Ends the leases of finished jobs: acks in batches, fails one by one (concurrently).
+async fn complete_jobs(shared: Arc<Shared>, mut done: mpsc::UnboundedReceiver<Completion>) {
+    let mut batch = Vec::new();
+    while done.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        let mut acks: Vec<Completion> = Vec::new();
+        let mut fails: Vec<(Completion, String, FailMode)> = Vec::new();
+        let gate = shared.renew_gate.lock().await;
+        for c in batch.drain(..) {
+            let lost = {
+                let mut map = shared.inflight();
+                match map.get_mut(&c.lease.token) {
+                    Some(f) if f.lost.load(Ordering::SeqCst) => true,
+                    Some(f) => {
+                        f.completing = true;
+                        false
+                    }
+                    None => false,
+                }
+            };
+            if lost {
+                // The lease was taken away: someone else may be running this job now.
+                Counters::add(&shared.counters.lost, 1);
+                warn!(queue = %shared.queue_name, job = %c.lease.id, attempt = c.lease.attempts,
+                    "lease was lost while the job ran; its result is not acked");
+                shared.inflight().remove(&c.lease.token);
+                continue;
+            }
+            match &c.outcome {
+                Outcome::Finished(Ok(())) => acks.push(c),
+                Outcome::Finished(Err(err)) => {
+                    let mode = if err.is_permanent() {
+                        FailMode::Dead
+                    } else {
+                        FailMode::Retry
+                    };
+                    let text =
+                        crate::worker::truncate_text(err.message().to_string(), MAX_ERROR_TEXT);
+                    fails.push((c, text, mode));
+                }
+                Outcome::Panicked(msg) => {
+                    Counters::add(&shared.counters.panicked, 1);
+                    let text = crate::worker::truncate_text(
+                        format!("handler panicked: {msg}"),
+                        MAX_ERROR_TEXT,
+                    );
+                    error!(queue = %shared.queue_name, job = %c.lease.id, "{text}");
+                    fails.push((c, text, FailMode::Retry));
+                }
+                Outcome::Aborted => {
+                    Counters::add(&shared.counters.abandoned, 1);
+                    shared.inflight().remove(&c.lease.token);
+                }
+            }
+        }
+        drop(gate);
+        let acking = ack_all(&shared, acks);
+        let failing = join_all(
+            fails
+                .into_iter()
+                .map(|(c, text, mode)| fail_one(&shared, c, text, mode)),
+        );
+        tokio::join!(acking, failing);
+    }
+}
+
+async fn ack_all(shared: &Shared, acks: Vec<Completion>) {
+    if acks.is_empty() {
+        return;
+    }
+    let refs: Vec<LeaseRef<'_>> = acks.iter().map(|c| c.lease.as_ref()).collect();
+    let flags = with_retry(shared, "ack", || shared.queue.ack_many(&refs)).await;
+    if let Some(flags) = flags {
+        for (c, ok) in acks.iter().zip(flags) {
+            if ok {
+                Counters::add(&shared.counters.acked, 1);
+                debug!(queue = %shared.queue_name, job = %c.lease.id, "acked");
+            } else {
+                Counters::add(&shared.counters.stale, 1);
+                warn!(queue = %shared.queue_name, job = %c.lease.id,
+                    "ack refused as stale: the lease had been taken away (the visibility timeout may be shorter than the job)");
+            }
+        }
+    }
+    let mut map = shared.inflight();
+    for c in &acks {
+        map.remove(&c.lease.token);
+    }
+}
+
+async fn fail_one(shared: &Shared, c: Completion, text: String, mode: FailMode) {
+    let outcome = with_retry(shared, "fail", || {
+        shared
+            .queue
+            .fail(&c.lease, &text, mode, shared.retry_backoff)
+    })
+    .await;
+    match outcome {
+        Some(FailOutcome::Dead) => {
+            Counters::add(&shared.counters.dead, 1);
+            warn!(queue = %shared.queue_name, job = %c.lease.id, attempt = c.lease.attempts, error = %text, "job dead-lettered");
+        }
+        Some(FailOutcome::Pending | FailOutcome::Delayed) => {
+            Counters::add(&shared.counters.retried, 1);
+            info!(queue = %shared.queue_name, job = %c.lease.id, attempt = c.lease.attempts, error = %text, "job failed; will retry");
+        }
+        Some(FailOutcome::Stale) => {
+            Counters::add(&shared.counters.stale, 1);
+            warn!(queue = %shared.queue_name, job = %c.lease.id, "fail refused as stale: the lease had been taken away");
+        }
+        None => {}
+    }
+    shared.inflight().remove(&c.lease.token);
+}
+
+/// Run `op` until it succeeds, retrying transient failures with backoff until the
+/// shutdown deadline. `None` when it gave up (the lease then expires and the job runs
+/// again: at-least-once).
+async fn with_retry<T, Fut>(shared: &Shared, what: &str, mut op: impl FnMut() -> Fut) -> Option<T>
+where
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut delay = shared.delay();
+    loop {
+        match op().await {
+            Ok(v) => return Some(v),
+            Err(err) if err.is_transient() && !shared.hard_stop.is_cancelled() => {
+                let wait = delay.next_delay();
+                shared.redis_error(what, &err, wait);
+                tokio::select! {
+                    _ = shared.hard_stop.cancelled() => return None,
+                    _ = tokio::time::sleep(wait) => {}
+                }
+            }
+            Err(err) => {
+                Counters::add(&shared.counters.redis_errors, 1);
+                error!(queue = %shared.queue_name, error = %err, "{what} failed; giving up, the lease will expire");
+                return None;
+            }
+        }
+    }
+}
+
+/// Renews every lease in flight in one `extend` call, at a third of the visibility
+/// timeout; a stale answer cancels that job's context.
+async fn renew_leases(shared: Arc<Shared>, stop: CancellationToken) {
+    let mut visibility = match shared.visibility {
+        Some(v) => v,
+        None => shared
+            .queue
+            .settings()
+            .await
+            .map(|s| s.visibility_timeout)
+            .unwrap_or(crate::queue::QueueSettings::default().visibility_timeout),
+    };
+    let mut delay = shared.delay();
+    let mut wait = visibility / 3;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        if shared.visibility.is_none()
+            && let Ok(settings) = shared.queue.settings().await
+        {
+            // The operator or the CLI may change the queue's visibility timeout.
+            visibility = settings.visibility_timeout;
+        }
+        let interval = (visibility / 3).max(Duration::from_millis(10));
+        let _gate = shared.renew_gate.lock().await;
+        let held: Vec<(String, String)> = shared
+            .inflight()
+            .iter()
+            .filter(|(_, f)| !f.completing && !f.lost.load(Ordering::SeqCst))
+            .map(|(token, f)| (f.id.clone(), token.clone()))
+            .collect();
+        if held.is_empty() {
+            wait = interval;
+            continue;
+        }
+        let refs: Vec<LeaseRef<'_>> = held
+            .iter()
+            .map(|(id, token)| LeaseRef { id, token })
+            .collect();
+        match shared.queue.extend_many(&refs, shared.visibility).await {
+            Ok(results) => {
+                delay.reset();
+                Counters::add(&shared.counters.renewals, 1);
+                wait = interval;
+                let mut map = shared.inflight();
+                for ((id, token), until) in held.iter().zip(results) {
+                    if until.is_some() {
+                        continue;
+                    }
+                    if let Some(f) = map.get_mut(token)
+                        && !f.completing
+                    {
+                        f.lost.store(true, Ordering::SeqCst);
+                        f.cancel.cancel();
+                        warn!(queue = %shared.queue_name, job = %id,
+                            "lease renewal came back stale: the lease was taken away; cancelling the job");
+                    }
+                }
+            }
+            Err(err) => {
+                // Try again soon, but no later than the regular interval.
+                wait = delay.next_delay().min(interval);
+                shared.redis_error("lease renewal", &err, wait);
+            }
+        }
+    }
+}
+
+/// First SIGTERM or Ctrl-C: graceful shutdown. A second one: skip the wait.
+async fn listen_for_signals(shared: Arc<Shared>) {
+    #[cfg(unix)]
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(err) => {
+            error!(error = %err, "cannot listen for SIGTERM");
+            return;
+        }
+    };
+    let mut count = 0;
+    loop {
+        #[cfg(unix)]
+        let which = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = tokio::signal::ctrl_c() => "SIGINT",
+        };
+        #[cfg(not(unix))]
+        let which = {
+            let _ = tokio::signal::ctrl_c().await;
+            "Ctrl-C"
+        };
+        count += 1;
+        if count == 1 {
+            info!("{which} received: shutting down gracefully (send it again to stop now)");
+            shared.shutdown.cancel();
+        } else {
+            warn!("{which} received again: abandoning the jobs in flight");
+            shared.hard_stop.cancel();
+            return;
+        }
+    }
+}
+
+/// Waits for wake markers on a connection of its own, made on first use and dropped
+/// when it fails.
+#[derive(Default)]
+struct Waker {
+    conn: Option<Dedicated>,
+}
+
+impl Waker {
+    async fn wait(&mut self, queue: &Queue, wait: Duration) -> Result<()> {
+        if self.conn.is_none() {
+            self.conn = Some(queue.redis().dedicated(wait).await?);
+        }
+        let conn = self.conn.as_mut().expect("set above");
+        let secs = format!("{:.3}", wait.as_secs_f64().max(0.001));
+        let result: redis::RedisResult<Value> = redis::cmd("BLPOP")
+            .arg(&queue.keys().wake)
+            .arg(secs)
+            .query_async(conn)
+            .await;
+        if let Err(err) = result {
+            self.conn = None;
+            return Err(Error::from_redis(queue.name(), "BLPOP wake", err));
+        }
+        Ok(())
+    }
+}

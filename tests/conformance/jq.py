@@ -1,0 +1,116 @@
+"""A minimal client of the protocol with redis-py, on a private redis-server.
+
+The server is started on a free loopback port (REDIS_SERVER or redis-server on PATH)
+and stopped by stop_server(); nothing here touches a server that was already running.
+"""
+import atexit, os, shutil, socket, subprocess, tempfile, time
+
+import redis
+
+LUA = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'lua')
+NAMES = ['enqueue', 'claim', 'ack', 'extend', 'fail', 'reap', 'stats', 'redrive', 'purge']
+
+
+def _start_server():
+    binary = os.environ.get('REDIS_SERVER', 'redis-server')
+    workdir = tempfile.mkdtemp(prefix='jobqueue-conformance-')
+    for _ in range(20):
+        with socket.socket() as s:
+            s.bind(('127.0.0.1', 0))
+            port = s.getsockname()[1]
+        proc = subprocess.Popen(
+            [binary, '--port', str(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no',
+             '--dir', workdir, '--logfile', os.path.join(workdir, 'redis.log')],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis.Redis(port=port)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                client.ping()
+                return proc, client, workdir
+            except redis.ConnectionError:
+                time.sleep(0.01)
+        proc.kill()
+        proc.wait()
+    raise SystemExit('conformance: could not start redis-server')
+
+
+_proc, r, _workdir = _start_server()
+
+
+def stop_server():
+    if _proc.poll() is None:
+        _proc.kill()
+        _proc.wait()
+    shutil.rmtree(_workdir, ignore_errors=True)
+
+
+atexit.register(stop_server)
+SHAS = {n: r.script_load(open(f"{LUA}/{n}.lua", "rb").read()) for n in NAMES}
+
+def now_ms():
+    s, us = r.time()
+    return s * 1000 + us // 1000
+
+
+def wait_ms(ms):
+    """Wait until Redis's clock (the scripts' clock) has moved on by `ms` milliseconds."""
+    until = now_ms() + ms
+    deadline = time.monotonic() + 10
+    while now_ms() <= until:
+        assert time.monotonic() < deadline, 'the Redis clock did not move'
+        time.sleep(0.001)
+
+class Q:
+    def __init__(self, tag, prefix='jq'):
+        self.p = f'{prefix}:{{{tag}}}:'
+        self.K = [self.p + x for x in ['pending', 'processing', 'delayed', 'dead', 'meta', 'stats', 'wake']]
+        (self.pending, self.processing, self.delayed, self.dead, self.meta, self.stats_key, self.wake) = self.K
+        self.jp = self.p + 'job:'
+    def jk(self, id):
+        if isinstance(id, bytes): return self.jp.encode() + id
+        return self.jp + id
+    def ev(self, name, extra_keys, *args, keys=None):
+        k = self.K if keys is None else keys
+        return r.evalsha(SHAS[name], len(k) + len(extra_keys), *k, *extra_keys, self.jp, *args)
+    def enqueue(self, jobs):
+        args = []
+        for j in jobs:
+            args += list(j)
+        return self.ev('enqueue', [self.jk(j[0]) for j in jobs], len(jobs), *args)
+    def claim(self, n, worker='w1', vis=0, tokens=None):
+        if tokens is None: tokens = [os.urandom(16).hex() for _ in range(n)]
+        return self.ev('claim', [], n, worker, vis, *tokens)
+    def ack(self, pairs):
+        args = []
+        for p in pairs: args += list(p)
+        return self.ev('ack', [self.jk(p[0]) for p in pairs], len(pairs), *args)
+    def extend(self, ms, pairs):
+        args = []
+        for p in pairs: args += list(p)
+        return self.ev('extend', [self.jk(p[0]) for p in pairs], ms, len(pairs), *args)
+    def fail(self, id, token, err='boom', mode='retry', backoff=-1):
+        return self.ev('fail', [self.jk(id)], id, token, err, mode, backoff)
+    def reap(self, batch=100):
+        return self.ev('reap', [], batch)
+    def stats(self):
+        a = self.ev('stats', [])
+        return {a[i].decode(): a[i + 1] for i in range(0, len(a), 2)}
+    def redrive_ids(self, ids):
+        return self.ev('redrive', [self.jk(i) for i in ids], 'ids', *ids)
+    def redrive_oldest(self, n):
+        return self.ev('redrive', [], 'oldest', n)
+    def purge_ids(self, ids):
+        return self.ev('purge', [self.jk(i) for i in ids], 'ids', *ids)
+    def purge_oldest(self, n):
+        return self.ev('purge', [], 'oldest', n)
+    def job(self, id):
+        return {k.decode(): v for k, v in r.hgetall(self.jk(id)).items()}
+    def snapshot(self):
+        out = {}
+        for k in sorted(r.scan_iter(match=self.p.replace('{', '\\{').replace('}', '\\}') + '*', count=1000)):
+            out[k] = (r.type(k), r.dump(k), r.pttl(k) > 0)
+        return out
+    def clear(self):
+        ks = list(r.scan_iter(match=self.p.replace('{', '\\{').replace('}', '\\}') + '*', count=1000))
+        if ks: r.delete(*ks)

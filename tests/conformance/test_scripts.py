@@ -1,0 +1,678 @@
+"""Conformance of lua/ to the protocol, checked by a client in another language.
+
+Calls the scripts exactly as docs/protocol.md says (SCRIPT LOAD, EVALSHA, KEYS and ARGV
+in protocol order) with redis-py only, on a private redis-server, and checks every rule:
+FIFO, batches, duplicates, payload bytes, fencing by token, expiry, fail and backoff,
+reap and trimming, redrive and purge, orphans, wake markers, wrong-typed keys (named,
+nothing changed) and malformed arguments. Run by scripts/conformance.sh.
+"""
+import os, sys, traceback
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from jq import *
+
+TESTS = []
+def test(f):
+    TESTS.append(f); return f
+
+def err_of(fn):
+    try:
+        fn()
+    except redis.ResponseError as e:
+        return str(e)
+    raise AssertionError('expected an error')
+
+def fresh(tag):
+    q = Q(tag); q.clear(); return q
+
+@test
+def fifo_and_batch():
+    q = fresh('fifo')
+    assert q.enqueue([('a', 'pa', 0), ('b', 'pb', 0), ('c', 'pc', 0)]) == [1, 1, 1]
+    assert q.enqueue([('d', 'pd', 0)]) == [1]
+    got = [q.claim(1)[0][0] for _ in range(2)]
+    assert got == [b'a', b'b'], got
+    res = q.claim(5)
+    assert [j[0] for j in res] == [b'c', b'd'], res
+    assert q.claim(3) == []
+    st = q.stats()
+    assert st['enqueued'] == 4 and st['claimed'] == 4 and st['processing'] == 4, st
+    assert r.llen(q.wake) == 4
+
+@test
+def claim_shape_and_fields():
+    q = fresh('shape')
+    q.enqueue([('x', 'payload', 0)])
+    t0 = now_ms()
+    job = q.claim(1, worker='wk-7', vis=5000, tokens=['tok1'])[0]
+    t1 = now_ms()
+    assert job[0] == b'x' and job[1] == b'payload' and job[2] == 1 and job[3] == b'tok1'
+    assert isinstance(job[2], int) and isinstance(job[4], int)
+    assert t0 + 5000 <= job[4] <= t1 + 5000
+    h = q.job('x')
+    assert h['status'] == b'processing' and h['claim_token'] == b'tok1' and h['worker'] == b'wk-7'
+    assert int(h['lease_until']) == job[4] and int(h['attempts']) == 1
+    assert t0 <= int(h['claimed_at']) <= t1 and int(h['enqueued_at']) <= t1
+    assert r.zscore(q.processing, 'x') == job[4]
+    # meta visibility used when 0
+    r.hset(q.meta, 'visibility_timeout_ms', 1234)
+    q.enqueue([('y', '', 0)])
+    t0 = now_ms(); job = q.claim(1)[0]; t1 = now_ms()
+    assert t0 + 1234 <= job[4] <= t1 + 1234
+    r.delete(q.meta)
+    q.enqueue([('z', '', 0)])
+    t0 = now_ms(); job = q.claim(1)[0]; t1 = now_ms()
+    assert t0 + 30000 <= job[4] <= t1 + 30000
+
+@test
+def duplicates():
+    q = fresh('dup')
+    assert q.enqueue([('a', '1', 0), ('a', '2', 0), ('b', '3', 5000)]) == [1, 0, 1]
+    snap = q.snapshot()
+    assert q.enqueue([('a', 'x', 0), ('b', 'y', 0)]) == [0, 0]
+    assert q.snapshot() == snap
+    assert q.job('a')['payload'] == b'1'
+    # processing job is still "there"
+    j = q.claim(1)[0]
+    assert q.enqueue([('a', 'z', 0)]) == [0]
+    # after ack with retention 0 it's gone and can be re-enqueued
+    assert q.ack([('a', j[3])]) == [1]
+    assert q.enqueue([('a', 'again', 0)]) == [1]
+    assert q.stats()['enqueued'] == 3
+
+@test
+def payloads():
+    q = fresh('pay')
+    binp = bytes(range(256)) * 3 + b'\x00\r\n'
+    big = os.urandom(1 << 20)
+    q.enqueue([('bin', binp, 0), ('empty', b'', 0), ('big', big, 0)])
+    got = {j[0]: j[1] for j in q.claim(3)}
+    assert got[b'bin'] == binp and got[b'empty'] == b'' and got[b'big'] == big
+    # binary ids too
+    bid = b'id\x00\xff\n'
+    assert q.enqueue([(bid, b'\x01', 0)]) == [1]
+    j = q.claim(1)[0]
+    assert j[0] == bid and j[1] == b'\x01'
+    assert q.ack([(bid, j[3])]) == [1]
+    # delayed job with big payload promoted
+    q.enqueue([('bigd', big, 1)])
+    wait_ms(10)
+    j = q.claim(1)[0]
+    assert j[0] == b'bigd' and j[1] == big
+
+@test
+def ack_rules():
+    q = fresh('ack')
+    q.enqueue([('a', 'p', 0), ('b', 'p', 0), ('c', 'p', 0)])
+    js = q.claim(3)
+    tok = {j[0].decode(): j[3] for j in js}
+    assert q.ack([('a', 'wrong')]) == [0]
+    assert q.ack([('a', tok['a']), ('a', tok['a']), ('zz', 'x'), ('b', tok['b'])]) == [1, 0, 0, 1]
+    assert not r.exists(q.jk('a')) and r.zscore(q.processing, 'a') is None
+    st = q.stats()
+    assert st['acked'] == 2 and st['stale'] == 3, st
+    assert sum(v for k, v in st.items() if k.startswith('h:')) == 2
+    # stale ack only counts stale
+    snap = q.snapshot()
+    assert q.ack([('b', tok['b'])]) == [0]
+    snap2 = q.snapshot()
+    diff = [k for k in set(snap) | set(snap2) if snap.get(k) != snap2.get(k)]
+    assert diff == [q.stats_key.encode()], diff
+    # histogram buckets
+    n = now_ms()
+    r.hset(q.jk('c'), 'claimed_at', n - 1500)
+    assert q.ack([('c', tok['c'])]) == [1]
+    assert q.stats().get('h:10') == 1
+    for off, b in [(-5000, 0), (100, 6), (1024, 10), (1500, 10), (5000, 12), (70000, 16)]:
+        q.enqueue([('h', 'p', 0)]); j = q.claim(1)[0]
+        r.hset(q.jk('h'), 'claimed_at', now_ms() - off)
+        before = q.stats().get(f'h:{b}', 0)
+        assert q.ack([('h', j[3])]) == [1]
+        assert q.stats().get(f'h:{b}', 0) == before + 1, (off, b, q.stats())
+
+@test
+def log2_exact():
+    src = open('/work/main/lua/ack.lua').read()
+    i = src.index('local function log2floor'); j = src.index('-- arguments')
+    fn = src[i:j]
+    vals = [-3, 0, 1, 2, 3, 4, 7, 8, 1023, 1024, 1025, 2**20 - 1, 2**20, 2**31 - 1, 2**31, 2**40, 2**40 - 1, 2**45 + 7]
+    got = r.eval(fn + 'local o = {} for i = 1, #ARGV do o[i] = log2floor(tonumber(ARGV[i])) end return o', 0, *vals)
+    import math
+    want = [max(v, 1).bit_length() - 1 for v in vals]
+    assert got == want, (got, want)
+
+@test
+def completed_retention():
+    q = fresh('ret')
+    r.hset(q.meta, 'completed_retention_ms', 60000)
+    q.enqueue([('a', 'p', 0)])
+    j = q.claim(1, worker='W')[0]
+    assert q.ack([('a', j[3])]) == [1]
+    h = q.job('a')
+    assert h['status'] == b'done' and 'claim_token' not in h and 'lease_until' not in h and h['worker'] == b'W'
+    assert 0 < r.pttl(q.jk('a')) <= 60000
+    assert q.enqueue([('a', 'p', 0)]) == [0]
+    assert q.ack([('a', j[3])]) == [0]
+
+@test
+def extend_rules():
+    q = fresh('ext')
+    q.enqueue([('a', 'p', 0), ('b', 'p', 0)])
+    js = q.claim(2, vis=1000)
+    t = {j[0].decode(): j[3] for j in js}
+    t0 = now_ms()
+    res = q.extend(60000, [('a', t['a']), ('b', 'bad'), ('a', t['a'])])
+    t1 = now_ms()
+    assert res[1] == 0 and res[0] == res[2] and t0 + 60000 <= res[0] <= t1 + 60000
+    assert r.zscore(q.processing, 'a') == res[0] and int(q.job('a')['lease_until']) == res[0]
+    assert q.stats()['stale'] == 1
+    r.hset(q.meta, 'visibility_timeout_ms', 7777)
+    t0 = now_ms(); res = q.extend(0, [('b', t['b'])]); t1 = now_ms()
+    assert t0 + 7777 <= res[0] <= t1 + 7777
+    assert q.extend(1000, [('nope', 'x')]) == [0]
+    assert q.stats()['stale'] == 2
+
+@test
+def expired_unreaped_accepted():
+    q = fresh('exp')
+    q.enqueue([('a', 'p', 0), ('b', 'p', 0), ('c', 'p', 0)])
+    js = {j[0].decode(): j[3] for j in q.claim(3, vis=1)}
+    wait_ms(10)
+    assert q.stats()['expired'] == 3
+    assert q.ack([('a', js['a'])]) == [1]
+    assert q.extend(10000, [('b', js['b'])])[0] > 0
+    assert q.fail('c', js['c'], 'e', 'dead', -1) == b'dead'
+    assert q.reap() == [0, 0, 0]
+
+@test
+def late_ack_after_reap():
+    q = fresh('late')
+    q.enqueue([('a', 'p', 0)])
+    j = q.claim(1, vis=1)[0]
+    wait_ms(10)
+    assert q.reap() == [1, 0, 0]
+    h = q.job('a')
+    assert h['status'] == b'pending' and 'claim_token' not in h and 'lease_until' not in h and h['worker'] == b'w1'
+    assert q.ack([('a', j[3])]) == [0]
+    assert q.extend(1000, [('a', j[3])]) == [0]
+    assert q.fail('a', j[3]) == b'stale'
+    st = q.stats()
+    assert st['stale'] == 3 and st['reaped'] == 1
+    j2 = q.claim(1)[0]
+    assert j2[0] == b'a' and j2[2] == 2
+    # reclaimed: the old token still rejected
+    assert q.ack([('a', j[3])]) == [0]
+    assert q.ack([('a', j2[3])]) == [1]
+
+@test
+def fail_rules():
+    q = fresh('fail')
+    r.hset(q.meta, mapping={'backoff_initial_ms': 40, 'backoff_multiplier': 1.5, 'backoff_max_ms': 100000, 'max_attempts': 4})
+    q.enqueue([('a', 'p', 0)])
+    j = q.claim(1)[0]
+    t0 = now_ms(); assert q.fail('a', j[3], 'e1') == b'delayed'; t1 = now_ms()
+    h = q.job('a')
+    assert h['status'] == b'delayed' and h['last_error'] == b'e1' and 'claim_token' not in h and 'lease_until' not in h
+    sc = r.zscore(q.delayed, 'a')
+    assert t0 + 40 <= sc <= t1 + 40
+    assert r.zscore(q.processing, 'a') is None
+    assert q.claim(1) == []
+    wait_ms(60)
+    j = q.claim(1)[0]
+    assert j[0] == b'a' and j[2] == 2 and r.zcard(q.delayed) == 0
+    t0 = now_ms(); assert q.fail('a', j[3], 'e2') == b'delayed'; t1 = now_ms()
+    sc = r.zscore(q.delayed, 'a')
+    assert t0 + 60 <= sc <= t1 + 60, (sc - t0)   # floor(40*1.5)
+    r.zadd(q.delayed, {'a': 0})
+    j = q.claim(1)[0]; assert j[2] == 3
+    t0 = now_ms(); q.fail('a', j[3], 'e3'); t1 = now_ms()
+    sc = r.zscore(q.delayed, 'a')
+    assert t0 + 90 <= sc <= t1 + 90, (sc - t0)   # floor(40*2.25)
+    r.zadd(q.delayed, {'a': 0})
+    j = q.claim(1)[0]; assert j[2] == 4
+    assert q.fail('a', j[3], 'final') == b'dead'
+    h = q.job('a')
+    assert h['status'] == b'dead' and h['last_error'] == b'final' and r.zscore(q.dead, 'a') is not None
+    st = q.stats()
+    assert st['failed'] == 4 and st['retried'] == 3 and st['dead_lettered'] == 1, st
+    # explicit backoff and 0
+    q.enqueue([('b', 'p', 0)])
+    j = q.claim(1)[0]
+    t0 = now_ms(); assert q.fail('b', j[3], 'x', 'retry', 5000) == b'delayed'; t1 = now_ms()
+    assert t0 + 5000 <= r.zscore(q.delayed, 'b') <= t1 + 5000
+    r.zadd(q.delayed, {'b': 0}); j = q.claim(1)[0]
+    wl = r.llen(q.wake)
+    assert q.fail('b', j[3], 'x', 'retry', 0) == b'pending'
+    assert r.llen(q.wake) == wl + 1 and q.job('b')['status'] == b'pending' and r.lrange(q.pending, 0, -1) == [b'b']
+    j = q.claim(1)[0]
+    assert q.fail('b', j[3], 'gone', 'dead', 0) == b'dead'
+    # cap
+    r.hset(q.meta, mapping={'backoff_max_ms': 70, 'backoff_multiplier': 10})
+    q.enqueue([('c', 'p', 0)]); j = q.claim(1)[0]
+    r.hset(q.jk('c'), 'attempts', 3)
+    t0 = now_ms(); q.fail('c', j[3]); t1 = now_ms()
+    assert t0 + 70 <= r.zscore(q.delayed, 'c') <= t1 + 70
+    # max_attempts below 1 -> 1
+    r.hset(q.meta, 'max_attempts', 0)
+    r.zadd(q.delayed, {'c': 0}); j = q.claim(1)[0]
+    assert q.fail('c', j[3]) == b'dead'
+    r.hset(q.meta, 'max_attempts', -3)
+    q.enqueue([('d', 'p', 0)]); j = q.claim(1)[0]
+    assert q.fail('d', j[3]) == b'dead'
+    # defaults: max 5, initial 1000
+    r.delete(q.meta)
+    q.enqueue([('e', 'p', 0)]); j = q.claim(1)[0]
+    t0 = now_ms(); q.fail('e', j[3]); t1 = now_ms()
+    assert t0 + 1000 <= r.zscore(q.delayed, 'e') <= t1 + 1000
+    r.hset(q.jk('e'), 'attempts', 4)
+    r.zadd(q.delayed, {'e': 0}); j = q.claim(1)[0]
+    assert j[2] == 5 and q.fail('e', j[3]) == b'dead'
+
+@test
+def reap_rules():
+    q = fresh('reap')
+    q.enqueue([(f'j{i}', 'p', 0) for i in range(5)])
+    js = q.claim(5, vis=1)
+    wait_ms(10)
+    q.enqueue([('later', 'p', 0)])
+    wl = r.llen(q.wake)
+    assert q.reap(2) == [2, 0, 1]
+    assert q.reap(2) == [2, 0, 1]
+    assert q.reap(2) == [1, 0, 0]
+    assert r.llen(q.wake) == wl + 5
+    # requeued jobs are served before 'later', earliest expired first
+    order = [q.claim(1)[0][0] for _ in range(6)]
+    assert order[-1] == b'later', order
+    assert sorted(order[:5]) == [f'j{i}'.encode() for i in range(5)]
+    assert q.stats()['reaped'] == 5
+    # max attempts -> dead
+    q2 = fresh('reap2')
+    r.hset(q2.meta, 'max_attempts', 2)
+    q2.enqueue([('a', 'p', 0)])
+    q2.claim(1, vis=1); wait_ms(10); assert q2.reap() == [1, 0, 0]
+    q2.claim(1, vis=1); wait_ms(10); assert q2.reap() == [0, 1, 0]
+    h = q2.job('a')
+    assert h['status'] == b'dead' and h['last_error'] == b'lease expired' and 'claim_token' not in h and 'lease_until' not in h
+    assert r.zscore(q2.dead, 'a') is not None and r.zcard(q2.processing) == 0
+    st = q2.stats()
+    assert st['dead_lettered'] == 1 and st['reaped'] == 1
+    # re-scoring when the hash says not expired
+    q3 = fresh('reap3')
+    q3.enqueue([('a', 'p', 0), ('b', 'p', 0)])
+    q3.claim(2, vis=1)
+    fut = now_ms() + 100000
+    r.hset(q3.jk('a'), 'lease_until', fut)
+    wait_ms(10)
+    assert q3.reap(1) == [0, 0, 1]       # a re-scored; b still expired
+    assert r.zscore(q3.processing, 'a') == fut
+    assert q3.reap(5) == [1, 0, 0]
+    # orphans in processing
+    r.zadd(q3.processing, {'ghost': 1, 'a2': 2})
+    r.hset(q3.jk('a2'), mapping={'status': 'done'})
+    assert q3.reap(5) == [0, 0, 0]
+    assert r.zscore(q3.processing, 'ghost') is None and q3.job('a2')['status'] == b'done'
+    assert q3.stats()['orphans'] == 2
+    # nothing to reap: no stats field appears
+    q4 = fresh('reap4')
+    assert q4.reap(10) == [0, 0, 0] and q4.stats() == {'pending': 0, 'processing': 0, 'expired': 0, 'delayed': 0, 'dead': 0}
+    assert q4.snapshot() == {}
+
+def make_dead(q, ids, err='e'):
+    q.enqueue([(i, 'p', 0) for i in ids])
+    for j in q.claim(len(ids)):
+        assert q.fail(j[0], j[3], err, 'dead', 0) == b'dead'
+
+@test
+def dead_trimming():
+    q = fresh('trim')
+    make_dead(q, ['a', 'b', 'c'])
+    wait_ms(3)
+    make_dead(q, ['d', 'e'])
+    r.hset(q.meta, 'dead_max_len', 3)
+    assert q.reap() == [0, 0, 0]
+    assert [x.decode() for x in r.zrange(q.dead, 0, -1)] == ['c', 'd', 'e']
+    assert not r.exists(q.jk('a')) and not r.exists(q.jk('b')) and r.exists(q.jk('c'))
+    assert q.stats()['dead_trimmed'] == 2
+    # retention
+    r.hset(q.meta, mapping={'dead_max_len': 0, 'dead_retention_ms': 1})
+    wait_ms(5)
+    make_dead(q, ['f'])
+    assert q.reap() == [0, 0, 0]
+    assert [x.decode() for x in r.zrange(q.dead, 0, -1)] == ['f']
+    assert q.stats()['dead_trimmed'] == 5
+    # 0 = no limit
+    r.hset(q.meta, mapping={'dead_max_len': 0, 'dead_retention_ms': 0})
+    r.zadd(q.dead, {'old': 1})
+    r.hset(q.jk('old'), mapping={'status': 'dead'})
+    q.reap(); assert r.zcard(q.dead) == 2
+    # defaults keep 7 days: entry at score 1 is trimmed with meta absent
+    r.delete(q.meta)
+    q.reap(); assert r.zcard(q.dead) == 1 and not r.exists(q.jk('old'))
+    # bounded at 1000 per call
+    qq = fresh('trim2')
+    pipe = r.pipeline(transaction=False)
+    n0 = now_ms()
+    for i in range(1500):
+        pipe.zadd(qq.dead, {f'x{i}': n0 - 10000 + i})
+        pipe.hset(qq.jk(f'x{i}'), mapping={'status': 'dead', 'payload': 'p'})
+    pipe.execute()
+    r.hset(qq.meta, 'dead_max_len', 10)
+    qq.reap()
+    assert r.zcard(qq.dead) == 500, r.zcard(qq.dead)
+    assert r.zrange(qq.dead, 0, 0) == [b'x1000']
+    qq.reap(); assert r.zcard(qq.dead) == 10 and r.zrange(qq.dead, 0, 0) == [b'x1490']
+    assert qq.stats()['dead_trimmed'] == 1490
+    # orphans in dead: hash gone or not dead -> removed, counted as orphans, hash kept
+    r.zadd(qq.dead, {'g1': 0, 'g2': 1})
+    r.hset(qq.jk('g2'), 'status', 'pending')
+    qq.reap()
+    assert r.zscore(qq.dead, 'g1') is None and r.zscore(qq.dead, 'g2') is None and qq.job('g2')['status'] == b'pending'
+    assert qq.stats()['orphans'] == 2
+    # max len smaller than what one reap dead-letters: newest dead-lettered ones trimmed too
+    q3 = fresh('trim3')
+    r.hset(q3.meta, mapping={'dead_max_len': 1, 'max_attempts': 1})
+    q3.enqueue([('a', 'p', 0), ('b', 'p', 0), ('c', 'p', 0)])
+    q3.claim(3, vis=1); wait_ms(10)
+    assert q3.reap() == [0, 3, 0]
+    assert r.zcard(q3.dead) == 1
+    left = r.zrange(q3.dead, 0, -1)[0].decode()
+    assert [r.exists(q3.jk(x)) for x in 'abc'].count(1) == 1 and r.exists(q3.jk(left))
+    st = q3.stats(); assert st['dead_trimmed'] == 2 and st['dead_lettered'] == 3
+
+@test
+def redrive_purge():
+    q = fresh('rp')
+    make_dead(q, ['a', 'b', 'c', 'd', 'e'], err='bad')
+    q.enqueue([('live', 'p', 0)])
+    r.zadd(q.dead, {'ghost': 0})
+    wl = r.llen(q.wake)
+    assert q.redrive_ids(['a', 'live', 'nothing', 'a']) == 1
+    h = q.job('a')
+    assert h['status'] == b'pending' and h['attempts'] == b'0' and h['last_error'] == b'bad'
+    assert r.llen(q.wake) == wl + 1 and r.zscore(q.dead, 'a') is None
+    assert r.lrange(q.pending, 0, -1) == [b'a', b'live']
+    assert q.redrive_oldest(2) == 1   # ghost (orphan) and b
+    assert r.zscore(q.dead, 'ghost') is None
+    st = q.stats(); assert st['redriven'] == 2 and st['orphans'] == 1, st
+    j = q.claim(1)[0]; assert j[0] == b'live'
+    j = q.claim(1)[0]; assert j[0] == b'a' and j[2] == 1
+    assert q.purge_ids(['c', 'live', 'zzz']) == 1
+    assert not r.exists(q.jk('c')) and r.exists(q.jk('live')) and r.zscore(q.dead, 'c') is None
+    r.zadd(q.dead, {'ghost2': 0})
+    assert q.purge_oldest(10) == 2   # d, e (+ ghost2 orphan)
+    assert r.zcard(q.dead) == 0 and not r.exists(q.jk('d'))
+    st = q.stats(); assert st['purged'] == 3 and st['orphans'] == 2, st
+    assert q.redrive_oldest(5) == 0 and q.purge_oldest(5) == 0
+
+@test
+def claim_orphans_and_promotion():
+    q = fresh('orph')
+    q.enqueue([('a', 'p', 0)])
+    r.rpush(q.pending, 'ghost', 'a-done')
+    r.hset(q.jk('a-done'), 'status', 'done')
+    # pending (head->tail): a-done? no: LPUSH a -> [a], rpush -> [a, ghost, a-done]; pops a-done, ghost, a
+    j = q.claim(1)
+    assert len(j) == 1 and j[0][0] == b'a'
+    assert q.stats()['orphans'] == 2 and r.llen(q.pending) == 0
+    # more than n+100 orphans
+    r.rpush(q.pending, *[f'g{i}' for i in range(150)])
+    r.lpush(q.pending, 'real')
+    r.hset(q.jk('real'), mapping={'status': 'pending', 'payload': 'x', 'attempts': 0})
+    assert q.claim(2) == []
+    assert r.llen(q.pending) == 150 + 1 - 102 and q.stats()['orphans'] == 2 + 102
+    j = q.claim(1); assert j[0][0] == b'real' and r.llen(q.pending) == 0
+    # delayed: orphans, limit 100, earliest first, behind pending
+    q2 = fresh('promo')
+    q2.enqueue([(f'd{i:03}', 'p', 1) for i in range(150)])
+    r.zadd(q2.delayed, {'dghost': 0})
+    q2.enqueue([('p1', 'p', 0), ('p2', 'p', 0)])
+    wait_ms(10)
+    js = q2.claim(3)
+    assert [x[0] for x in js] == [b'p1', b'p2', b'd000'], js
+    assert r.zcard(q2.delayed) == 51 and r.llen(q2.pending) == 99 - 1 + 1 - 1 or True
+    assert r.zcard(q2.delayed) == 51, r.zcard(q2.delayed)   # 99 promoted + ghost removed
+    assert r.llen(q2.pending) == 98
+    assert q2.job('d001')['status'] == b'pending' and q2.job('d120')['status'] == b'delayed'
+    assert q2.stats()['orphans'] == 1
+    assert r.lindex(q2.pending, -1) == b'd001' and r.lindex(q2.pending, 0) == b'd098'
+    wl = r.llen(q2.wake); assert wl == 2  # promotion pushes no markers
+    # status not delayed in delayed zset -> orphan, hash left alone
+    q3 = fresh('promo3')
+    q3.enqueue([('x', 'p', 0)])
+    r.zadd(q3.delayed, {'x': 0})
+    j = q3.claim(5)
+    assert len(j) == 1 and r.zcard(q3.delayed) == 0 and q3.stats()['orphans'] == 1
+    # an id both pending (stale copy) and due delayed is claimed once
+    q4 = fresh('promo4')
+    q4.enqueue([('y', 'p', 5)])
+    r.rpush(q4.pending, 'y')
+    r.zadd(q4.delayed, {'y': 0})
+    j = q4.claim(5)
+    assert len(j) == 1 and j[0][0] == b'y' and q4.stats()['orphans'] == 1 and r.llen(q4.pending) == 0
+    q4.enqueue([('z', 'p', 5)])
+    r.rpush(q4.pending, 'z')
+    r.zadd(q4.delayed, {'z': 0})
+    q4.enqueue([('w', 'p', 0)])   # pending: w, z(stale copy at tail)
+    j = q4.claim(1)
+    assert j[0][0] == b'z' and r.lrange(q4.pending, 0, -1) == [b'z', b'w'] and q4.job('z')['status'] == b'processing'
+
+@test
+def wake_markers():
+    q = fresh('wake')
+    q.enqueue([(f'a{i}', 'p', 0) for i in range(1000)])
+    q.enqueue([(f'b{i}', 'p', 0) for i in range(1000)])
+    assert r.llen(q.wake) == 1024 and set(r.lrange(q.wake, 0, -1)) == {b'1'}
+    q2 = fresh('wake2')
+    q2.enqueue([('d', 'p', 1000), ('e', 'p', 0)])
+    assert r.llen(q2.wake) == 1
+
+@test
+def stats_shape():
+    q = fresh('stats')
+    q.enqueue([('a', 'p', 0), ('b', 'p', 0), ('c', 'p', 100000)])
+    q.claim(1, vis=1); wait_ms(5); q.claim(1, vis=100000)
+    a = q.ev('stats', [])
+    assert [x for x in a[0:10:2]] == [b'pending', b'processing', b'expired', b'delayed', b'dead']
+    assert all(isinstance(v, int) for v in a[1::2])
+    st = q.stats()
+    assert st == {'pending': 0, 'processing': 2, 'expired': 1, 'delayed': 1, 'dead': 0, 'enqueued': 3, 'claimed': 2}, st
+    # stats with no ARGV works
+    a2 = r.evalsha(SHAS['stats'], 7, *q.K)
+    assert a2[:2] == [b'pending', 0]
+
+KEY_TYPES = {0: 'list', 1: 'zset', 2: 'zset', 3: 'zset', 4: 'hash', 5: 'hash', 6: 'list'}
+
+def set_wrong(key, want):
+    r.delete(key)
+    if want == 'list' or want == 'zset':
+        r.hset(key, 'x', '1')
+    else:
+        r.sadd(key, 'x')
+
+@test
+def wrong_types():
+    scenarios = []
+    def prep_basic(q):
+        make_dead(q, ['x', 'y'])
+        q.enqueue([('a', 'p', 0), ('b', 'p', 0), ('c', 'p', 0), ('d', 'p', 1)])
+        js = q.claim(2)
+        wait_ms(10)
+        return {j[0].decode(): j[3] for j in js}
+    cases = [
+        ('enqueue ready', lambda q, t: q.enqueue([('n1', 'p', 0)]), [0, 5, 6]),
+        ('enqueue delayed', lambda q, t: q.enqueue([('n1', 'p', 10)]), [2, 5]),
+        ('enqueue both', lambda q, t: q.enqueue([('n1', 'p', 10), ('n2', 'p', 0)]), [0, 2, 5, 6]),
+        ('claim', lambda q, t: q.claim(2), [0, 1, 2, 4, 5]),
+        ('ack', lambda q, t: q.ack([('a', t['a']), ('b', 'bad')]), [1, 4, 5]),
+        ('ack stale', lambda q, t: q.ack([('b', 'bad')]), [5]),
+        ('extend', lambda q, t: q.extend(0, [('a', t['a']), ('b', 'bad')]), [1, 4, 5]),
+        ('fail retry', lambda q, t: q.fail('a', t['a']), [1, 2, 4, 5]),
+        ('fail now', lambda q, t: q.fail('a', t['a'], 'e', 'retry', 0), [0, 1, 4, 5, 6]),
+        ('fail dead', lambda q, t: q.fail('a', t['a'], 'e', 'dead', 0), [1, 3, 5]),
+        ('fail stale', lambda q, t: q.fail('a', 'bad'), [5]),
+        ('reap', lambda q, t: q.ev('reap', [], 10), [0, 1, 3, 4, 5, 6]),
+        ('stats', lambda q, t: q.ev('stats', []), [0, 1, 2, 3, 5]),
+        ('redrive ids', lambda q, t: q.redrive_ids(['x']), [0, 3, 5, 6]),
+        ('redrive oldest', lambda q, t: q.redrive_oldest(1), [0, 3, 5, 6]),
+        ('purge ids', lambda q, t: q.purge_ids(['x']), [3, 5]),
+        ('purge oldest', lambda q, t: q.purge_oldest(5), [3, 5]),
+    ]
+    for name, fn, idxs in cases:
+        for i in idxs:
+            q = fresh('wt')
+            t = prep_basic(q)
+            if name == 'reap':
+                r.hset(q.meta, mapping={'max_attempts': 3, 'dead_max_len': 1})
+                r.hset(q.jk('a'), mapping={'attempts': 5, 'lease_until': 1})
+                r.hset(q.jk('b'), mapping={'lease_until': 1})
+                r.zadd(q.processing, {'a': 1, 'b': 1})
+            set_wrong(q.K[i], KEY_TYPES[i])
+            snap = q.snapshot()
+            m = err_of(lambda: fn(q, t))
+            assert q.K[i] in m and 'wrong type' in m and KEY_TYPES[i] in m, (name, i, m)
+            assert q.snapshot() == snap, (name, i)
+            # untouched keys don't matter
+        # job key wrong type
+    job_cases = [
+        ('enqueue', lambda q, t: q.enqueue([('n0', 'p', 0), ('a', 'p', 0)]), 'a'),
+        ('claim pending', lambda q, t: q.claim(3), 'c'),
+        ('claim delayed', lambda q, t: q.claim(3), 'd'),
+        ('ack', lambda q, t: q.ack([('b', t['b']), ('a', t['a'])]), 'a'),
+        ('extend', lambda q, t: q.extend(10, [('b', t['b']), ('a', t['a'])]), 'a'),
+        ('fail', lambda q, t: q.fail('a', t['a']), 'a'),
+        ('reap', lambda q, t: (r.zadd(q.processing, {'a': 1}), q.reap()), 'a'),
+        ('reap trim', lambda q, t: (r.hset(q.meta, 'dead_max_len', 1), q.reap()), 'x'),
+        ('redrive', lambda q, t: q.redrive_ids(['y', 'x']), 'x'),
+        ('redrive oldest', lambda q, t: q.redrive_oldest(2), 'y'),
+        ('purge', lambda q, t: q.purge_ids(['x']), 'x'),
+        ('purge oldest', lambda q, t: q.purge_oldest(2), 'y'),
+    ]
+    for name, fn, jid in job_cases:
+        q = fresh('wt')
+        t = prep_basic(q)
+        if name == 'reap trim':
+            r.hset(q.meta, 'dead_max_len', 1)
+        r.delete(q.jk(jid)); r.set(q.jk(jid), 'str')
+        if name == 'reap': r.zadd(q.processing, {'a': 1})
+        snap = q.snapshot()
+        m = err_of(lambda: fn(q, t))
+        assert q.jk(jid) in m and 'wrong type (string)' in m and 'expected hash' in m, (name, m)
+        assert q.snapshot() == snap, name
+    # a key a call doesn't touch is not its business
+    q = fresh('wt'); t = prep_basic(q)
+    set_wrong(q.dead, 'zset'); set_wrong(q.wake, 'list')
+    assert q.claim(1)[0][0] == b'c'
+    assert q.ack([('a', t['a'])]) == [1]
+
+@test
+def claim_undo_order():
+    q = fresh('undo')
+    q.enqueue([(f'j{i}', 'p', 0) for i in range(6)])
+    r.rpush(q.pending, 'ghost1', 'ghost2')       # orphans at the front
+    r.delete(q.jk('j3')); r.set(q.jk('j3'), 'x')  # wrong type, reached in a later pop
+    snap = q.snapshot()
+    m = err_of(lambda: q.claim(4))
+    assert q.jk('j3') in m and q.snapshot() == snap
+    r.set(q.processing, 'x')
+    r.delete(q.jk('j3')); q.enqueue([('j3', 'p', 0)]); r.lrem(q.pending, 1, 'j3')
+    snap = q.snapshot()
+    m = err_of(lambda: q.claim(10))
+    assert q.processing in m and q.snapshot() == snap
+
+@test
+def malformed_args():
+    q = fresh('bad')
+    q.enqueue([('a', 'p', 0)])
+    j = q.claim(1)[0]
+    tok = j[3]
+    K = q.K; jp = q.jp; ja = q.jk('a')
+    def call(name, keys, *args):
+        return lambda: r.evalsha(SHAS[name], len(keys), *keys, *args)
+    cases = [
+        ('n', call('enqueue', K + [ja], jp, 0)),
+        ('n', call('enqueue', K + [ja], jp, 'x', 'b', 'p', 0)),
+        ('n', call('enqueue', K + [ja], jp, '1.0', 'b', 'p', 0)),
+        ('n', call('enqueue', K + [ja], jp, '1e0', 'b', 'p', 0)),
+        ('n', call('enqueue', K + [ja], jp, '-1', 'b', 'p', 0)),
+        ('n', call('enqueue', K + [ja] * 1001, jp, 1001, *(['b', 'p', 0] * 1001))),
+        ('n', call('enqueue', K + [ja], jp, 1, 'b', 'p')),
+        ('n', call('enqueue', K + [ja], jp, 1, 'b', 'p', 0, 'extra')),
+        ('keys', call('enqueue', K, jp, 1, 'b', 'p', 0)),
+        ('delay_ms', call('enqueue', K + [ja], jp, 1, 'b', 'p', -1)),
+        ('delay_ms', call('enqueue', K + [ja], jp, 1, 'b', 'p', '1.5')),
+        ('delay_ms', call('enqueue', K + [ja], jp, 1, 'b', 'p', 'soon')),
+        ('delay_ms', call('enqueue', K + [ja], jp, 1, 'b', 'p', '')),
+        ('delay_ms', call('enqueue', K + [ja], jp, 1, 'b', 'p', ' 5')),
+        ('n', call('claim', K, jp, 0, 'w', 0)),
+        ('n', call('claim', K, jp, 2, 'w', 0, 't1')),
+        ('n', call('claim', K, jp, 1, 'w', 0, 't1', 't2')),
+        ('n', call('claim', K, jp, 1001, 'w', 0, *(['t'] * 1001))),
+        ('visibility', call('claim', K, jp, 1, 'w', -5, 't')),
+        ('visibility', call('claim', K, jp, 1, 'w', '2.5', 't')),
+        ('visibility', call('claim', K, jp, 1, 'w', 'abc', 't')),
+        ('keys', call('claim', K[:6], jp, 1, 'w', 0, 't')),
+        ('n', call('ack', K + [ja], jp, 'one', 'a', tok)),
+        ('n', call('ack', K + [ja], jp, 2, 'a', tok)),
+        ('n', call('ack', K + [ja], jp, 1, 'a', tok, 'x')),
+        ('keys', call('ack', K + [ja, ja], jp, 1, 'a', tok)),
+        ('ms', call('extend', K + [ja], jp, -1, 1, 'a', tok)),
+        ('ms', call('extend', K + [ja], jp, '1e3', 1, 'a', tok)),
+        ('n', call('extend', K + [ja], jp, 100, 0, 'a', tok)),
+        ('n', call('extend', K + [ja], jp, 100, 1, 'a')),
+        ('mode', call('fail', K + [ja], jp, 'a', tok, 'e', 'later', -1)),
+        ('mode', call('fail', K + [ja], jp, 'a', tok, 'e', 'RETRY', -1)),
+        ('backoff', call('fail', K + [ja], jp, 'a', tok, 'e', 'retry', -2)),
+        ('backoff', call('fail', K + [ja], jp, 'a', tok, 'e', 'retry', '0.5')),
+        ('backoff', call('fail', K + [ja], jp, 'a', tok, 'e', 'retry', 'x')),
+        ('arguments', call('fail', K + [ja], jp, 'a', tok, 'e', 'retry')),
+        ('keys', call('fail', K, jp, 'a', tok, 'e', 'retry', -1)),
+        ('batch', call('reap', K, jp, 0)),
+        ('batch', call('reap', K, jp, 1001)),
+        ('batch', call('reap', K, jp, '10x')),
+        ('batch', call('reap', K, jp, '-3')),
+        ('mode', call('redrive', K, jp, 'all', 3)),
+        ('n', call('redrive', K, jp, 'oldest', 0)),
+        ('n', call('redrive', K, jp, 'oldest', 'many')),
+        ('n', call('redrive', K, jp, 'oldest', 1001)),
+        ('ids', call('redrive', K, jp, 'ids')),
+        ('keys', call('redrive', K, jp, 'ids', 'a')),
+        ('mode', call('purge', K, jp)),
+        ('n', call('purge', K, jp, 'oldest', '')),
+        ('ids', call('purge', K + [ja] * 1001, jp, 'ids', *(['a'] * 1001))),
+    ]
+    snap = q.snapshot()
+    for name, fn in cases:
+        m = err_of(fn)
+        assert m.startswith(f'jobqueue: invalid {name}:') or f'invalid {name}:' in m, (name, m)
+        assert q.snapshot() == snap, (name, m)
+    # valid bounds
+    assert q.extend(0, [('a', tok)])[0] > 0
+    assert q.fail('a', tok, 'e', 'retry', '-1') == b'delayed'
+    print('    sample messages:', err_of(cases[0][1]), '|', err_of(cases[15][1]), '|', err_of(cases[30][1]))
+
+@test
+def leading_zero_and_minus_zero():
+    q = fresh('zero')
+    assert q.enqueue([('a', 'p', '-0'), ('b', 'p', '000')]) == [1, 1]
+    assert r.llen(q.pending) == 2
+    assert len(q.ev('claim', [], '01', 'w', '00', 'tok')) == 1
+
+def main():
+    failed = 0
+    for f in TESTS:
+        try:
+            f()
+            print('ok  ', f.__name__)
+        except Exception:
+            failed += 1
+            print('FAIL', f.__name__)
+            traceback.print_exc()
+    print(f'conformance: {len(TESTS) - failed} passed, {failed} failed')
+    return 1 if failed else 0
+
+
+if __name__ == '__main__':
+    try:
+        code = main()
+    finally:
+        stop_server()
+    sys.exit(code)

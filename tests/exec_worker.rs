@@ -1,0 +1,398 @@
+//! `jobqueue worker --exec` run as users run it: the real binary, `sh -c` handlers, a
+//! real Redis.
+
+mod common;
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+use common::RedisServer;
+use jobqueue::queue::{NewJob, Queue, QueueSettings};
+
+const BIN: &str = env!("CARGO_BIN_EXE_jobqueue");
+
+/// Poll `cond` until it holds; fail with `what` after 30 s.
+async fn eventually<F, Fut>(what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !cond().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// One `jobqueue worker --exec sh -c SCRIPT` process; SIGKILLed if the test fails.
+struct ExecWorker {
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl ExecWorker {
+    fn start(server: &RedisServer, tag: &str, out: &Path, flags: &[&str], script: &str) -> Self {
+        let log = out.join(format!("worker-{tag}.log"));
+        let child = Command::new(BIN)
+            .args(["worker", "--redis", &server.url(), "--tag", tag])
+            .args(flags)
+            .args(["--exec", "sh", "-c", script])
+            .env("OUT", out)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("run jobqueue worker");
+        ExecWorker {
+            child: Some(child),
+            log,
+        }
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.as_ref().unwrap().id() as i32
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: kill has no memory effects.
+        assert_eq!(unsafe { libc::kill(self.pid(), sig) }, 0);
+    }
+
+    /// SIGTERM, then wait for the process to exit.
+    async fn terminate(mut self) -> (ExitStatus, String) {
+        self.signal(libc::SIGTERM);
+        let mut child = self.child.take().unwrap();
+        let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+            .await
+            .unwrap();
+        (status, self.log())
+    }
+}
+
+impl Drop for ExecWorker {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+async fn queue_with(server: &RedisServer, tag: &str, settings: QueueSettings) -> Queue {
+    let queue = server.queue(tag).await;
+    queue.configure(&settings).await.unwrap();
+    queue
+}
+
+async fn status(queue: &Queue, id: &str) -> Option<String> {
+    queue.job(id).await.unwrap().and_then(|j| j.status)
+}
+
+/// Running (a zombie waiting for its new parent to reap it counts as ended).
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_zero_acks_and_the_child_sees_payload_and_environment() {
+    let server = RedisServer::start();
+    let queue = queue_with(&server, "ok", QueueSettings::default()).await;
+    let out = tempfile::tempdir().unwrap();
+    let worker = ExecWorker::start(
+        &server,
+        "ok",
+        out.path(),
+        &["--concurrency", "2"],
+        r#"printf '%s|%s|%s|' "$JOBQUEUE_JOB_ID" "$JOBQUEUE_ATTEMPT" "$JOBQUEUE_QUEUE" > "$OUT/$JOBQUEUE_JOB_ID.tmp"
+           cat >> "$OUT/$JOBQUEUE_JOB_ID.tmp" && mv "$OUT/$JOBQUEUE_JOB_ID.tmp" "$OUT/$JOBQUEUE_JOB_ID""#,
+    );
+    let payloads: Vec<(&str, Vec<u8>)> = vec![
+        ("text", b"hello world\nsecond line\n".to_vec()),
+        ("binary", vec![0, 255, 10, 13, 0, 1]),
+        ("empty", vec![]),
+        ("large", vec![b'z'; 300_000]),
+    ];
+    for (id, payload) in &payloads {
+        queue
+            .enqueue(NewJob::new(payload.clone()).id(*id))
+            .await
+            .unwrap();
+    }
+    eventually("all acked", || async {
+        queue.stats().await.unwrap().acked == payloads.len() as u64
+    })
+    .await;
+    for (id, payload) in &payloads {
+        let seen = std::fs::read(out.path().join(id)).unwrap();
+        let mut want = format!("{id}|1|jq:{{ok}}|").into_bytes();
+        want.extend_from_slice(payload);
+        assert_eq!(seen, want, "job {id}");
+        assert!(queue.job(id).await.unwrap().is_none(), "{id} acked");
+    }
+    let (exit, log) = worker.terminate().await;
+    assert!(exit.success(), "{exit:?}\n{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dead_exit_code_dead_letters_with_the_stderr_text() {
+    let server = RedisServer::start();
+    let queue = queue_with(&server, "dead", QueueSettings::default()).await;
+    let out = tempfile::tempdir().unwrap();
+    let worker = ExecWorker::start(
+        &server,
+        "dead",
+        out.path(),
+        &[],
+        r#"echo "cannot parse $(cat)" >&2; exit 99"#,
+    );
+    queue.enqueue(NewJob::new("{oops").id("j")).await.unwrap();
+    eventually("dead", || async {
+        status(&queue, "j").await.as_deref() == Some("dead")
+    })
+    .await;
+    let job = queue.job("j").await.unwrap().unwrap();
+    assert_eq!(job.attempts, 1, "dead at once, not retried");
+    assert_eq!(
+        job.last_error.as_deref(),
+        Some("exit code 99 (dead-letter); stderr: cannot parse {oops")
+    );
+    let (exit, log) = worker.terminate().await;
+    assert!(exit.success(), "{log}");
+
+    // Another code can be chosen; 99 then is an ordinary failure.
+    let queue = queue_with(
+        &server,
+        "dead42",
+        QueueSettings {
+            max_attempts: 1,
+            ..Default::default()
+        },
+    )
+    .await;
+    let worker = ExecWorker::start(
+        &server,
+        "dead42",
+        out.path(),
+        &["--dead-exit-code", "42"],
+        r#"if [ "$JOBQUEUE_JOB_ID" = a ]; then exit 42; else exit 99; fi"#,
+    );
+    queue.enqueue(NewJob::new("").id("a")).await.unwrap();
+    queue.enqueue(NewJob::new("").id("b")).await.unwrap();
+    eventually("both dead", || async {
+        queue.stats().await.unwrap().dead == 2
+    })
+    .await;
+    let a = queue.job("a").await.unwrap().unwrap().last_error.unwrap();
+    let b = queue.job("b").await.unwrap().unwrap().last_error.unwrap();
+    assert_eq!(a, "exit code 42 (dead-letter)");
+    assert_eq!(b, "exit code 99");
+    assert_eq!(queue.stats().await.unwrap().retried, 0);
+    worker.terminate().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_exits_and_signals_retry_with_the_tail_of_stderr() {
+    let server = RedisServer::start();
+    let settings = QueueSettings {
+        max_attempts: 2,
+        backoff_initial: Duration::from_millis(1),
+        backoff_max: Duration::from_millis(1),
+        ..Default::default()
+    };
+    let queue = queue_with(&server, "retry", settings).await;
+    let out = tempfile::tempdir().unwrap();
+    let worker = ExecWorker::start(
+        &server,
+        "retry",
+        out.path(),
+        &["--concurrency", "2"],
+        r#"echo "$JOBQUEUE_ATTEMPT" >> "$OUT/$JOBQUEUE_JOB_ID.attempts"
+           case "$JOBQUEUE_JOB_ID" in
+             noisy) head -c 5000 /dev/zero | tr '\0' x >&2
+                    echo " the end of attempt $JOBQUEUE_ATTEMPT" >&2; exit 3 ;;
+             killed) echo "about to die" >&2; kill -9 $$ ;;
+           esac"#,
+    );
+    queue.enqueue(NewJob::new("").id("noisy")).await.unwrap();
+    queue.enqueue(NewJob::new("").id("killed")).await.unwrap();
+    eventually("both dead after their attempts", || async {
+        queue.stats().await.unwrap().dead == 2
+    })
+    .await;
+    for id in ["noisy", "killed"] {
+        let attempts = std::fs::read_to_string(out.path().join(format!("{id}.attempts"))).unwrap();
+        assert_eq!(attempts, "1\n2\n", "{id} ran twice: one retry");
+    }
+    let noisy = queue
+        .job("noisy")
+        .await
+        .unwrap()
+        .unwrap()
+        .last_error
+        .unwrap();
+    assert!(noisy.starts_with("exit code 3; stderr: …x"), "{noisy}");
+    assert!(noisy.ends_with("xx the end of attempt 2"), "{noisy}");
+    // The default tail is 2 KiB (plus the "…" marker and the exit status).
+    let tail = noisy.split_once("stderr: ").unwrap().1;
+    assert!(tail.len() <= 2048 + "…".len(), "{}", tail.len());
+    assert!(tail.len() > 2000, "{}", tail.len());
+    let killed = queue
+        .job("killed")
+        .await
+        .unwrap()
+        .unwrap()
+        .last_error
+        .unwrap();
+    assert_eq!(killed, "killed by signal 9 (SIGKILL); stderr: about to die");
+    let qs = queue.stats().await.unwrap();
+    assert_eq!((qs.retried, qs.failed, qs.acked), (2, 4, 0));
+    worker.terminate().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_are_renewed_while_the_command_runs() {
+    let server = RedisServer::start();
+    let queue = queue_with(&server, "long", QueueSettings::default()).await;
+    let out = tempfile::tempdir().unwrap();
+    let worker = ExecWorker::start(
+        &server,
+        "long",
+        out.path(),
+        &["--visibility", "600ms"],
+        r#"echo run >> "$OUT/runs"; sleep 2"#,
+    );
+    queue.enqueue(NewJob::new("").id("j")).await.unwrap();
+    // Reap all along: an expired lease would be taken away at once.
+    let mut reaped = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while queue.stats().await.unwrap().acked < 1 {
+        assert!(tokio::time::Instant::now() < deadline, "never acked");
+        reaped += queue.reap(100).await.unwrap().requeued;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(reaped, 0, "the reaper never found the lease expired");
+    assert_eq!(
+        std::fs::read_to_string(out.path().join("runs")).unwrap(),
+        "run\n"
+    );
+    assert_eq!(queue.stats().await.unwrap().claimed, 1);
+    worker.terminate().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_reaches_the_child_and_the_deadline_kills_what_ignores_it() {
+    let server = RedisServer::start();
+    let queue = queue_with(&server, "term", QueueSettings::default()).await;
+    let out = tempfile::tempdir().unwrap();
+    let worker = ExecWorker::start(
+        &server,
+        "term",
+        out.path(),
+        &["--concurrency", "2", "--shutdown-timeout", "1s"],
+        r#"case "$JOBQUEUE_JOB_ID" in
+             polite) trap 'echo terminated > "$OUT/polite.term"; exit 0' TERM
+                     echo $$ > "$OUT/polite.pid"; sleep 60 & wait ;;
+             stubborn) trap '' TERM
+                       echo $$ > "$OUT/stubborn.pid"; exec sleep 60 ;;
+           esac"#,
+    );
+    queue.enqueue(NewJob::new("").id("polite")).await.unwrap();
+    queue.enqueue(NewJob::new("").id("stubborn")).await.unwrap();
+    let pid_file = |id: &str| out.path().join(format!("{id}.pid"));
+    eventually("both commands running", || async {
+        let read = |id| std::fs::read_to_string(pid_file(id)).unwrap_or_default();
+        read("polite").ends_with('\n') && read("stubborn").ends_with('\n')
+    })
+    .await;
+    let stubborn_pid: i32 = std::fs::read_to_string(pid_file("stubborn"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let stubborn_lease = queue.job("stubborn").await.unwrap().unwrap();
+
+    let (exit, log) = worker.terminate().await;
+    assert!(exit.success(), "{exit:?}\n{log}");
+    assert_eq!(
+        std::fs::read_to_string(out.path().join("polite.term")).unwrap(),
+        "terminated\n",
+        "the polite command got SIGTERM"
+    );
+    // It exited 0 within the deadline: acked.
+    assert!(queue.job("polite").await.unwrap().is_none(), "{log}");
+    // The stubborn one was SIGKILLed at the deadline and its job left as it was.
+    assert!(!alive(stubborn_pid), "the stubborn command was killed");
+    let stubborn = queue.job("stubborn").await.unwrap().unwrap();
+    assert_eq!(stubborn.status.as_deref(), Some("processing"));
+    assert_eq!(stubborn.attempts, 1);
+    assert_eq!(stubborn.last_error, None);
+    assert!(stubborn.lease_until >= stubborn_lease.lease_until);
+    let qs = queue.stats().await.unwrap();
+    assert_eq!((qs.acked, qs.failed), (1, 0));
+    assert!(log.contains("shutting down"), "{log}");
+}
+
+#[test]
+fn help_shows_an_example_and_the_exit_code_contract() {
+    let out = Command::new(BIN)
+        .args(["worker", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        help.contains("jobqueue worker --redis redis://127.0.0.1:6379 --tag emails"),
+        "{help}"
+    );
+    assert!(help.contains("exit 99"), "{help}");
+    assert!(help.contains("JOBQUEUE_ATTEMPT"), "{help}");
+}
+
+#[test]
+fn a_command_that_cannot_run_is_refused_at_start() {
+    let out = Command::new(BIN)
+        .args(["worker", "--redis", "redis://127.0.0.1:1", "--tag", "t"])
+        .args(["--exec", "no-such-program-for-jobqueue"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(
+        err.trim(),
+        "error: invalid --exec command: no-such-program-for-jobqueue was not found on PATH"
+    );
+}
+
+#[test]
+fn unreachable_redis_is_one_line_and_exit_code_3() {
+    let port = common::free_port();
+    let out = Command::new(BIN)
+        .args(["worker", "--redis", &format!("redis://127.0.0.1:{port}")])
+        .args(["--tag", "t", "--exec", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("error: cannot connect to Redis at redis://127.0.0.1:"),
+        "{err}"
+    );
+}

@@ -1,0 +1,550 @@
+//! A stand-in Kubernetes API server over real HTTP, for running the operator binary from
+//! outside: an in-memory object store with list, watch (chunked JSON events), get,
+//! create, replace, merge and apply patches, the status and scale subresources, and a
+//! log of every request for the test to assert on.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{Method, StatusCode, header};
+use axum::response::Response;
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+/// One request as the operator sent it.
+#[derive(Debug, Clone)]
+pub struct Logged {
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    pub content_type: String,
+    pub body: String,
+}
+
+/// Where an object lives: `/api/v1` or `/apis/group/version`, the plural, namespace, name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct ObjKey {
+    prefix: String,
+    plural: String,
+    namespace: String,
+    name: String,
+}
+
+#[derive(Clone, Debug)]
+struct WatchEvent {
+    rv: u64,
+    prefix: String,
+    plural: String,
+    namespace: String,
+    kind: &'static str,
+    object: Value,
+}
+
+#[derive(Default)]
+struct Store {
+    objects: BTreeMap<ObjKey, Value>,
+    rv: u64,
+    history: Vec<WatchEvent>,
+    log: Vec<Logged>,
+}
+
+#[derive(Clone)]
+pub struct StandIn {
+    store: Arc<Mutex<Store>>,
+    events: broadcast::Sender<WatchEvent>,
+    pub addr: SocketAddr,
+}
+
+fn kind_of(plural: &str) -> &'static str {
+    match plural {
+        "jobqueues" => "JobQueue",
+        "secrets" => "Secret",
+        "leases" => "Lease",
+        "events" => "Event",
+        "deployments" => "Deployment",
+        "horizontalpodautoscalers" => "HorizontalPodAutoscaler",
+        _ => "Object",
+    }
+}
+
+/// Split `/api/v1/namespaces/ns/secrets/name/status` and friends.
+/// prefix, plural, namespace, name, subresource.
+type Route = (String, String, String, Option<String>, Option<String>);
+
+fn parse_path(path: &str) -> Option<Route> {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (prefix, rest) = match *parts.first()? {
+        "api" => (format!("/api/{}", parts.get(1)?), &parts[2..]),
+        "apis" => (
+            format!("/apis/{}/{}", parts.get(1)?, parts.get(2)?),
+            &parts[3..],
+        ),
+        _ => return None,
+    };
+    let (namespace, rest) = if rest.first() == Some(&"namespaces") && rest.len() >= 3 {
+        (rest[1].to_string(), &rest[2..])
+    } else {
+        (String::new(), rest)
+    };
+    let plural = rest.first()?.to_string();
+    let name = rest.get(1).map(|s| s.to_string());
+    let sub = rest.get(2).map(|s| s.to_string());
+    Some((prefix, plural, namespace, name, sub))
+}
+
+fn status(code: StatusCode, reason: &str, message: &str) -> Response {
+    let body = json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": reason, "code": code.as_u16()
+    });
+    Response::builder()
+        .status(code)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap()
+}
+
+fn ok_json(code: StatusCode, v: &Value) -> Response {
+    Response::builder()
+        .status(code)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(v.to_string()))
+        .unwrap()
+}
+
+/// RFC 7386 JSON merge patch.
+pub fn merge(target: &mut Value, patch: &Value) {
+    if let Value::Object(p) = patch {
+        if !target.is_object() {
+            *target = json!({});
+        }
+        let t = target.as_object_mut().unwrap();
+        for (k, v) in p {
+            if v.is_null() {
+                t.remove(k);
+            } else {
+                merge(t.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+    } else {
+        *target = patch.clone();
+    }
+}
+
+impl StandIn {
+    pub async fn start() -> StandIn {
+        let (events, _) = broadcast::channel(1024);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let standin = StandIn {
+            store: Arc::default(),
+            events,
+            addr,
+        };
+        let app = Router::new().fallback(handle).with_state(standin.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        standin
+    }
+
+    /// A kubeconfig that points at this server, without credentials.
+    pub fn kubeconfig(&self, namespace: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: standin\n  cluster:\n    server: http://{}\ncontexts:\n- name: standin\n  context:\n    cluster: standin\n    user: nobody\n    namespace: {namespace}\nusers:\n- name: nobody\n  user: {{}}\ncurrent-context: standin\n",
+            self.addr
+        )
+    }
+
+    /// Put an object (as a client with full rights would), firing a watch event.
+    pub fn put(&self, prefix: &str, plural: &str, mut object: Value) -> Value {
+        let namespace = object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let name = object["metadata"]["name"].as_str().unwrap().to_string();
+        let key = ObjKey {
+            prefix: prefix.into(),
+            plural: plural.into(),
+            namespace: namespace.clone(),
+            name,
+        };
+        let mut store = self.store.lock().unwrap();
+        let existing = store.objects.get(&key).cloned();
+        let generation = match &existing {
+            Some(old) if old.get("spec") != object.get("spec") => {
+                old["metadata"]["generation"].as_i64().unwrap_or(1) + 1
+            }
+            Some(old) => old["metadata"]["generation"].as_i64().unwrap_or(1),
+            None => 1,
+        };
+        if let Some(old) = &existing
+            && object.get("status").is_none()
+            && let Some(st) = old.get("status")
+        {
+            object["status"] = st.clone();
+        }
+        object["metadata"]["generation"] = json!(generation);
+        if existing.is_none() {
+            object["metadata"]["uid"] = json!(format!("uid-{}", store.rv + 1));
+            object["metadata"]["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
+        }
+        let kind = if existing.is_some() {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        self.commit(&mut store, key, object, kind)
+    }
+
+    fn commit(
+        &self,
+        store: &mut Store,
+        key: ObjKey,
+        mut object: Value,
+        kind: &'static str,
+    ) -> Value {
+        store.rv += 1;
+        object["metadata"]["resourceVersion"] = json!(store.rv.to_string());
+        let event = WatchEvent {
+            rv: store.rv,
+            prefix: key.prefix.clone(),
+            plural: key.plural.clone(),
+            namespace: key.namespace.clone(),
+            kind,
+            object: object.clone(),
+        };
+        if kind == "DELETED" {
+            store.objects.remove(&key);
+        } else {
+            store.objects.insert(key, object.clone());
+        }
+        store.history.push(event.clone());
+        let _ = self.events.send(event);
+        object
+    }
+
+    pub fn get(&self, prefix: &str, plural: &str, namespace: &str, name: &str) -> Option<Value> {
+        let key = ObjKey {
+            prefix: prefix.into(),
+            plural: plural.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+        };
+        self.store.lock().unwrap().objects.get(&key).cloned()
+    }
+
+    /// Every object of one plural.
+    pub fn all(&self, plural: &str) -> Vec<Value> {
+        let store = self.store.lock().unwrap();
+        store
+            .objects
+            .iter()
+            .filter(|(k, _)| k.plural == plural)
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
+    pub fn log(&self) -> Vec<Logged> {
+        self.store.lock().unwrap().log.clone()
+    }
+}
+
+async fn handle(State(s): State<StandIn>, req: Request) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or_default().to_string();
+    let content_type = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let body: Bytes = axum::body::to_bytes(req.into_body(), 64 << 20)
+        .await
+        .unwrap_or_default();
+    let body_text = String::from_utf8_lossy(&body).to_string();
+    s.store.lock().unwrap().log.push(Logged {
+        method: method.to_string(),
+        path: path.clone(),
+        query: query.clone(),
+        content_type: content_type.clone(),
+        body: body_text.clone(),
+    });
+    let params: BTreeMap<String, String> = query
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let Some((prefix, plural, namespace, name, sub)) = parse_path(&path) else {
+        return status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            &format!("no route {path}"),
+        );
+    };
+    match (method, name) {
+        (Method::GET, None) => {
+            if params.get("watch").is_some_and(|w| w == "true" || w == "1") {
+                watch(&s, prefix, plural, namespace, &params)
+            } else {
+                list(&s, &prefix, &plural, &namespace)
+            }
+        }
+        (Method::GET, Some(name)) => {
+            let Some(obj) = s.get(&prefix, &plural, &namespace, &name) else {
+                return status(
+                    StatusCode::NOT_FOUND,
+                    "NotFound",
+                    &format!("{plural} \"{name}\" not found"),
+                );
+            };
+            match sub.as_deref() {
+                Some("scale") => ok_json(StatusCode::OK, &scale_of(&obj)),
+                _ => ok_json(StatusCode::OK, &obj),
+            }
+        }
+        (Method::POST, None) => {
+            let Ok(mut obj) = serde_json::from_str::<Value>(&body_text) else {
+                return status(StatusCode::BAD_REQUEST, "BadRequest", "body is not JSON");
+            };
+            if obj["metadata"]["name"].is_null() {
+                let prefix_name = obj["metadata"]["generateName"]
+                    .as_str()
+                    .unwrap_or("obj-")
+                    .to_string();
+                let n = s.store.lock().unwrap().rv + 1;
+                obj["metadata"]["name"] = json!(format!("{prefix_name}{n}"));
+            }
+            obj["metadata"]["namespace"] = json!(namespace);
+            let name = obj["metadata"]["name"].as_str().unwrap().to_string();
+            if s.get(&prefix, &plural, &namespace, &name).is_some() {
+                return status(
+                    StatusCode::CONFLICT,
+                    "AlreadyExists",
+                    &format!("{plural} \"{name}\" already exists"),
+                );
+            }
+            let created = s.put(&prefix, &plural, obj);
+            ok_json(StatusCode::CREATED, &created)
+        }
+        (Method::PUT, Some(name)) => {
+            let Ok(obj) = serde_json::from_str::<Value>(&body_text) else {
+                return status(StatusCode::BAD_REQUEST, "BadRequest", "body is not JSON");
+            };
+            let Some(old) = s.get(&prefix, &plural, &namespace, &name) else {
+                return status(
+                    StatusCode::NOT_FOUND,
+                    "NotFound",
+                    &format!("{plural} \"{name}\" not found"),
+                );
+            };
+            let want = obj["metadata"]["resourceVersion"].as_str();
+            if want.is_some() && want != old["metadata"]["resourceVersion"].as_str() {
+                return status(
+                    StatusCode::CONFLICT,
+                    "Conflict",
+                    "the object has been modified",
+                );
+            }
+            let updated = s.put(&prefix, &plural, obj);
+            ok_json(StatusCode::OK, &updated)
+        }
+        (Method::PATCH, Some(name)) => {
+            let Some(mut obj) = s.get(&prefix, &plural, &namespace, &name) else {
+                return status(
+                    StatusCode::NOT_FOUND,
+                    "NotFound",
+                    &format!("{plural} \"{name}\" not found"),
+                );
+            };
+            let patch: Value = if content_type.contains("yaml") {
+                match serde_saphyr::from_str(&body_text) {
+                    Ok(v) => v,
+                    Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", &e.to_string()),
+                }
+            } else {
+                match serde_json::from_str(&body_text) {
+                    Ok(v) => v,
+                    Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", &e.to_string()),
+                }
+            };
+            match sub.as_deref() {
+                Some("status") => {
+                    // Only the status of a status patch counts, as on a real server.
+                    if let Some(st) = patch.get("status") {
+                        merge(&mut obj["status"], st);
+                    }
+                }
+                Some("scale") => {
+                    if let Some(r) = patch.pointer("/spec/replicas") {
+                        obj["spec"]["replicas"] = r.clone();
+                    }
+                }
+                _ => {
+                    let mut patch = patch;
+                    if let Some(m) = patch.as_object_mut() {
+                        m.remove("status");
+                    }
+                    merge(&mut obj, &patch);
+                }
+            }
+            let mut store = s.store.lock().unwrap();
+            let key = ObjKey {
+                prefix: prefix.clone(),
+                plural: plural.clone(),
+                namespace: namespace.clone(),
+                name,
+            };
+            let updated = s.commit(&mut store, key, obj, "MODIFIED");
+            drop(store);
+            match sub.as_deref() {
+                Some("scale") => ok_json(StatusCode::OK, &scale_of(&updated)),
+                _ => ok_json(StatusCode::OK, &updated),
+            }
+        }
+        (m, _) => status(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowed",
+            &format!("{m} not served"),
+        ),
+    }
+}
+
+fn scale_of(obj: &Value) -> Value {
+    json!({
+        "kind": "Scale", "apiVersion": "autoscaling/v1",
+        "metadata": {
+            "name": obj["metadata"]["name"], "namespace": obj["metadata"]["namespace"],
+            "resourceVersion": obj["metadata"]["resourceVersion"]
+        },
+        "spec": { "replicas": obj["spec"]["replicas"].as_i64().unwrap_or(0) },
+        "status": { "replicas": obj["status"]["replicas"].as_i64().unwrap_or(0), "selector": "app=worker" }
+    })
+}
+
+fn matches(
+    ev_prefix: &str,
+    ev_plural: &str,
+    ev_ns: &str,
+    prefix: &str,
+    plural: &str,
+    namespace: &str,
+) -> bool {
+    ev_prefix == prefix && ev_plural == plural && (namespace.is_empty() || ev_ns == namespace)
+}
+
+fn list(s: &StandIn, prefix: &str, plural: &str, namespace: &str) -> Response {
+    let store = s.store.lock().unwrap();
+    let items: Vec<Value> = store
+        .objects
+        .iter()
+        .filter(|(k, _)| {
+            matches(
+                &k.prefix,
+                &k.plural,
+                &k.namespace,
+                prefix,
+                plural,
+                namespace,
+            )
+        })
+        .map(|(_, v)| v.clone())
+        .collect();
+    let api_version = prefix
+        .trim_start_matches("/apis/")
+        .trim_start_matches("/api/");
+    ok_json(
+        StatusCode::OK,
+        &json!({
+            "kind": format!("{}List", kind_of(plural)),
+            "apiVersion": api_version,
+            "metadata": { "resourceVersion": store.rv.to_string() },
+            "items": items
+        }),
+    )
+}
+
+fn watch(
+    s: &StandIn,
+    prefix: String,
+    plural: String,
+    namespace: String,
+    params: &BTreeMap<String, String>,
+) -> Response {
+    let since: u64 = params
+        .get("resourceVersion")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let timeout = params
+        .get("timeoutSeconds")
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(Duration::from_secs(60))
+        .min(Duration::from_secs(30));
+    let mut rx = s.events.subscribe();
+    let backlog: Vec<WatchEvent> = s
+        .store
+        .lock()
+        .unwrap()
+        .history
+        .iter()
+        .filter(|e| e.rv > since)
+        .cloned()
+        .collect();
+    let (tx, body_rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
+    tokio::spawn(async move {
+        let line = |e: &WatchEvent| {
+            Bytes::from(format!("{}\n", json!({"type": e.kind, "object": e.object})))
+        };
+        let mut last = since;
+        for e in backlog {
+            if matches(
+                &e.prefix,
+                &e.plural,
+                &e.namespace,
+                &prefix,
+                &plural,
+                &namespace,
+            ) {
+                last = e.rv;
+                if tx.send(Ok(line(&e))).await.is_err() {
+                    return;
+                }
+            }
+        }
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                _ = &mut deadline => return,
+                ev = rx.recv() => match ev {
+                    Ok(e) if e.rv > last && matches(&e.prefix, &e.plural, &e.namespace, &prefix, &plural, &namespace) => {
+                        last = e.rv;
+                        if tx.send(Ok(line(&e))).await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(_) => return,
+                },
+            }
+        }
+    });
+    let stream = tokio_stream_from(body_rx);
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from_stream(stream))
+        .unwrap()
+}
+
+fn tokio_stream_from(
+    mut rx: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>,
+) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
