@@ -82,6 +82,9 @@ end
 -- arguments ------------------------------------------------------------------
 local n = int(ARGV[2], 1, 1000)
 if not n then return bad('n', 'expected an integer 1..1000, got ', ARGV[2]) end
+-- n as Redis reads a count: ARGV[2] itself unless written with leading zeros
+local nS = ARGV[2]
+if string.byte(nS, 1) == 48 then nS = S(n) end
 if #ARGV ~= 2 + 2 * n then
   return bad('n', 'n=' .. n .. ' needs exactly ' .. n .. ' pairs (id, token) after ARGV[2], got ' ..
     math.max(#ARGV - 2, 0) .. ' arguments')
@@ -155,7 +158,7 @@ end
 -- reveals a wrong type without changing it, and the counter is taken back if processing
 -- turns out to be the wrong type.
 local counted = true
-local r = redis.pcall('HINCRBY', K_STATS, 'acked', na == n and ARGV[2] or S(na))
+local r = redis.pcall('HINCRBY', K_STATS, 'acked', na == n and nS or S(na))
 if type(r) == 'table' and r.err then
   if string.find(r.err, 'WRONGTYPE', 1, true) then return failure(r, K_STATS, 'hash') end
   counted = false -- a counter holding a non-number must not fail the call

@@ -72,6 +72,9 @@ if #KEYS ~= 7 then
 end
 local n = int(ARGV[2], 1, 1000)
 if not n then return bad('n', 'expected an integer 1..1000, got ', ARGV[2]) end
+-- n as Redis reads a count: ARGV[2] itself unless written with leading zeros
+local nS = ARGV[2]
+if string.byte(nS, 1) == 48 then nS = S(n) end
 if #ARGV ~= 4 + n then
   return bad('n', 'n=' .. n .. ' needs exactly ' .. n .. ' tokens after ARGV[4], got ' ..
     math.max(#ARGV - 4, 0) .. ' tokens')
@@ -142,7 +145,7 @@ while #cIds < n and popped < budget do
   if not pendingDone then
     local want = n - #cIds
     if budget - popped < want then want = budget - popped end
-    local ids = redis.pcall('RPOP', K_PENDING, want == n and ARGV[2] or S(want))
+    local ids = redis.pcall('RPOP', K_PENDING, want == n and nS or S(want))
     if not ids then
       ids = {}
     elseif ids.err then
@@ -211,7 +214,7 @@ elseif orphans > 0 then
   first, firstBy = 'orphans', orphans
 end
 if first then
-  local r = redis.pcall('HINCRBY', K_STATS, first, firstBy == n and ARGV[2] or S(firstBy))
+  local r = redis.pcall('HINCRBY', K_STATS, first, firstBy == n and nS or S(firstBy))
   if type(r) == 'table' and r.err then
     if string.find(r.err, 'WRONGTYPE', 1, true) then return undo(failure(r, K_STATS, 'hash')) end
     -- a counter holding a non-number must not fail the call; it stays as it is
