@@ -9,7 +9,7 @@
 //! `cargo bench --bench throughput -- [--quick] [--only NAME[,NAME…]]`
 //! `--quick` runs every measurement on a tenth of the data (a smoke run; its figures are
 //! not the ones to publish). `--only` picks sections: primitives, cost, enqueue,
-//! claim_ack, worker, reaper, memory, reconcile.
+//! claim_ack, worker, reaper, memory, reconcile (add `primitives` for the ratios).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -308,7 +308,11 @@ struct Cpu {
 impl Server {
     fn cpu(&mut self) -> Cpu {
         let info = self.info("cpu");
-        let get = |k: &str| info.get(k).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        let get = |k: &str| {
+            info.get(k)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
         Cpu {
             redis: get("used_cpu_user") + get("used_cpu_sys"),
             client: own_cpu_seconds(),
@@ -322,7 +326,12 @@ fn own_cpu_seconds() -> f64 {
     // Fields after the command name, which is in parentheses and may hold spaces.
     let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let tick = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let tick = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
     // utime and stime are fields 14 and 15 of the line: 12 and 13 after the name.
     (tick(11) + tick(12)) / 100.0
 }
@@ -539,6 +548,34 @@ async fn drain(q: &Queue, tasks: usize, batch: usize) -> (usize, Duration) {
     (done.load(std::sync::atomic::Ordering::Relaxed), took)
 }
 
+/// Run a `Worker` (its defaults, or `concurrency`) with an empty handler until it has
+/// acked `jobs` jobs; the wall time from start to the last ack.
+async fn run_worker(q: &Queue, concurrency: Option<usize>, jobs: usize) -> (u64, Duration) {
+    use jobqueue::worker::Worker;
+    let mut builder = Worker::builder(q.clone()).handle_signals(false);
+    if let Some(c) = concurrency {
+        builder = builder.concurrency(c);
+    }
+    let worker = builder.build().unwrap();
+    let stop = worker.shutdown_token();
+    let stats = worker.stats();
+    let start = Instant::now();
+    let run = tokio::spawn(worker.run(|_lease, _ctx| async { Ok(()) }));
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while stats.get().acked < jobs as u64 {
+        assert!(
+            Instant::now() < deadline,
+            "the worker stalled: {:?}",
+            stats.get()
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let took = start.elapsed();
+    stop.cancel();
+    let end = run.await.unwrap();
+    (end.acked, took)
+}
+
 // ---------------------------------------------------------------------------------------
 
 struct Args {
@@ -604,7 +641,7 @@ async fn main() {
     eprintln!("machine: {m}");
     let mut rows: Vec<Row> = Vec::new();
 
-    let prim = if args.runs("primitives") || args.only.is_none() {
+    let prim = if args.runs("primitives") {
         eprintln!("redis-benchmark primitives …");
         Some(primitives(&mut s, scale))
     } else {
@@ -841,6 +878,42 @@ async fn main() {
         }
     }
 
+    // End to end through the worker runtime -------------------------------------------
+    if args.runs("worker") {
+        // Its defaults (one job at a time), then wider: the runtime claims as many jobs
+        // as it has free slots and acks the jobs that finish together in one call.
+        for (concurrency, jobs) in [
+            (None, 20_000 / scale),
+            (Some(16), 50_000 / scale),
+            (Some(64), 50_000 / scale),
+        ] {
+            let label = concurrency.map_or("defaults (concurrency 1)".to_string(), |c| {
+                format!("concurrency {c}")
+            });
+            eprintln!("worker runtime, {label} …");
+            s.flush();
+            fill(&q, jobs).await;
+            let u0 = s.cpu();
+            let (acked, took) = run_worker(&q, concurrency, jobs).await;
+            let u1 = s.cpu();
+            assert_eq!(acked, jobs as u64, "the worker acked every job");
+            let mut extra = json!({"jobs": jobs, "seconds": round3(took.as_secs_f64())});
+            merge(&mut extra, cpu_per_job(u0, u1, jobs));
+            let name =
+                concurrency.map_or("worker.defaults".to_string(), |c| format!("worker.c{c}"));
+            rows.push(
+                Row::new(
+                    name,
+                    format!("Worker runtime, empty handler, {label}"),
+                    jobs as f64 / took.as_secs_f64(),
+                    "jobs/s",
+                )
+                .limit(half(&l_eval).as_ref())
+                .extra(extra),
+            );
+        }
+    }
+
     // Reaper --------------------------------------------------------------------------
     if args.runs("reaper") {
         let leases = 100_000 / scale;
@@ -925,7 +998,11 @@ async fn main() {
                 "redis_calls_per_lease": round3(cost.inner_per_call * cost.calls as f64 / leases as f64),
             });
             merge(&mut extra, cpu_per_job(u0, u1, leases));
-            let default = if batch == default_batch { " (default)" } else { "" };
+            let default = if batch == default_batch {
+                " (default)"
+            } else {
+                ""
+            };
             let mut row = Row::new(
                 format!("reaper.b{batch}"),
                 format!("reaper, {leases} expired leases, batch {batch}{default}"),
