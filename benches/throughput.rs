@@ -149,6 +149,20 @@ impl Row {
     }
 }
 
+fn median(values: &[i64]) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    let mut v = values.to_vec();
+    v.sort_unstable();
+    let mid = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[mid] as f64
+    } else {
+        (v[mid - 1] + v[mid]) as f64 / 2.0
+    }
+}
+
 fn merge(into: &mut serde_json::Value, from: serde_json::Value) {
     if let (serde_json::Value::Object(a), serde_json::Value::Object(b)) = (into, from) {
         a.extend(b);
@@ -284,6 +298,39 @@ impl Server {
             .collect()
     }
 
+    /// Log every command from now on (SLOWLOG with a threshold of 0), from an empty log.
+    fn slowlog_all(&mut self) {
+        self.config_set("slowlog-log-slower-than", "0");
+        let _: () = redis::cmd("SLOWLOG")
+            .arg("RESET")
+            .query(&mut self.conn)
+            .unwrap();
+    }
+
+    /// The durations (µs) SLOWLOG holds for EVALSHA calls of the script `sha`.
+    fn slowlog_durations(&mut self, sha: &str) -> Vec<i64> {
+        let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
+            .arg("GET")
+            .arg(-1)
+            .query(&mut self.conn)
+            .unwrap();
+        let mut out = Vec::new();
+        for entry in log {
+            let redis::Value::Array(fields) = entry else {
+                continue;
+            };
+            let (Some(redis::Value::Int(us)), Some(redis::Value::Array(argv))) =
+                (fields.get(2), fields.get(3))
+            else {
+                continue;
+            };
+            if matches!(argv.get(1), Some(redis::Value::BulkString(b)) if b == sha.as_bytes()) {
+                out.push(*us);
+            }
+        }
+        out
+    }
+
     fn flush(&mut self) {
         let _: () = redis::cmd("FLUSHALL").query(&mut self.conn).unwrap();
     }
@@ -390,6 +437,8 @@ struct Primitives {
     rpop_p: f64,
     evalsha: f64,
     evalsha_p: f64,
+    /// Redis µs per call of the claim-shaped script (INFO commandstats, same run).
+    evalsha_us: f64,
     ping_rtt_ms: f64,
 }
 
@@ -447,7 +496,10 @@ fn primitives(s: &mut Server, scale: usize) -> Primitives {
         args.extend(["evalsha", sha.as_str(), "1", "bench:rot"]);
         redis_benchmark(port, &args)[0].1
     };
+    let c0 = s.commandstats();
     let evalsha = eval(&["-n", &n, "-c", "50"]);
+    let c1 = s.commandstats();
+    let evalsha_us = script_cost(&c0, &c1).usec_per_call;
     let evalsha_p = eval(&["-n", &np, "-c", "50", "-P", &p]);
     let ping = redis_benchmark(
         port,
@@ -461,6 +513,7 @@ fn primitives(s: &mut Server, scale: usize) -> Primitives {
         rpop_p: get(&piped, "RPOP"),
         evalsha,
         evalsha_p,
+        evalsha_us,
         ping_rtt_ms: 1000.0 / ping[0].1,
     }
 }
@@ -683,6 +736,12 @@ async fn main() {
                 rows.push(Row::new(name, what, v, "ops/s"));
             }
             rows.push(Row::new(
+                "primitive.evalsha_us",
+                "Redis µs per call of the claim-shaped script (commandstats)",
+                p.evalsha_us,
+                "µs/call",
+            ));
+            rows.push(Row::new(
                 "primitive.ping_rtt",
                 "redis-benchmark PING round trip (c=1)",
                 p.ping_rtt_ms,
@@ -717,36 +776,52 @@ async fn main() {
 
     // Redis time per job, from INFO commandstats ------------------------------------
     if args.runs("cost") {
+        s.config_set("slowlog-max-len", "100000");
         for (batch, calls, target) in [(1usize, 5000usize, 25.0), (32, 500, 8.0)] {
             eprintln!("Redis cost per job, batch {batch} …");
             s.flush();
             let calls = calls / scale;
             fill(&q, batch * calls).await;
+            s.slowlog_all();
             let c0 = s.commandstats();
             let mut leases = Vec::with_capacity(batch * calls);
             for _ in 0..calls {
                 leases.extend(q.claim(batch, "cost", None).await.unwrap());
             }
             let c1 = s.commandstats();
+            let claim_durations = s.slowlog_durations(&SCRIPTS.claim.sha);
+            s.slowlog_all();
             for chunk in leases.chunks(batch) {
                 let refs: Vec<_> = chunk.iter().map(Lease::as_ref).collect();
                 q.ack_many(&refs).await.unwrap();
             }
             let c2 = s.commandstats();
+            let ack_durations = s.slowlog_durations(&SCRIPTS.ack.sha);
+            s.config_set("slowlog-log-slower-than", "10000");
             let claim = script_cost(&c0, &c1);
             let ack = script_cost(&c1, &c2);
             let per_job = (claim.usec_per_call + ack.usec_per_call) / batch as f64;
+            let median_per_job = (median(&claim_durations) + median(&ack_durations)) / batch as f64;
+            // The floor: two calls of the smallest claim-shaped script per `batch` jobs.
+            let floor = prim.as_ref().map(|p| Limit {
+                name: format!("2 claim-shaped calls / {batch} jobs, µs"),
+                value: 2.0 * p.evalsha_us / batch as f64,
+                rate: false,
+            });
             rows.push(
                 Row::new(
                     format!("cost.claim_ack.b{batch}"),
-                    format!("Redis µs per job, claim+ack, batch {batch}"),
+                    format!("Redis µs per job, claim+ack, batch {batch} (commandstats mean)"),
                     per_job,
                     "µs/job",
                 )
                 .target(Target::AtMost(target))
+                .limit(floor.as_ref())
                 .extra(json!({
                     "claim_usec_per_call": round3(claim.usec_per_call),
                     "ack_usec_per_call": round3(ack.usec_per_call),
+                    "claim_median_usec": median(&claim_durations),
+                    "ack_median_usec": median(&ack_durations),
                     "claim_redis_calls_per_call": round3(claim.inner_per_call),
                     "ack_redis_calls_per_call": round3(ack.inner_per_call),
                     "claim_calls": claim.calls,
@@ -755,34 +830,34 @@ async fn main() {
             );
             rows.push(
                 Row::new(
-                    format!("cost.claim.b{batch}"),
-                    format!("  claim: µs per call / redis.call()s per call, batch {batch}"),
-                    claim.usec_per_call,
-                    "µs/call",
+                    format!("cost.claim_ack.median.b{batch}"),
+                    format!("Redis µs per job, claim+ack, batch {batch} (SLOWLOG median)"),
+                    median_per_job,
+                    "µs/job",
                 )
-                .extra(json!({"redis_calls_per_call": round3(claim.inner_per_call)})),
+                .target(Target::AtMost(target))
+                .limit(floor.as_ref()),
             );
-            rows.push(Row::new(
-                format!("cost.claim.calls.b{batch}"),
-                format!("  claim: redis.call()s per call, batch {batch}"),
-                claim.inner_per_call,
-                "calls",
-            ));
-            rows.push(
-                Row::new(
-                    format!("cost.ack.b{batch}"),
-                    format!("  ack: µs per call, batch {batch}"),
-                    ack.usec_per_call,
-                    "µs/call",
-                )
-                .extra(json!({"redis_calls_per_call": round3(ack.inner_per_call)})),
-            );
-            rows.push(Row::new(
-                format!("cost.ack.calls.b{batch}"),
-                format!("  ack: redis.call()s per call, batch {batch}"),
-                ack.inner_per_call,
-                "calls",
-            ));
+            for (name, cost, durations) in [
+                ("claim", &claim, &claim_durations),
+                ("ack", &ack, &ack_durations),
+            ] {
+                rows.push(
+                    Row::new(
+                        format!("cost.{name}.b{batch}"),
+                        format!("  {name}, batch {batch}: µs per call (mean)"),
+                        cost.usec_per_call,
+                        "µs/call",
+                    )
+                    .extra(json!({"median_usec": median(durations)})),
+                );
+                rows.push(Row::new(
+                    format!("cost.{name}.calls.b{batch}"),
+                    format!("  {name}, batch {batch}: redis.call()s per call"),
+                    cost.inner_per_call,
+                    "calls",
+                ));
+            }
         }
         // enqueue's cost per job at batch 1000
         s.flush();
@@ -938,12 +1013,8 @@ async fn main() {
                 }
             }
             common::wait_past(&mut s.conn, until);
-            s.config_set("slowlog-log-slower-than", "0");
             s.config_set("slowlog-max-len", "100000");
-            let _: () = redis::cmd("SLOWLOG")
-                .arg("RESET")
-                .query(&mut s.conn)
-                .unwrap();
+            s.slowlog_all();
             let c0 = s.commandstats();
             let u0 = s.cpu();
             let start = Instant::now();
@@ -964,29 +1035,9 @@ async fn main() {
             let u1 = s.cpu();
             let c1 = s.commandstats();
             s.config_set("slowlog-log-slower-than", "10000");
-            let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
-                .arg("GET")
-                .arg(200_000)
-                .query(&mut s.conn)
-                .unwrap();
-            let reap_sha = SCRIPTS.reap.sha.as_str();
-            let mut longest_us = 0i64;
-            let mut logged = 0;
-            for entry in log {
-                let redis::Value::Array(fields) = entry else {
-                    continue;
-                };
-                let (Some(redis::Value::Int(us)), Some(redis::Value::Array(argv))) =
-                    (fields.get(2), fields.get(3))
-                else {
-                    continue;
-                };
-                let is_reap = matches!(argv.get(1), Some(redis::Value::BulkString(b)) if b == reap_sha.as_bytes());
-                if is_reap {
-                    logged += 1;
-                    longest_us = longest_us.max(*us);
-                }
-            }
+            let durations = s.slowlog_durations(&SCRIPTS.reap.sha);
+            let longest_us = durations.iter().copied().max().unwrap_or(0);
+            let logged = durations.len();
             assert_eq!(
                 requeued as usize, leases,
                 "every expired lease was requeued"
