@@ -20,7 +20,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use jobqueue::queue::{Backoff, FailMode, Lease, NewJob, Queue, QueueSettings, SCRIPTS};
+use jobqueue::queue::{
+    Backoff, FailMode, Lease, NewJob, Queue, QueueSettings, SCRIPTS, new_job_id,
+};
 use serde_json::json;
 
 use common::RedisServer;
@@ -1147,6 +1149,53 @@ async fn main() {
                 "memory_usage_of_one_job_key": usage,
             })),
         );
+        // What other layouts of a waiting job would cost, built directly with HSET and
+        // LPUSH in the same key space: the figures docs/benchmarks.md weighs.
+        let variants: [(&str, &str, usize, &[&str]); 3] = [
+            (
+                "memory.layout.payload_status",
+                "  what-if: hash of payload + status only",
+                16,
+                &["status"],
+            ),
+            (
+                "memory.layout.payload_only",
+                "  what-if: hash of payload only",
+                16,
+                &[],
+            ),
+            (
+                "memory.layout.payload_status_id12",
+                "  what-if: payload + status, 12-character ids",
+                12,
+                &["status"],
+            ),
+        ];
+        for (name, what, id_len, extra_fields) in variants {
+            s.flush();
+            let before = used(&mut s);
+            let prefix = &q.keys().job_prefix;
+            for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+                let mut pipe = redis::pipe();
+                let mut ids = Vec::with_capacity(chunk.len());
+                for i in chunk {
+                    let id = new_job_id()[..id_len].to_string();
+                    let mut cmd = redis::cmd("HSET");
+                    cmd.arg(format!("{prefix}{id}"))
+                        .arg("payload")
+                        .arg(payload(*i).as_ref());
+                    for field in extra_fields {
+                        cmd.arg(*field).arg("pending");
+                    }
+                    pipe.add_command(cmd).ignore();
+                    ids.push(id);
+                }
+                pipe.cmd("LPUSH").arg(&q.keys().pending).arg(&ids).ignore();
+                let _: () = pipe.query(&mut s.conn).unwrap();
+            }
+            let bytes = (used(&mut s) - before) as f64 / n as f64;
+            rows.push(Row::new(name, what, bytes, "bytes"));
+        }
     }
 
     // The operator's cost per reconcile -----------------------------------------------
