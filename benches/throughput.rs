@@ -39,6 +39,8 @@ fn payload(i: usize) -> Bytes {
 }
 
 const PAYLOAD_BYTES: usize = 45;
+/// Concurrent callers in the Redis-cost measurement.
+const COST_TASKS: usize = 8;
 const TAG: &str = "bench";
 
 // ---------------------------------------------------------------------------------------
@@ -790,17 +792,39 @@ async fn main() {
             fill(&q, batch * calls).await;
             s.slowlog_all();
             let c0 = s.commandstats();
-            let mut leases = Vec::with_capacity(batch * calls);
-            for _ in 0..calls {
-                leases.extend(q.claim(batch, "cost", None).await.unwrap());
-            }
+            // Calls from COST_TASKS tasks at once keep Redis busy, as under load: one call
+            // at a time lets its CPU idle between calls, and a cold CPU is slower.
+            let per_task = calls.div_ceil(COST_TASKS);
+            let claimed = Arc::new(std::sync::Mutex::new(Vec::with_capacity(batch * calls)));
+            concurrently(COST_TASKS, |_| {
+                let (q, claimed) = (q.clone(), claimed.clone());
+                async move {
+                    for _ in 0..per_task {
+                        let got = q.claim(batch, "cost", None).await.unwrap();
+                        claimed.lock().unwrap().push(got);
+                    }
+                }
+            })
+            .await;
             let c1 = s.commandstats();
             let claim_durations = s.slowlog_durations(&SCRIPTS.claim.sha);
             s.slowlog_all();
-            for chunk in leases.chunks(batch) {
-                let refs: Vec<_> = chunk.iter().map(Lease::as_ref).collect();
-                q.ack_many(&refs).await.unwrap();
-            }
+            let batches = Arc::new(std::sync::Mutex::new(std::mem::take(
+                &mut *claimed.lock().unwrap(),
+            )));
+            concurrently(COST_TASKS, |_| {
+                let (q, batches) = (q.clone(), batches.clone());
+                async move {
+                    loop {
+                        let Some(leases) = batches.lock().unwrap().pop() else {
+                            break;
+                        };
+                        let refs: Vec<_> = leases.iter().map(Lease::as_ref).collect();
+                        q.ack_many(&refs).await.unwrap();
+                    }
+                }
+            })
+            .await;
             let c2 = s.commandstats();
             let ack_durations = s.slowlog_durations(&SCRIPTS.ack.sha);
             s.config_set("slowlog-log-slower-than", "10000");
