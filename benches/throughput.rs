@@ -168,6 +168,17 @@ fn median(values: &[i64]) -> f64 {
     }
 }
 
+/// The q-quantile (nearest rank) of `values`.
+fn percentile(values: &[i64], q: f64) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    let mut v = values.to_vec();
+    v.sort_unstable();
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    v[rank - 1] as f64
+}
+
 fn merge(into: &mut serde_json::Value, from: serde_json::Value) {
     if let (serde_json::Value::Object(a), serde_json::Value::Object(b)) = (into, from) {
         a.extend(b);
@@ -1105,6 +1116,8 @@ async fn main() {
             .extra(json!({
                 "slowlog_entries": logged,
                 "calls": calls,
+                "median_ms": round3(median(&durations) / 1000.0),
+                "p99_ms": round3(percentile(&durations, 0.99) / 1000.0),
                 "client_longest_ms": round3(longest_client.as_secs_f64() * 1000.0),
             }));
             if batch == default_batch {
