@@ -250,3 +250,16 @@ fn reap_is_due_when_reap_would_change_something() {
     };
     assert!(!reap_due(&stats(0, 1_000_000), &unlimited, Some(0), now));
 }
+
+#[tokio::test]
+async fn one_round_trip_on_a_cluster_too() {
+    let cluster = common::RedisCluster::start();
+    let q = Queue::new(cluster.redis().await, "jq", "clustered").unwrap();
+    q.load_scripts().await.unwrap();
+    let settings = QueueSettings::default();
+    assert!(q.maintain(&settings, 100, 10).await.unwrap().configured);
+    q.enqueue(NewJob::new("x")).await.unwrap();
+    let pass = q.maintain(&settings, 100, 10).await.unwrap();
+    assert_eq!((pass.round_trips, pass.stats.pending), (1, 1));
+    assert!(!pass.configured);
+}
