@@ -29,6 +29,14 @@ CHAOS_SCALE ?= 10
 chaos: redis
 	JOBQUEUE_CHAOS_SCALE=$(CHAOS_SCALE) $(CARGO) test --test chaos -- --nocapture --test-threads=1
 
+## Throughput, Redis cost per job, reaper speed, memory per job and the operator's cost
+## per reconcile, each next to redis-benchmark's figure for the primitive it is bound by,
+## on a private redis-server (see docs/benchmarks.md). Options go through BENCH_ARGS:
+## `--quick` (a tenth of the data) or `--only claim_ack,reaper`.
+BENCH_ARGS ?=
+bench: redis
+	$(CARGO) bench --bench throughput -- $(BENCH_ARGS)
+
 ## The embedded demo: a private redis-server on a free loopback port, worker processes of
 ## which some are SIGKILLed mid-job, the reaper, live counts, and a check that no job was
 ## lost. Options go through DEMO_ARGS, e.g. `make demo DEMO_ARGS="--jobs 10000 --workers 8"`.

@@ -27,13 +27,19 @@
 
 local MAXMS = 1000000000000000
 
-local function bad(name, detail)
+-- bad(name, detail[, v]): the argument error; with v, says what was given
+local function bad(name, detail, ...)
+  if select('#', ...) > 0 then
+    local v = ...
+    if v == nil or v == false then
+      v = 'missing'
+    else
+      if #v > 40 then v = string.sub(v, 1, 40) .. '...' end
+      v = '"' .. (string.gsub(v, '%c', '?')) .. '"'
+    end
+    detail = detail .. v
+  end
   return redis.error_reply('ERR jobqueue: invalid ' .. name .. ': ' .. detail)
-end
-local function shown(v)
-  if v == nil or v == false then return 'missing' end
-  if #v > 40 then v = string.sub(v, 1, 40) .. '...' end
-  return '"' .. (string.gsub(v, '%c', '?')) .. '"'
 end
 local function int(v, lo, hi)
   if type(v) ~= 'string' or not string.find(v, '^%-?%d+$') then return nil end
@@ -42,22 +48,16 @@ local function int(v, lo, hi)
   if x == 0 then x = 0 end
   return x
 end
-local function wrongtype(key, want)
-  local t = redis.call('TYPE', key)
-  if type(t) == 'table' then t = t.ok end
-  return redis.error_reply('ERR jobqueue: key ' .. key .. ' holds the wrong type (' ..
-    tostring(t) .. '), expected ' .. want)
-end
-local function expect(key, want)
-  local t = redis.call('TYPE', key)
-  if type(t) == 'table' then t = t.ok end
-  if t == want or t == 'none' then return nil end
-  return redis.error_reply('ERR jobqueue: key ' .. key .. ' holds the wrong type (' ..
-    tostring(t) .. '), expected ' .. want)
-end
+local function S(x) return string.format('%d', x) end
+-- the error of a failed redis.pcall() reply r, naming key when it holds the wrong type
 local function failure(r, key, want)
   if type(r) == 'table' and r.err then
-    if string.find(r.err, 'WRONGTYPE', 1, true) then return wrongtype(key, want) end
+    if string.find(r.err, 'WRONGTYPE', 1, true) then
+      local t = redis.call('TYPE', key)
+      if type(t) == 'table' then t = t.ok end
+      return redis.error_reply('ERR jobqueue: key ' .. key .. ' holds the wrong type (' ..
+        tostring(t) .. '), expected ' .. want)
+    end
     return redis.error_reply(r.err)
   end
   return nil
@@ -81,7 +81,10 @@ end
 
 -- arguments ------------------------------------------------------------------
 local n = int(ARGV[2], 1, 1000)
-if not n then return bad('n', 'expected an integer 1..1000, got ' .. shown(ARGV[2])) end
+if not n then return bad('n', 'expected an integer 1..1000, got ', ARGV[2]) end
+-- n as Redis reads a count: ARGV[2] itself unless written with leading zeros
+local nS = ARGV[2]
+if string.byte(nS, 1) == 48 then nS = S(n) end
 if #ARGV ~= 2 + 2 * n then
   return bad('n', 'n=' .. n .. ' needs exactly ' .. n .. ' pairs (id, token) after ARGV[2], got ' ..
     math.max(#ARGV - 2, 0) .. ' arguments')
@@ -92,9 +95,12 @@ end
 
 local K_PROCESSING, K_META, K_STATS = KEYS[2], KEYS[5], KEYS[6]
 
-if redis.replicate_commands then pcall(redis.replicate_commands) end
+-- Redis 7 and Valkey always replicate effects; 6.2 (no REDIS_VERSION_NUM) is told to
+if not redis.REDIS_VERSION_NUM and redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- numbers go to redis.call() as decimal strings made by S(): Redis 7.0 formats a Lua
+-- number argument with printf("%.17g"), several times slower
 
 -- read phase -----------------------------------------------------------------
 local res, ids, keys = {}, {}, {}
@@ -105,8 +111,7 @@ local e
 for i = 1, n do
   local key = KEYS[7 + i]
   local h = redis.pcall('HMGET', key, 'claim_token', 'status', 'claimed_at')
-  e = failure(h, key, 'hash')
-  if e then return e end
+  if h.err then return failure(h, key, 'hash') end -- HMGET always replies with a table
   if h[2] == 'processing' and h[1] == ARGV[2 + 2 * i] and not done[key] then
     done[key] = true
     res[i] = 1
@@ -128,9 +133,9 @@ end
 local na = #ids
 if na == 0 then
   -- only the stale counter changes: that single write reveals a wrong-typed stats key
-  local r = redis.pcall('HINCRBY', K_STATS, 'stale', stale)
+  local r = redis.pcall('HINCRBY', K_STATS, 'stale', S(stale))
   if type(r) == 'table' and r.err and string.find(r.err, 'WRONGTYPE', 1, true) then
-    return wrongtype(K_STATS, 'hash')
+    return failure(r, K_STATS, 'hash')
   end
   return res
 end
@@ -138,8 +143,7 @@ end
 local retention = 0
 do
   local m = redis.pcall('HMGET', K_META, 'completed_retention_ms')
-  e = failure(m, K_META, 'hash')
-  if e then return e end
+  if m.err then return failure(m, K_META, 'hash') end
   retention = tonumber(m[1])
   if retention == nil or retention ~= retention or retention < 1 then
     retention = 0
@@ -149,28 +153,41 @@ do
   retention = math.floor(retention)
 end
 
-e = expect(K_STATS, 'hash')
-if e then return e end
-
--- write phase (the first write reveals a wrong-typed processing key) -------------
-local r = redis.pcall('ZREM', K_PROCESSING, unpack(ids))
+-- write phase ----------------------------------------------------------------
+-- stats and processing are written without having been read: the first write to each
+-- reveals a wrong type without changing it, and the counter is taken back if processing
+-- turns out to be the wrong type.
+local counted = true
+local r = redis.pcall('HINCRBY', K_STATS, 'acked', na == n and nS or S(na))
+if type(r) == 'table' and r.err then
+  if string.find(r.err, 'WRONGTYPE', 1, true) then return failure(r, K_STATS, 'hash') end
+  counted = false -- a counter holding a non-number must not fail the call
+end
+r = redis.pcall('ZREM', K_PROCESSING, unpack(ids))
 e = failure(r, K_PROCESSING, 'zset')
-if e then return e end
+if e then
+  -- a counter at zero was absent before (counters only ever grow)
+  if counted and redis.call('HINCRBY', K_STATS, 'acked', S(-na)) == 0 then
+    redis.call('HDEL', K_STATS, 'acked')
+  end
+  return e
+end
 if retention > 0 then
+  local retentionS = S(retention)
   for i = 1, na do
     redis.call('HSET', keys[i], 'status', 'done')
     redis.call('HDEL', keys[i], 'claim_token', 'lease_until')
-    redis.call('PEXPIRE', keys[i], retention)
+    redis.call('PEXPIRE', keys[i], retentionS)
   end
 else
   redis.call('DEL', unpack(keys))
 end
--- counters use pcall: stats was type-checked before the first write, and a counter
--- holding a non-number must not fail a call whose changes are already made
-redis.pcall('HINCRBY', K_STATS, 'acked', na)
+-- the other counters: stats is known to be a hash by now, and a counter holding a
+-- non-number must not fail a call whose changes are already made
 for i = 1, #blist do
   local b = blist[i]
-  redis.pcall('HINCRBY', K_STATS, 'h:' .. b, buckets[b])
+  local c = buckets[b]
+  redis.pcall('HINCRBY', K_STATS, 'h:' .. b, c == 1 and '1' or S(c))
 end
-if stale > 0 then redis.pcall('HINCRBY', K_STATS, 'stale', stale) end
+if stale > 0 then redis.pcall('HINCRBY', K_STATS, 'stale', S(stale)) end
 return res

@@ -23,19 +23,26 @@
   delayed and counted in `orphans`. Then takes ids from the front of pending; an id whose
   hash is gone or whose status is not `pending` is dropped, counted in `orphans`, and
   does not use a slot; at most n + 100 ids leave pending per call.
-  A failed call leaves every key as it was (wrong-typed keys are detected before any
-  write other than the RPOP of pending, which is pushed back on error).
+  A failed call leaves every key as it was: a wrong-typed key is found by the first
+  command on it, and what the call changed before (the RPOP of pending, the first
+  counter) is undone before it fails.
 ]]
 
 local MAXMS = 1000000000000000
 
-local function bad(name, detail)
+-- bad(name, detail[, v]): the argument error; with v, says what was given
+local function bad(name, detail, ...)
+  if select('#', ...) > 0 then
+    local v = ...
+    if v == nil or v == false then
+      v = 'missing'
+    else
+      if #v > 40 then v = string.sub(v, 1, 40) .. '...' end
+      v = '"' .. (string.gsub(v, '%c', '?')) .. '"'
+    end
+    detail = detail .. v
+  end
   return redis.error_reply('ERR jobqueue: invalid ' .. name .. ': ' .. detail)
-end
-local function shown(v)
-  if v == nil or v == false then return 'missing' end
-  if #v > 40 then v = string.sub(v, 1, 40) .. '...' end
-  return '"' .. (string.gsub(v, '%c', '?')) .. '"'
 end
 local function int(v, lo, hi)
   if type(v) ~= 'string' or not string.find(v, '^%-?%d+$') then return nil end
@@ -44,22 +51,16 @@ local function int(v, lo, hi)
   if x == 0 then x = 0 end
   return x
 end
-local function wrongtype(key, want)
-  local t = redis.call('TYPE', key)
-  if type(t) == 'table' then t = t.ok end
-  return redis.error_reply('ERR jobqueue: key ' .. key .. ' holds the wrong type (' ..
-    tostring(t) .. '), expected ' .. want)
-end
-local function expect(key, want)
-  local t = redis.call('TYPE', key)
-  if type(t) == 'table' then t = t.ok end
-  if t == want or t == 'none' then return nil end
-  return redis.error_reply('ERR jobqueue: key ' .. key .. ' holds the wrong type (' ..
-    tostring(t) .. '), expected ' .. want)
-end
+local function S(x) return string.format('%d', x) end
+-- the error of a failed redis.pcall() reply r, naming key when it holds the wrong type
 local function failure(r, key, want)
   if type(r) == 'table' and r.err then
-    if string.find(r.err, 'WRONGTYPE', 1, true) then return wrongtype(key, want) end
+    if string.find(r.err, 'WRONGTYPE', 1, true) then
+      local t = redis.call('TYPE', key)
+      if type(t) == 'table' then t = t.ok end
+      return redis.error_reply('ERR jobqueue: key ' .. key .. ' holds the wrong type (' ..
+        tostring(t) .. '), expected ' .. want)
+    end
     return redis.error_reply(r.err)
   end
   return nil
@@ -70,39 +71,46 @@ if #KEYS ~= 7 then
   return bad('keys', 'expected the 7 queue keys, got ' .. #KEYS)
 end
 local n = int(ARGV[2], 1, 1000)
-if not n then return bad('n', 'expected an integer 1..1000, got ' .. shown(ARGV[2])) end
+if not n then return bad('n', 'expected an integer 1..1000, got ', ARGV[2]) end
+-- n as Redis reads a count: ARGV[2] itself unless written with leading zeros
+local nS = ARGV[2]
+if string.byte(nS, 1) == 48 then nS = S(n) end
 if #ARGV ~= 4 + n then
   return bad('n', 'n=' .. n .. ' needs exactly ' .. n .. ' tokens after ARGV[4], got ' ..
     math.max(#ARGV - 4, 0) .. ' tokens')
 end
 local vis = int(ARGV[4], 0, MAXMS)
 if not vis then
-  return bad('visibility', 'expected an integer 0..10^15 ms, got ' .. shown(ARGV[4]))
+  return bad('visibility', 'expected an integer 0..10^15 ms, got ', ARGV[4])
 end
 
 local K_PENDING, K_PROCESSING, K_DELAYED = KEYS[1], KEYS[2], KEYS[3]
 local K_META, K_STATS = KEYS[5], KEYS[6]
 local prefix, worker = ARGV[1], ARGV[3]
 
-if redis.replicate_commands then pcall(redis.replicate_commands) end
+-- Redis 7 and Valkey always replicate effects; 6.2 (no REDIS_VERSION_NUM) is told to
+if not redis.REDIS_VERSION_NUM and redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- numbers go to redis.call() as decimal strings made here: Redis 7.0 formats a Lua
+-- number argument with printf("%.17g"), several times slower than this
+local nowS = string.format('%d', now)
 
 -- reads (delayed) ------------------------------------------------------------
 local orphans = 0
 
 -- due delayed jobs, earliest first, at most 100 (orphans included)
-local due = redis.pcall('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'LIMIT', 0, 100)
-local e = failure(due, K_DELAYED, 'zset')
-if e then return e end
+local due = redis.pcall('ZRANGEBYSCORE', K_DELAYED, '-inf', nowS, 'LIMIT', '0', '100')
+-- a reply that is always a table is checked for .err directly: cheaper than failure()
+if due.err then return failure(due, K_DELAYED, 'zset') end
+local e
 local promo, promoAtt, promoSet = due, nil, due -- empty unless something is due
 if #due > 0 then promo, promoAtt, promoSet = {}, {}, {} end
 for i = 1, #due do
   local id = due[i]
   local key = prefix .. id
   local h = redis.pcall('HMGET', key, 'status', 'attempts')
-  e = failure(h, key, 'hash')
-  if e then return e end
+  if h.err then return failure(h, key, 'hash') end
   if h[1] == 'delayed' then
     promo[#promo + 1] = id
     promoAtt[#promo] = h[2]
@@ -135,11 +143,14 @@ end
 
 while #cIds < n and popped < budget do
   if not pendingDone then
-    local want = math.min(n - #cIds, budget - popped)
-    local ids = redis.pcall('RPOP', K_PENDING, want)
-    e = failure(ids, K_PENDING, 'list')
-    if e then return undo(e) end
-    if not ids then ids = {} end
+    local want = n - #cIds
+    if budget - popped < want then want = budget - popped end
+    local ids = redis.pcall('RPOP', K_PENDING, want == n and nS or S(want))
+    if not ids then
+      ids = {}
+    elseif ids.err then
+      return undo(failure(ids, K_PENDING, 'list'))
+    end
     pops[#pops + 1] = ids
     popped = popped + #ids
     if #ids < want then pendingDone = true end
@@ -147,14 +158,13 @@ while #cIds < n and popped < budget do
       local id = ids[j]
       local key = prefix .. id
       local h = redis.pcall('HMGET', key, 'status', 'attempts', 'payload')
-      e = failure(h, key, 'hash')
-      if e then return undo(e) end
-      local st = h[1]
+      if h.err then return undo(failure(h, key, 'hash')) end
+      local st, att, pay = h[1], h[2], h[3]
       if promoSet[id] and st == 'delayed' then st = 'pending' end -- promoted before the pop
       if st == 'pending' and not taken[key] then
         taken[key] = true
         local c = #cIds + 1
-        cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, h[2], h[3] or ''
+        cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, att, pay or ''
       else
         orphans = orphans + 1
       end
@@ -176,40 +186,61 @@ while #cIds < n and popped < budget do
 end
 
 local nc = #cIds
-local lease = 0
+local lease, leaseS = 0, nil
 if nc > 0 then
   if vis == 0 then
     local m = redis.pcall('HMGET', K_META, 'visibility_timeout_ms')
-    e = failure(m, K_META, 'hash')
-    if e then return undo(e) end
+    if m.err then return undo(failure(m, K_META, 'hash')) end
     vis = tonumber(m[1])
     if vis == nil or vis ~= vis or vis < 1 then vis = 30000 end
     if vis > MAXMS then vis = MAXMS end
     vis = math.floor(vis)
   end
   lease = now + vis
+  leaseS = S(lease)
   for c = 1, nc do
     if cPay[c] == false then cPay[c] = redis.call('HGET', cKeys[c], 'payload') or '' end
   end
 end
 
--- type check for the stats key, written without having been read
-if nc > 0 or orphans > 0 then
-  e = expect(K_STATS, 'hash')
-  if e then return undo(e) end
+-- write phase ----------------------------------------------------------------
+-- stats and processing are written without having been read. The first write to each
+-- reveals a wrong type without changing it; what was written before is then undone
+-- (the counter taken back, the popped ids pushed back) and the call fails.
+local first, firstBy = nil, 0
+if nc > 0 then
+  first, firstBy = 'claimed', nc
+elseif orphans > 0 then
+  first, firstBy = 'orphans', orphans
+end
+if first then
+  local r = redis.pcall('HINCRBY', K_STATS, first, firstBy == n and nS or S(firstBy))
+  if type(r) == 'table' and r.err then
+    if string.find(r.err, 'WRONGTYPE', 1, true) then return undo(failure(r, K_STATS, 'hash')) end
+    -- a counter holding a non-number must not fail the call; it stays as it is
+    first = nil
+  end
+end
+local function unstats(err)
+  if first then
+    -- a counter at zero was absent before (counters only ever grow)
+    if redis.call('HINCRBY', K_STATS, first, S(-firstBy)) == 0 then
+      redis.call('HDEL', K_STATS, first)
+    end
+  end
+  return undo(err)
 end
 
--- write phase ----------------------------------------------------------------
 local out = {}
 if nc > 0 then
   local z = {}
   for c = 1, nc do
-    z[2 * c - 1] = lease
+    z[2 * c - 1] = leaseS
     z[2 * c] = cIds[c]
   end
   local r = redis.pcall('ZADD', K_PROCESSING, unpack(z))
   e = failure(r, K_PROCESSING, 'zset')
-  if e then return undo(e) end
+  if e then return unstats(e) end
 end
 if promoUsed < #promo then
   local rest = {}
@@ -224,14 +255,16 @@ if #due > 0 then
   redis.call('ZREM', K_DELAYED, unpack(due))
 end
 for c = 1, nc do
-  local att = (tonumber(cAtt[c]) or 0) + 1
+  local att, attS = 1, '1' -- absent before the first claim
+  if cAtt[c] then
+    att = (tonumber(cAtt[c]) or 0) + 1
+    attS = S(att)
+  end
   local token = ARGV[4 + c]
   redis.call('HSET', cKeys[c], 'status', 'processing', 'claim_token', token,
-    'attempts', att, 'claimed_at', now, 'lease_until', lease, 'worker', worker)
+    'attempts', attS, 'claimed_at', nowS, 'lease_until', leaseS, 'worker', worker)
   out[c] = { cIds[c], cPay[c], att, token, lease }
 end
--- counters use pcall: stats was type-checked before the first write, and a counter
--- holding a non-number must not fail a call whose changes are already made
-if nc > 0 then redis.pcall('HINCRBY', K_STATS, 'claimed', nc) end
-if orphans > 0 then redis.pcall('HINCRBY', K_STATS, 'orphans', orphans) end
+-- the second counter: stats is known to be a hash by now
+if nc > 0 and orphans > 0 then redis.pcall('HINCRBY', K_STATS, 'orphans', S(orphans)) end
 return out

@@ -76,7 +76,8 @@ end
 
 local K_PROCESSING, K_META, K_STATS = KEYS[2], KEYS[5], KEYS[6]
 
-if redis.replicate_commands then pcall(redis.replicate_commands) end
+-- Redis 7 and Valkey always replicate effects; 6.2 (no REDIS_VERSION_NUM) is told to
+if not redis.REDIS_VERSION_NUM and redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
@@ -116,6 +117,8 @@ if ms == 0 then
   ms = math.floor(ms)
 end
 local lease = now + ms
+-- a decimal string: Redis 7.0 formats a Lua number argument with printf("%.17g")
+local leaseS = string.format('%d', lease)
 
 if stale > 0 then
   e = expect(K_STATS, 'hash')
@@ -125,7 +128,7 @@ end
 -- write phase (the first write reveals a wrong-typed processing key) -------------
 local z = {}
 for j = 1, na do
-  z[2 * j - 1] = lease
+  z[2 * j - 1] = leaseS
   z[2 * j] = ARGV[2 + 2 * acc[j]]
 end
 local r = redis.pcall('ZADD', K_PROCESSING, unpack(z))
@@ -133,7 +136,7 @@ e = failure(r, K_PROCESSING, 'zset')
 if e then return e end
 for j = 1, na do
   local i = acc[j]
-  redis.call('HSET', KEYS[7 + i], 'lease_until', lease)
+  redis.call('HSET', KEYS[7 + i], 'lease_until', leaseS)
   res[i] = lease
 end
 -- counters use pcall: stats was type-checked before the first write, and a counter

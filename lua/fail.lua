@@ -95,7 +95,8 @@ local K_PENDING, K_PROCESSING, K_DELAYED, K_DEAD = KEYS[1], KEYS[2], KEYS[3], KE
 local K_META, K_STATS, K_WAKE, key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local id, token, errtext = ARGV[2], ARGV[3], ARGV[4]
 
-if redis.replicate_commands then pcall(redis.replicate_commands) end
+-- Redis 7 and Valkey always replicate effects; 6.2 (no REDIS_VERSION_NUM) is told to
+if not redis.REDIS_VERSION_NUM and redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
@@ -172,13 +173,13 @@ redis.pcall('HINCRBY', K_STATS, 'failed', 1)
 if outcome == 'pending' then
   redis.call('LPUSH', K_PENDING, id)
   redis.call('LPUSH', K_WAKE, '1')
-  redis.call('LTRIM', K_WAKE, 0, 1023)
+  redis.call('LTRIM', K_WAKE, '0', '1023')
   redis.pcall('HINCRBY', K_STATS, 'retried', 1)
 elseif outcome == 'delayed' then
-  redis.call('ZADD', K_DELAYED, now + backoff, id)
+  redis.call('ZADD', K_DELAYED, string.format('%d', now + backoff), id)
   redis.pcall('HINCRBY', K_STATS, 'retried', 1)
 else
-  redis.call('ZADD', K_DEAD, now, id)
+  redis.call('ZADD', K_DEAD, string.format('%d', now), id)
   redis.pcall('HINCRBY', K_STATS, 'dead_lettered', 1)
 end
 return outcome

@@ -87,7 +87,8 @@ else
   return bad('mode', 'expected "ids" or "oldest", got ' .. shown(form))
 end
 
-if redis.replicate_commands then pcall(redis.replicate_commands) end
+-- Redis 7 and Valkey always replicate effects; 6.2 (no REDIS_VERSION_NUM) is told to
+if not redis.REDIS_VERSION_NUM and redis.replicate_commands then redis.replicate_commands() end
 
 -- read phase -----------------------------------------------------------------
 local inDead = {}

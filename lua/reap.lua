@@ -56,6 +56,7 @@ local function expect(key, want)
   return redis.error_reply('ERR jobqueue: key ' .. key .. ' holds the wrong type (' ..
     tostring(t) .. '), expected ' .. want)
 end
+local function S(x) return string.format('%d', x) end
 local function failure(r, key, want)
   if type(r) == 'table' and r.err then
     if string.find(r.err, 'WRONGTYPE', 1, true) then return wrongtype(key, want) end
@@ -87,9 +88,13 @@ local K_META, K_STATS, K_WAKE = KEYS[5], KEYS[6], KEYS[7]
 local prefix = ARGV[1]
 local TRIM_MAX = 1000
 
-if redis.replicate_commands then pcall(redis.replicate_commands) end
+-- Redis 7 and Valkey always replicate effects; 6.2 (no REDIS_VERSION_NUM) is told to
+if not redis.REDIS_VERSION_NUM and redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- numbers go to redis.call() as decimal strings made here: Redis 7.0 formats a Lua
+-- number argument with printf("%.17g"), several times slower than this
+local nowS = string.format('%d', now)
 
 -- read phase -----------------------------------------------------------------
 local m = redis.pcall('HMGET', K_META, 'max_attempts', 'dead_retention_ms', 'dead_max_len')
@@ -104,7 +109,7 @@ local maxLen = num(m[3], 10000)
 if maxLen < 0 then maxLen = 10000 end
 maxLen = math.floor(maxLen)
 
-local due = redis.pcall('ZRANGEBYSCORE', K_PROCESSING, '-inf', now, 'LIMIT', 0, batch)
+local due = redis.pcall('ZRANGEBYSCORE', K_PROCESSING, '-inf', nowS, 'LIMIT', '0', S(batch))
 e = failure(due, K_PROCESSING, 'zset')
 if e then return e end
 
@@ -119,15 +124,18 @@ for i = 1, #due do
   local h = redis.pcall('HMGET', key, 'status', 'lease_until', 'attempts')
   e = failure(h, key, 'hash')
   if e then return e end
-  if h[1] ~= 'processing' then
+  local st, luS, attS = h[1], h[2], h[3]
+  if st ~= 'processing' then
     orphans = orphans + 1
     gone[#gone + 1] = id
   else
-    local lu = tonumber(h[2])
+    local lu = tonumber(luS)
     if lu and lu > now then
+      -- an integral score goes as a string (see nowS), anything else as it is
+      if lu == math.floor(lu) and lu < 9007199254740992 then lu = S(lu) end
       rescore[#rescore + 1] = lu
       rescore[#rescore + 1] = id
-    elseif num(h[3], 0) >= maxAtt then
+    elseif num(attS, 0) >= maxAtt then
       gone[#gone + 1] = id
       dead[#dead + 1] = id
       deadKeys[#deadKeys + 1] = key
@@ -150,7 +158,7 @@ if retention > 0 or maxLen > 0 then
   local rawCount = 0
   if retention > 0 then
     local r = redis.pcall('ZRANGEBYSCORE', K_DEAD, '-inf', string.format('(%d', now - retention),
-      'LIMIT', 0, TRIM_MAX + nd)
+      'LIMIT', '0', S(TRIM_MAX + nd))
     e = failure(r, K_DEAD, 'zset')
     if e then return e end
     deadChecked = true
@@ -178,7 +186,7 @@ if retention > 0 or maxLen > 0 then
     local over = card + nd - already - #trim - maxLen
     local want = math.min(over, TRIM_MAX - #trim)
     if want > 0 then
-      local r = redis.call('ZRANGE', K_DEAD, 0, rawCount + nd + want - 1)
+      local r = redis.call('ZRANGE', K_DEAD, '0', S(rawCount + nd + want - 1))
       local got = 0
       for i = 1, #r do
         if got == want then break end
@@ -240,12 +248,12 @@ if nr > 0 then
   local marks = {}
   for i = 1, nr do marks[i] = '1' end
   redis.call('LPUSH', K_WAKE, unpack(marks))
-  redis.call('LTRIM', K_WAKE, 0, 1023)
+  redis.call('LTRIM', K_WAKE, '0', '1023')
 end
 if nd > 0 then
   local z = {}
   for i = 1, nd do
-    z[2 * i - 1] = now
+    z[2 * i - 1] = nowS
     z[2 * i] = dead[i]
   end
   redis.call('ZADD', K_DEAD, unpack(z))
@@ -260,7 +268,7 @@ if #trim > 0 then
 end
 if trimNew > 0 then
   -- only this call's dead-lettered jobs remain to trim: take the oldest of them
-  local r = redis.call('ZRANGE', K_DEAD, 0, trimNew - 1)
+  local r = redis.call('ZRANGE', K_DEAD, '0', S(trimNew - 1))
   local keys = {}
   for i = 1, #r do keys[i] = prefix .. r[i] end
   if #r > 0 then
@@ -272,14 +280,14 @@ end
 
 -- counters use pcall: stats was type-checked before the first write, and a counter
 -- holding a non-number must not fail a call whose changes are already made
-if nr > 0 then redis.pcall('HINCRBY', K_STATS, 'reaped', nr) end
-if nd > 0 then redis.pcall('HINCRBY', K_STATS, 'dead_lettered', nd) end
-if trimmed > 0 then redis.pcall('HINCRBY', K_STATS, 'dead_trimmed', trimmed) end
-if orphans > 0 then redis.pcall('HINCRBY', K_STATS, 'orphans', orphans) end
+if nr > 0 then redis.pcall('HINCRBY', K_STATS, 'reaped', S(nr)) end
+if nd > 0 then redis.pcall('HINCRBY', K_STATS, 'dead_lettered', S(nd)) end
+if trimmed > 0 then redis.pcall('HINCRBY', K_STATS, 'dead_trimmed', S(trimmed)) end
+if orphans > 0 then redis.pcall('HINCRBY', K_STATS, 'orphans', S(orphans)) end
 
 local more = 0
 if #due == batch then
-  local c = redis.call('ZCOUNT', K_PROCESSING, '-inf', now)
+  local c = redis.call('ZCOUNT', K_PROCESSING, '-inf', nowS)
   if c > 0 then more = 1 end
 end
 return { nr, nd, more }

@@ -63,6 +63,7 @@ local K_PENDING, K_PROCESSING, K_DELAYED, K_DEAD, K_STATS = KEYS[1], KEYS[2], KE
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local nowS = string.format('%d', now) -- a decimal string: cheaper for Redis than a Lua number
 
 local out = {}
 local e
@@ -77,7 +78,7 @@ put('pending', K_PENDING, 'list', 'LLEN', K_PENDING)
 if e then return e end
 put('processing', K_PROCESSING, 'zset', 'ZCARD', K_PROCESSING)
 if e then return e end
-put('expired', K_PROCESSING, 'zset', 'ZCOUNT', K_PROCESSING, '-inf', now)
+put('expired', K_PROCESSING, 'zset', 'ZCOUNT', K_PROCESSING, '-inf', nowS)
 if e then return e end
 put('delayed', K_DELAYED, 'zset', 'ZCARD', K_DELAYED)
 if e then return e end

@@ -29,7 +29,7 @@ pub struct ReapArgs {
     #[arg(long, value_parser = parse_duration)]
     pub every: Option<Duration>,
     /// Expired leases handled per script call (1 to 1000).
-    #[arg(long, default_value_t = 100,
+    #[arg(long, default_value_t = 250,
           value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub batch: u16,
 }

@@ -4,7 +4,8 @@
 //!    `Ready=False, reason InvalidSpec` and waits for the next spec change);
 //! 2. **read** the Secrets it names and connect (one client per endpoint, shared);
 //! 3. **apply** to the queue: check its keys' types, write its settings into `meta`,
-//!    reap expired leases within a budget, read its stats in one round trip;
+//!    reap expired leases within a budget, read its stats: one round trip when `meta`
+//!    is current and nothing has expired (`Queue::maintain`);
 //! 4. **scale** the workers (with `spec.workers`): read the target's `/scale` and the
 //!    namespace's HorizontalPodAutoscalers, decide (pure, [`scaling::decide`]), patch
 //!    the scale only when the replicas must change;
@@ -399,14 +400,12 @@ async fn observe(ctx: &Context, ns: &str, plan: &QueuePlan) -> Result<Observatio
     let cluster = redis.is_cluster();
     let endpoint_name = redis.endpoint().to_string();
     let queue = Queue::new(redis, &plan.prefix, &plan.tag).map_err(|e| classify(&e))?;
-    let used = |e: QueueError| classify(&e);
-    queue.check_key_types().await.map_err(used)?;
-    queue.configure(&plan.settings).await.map_err(used)?;
-    let reaped = queue
-        .reap_expired(plan.batch, ctx.settings.reap_budget)
+    // One round trip when meta is current and nothing expired (see Queue::maintain).
+    let done = queue
+        .maintain(&plan.settings, plan.batch, ctx.settings.reap_budget)
         .await
-        .map_err(used)?;
-    let stats = queue.stats().await.map_err(used)?;
+        .map_err(|e| classify(&e))?;
+    let (reaped, stats) = (done.reaped, done.stats);
     Ok(Observation {
         endpoint: endpoint_name,
         cluster,

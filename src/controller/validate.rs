@@ -331,7 +331,7 @@ mod tests {
         let plan = plan(&spec()).unwrap();
         assert_eq!(plan.settings, QueueSettings::default());
         assert_eq!(plan.interval, Duration::from_secs(10));
-        assert_eq!(plan.batch, 100);
+        assert_eq!(plan.batch, 250);
         assert_eq!(plan.prefix, "jq");
         assert_eq!(
             plan.endpoint.url,

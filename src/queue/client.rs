@@ -307,7 +307,11 @@ impl Queue {
     pub async fn stats(&self) -> Result<QueueStats> {
         let cmd = self.script_cmd(&SCRIPTS.stats, &[]);
         let reply = self.run(&SCRIPTS.stats, &cmd).await?;
-        let Value::Array(items) = &reply else {
+        self.parse_stats(&reply)
+    }
+
+    fn parse_stats(&self, reply: &Value) -> Result<QueueStats> {
+        let Value::Array(items) = reply else {
             return Err(self.protocol("stats", format!("{reply:?}")));
         };
         let mut pairs = Vec::with_capacity(items.len() / 2);
@@ -400,7 +404,6 @@ impl Queue {
 
     /// Check that each of the seven queue keys is absent or of its protocol type.
     pub async fn check_key_types(&self) -> Result<()> {
-        let expected = ["list", "zset", "zset", "zset", "hash", "hash", "list"];
         let mut pipe = redis::pipe();
         for key in self.keys.queue_keys() {
             pipe.cmd("TYPE").arg(key);
@@ -410,6 +413,11 @@ impl Queue {
             .query_async(&mut conn)
             .await
             .map_err(|e| self.err("TYPE", e))?;
+        self.check_types(&types)
+    }
+
+    fn check_types(&self, types: &[String]) -> Result<()> {
+        let expected = ["list", "zset", "zset", "zset", "hash", "hash", "list"];
         for ((key, want), got) in self.keys.queue_keys().iter().zip(expected).zip(types) {
             if got != "none" && got != want {
                 return Err(Error::WrongType {
@@ -420,6 +428,104 @@ impl Queue {
             }
         }
         Ok(())
+    }
+
+    /// One upkeep pass, as the operator runs it for each queue: check the seven keys'
+    /// types, make `meta` hold `settings`, reap expired leases (at most `max_calls` reap
+    /// calls of `batch`) and read the stats.
+    ///
+    /// When `meta` already holds the settings and there is nothing to reap or trim, all of
+    /// it is one pipelined round trip that writes nothing. Otherwise `meta` is written
+    /// (only when it differs), reap runs and the stats are read again. A wrong-typed key
+    /// fails the pass before anything is written.
+    pub async fn maintain(
+        &self,
+        settings: &QueueSettings,
+        batch: usize,
+        max_calls: usize,
+    ) -> Result<Maintenance> {
+        settings.validate()?;
+        check_count("batch", batch)?;
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for key in self.keys.queue_keys() {
+            pipe.cmd("TYPE").arg(key);
+        }
+        pipe.cmd("HGETALL").arg(&self.keys.meta);
+        pipe.cmd("ZRANGE")
+            .arg(&self.keys.dead)
+            .arg(0)
+            .arg(0)
+            .arg("WITHSCORES");
+        pipe.cmd("TIME");
+        pipe.add_command(self.script_cmd(&SCRIPTS.stats, &[]));
+        let mut conn = self.redis.clone();
+        let replies: Vec<Value> = pipe
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err("maintain", e))?;
+        let mut round_trips = 1;
+        let mut replies = replies.into_iter();
+        let mut next = |op: &'static str| -> Result<Value> {
+            match replies.next() {
+                Some(Value::ServerError(e)) => Err(self.err(op, e.into())),
+                Some(v) => Ok(v),
+                None => Err(self.protocol("maintain", "fewer replies than commands")),
+            }
+        };
+        let mut types = Vec::with_capacity(7);
+        for _ in 0..7 {
+            let v = next("TYPE")?;
+            types.push(as_str(&v).unwrap_or_default().to_string());
+        }
+        self.check_types(&types)?;
+        let meta: HashMap<String, String> = redis::from_redis_value(next("HGETALL meta")?)
+            .map_err(|e| self.protocol("maintain", format!("meta: {e}")))?;
+        let oldest_dead: Vec<(String, f64)> = redis::from_redis_value(next("ZRANGE dead")?)
+            .map_err(|e| self.protocol("maintain", format!("dead: {e}")))?;
+        let (secs, micros): (i64, i64) = redis::from_redis_value(next("TIME")?)
+            .map_err(|e| self.protocol("maintain", format!("TIME: {e}")))?;
+        let now_ms = secs * 1000 + micros / 1000;
+        let stats_reply = replies.next();
+        let mut stats = match stats_reply {
+            Some(Value::ServerError(e)) => {
+                let e: redis::RedisError = e.into();
+                if e.kind() != redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) {
+                    return Err(self.err(SCRIPTS.stats.name, e));
+                }
+                // The server forgot the script (restart, failover): stats() loads it.
+                round_trips += 2;
+                self.stats().await?
+            }
+            Some(v) => self.parse_stats(&v)?,
+            None => return Err(self.protocol("maintain", "fewer replies than commands")),
+        };
+
+        let configured = !meta_holds(&meta, settings);
+        if configured {
+            self.configure(settings).await?;
+            round_trips += 1;
+        }
+        let oldest_dead = oldest_dead.first().map(|(_, at)| *at as i64);
+        let mut reaped = ReapOutcome::default();
+        if configured || reap_due(&stats, settings, oldest_dead, now_ms) {
+            for _ in 0..max_calls.max(1) {
+                let pass = self.reap(batch).await?;
+                round_trips += 1;
+                reaped += pass;
+                if !pass.more {
+                    break;
+                }
+            }
+            stats = self.stats().await?;
+            round_trips += 1;
+        }
+        Ok(Maintenance {
+            configured,
+            reaped,
+            stats,
+            round_trips,
+        })
     }
 
     /// Read one job's hash; `None` when it does not exist.
@@ -559,6 +665,33 @@ impl Consumer {
         }
         Ok(())
     }
+}
+
+/// `meta` holds every field of `settings` with exactly the text `configure` writes.
+fn meta_holds(meta: &HashMap<String, String>, settings: &QueueSettings) -> bool {
+    settings
+        .to_fields()
+        .iter()
+        .all(|(name, value)| meta.get(*name) == Some(value))
+}
+
+/// Whether a reap call would change anything, judged from what one round trip saw: an
+/// expired lease, a dead set over `dead_max_len`, or a dead job older than
+/// `dead_retention` (the same tests reap makes; `settings` are the ones `meta` holds).
+pub fn reap_due(
+    stats: &QueueStats,
+    settings: &QueueSettings,
+    oldest_dead_ms: Option<i64>,
+    now_ms: i64,
+) -> bool {
+    if stats.expired > 0 {
+        return true;
+    }
+    if settings.dead_max_len > 0 && stats.dead > settings.dead_max_len {
+        return true;
+    }
+    let retention = settings.dead_retention.as_millis().min(i64::MAX as u128) as i64;
+    retention > 0 && oldest_dead_ms.is_some_and(|died| died < now_ms.saturating_sub(retention))
 }
 
 fn check_count(what: &'static str, n: usize) -> Result<()> {

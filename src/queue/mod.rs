@@ -22,7 +22,7 @@ mod settings;
 mod stats;
 mod types;
 
-pub use client::{Consumer, Queue};
+pub use client::{Consumer, Queue, reap_due};
 pub use connection::{ConnectOptions, Dedicated, Redis, redact_url};
 pub use error::{Error, Result};
 pub use keys::{DEFAULT_PREFIX, QueueKeys, validate_id, validate_tag};
@@ -30,8 +30,8 @@ pub use scripts::{SCRIPTS, Script, Scripts};
 pub use settings::QueueSettings;
 pub use stats::{Histogram, QueueStats};
 pub use types::{
-    Backoff, Enqueued, FailMode, FailOutcome, JobInfo, JobStatus, Lease, LeaseRef, NewJob,
-    ReapOutcome, Selection, new_job_id, new_token,
+    Backoff, Enqueued, FailMode, FailOutcome, JobInfo, JobStatus, Lease, LeaseRef, Maintenance,
+    NewJob, ReapOutcome, Selection, new_job_id, new_token,
 };
 
 /// The most items one script call takes (the protocol's bound on every count).

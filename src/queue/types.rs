@@ -155,6 +155,18 @@ impl std::ops::AddAssign for ReapOutcome {
     }
 }
 
+/// What one [`Queue::maintain`](super::Queue::maintain) pass did and saw.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Maintenance {
+    /// `meta` did not hold the settings and was written.
+    pub configured: bool,
+    pub reaped: ReapOutcome,
+    /// The counts after reaping.
+    pub stats: super::QueueStats,
+    /// Round trips to Redis the pass took: 1 when there was nothing to write.
+    pub round_trips: u32,
+}
+
 /// Which dead jobs `redrive` and `purge` act on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Selection {
