@@ -8,12 +8,12 @@ use std::time::Duration;
 use common::{RedisCluster, redis_now_ms};
 use jobqueue::queue::{Backoff, FailMode, FailOutcome, NewJob, Queue, QueueSettings, Selection};
 
-async fn wait_past(queue: &Queue, node: &common::RedisServer, ms: i64) {
+/// Wait until `node`'s clock has passed `ms`, without blocking the runtime.
+async fn wait_past(node: &common::RedisServer, ms: i64) {
     let mut conn = node.conn();
     while redis_now_ms(&mut conn) <= ms {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    let _ = queue;
 }
 
 async fn scenario(cluster: &RedisCluster, queue: Queue, node: usize) {
@@ -58,7 +58,7 @@ async fn scenario(cluster: &RedisCluster, queue: Queue, node: usize) {
         .await
         .unwrap()
         .unwrap();
-    wait_past(&queue, server, a.lease_until).await;
+    wait_past(server, a.lease_until).await;
     assert_eq!(queue.reap(100).await.unwrap().requeued, 1);
     let b = queue.claim_one("b", None).await.unwrap().unwrap();
     assert_eq!(b.id, a.id);

@@ -21,18 +21,6 @@ pub async fn open(connect: &ConnectArgs) -> anyhow::Result<Queue> {
     Ok(queue)
 }
 
-/// Plain commands on a job hash report WRONGTYPE without a key name; give it the key.
-pub fn name_job_key(err: Error, key: &str) -> Error {
-    match err {
-        Error::WrongType { queue, detail, .. } => Error::WrongType {
-            queue,
-            key: key.to_string(),
-            detail,
-        },
-        other => other,
-    }
-}
-
 /// Resolves on Ctrl-C or SIGTERM, naming which.
 pub async fn shutdown_signal() -> &'static str {
     use tokio::signal::unix::{SignalKind, signal};
@@ -61,22 +49,4 @@ pub async fn redis_now_ms(queue: &Queue) -> anyhow::Result<i64> {
                 source: e,
             })?;
     Ok(secs * 1000 + micros / 1000)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn job_keys_are_named() {
-        let err = name_job_key(
-            Error::WrongType {
-                queue: "jq:{a}".into(),
-                key: "(unknown)".into(),
-                detail: "HGETALL job: ...".into(),
-            },
-            "jq:{a}:job:x",
-        );
-        assert!(err.to_string().contains("jq:{a}:job:x"), "{err}");
-    }
 }

@@ -6,7 +6,7 @@ use anyhow::anyhow;
 use clap::{ArgGroup, Args, Subcommand};
 
 use super::ConnectArgs;
-use super::common::{UsageError, name_job_key, open};
+use super::common::{UsageError, open};
 use super::format::{escape, format_epoch_ms, preview};
 use crate::queue::{Error, MAX_BATCH, Queue, Selection};
 
@@ -161,10 +161,7 @@ async fn ls(args: LsArgs) -> anyhow::Result<()> {
 }
 
 async fn job(queue: &Queue, id: &str) -> anyhow::Result<Option<crate::queue::JobInfo>> {
-    queue
-        .job(id)
-        .await
-        .map_err(|e| name_job_key(e, &queue.keys().job(id)).into())
+    Ok(queue.job(id).await?)
 }
 
 async fn show(args: ShowArgs) -> anyhow::Result<()> {

@@ -5,7 +5,7 @@ use std::io::Write;
 use clap::Args;
 
 use super::ConnectArgs;
-use super::common::{name_job_key, open, redis_now_ms};
+use super::common::{open, redis_now_ms};
 use super::format::{format_age, preview};
 
 pub const EXAMPLES: &str = "\
@@ -55,10 +55,7 @@ pub async fn run(args: PeekArgs) -> anyhow::Result<()> {
         }
     }
     for (i, id) in ids.iter().enumerate() {
-        let info = queue
-            .job(id)
-            .await
-            .map_err(|e| name_job_key(e, &queue.keys().job(id)))?;
+        let info = queue.job(id).await?;
         // Claimed or deleted between the two reads: no longer next in line.
         let Some(info) = info else { continue };
         if args.json {

@@ -62,8 +62,8 @@ pub enum Error {
         detail: String,
     },
 
-    /// A blocking wait was asked on a queue whose Redis cannot give a dedicated connection.
-    #[error("redis-server not usable: {0}")]
+    /// Redis did not answer in time while connecting.
+    #[error("cannot reach Redis at {0}")]
     Unavailable(String),
 }
 
