@@ -3,7 +3,7 @@
 CARGO ?= cargo
 export REDIS_SERVER ?= redis-server
 
-.PHONY: all build test lint fmt demo chaos bench crds chart-check conformance clean redis
+.PHONY: all build test lint fmt demo chaos bench crds lua chart-check conformance clean redis
 
 all: build
 
@@ -49,6 +49,11 @@ demo: redis
 crds:
 	$(CARGO) run --quiet --bin jobqueue -- crd > crds/jobqueue.yaml
 	cp crds/jobqueue.yaml charts/jobqueue-operator/crds/jobqueue.yaml
+
+## Rewrite the shared blocks of lua/*.lua from lua/include/ (each script stays loadable on
+## its own; tests/lua_includes.rs fails when a block drifts, as does `gen-lua.py --check`).
+lua:
+	python3 scripts/gen-lua.py
 
 ## Check the Helm chart with real tools (helm lint, helm template, kubernetes-validate, the
 ## RBAC rules, the CRD copy); installs them into .tools/ on first use.

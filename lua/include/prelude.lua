@@ -1,0 +1,71 @@
+-- The helpers every script shares. Error replies are part of the protocol
+-- (docs/protocol.md, Errors): change their text only with the protocol.
+local MAXMS = 1000000000000000 -- 10^15: the largest ms any argument or setting takes
+
+-- bad(name, detail): the reply for an invalid argument
+local function bad(name, detail)
+  return redis.error_reply('ERR jobqueue: invalid ' .. name .. ': ' .. detail)
+end
+-- shown(v): an argument as an error quotes it: "v" (40 bytes at most, control bytes as ?)
+-- or missing
+local function shown(v)
+  if v == nil or v == false then return 'missing' end
+  if #v > 40 then v = string.sub(v, 1, 40) .. '...' end
+  return '"' .. (string.gsub(v, '%c', '?')) .. '"'
+end
+-- int(v, lo, hi): the decimal integer v when it is one in lo..hi, else nil (-0 reads as 0)
+local function int(v, lo, hi)
+  if type(v) ~= 'string' or not string.find(v, '^%-?%d+$') then return nil end
+  local x = tonumber(v)
+  if x == nil or x < lo or x > hi then return nil end
+  if x == 0 then x = 0 end
+  return x
+end
+-- S(x): an integer as a decimal string. Numbers go to redis.call() as such strings:
+-- Redis 7.0 formats a Lua number argument with printf("%.17g"), several times slower.
+local function S(x) return string.format('%d', x) end
+-- num(v, def): a setting read from a hash as a finite number, def when it is not one
+local function num(v, def)
+  v = tonumber(v)
+  if v == nil or v ~= v or v == math.huge or v == -math.huge then return def end
+  return v
+end
+
+-- wrongtype(key, want[, t]): the reply for a key that holds type t (read when not given)
+-- where want was expected
+local function wrongtype(key, want, t)
+  if not t then
+    t = redis.call('TYPE', key)
+    if type(t) == 'table' then t = t.ok end
+  end
+  return redis.error_reply('ERR jobqueue: key ' .. key .. ' holds the wrong type (' ..
+    tostring(t) .. '), expected ' .. want)
+end
+-- expect(key, want): nil when key is absent or of type want, else the wrongtype reply;
+-- for keys a call writes without having read them
+local function expect(key, want)
+  local t = redis.call('TYPE', key)
+  if type(t) == 'table' then t = t.ok end
+  if t == want or t == 'none' then return nil end
+  return wrongtype(key, want, t)
+end
+-- failure(r, key, want): the error of a failed redis.pcall() reply r, naming key when it
+-- holds the wrong type; nil when r is not an error
+local function failure(r, key, want)
+  if type(r) == 'table' and r.err then
+    if string.find(r.err, 'WRONGTYPE', 1, true) then return wrongtype(key, want) end
+    return redis.error_reply(r.err)
+  end
+  return nil
+end
+
+-- effects(): before the first write. Redis 7 and Valkey always replicate effects; 6.2
+-- (no REDIS_VERSION_NUM) is told to
+local function effects()
+  if not redis.REDIS_VERSION_NUM and redis.replicate_commands then redis.replicate_commands() end
+end
+-- clock(): the Redis clock in ms, seconds * 1000 + floor(microseconds / 1000)
+local function clock()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
