@@ -59,6 +59,21 @@ local function num(v, def)
   return v
 end
 
+-- perJob(n, at, width, unit, fields): for a script given n jobs, each as a unit of width
+-- ARGV (named by fields) after ARGV[at] and a job key after the 7 queue keys: the error
+-- when ARGV or KEYS does not hold exactly that many, else nil
+local function perJob(n, at, width, unit, fields)
+  if #ARGV ~= at + width * n then
+    return bad('n', 'n=' .. n .. ' needs exactly ' .. n .. ' ' .. unit .. 's (' .. fields ..
+      ') after ARGV[' .. at .. '], got ' .. math.max(#ARGV - at, 0) .. ' arguments')
+  end
+  if #KEYS ~= 7 + n then
+    return bad('keys', 'n=' .. n .. ' needs ' .. (7 + n) ..
+      ' keys (7 queue keys + one job key per ' .. unit .. '), got ' .. #KEYS)
+  end
+  return nil
+end
+
 -- wrongtype(key, want[, t]): the reply for a key that holds type t (read when not given)
 -- where want was expected
 local function wrongtype(key, want, t)
@@ -121,13 +136,8 @@ if not n then return bad('n', 'expected an integer 1..1000, got ' .. shown(ARGV[
 -- n as Redis reads a count: ARGV[2] itself unless written with leading zeros
 local nS = ARGV[2]
 if string.byte(nS, 1) == 48 then nS = S(n) end
-if #ARGV ~= 2 + 2 * n then
-  return bad('n', 'n=' .. n .. ' needs exactly ' .. n .. ' pairs (id, token) after ARGV[2], got ' ..
-    math.max(#ARGV - 2, 0) .. ' arguments')
-end
-if #KEYS ~= 7 + n then
-  return bad('keys', 'n=' .. n .. ' needs ' .. (7 + n) .. ' keys (7 queue keys + one job key per pair), got ' .. #KEYS)
-end
+local e = perJob(n, 2, 2, 'pair', 'id, token')
+if e then return e end
 
 local K_PROCESSING, K_META, K_STATS = KEYS[2], KEYS[5], KEYS[6]
 
@@ -139,7 +149,6 @@ local res, ids, keys = {}, {}, {}
 local done = {}
 local buckets, blist = {}, {}
 local stale = 0
-local e
 for i = 1, n do
   local key = KEYS[7 + i]
   local h = redis.pcall('HMGET', key, 'claim_token', 'status', 'claimed_at')

@@ -56,6 +56,21 @@ local function num(v, def)
   return v
 end
 
+-- perJob(n, at, width, unit, fields): for a script given n jobs, each as a unit of width
+-- ARGV (named by fields) after ARGV[at] and a job key after the 7 queue keys: the error
+-- when ARGV or KEYS does not hold exactly that many, else nil
+local function perJob(n, at, width, unit, fields)
+  if #ARGV ~= at + width * n then
+    return bad('n', 'n=' .. n .. ' needs exactly ' .. n .. ' ' .. unit .. 's (' .. fields ..
+      ') after ARGV[' .. at .. '], got ' .. math.max(#ARGV - at, 0) .. ' arguments')
+  end
+  if #KEYS ~= 7 + n then
+    return bad('keys', 'n=' .. n .. ' needs ' .. (7 + n) ..
+      ' keys (7 queue keys + one job key per ' .. unit .. '), got ' .. #KEYS)
+  end
+  return nil
+end
+
 -- wrongtype(key, want[, t]): the reply for a key that holds type t (read when not given)
 -- where want was expected
 local function wrongtype(key, want, t)
@@ -99,13 +114,8 @@ end
 -- arguments ------------------------------------------------------------------
 local n = int(ARGV[2], 1, 1000)
 if not n then return bad('n', 'expected an integer 1..1000, got ' .. shown(ARGV[2])) end
-if #ARGV ~= 2 + 3 * n then
-  return bad('n', 'n=' .. n .. ' needs exactly ' .. n ..
-    ' triples (id, payload, delay_ms) after ARGV[2], got ' .. math.max(#ARGV - 2, 0) .. ' arguments')
-end
-if #KEYS ~= 7 + n then
-  return bad('keys', 'n=' .. n .. ' needs ' .. (7 + n) .. ' keys (7 queue keys + one job key per triple), got ' .. #KEYS)
-end
+local e = perJob(n, 2, 3, 'triple', 'id, payload, delay_ms')
+if e then return e end
 local delays = {}
 for i = 1, n do
   local d = int(ARGV[2 + 3 * i], 0, MAXMS)
@@ -121,7 +131,6 @@ local K_PENDING, K_DELAYED, K_STATS, K_WAKE = KEYS[1], KEYS[3], KEYS[6], KEYS[7]
 local res = {}
 local seen = {}
 local ready, later, newKeys, newIdx = {}, {}, {}, {}
-local e
 -- one EXISTS over every job key: when none exists (the usual case) no key can hold the
 -- wrong type and every id is new; otherwise each key's type is read
 local jobKeys = {}

@@ -57,6 +57,21 @@ local function num(v, def)
   return v
 end
 
+-- perJob(n, at, width, unit, fields): for a script given n jobs, each as a unit of width
+-- ARGV (named by fields) after ARGV[at] and a job key after the 7 queue keys: the error
+-- when ARGV or KEYS does not hold exactly that many, else nil
+local function perJob(n, at, width, unit, fields)
+  if #ARGV ~= at + width * n then
+    return bad('n', 'n=' .. n .. ' needs exactly ' .. n .. ' ' .. unit .. 's (' .. fields ..
+      ') after ARGV[' .. at .. '], got ' .. math.max(#ARGV - at, 0) .. ' arguments')
+  end
+  if #KEYS ~= 7 + n then
+    return bad('keys', 'n=' .. n .. ' needs ' .. (7 + n) ..
+      ' keys (7 queue keys + one job key per ' .. unit .. '), got ' .. #KEYS)
+  end
+  return nil
+end
+
 -- wrongtype(key, want[, t]): the reply for a key that holds type t (read when not given)
 -- where want was expected
 local function wrongtype(key, want, t)
@@ -102,13 +117,8 @@ local ms = int(ARGV[2], 0, MAXMS)
 if not ms then return bad('ms', 'expected an integer 0..10^15, got ' .. shown(ARGV[2])) end
 local n = int(ARGV[3], 1, 1000)
 if not n then return bad('n', 'expected an integer 1..1000, got ' .. shown(ARGV[3])) end
-if #ARGV ~= 3 + 2 * n then
-  return bad('n', 'n=' .. n .. ' needs exactly ' .. n .. ' pairs (id, token) after ARGV[3], got ' ..
-    math.max(#ARGV - 3, 0) .. ' arguments')
-end
-if #KEYS ~= 7 + n then
-  return bad('keys', 'n=' .. n .. ' needs ' .. (7 + n) .. ' keys (7 queue keys + one job key per pair), got ' .. #KEYS)
-end
+local e = perJob(n, 3, 2, 'pair', 'id, token')
+if e then return e end
 
 local K_PROCESSING, K_META, K_STATS = KEYS[2], KEYS[5], KEYS[6]
 
@@ -118,7 +128,6 @@ local now = clock()
 -- read phase -----------------------------------------------------------------
 local res, acc = {}, {}
 local stale = 0
-local e
 for i = 1, n do
   local key = KEYS[7 + i]
   local h = redis.pcall('HMGET', key, 'claim_token', 'status')

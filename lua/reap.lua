@@ -60,6 +60,21 @@ local function num(v, def)
   return v
 end
 
+-- perJob(n, at, width, unit, fields): for a script given n jobs, each as a unit of width
+-- ARGV (named by fields) after ARGV[at] and a job key after the 7 queue keys: the error
+-- when ARGV or KEYS does not hold exactly that many, else nil
+local function perJob(n, at, width, unit, fields)
+  if #ARGV ~= at + width * n then
+    return bad('n', 'n=' .. n .. ' needs exactly ' .. n .. ' ' .. unit .. 's (' .. fields ..
+      ') after ARGV[' .. at .. '], got ' .. math.max(#ARGV - at, 0) .. ' arguments')
+  end
+  if #KEYS ~= 7 + n then
+    return bad('keys', 'n=' .. n .. ' needs ' .. (7 + n) ..
+      ' keys (7 queue keys + one job key per ' .. unit .. '), got ' .. #KEYS)
+  end
+  return nil
+end
+
 -- wrongtype(key, want[, t]): the reply for a key that holds type t (read when not given)
 -- where want was expected
 local function wrongtype(key, want, t)
