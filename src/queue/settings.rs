@@ -81,26 +81,70 @@ impl QueueSettings {
         ]
     }
 
-    /// Settings from a `meta` hash; absent or unreadable fields take their defaults.
+    /// Settings from a `meta` hash, read by the scripts' rule: a field is a number as Lua's
+    /// `tonumber` reads it ("1e3", " 15 ", "0x10", "2.5"), and a field that is absent, not
+    /// a finite number, or out of the range a script accepts takes the script's default.
     pub fn from_fields(fields: &HashMap<String, String>) -> QueueSettings {
         let d = QueueSettings::default();
-        let int = |name: &str| fields.get(name).and_then(|v| v.trim().parse::<u64>().ok());
-        let dur = |name: &str, default: Duration| int(name).map_or(default, Duration::from_millis);
+        let num = |name: &str| fields.get(name).and_then(|v| lua_number(v));
+        // a setting in whole units: floor, capped at 10^15 (what the scripts take)
+        let whole = |v: f64| v.floor().min(MAXMS) as u64;
+        // `visibility_timeout_ms` below 1 means the default (claim and extend)
+        let at_least_1 = |name: &str, default: Duration| {
+            num(name)
+                .filter(|v| *v >= 1.0)
+                .map_or(default, |v| Duration::from_millis(whole(v)))
+        };
+        // the reaper's and backoff's settings: a negative value means the default
+        let not_negative =
+            |name: &str, default: u64| num(name).filter(|v| *v >= 0.0).map_or(default, whole);
+        let ms = |name: &str, default: Duration| {
+            Duration::from_millis(not_negative(name, default.as_millis() as u64))
+        };
         QueueSettings {
-            visibility_timeout: dur("visibility_timeout_ms", d.visibility_timeout),
-            max_attempts: int("max_attempts")
-                .map_or(d.max_attempts, |v| v.min(u32::MAX as u64) as u32),
-            backoff_initial: dur("backoff_initial_ms", d.backoff_initial),
-            backoff_max: dur("backoff_max_ms", d.backoff_max),
-            backoff_multiplier: fields
-                .get("backoff_multiplier")
-                .and_then(|v| v.trim().parse::<f64>().ok())
+            visibility_timeout: at_least_1("visibility_timeout_ms", d.visibility_timeout),
+            // max_attempts below 1 counts as 1
+            max_attempts: num("max_attempts").map_or(d.max_attempts, |v| {
+                v.floor().clamp(1.0, u32::MAX as f64) as u32
+            }),
+            backoff_initial: ms("backoff_initial_ms", d.backoff_initial),
+            backoff_max: ms("backoff_max_ms", d.backoff_max),
+            backoff_multiplier: num("backoff_multiplier")
+                .filter(|v| *v >= 0.0)
                 .unwrap_or(d.backoff_multiplier),
-            completed_retention: dur("completed_retention_ms", d.completed_retention),
-            dead_retention: dur("dead_retention_ms", d.dead_retention),
-            dead_max_len: int("dead_max_len").unwrap_or(d.dead_max_len),
+            // below 1 keeps no hash (0), as ack reads it
+            completed_retention: num("completed_retention_ms")
+                .filter(|v| *v >= 1.0)
+                .map_or(Duration::ZERO, |v| Duration::from_millis(whole(v))),
+            dead_retention: ms("dead_retention_ms", d.dead_retention),
+            dead_max_len: not_negative("dead_max_len", d.dead_max_len),
         }
     }
+}
+
+/// The largest ms any script argument or setting takes (10^15).
+const MAXMS: f64 = 1e15;
+
+/// A `meta` field as the scripts' `num()` reads it: Lua 5.1's `tonumber` (C `strtod`,
+/// so surrounding spaces, exponents and `0x` hex are accepted), `None` unless finite.
+pub(crate) fn lua_number(text: &str) -> Option<f64> {
+    let t = text.trim_matches(|c: char| c.is_ascii_whitespace());
+    let (neg, body) = match t.as_bytes().first() {
+        Some(b'-') => (true, &t[1..]),
+        Some(b'+') => (false, &t[1..]),
+        _ => (false, t),
+    };
+    let v = if let Some(hex) = body.strip_prefix("0x").or_else(|| body.strip_prefix("0X")) {
+        u64::from_str_radix(hex, 16).ok()? as f64
+    } else {
+        // Rust also reads "inf" and "nan" as strtod does; both are refused below
+        if body.starts_with(['+', '-']) {
+            return None;
+        }
+        body.parse::<f64>().ok()?
+    };
+    let v = if neg { -v } else { v };
+    v.is_finite().then_some(v)
 }
 
 /// Lua reads the multiplier with `tonumber`: plain decimal, never an exponent.
@@ -140,6 +184,39 @@ mod tests {
             QueueSettings::default()
         );
         assert_eq!(format_multiplier(2.0), "2");
+    }
+
+    #[test]
+    fn meta_fields_are_read_by_the_scripts_rule() {
+        let read = |name: &str, value: &str| {
+            let fields = HashMap::from([(name.to_string(), value.to_string())]);
+            QueueSettings::from_fields(&fields)
+        };
+        let vis = |v: &str| read("visibility_timeout_ms", v).visibility_timeout;
+        assert_eq!(vis("1e3"), Duration::from_secs(1));
+        assert_eq!(vis("0"), Duration::from_secs(30), "0 means the default");
+        assert_eq!(
+            vis("0.5"),
+            Duration::from_secs(30),
+            "below 1 means the default"
+        );
+        assert_eq!(vis(" 1500 "), Duration::from_millis(1500));
+        assert_eq!(vis("2500.9"), Duration::from_millis(2500));
+        assert_eq!(vis("0x10"), Duration::from_millis(16));
+        assert_eq!(vis("nan"), Duration::from_secs(30));
+        assert_eq!(vis("inf"), Duration::from_secs(30));
+        assert_eq!(vis("1e20"), Duration::from_millis(1_000_000_000_000_000));
+        assert_eq!(vis("ten"), Duration::from_secs(30));
+        assert_eq!(read("max_attempts", "0").max_attempts, 1);
+        assert_eq!(read("max_attempts", "2.7").max_attempts, 2);
+        assert_eq!(read("dead_max_len", "-1").dead_max_len, 10_000);
+        assert_eq!(read("dead_max_len", "0").dead_max_len, 0);
+        assert_eq!(
+            read("completed_retention_ms", "0.5").completed_retention,
+            Duration::ZERO
+        );
+        assert_eq!(read("backoff_multiplier", "1e0").backoff_multiplier, 1.0);
+        assert_eq!(read("backoff_multiplier", "-2").backoff_multiplier, 2.0);
     }
 
     #[test]
