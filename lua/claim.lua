@@ -6,8 +6,9 @@
   KEYS[3] P:{T}:delayed      ZSET  id -> run_at
   KEYS[4] P:{T}:dead         ZSET  (not touched)
   KEYS[5] P:{T}:meta         HASH  visibility_timeout_ms (read when ARGV[4] is 0)
-  KEYS[6] P:{T}:stats        HASH  counters claimed, orphans
-  KEYS[7] P:{T}:wake         LIST  (not touched: claim pushes no wake markers)
+  KEYS[6] P:{T}:stats        HASH  counters claimed, orphans, set_aside
+  KEYS[7] P:{T}:wake         LIST  trimmed to the length of pending (claim pushes none)
+  KEYS[8] P:{T}:orphans      ZSET  id -> ms it was set aside (ids whose hash is absent)
 
   ARGV[1]        job-key prefix P:{T}:job:  (job keys are built as ARGV[1]..id)
   ARGV[2]        n, the most jobs to claim, 1..1000
@@ -15,14 +16,23 @@
   ARGV[4]        visibility in ms, 0..10^15 (0 = meta visibility_timeout_ms, default 30000)
   ARGV[5..4+n]   exactly n tokens, one per slot, in slot order
 
-  Returns: an array of up to n jobs, each {id, payload, attempts, token, lease_until}
-           (attempts and lease_until are integers); an empty array when nothing is ready.
+  Returns: {jobs, more}: jobs is an array of up to n jobs, each {id, payload, attempts,
+           token, lease_until} (attempts and lease_until are integers), empty when nothing
+           was claimed; more is the integer 1 when the call stopped at one of its bounds
+           with fewer than n jobs and ready work may be left (call again at once rather
+           than wait for a wake marker), else 0.
 
-  First moves up to 100 due delayed jobs (earliest run_at first) to the back of pending;
-  a due delayed id whose hash is gone or whose status is not `delayed` is dropped from
-  delayed and counted in `orphans`. Then takes ids from the front of pending; an id whose
-  hash is gone or whose status is not `pending` is dropped, counted in `orphans`, and
-  does not use a slot; at most n + 100 ids leave pending per call.
+  First moves up to 100 due delayed jobs (earliest run_at first) to the back of pending.
+  Then takes ids from the front of pending, at most n + 100 ids per call. An id whose
+  job hash is absent (no `status`: during a Cluster slot migration the hash may be on
+  the other node) is set aside: moved to orphans (ZADD NX, scored now), counted in
+  `orphans` and `set_aside`; the reaper puts it back once the hash is there. An id whose
+  status is not the list's (`delayed`, `pending`) is dropped and counted in `orphans`.
+  Neither uses a slot. more = 1 when fewer than n jobs were claimed and either n + 100
+  ids left pending with pending still not empty, or 100 due delayed ids were examined.
+  After a call that took ids from pending, wake is trimmed to as many markers as pending
+  holds ids (LTRIM; a wrong-typed wake key is left as it is), so markers of jobs claimed
+  do not wake idle workers for nothing.
   A failed call leaves every key as it was: a wrong-typed key is found by the first
   command on it, and what the call changed before (the RPOP of pending, the first
   counter) is undone before it fails.
@@ -118,9 +128,6 @@ end
 -- END include/prelude.lua
 
 -- arguments ------------------------------------------------------------------
-if #KEYS ~= 7 then
-  return bad('keys', 'expected the 7 queue keys, got ' .. #KEYS)
-end
 local n = int(ARGV[2], 1, 1000)
 if not n then return bad('n', 'expected an integer 1..1000, got ' .. shown(ARGV[2])) end
 -- n as Redis reads a count: ARGV[2] itself unless written with leading zeros
@@ -134,9 +141,12 @@ local vis = int(ARGV[4], 0, MAXMS)
 if not vis then
   return bad('visibility', 'expected an integer 0..10^15 ms, got ' .. shown(ARGV[4]))
 end
+if #KEYS ~= 8 then
+  return bad('keys', 'expected the 7 queue keys and the orphans key, got ' .. #KEYS)
+end
 
 local K_PENDING, K_PROCESSING, K_DELAYED = KEYS[1], KEYS[2], KEYS[3]
-local K_META, K_STATS = KEYS[5], KEYS[6]
+local K_META, K_STATS, K_WAKE, K_ORPHANS = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local prefix, worker = ARGV[1], ARGV[3]
 
 effects()
@@ -145,6 +155,7 @@ local nowS = S(now)
 
 -- reads (delayed) ------------------------------------------------------------
 local orphans = 0
+local aside = {}           -- ids whose hash is absent: set aside, never forgotten
 
 -- due delayed jobs, earliest first, at most 100 (orphans included)
 local due = redis.pcall('ZRANGEBYSCORE', K_DELAYED, '-inf', nowS, 'LIMIT', '0', '100')
@@ -164,6 +175,7 @@ for i = 1, #due do
     promoSet[id] = true
   else
     orphans = orphans + 1
+    if not h[1] then aside[#aside + 1] = id end
   end
 end
 
@@ -214,6 +226,7 @@ while #cIds < n and popped < budget do
         cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, att, pay or ''
       else
         orphans = orphans + 1
+        if not st then aside[#aside + 1] = id end
       end
     end
   else
@@ -233,6 +246,15 @@ while #cIds < n and popped < budget do
 end
 
 local nc = #cIds
+local more = 0
+if nc < n and ((popped >= budget and redis.call('LLEN', K_PENDING) > 0) or #due == 100) then
+  more = 1
+end
+-- the orphans key is written without having been read: its type is checked first
+if #aside > 0 then
+  e = expect(K_ORPHANS, 'zset')
+  if e then return undo(e) end
+end
 local lease, leaseS = 0, nil
 if nc > 0 then
   if vis == 0 then
@@ -312,6 +334,25 @@ for c = 1, nc do
     'attempts', attS, 'claimed_at', nowS, 'lease_until', leaseS, 'worker', worker)
   out[c] = { cIds[c], cPay[c], att, token, lease }
 end
--- the second counter: stats is known to be a hash by now
+if #aside > 0 then
+  local z = {}
+  for i = 1, #aside do
+    z[2 * i - 1] = nowS
+    z[2 * i] = aside[i]
+  end
+  redis.call('ZADD', K_ORPHANS, 'NX', unpack(z))
+end
+-- the other counters: stats is known to be a hash by now
 if nc > 0 and orphans > 0 then redis.pcall('HINCRBY', K_STATS, 'orphans', S(orphans)) end
-return out
+if #aside > 0 then redis.pcall('HINCRBY', K_STATS, 'set_aside', S(#aside)) end
+-- markers of the jobs just taken must not wake idle workers: keep at most one per id
+-- left in pending (a worker woken by a marker, BLPOP, leaves the others' markers)
+if popped > 0 then
+  local left = redis.call('LLEN', K_PENDING)
+  if left == 0 then
+    redis.pcall('LTRIM', K_WAKE, '1', '0')
+  else
+    redis.pcall('LTRIM', K_WAKE, '0', S(left - 1))
+  end
+end
+return { out, more }

@@ -3,17 +3,19 @@
 
   KEYS[1] P:{T}:pending      LIST  LLEN
   KEYS[2] P:{T}:processing   ZSET  ZCARD, and ZCOUNT of leases past due
-  KEYS[3] P:{T}:delayed      ZSET  ZCARD (due and not yet due)
+  KEYS[3] P:{T}:delayed      ZSET  ZCARD (due and not yet due), and ZCOUNT of due ones
   KEYS[4] P:{T}:dead         ZSET  ZCARD
   KEYS[5] P:{T}:meta         (not touched)
   KEYS[6] P:{T}:stats        HASH  every field
   KEYS[7] P:{T}:wake         (not touched)
+  KEYS[8] P:{T}:orphans      ZSET  ZCARD
 
   ARGV[1]  job-key prefix P:{T}:job: (not used; ARGV may be empty)
 
   Returns: a flat array name, value, ...: pending, processing (every lease, expired ones
-           too), expired (lease_until <= now), delayed, dead, then every field of the
-           stats hash (counters never incremented are absent; h:<b> fields in any
+           too), expired (lease_until <= now), delayed (every delayed job), due (delayed
+           with run_at <= now), dead, orphaned (ids set aside in orphans because their
+           job hash was absent), then every field of the stats hash (counters never incremented are absent; h:<b> fields in any
            order). Every value is an integer.
 ]]
 
@@ -106,11 +108,12 @@ local function clock()
 end
 -- END include/prelude.lua
 
-if #KEYS ~= 7 then
-  return bad('keys', 'expected the 7 queue keys, got ' .. #KEYS)
+if #KEYS ~= 8 then
+  return bad('keys', 'expected the 7 queue keys and the orphans key, got ' .. #KEYS)
 end
 
 local K_PENDING, K_PROCESSING, K_DELAYED, K_DEAD, K_STATS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6]
+local K_ORPHANS = KEYS[8]
 
 local nowS = S(clock())
 
@@ -131,7 +134,11 @@ put('expired', K_PROCESSING, 'zset', 'ZCOUNT', K_PROCESSING, '-inf', nowS)
 if e then return e end
 put('delayed', K_DELAYED, 'zset', 'ZCARD', K_DELAYED)
 if e then return e end
+put('due', K_DELAYED, 'zset', 'ZCOUNT', K_DELAYED, '-inf', nowS)
+if e then return e end
 put('dead', K_DEAD, 'zset', 'ZCARD', K_DEAD)
+if e then return e end
+put('orphaned', K_ORPHANS, 'zset', 'ZCARD', K_ORPHANS)
 if e then return e end
 local h = redis.pcall('HGETALL', K_STATS)
 e = failure(h, K_STATS, 'hash')

@@ -350,6 +350,8 @@ mod tests {
             requeued: 3,
             dead_lettered: 1,
             more: false,
+            promoted: 0,
+            restored: 0,
         };
         metrics.observed(&q, &stats, &reaped);
         metrics.observed(&q, &stats, &reaped);

@@ -637,6 +637,8 @@ mod tests {
             requeued: 1,
             dead_lettered: 0,
             more: false,
+            promoted: 0,
+            restored: 0,
         };
         let s = observed(None, Some(1), &o, t(5));
         assert_eq!(s.last_reap_time, Some(Time(t(5))));

@@ -16,6 +16,10 @@ use super::settings::QueueSettings;
 use super::stats::QueueStats;
 use super::types::*;
 
+/// How many claim calls `Queue::claim` makes at most while each comes back empty with
+/// `more`: each takes 100 or more orphans out of pending.
+const CLAIM_ROUNDS: usize = 10;
+
 /// A handle on one queue. Cheap to clone; clones share the Redis connection.
 #[derive(Clone, Debug)]
 pub struct Queue {
@@ -164,8 +168,26 @@ impl Queue {
         worker: &str,
         visibility: Option<Duration>,
     ) -> Result<Vec<Lease>> {
+        // A reply with no lease but `more` met a run of orphans: each call takes at least
+        // 100 of them out of pending, so a few more calls reach the jobs behind them.
+        for _ in 0..CLAIM_ROUNDS {
+            let claimed = self.claim_batch(n, worker, visibility).await?;
+            if !claimed.leases.is_empty() || !claimed.more {
+                return Ok(claimed.leases);
+            }
+        }
+        Ok(Vec::new())
+    }
+
+    /// One claim call, with its `more` flag (see [`Claimed`]).
+    pub async fn claim_batch(
+        &self,
+        n: usize,
+        worker: &str,
+        visibility: Option<Duration>,
+    ) -> Result<Claimed> {
         check_count("n", n)?;
-        let mut cmd = self.script_cmd(&SCRIPTS.claim, &[]);
+        let mut cmd = self.script_cmd(&SCRIPTS.claim, std::slice::from_ref(&self.keys.orphans));
         cmd.arg(n)
             .arg(worker)
             .arg(visibility.map_or(0, |v| v.as_millis().max(1) as u64));
@@ -173,14 +195,21 @@ impl Queue {
             cmd.arg(new_token());
         }
         let reply = self.run(&SCRIPTS.claim, &cmd).await?;
-        let Value::Array(jobs) = reply else {
-            return Err(self.protocol("claim", format!("{reply:?}")));
+        let (jobs, more) = match reply {
+            Value::Array(reply) => match <[Value; 2]>::try_from(reply) {
+                Ok([Value::Array(jobs), Value::Int(more)]) => (jobs, more == 1),
+                Ok(other) => return Err(self.protocol("claim", format!("{other:?}"))),
+                Err(reply) => return Err(self.protocol("claim", format!("{reply:?}"))),
+            },
+            other => return Err(self.protocol("claim", format!("{other:?}"))),
         };
-        jobs.into_iter()
+        let leases = jobs
+            .into_iter()
             .map(|job| {
                 parse_lease(job).ok_or_else(|| self.protocol("claim", "malformed job entry"))
             })
-            .collect()
+            .collect::<Result<Vec<Lease>>>()?;
+        Ok(Claimed { leases, more })
     }
 
     /// Claim one job, if one is ready.
@@ -277,14 +306,16 @@ impl Queue {
     /// One reaper pass over at most `batch` expired leases.
     pub async fn reap(&self, batch: usize) -> Result<ReapOutcome> {
         check_count("batch", batch)?;
-        let mut cmd = self.script_cmd(&SCRIPTS.reap, &[]);
+        let mut cmd = self.script_cmd(&SCRIPTS.reap, std::slice::from_ref(&self.keys.orphans));
         cmd.arg(batch);
         let reply = self.run(&SCRIPTS.reap, &cmd).await?;
         match int_array(&reply).as_deref() {
-            Some(&[requeued, dead_lettered, more]) => Ok(ReapOutcome {
+            Some(&[requeued, dead_lettered, more, promoted, restored]) => Ok(ReapOutcome {
                 requeued: requeued.max(0) as u64,
                 dead_lettered: dead_lettered.max(0) as u64,
                 more: more == 1,
+                promoted: promoted.max(0) as u64,
+                restored: restored.max(0) as u64,
             }),
             _ => Err(self.protocol("reap", format!("{reply:?}"))),
         }
@@ -305,7 +336,7 @@ impl Queue {
 
     /// Counts and counters in one round trip.
     pub async fn stats(&self) -> Result<QueueStats> {
-        let cmd = self.script_cmd(&SCRIPTS.stats, &[]);
+        let cmd = self.script_cmd(&SCRIPTS.stats, std::slice::from_ref(&self.keys.orphans));
         let reply = self.run(&SCRIPTS.stats, &cmd).await?;
         self.parse_stats(&reply)
     }
@@ -336,6 +367,16 @@ impl Queue {
     /// Delete dead jobs with their hashes. Returns how many were deleted.
     pub async fn purge(&self, selection: &Selection) -> Result<u64> {
         self.dead_op(&SCRIPTS.purge, selection).await
+    }
+
+    /// Forget, on purpose, up to `n` set-aside ids (longest set aside first) whose job
+    /// hash is still absent; ids whose hash is back are left for the reaper. Returns how
+    /// many were forgotten (`purge --orphans`).
+    pub async fn purge_orphans(&self, n: usize) -> Result<u64> {
+        check_count("n", n)?;
+        let mut cmd = self.script_cmd(&SCRIPTS.purge, std::slice::from_ref(&self.keys.orphans));
+        cmd.arg("orphans").arg(n);
+        self.count_reply(&SCRIPTS.purge, &cmd).await
     }
 
     async fn dead_op(&self, script: &Script, selection: &Selection) -> Result<u64> {
@@ -402,10 +443,11 @@ impl Queue {
         Ok(QueueSettings::from_fields(&fields))
     }
 
-    /// Check that each of the seven queue keys is absent or of its protocol type.
+    /// Check that each of the queue's keys (the seven and `orphans`) is absent or of its
+    /// protocol type.
     pub async fn check_key_types(&self) -> Result<()> {
         let mut pipe = redis::pipe();
-        for key in self.keys.queue_keys() {
+        for key in self.keys.all_keys() {
             pipe.cmd("TYPE").arg(key);
         }
         let mut conn = self.redis.clone();
@@ -417,8 +459,10 @@ impl Queue {
     }
 
     fn check_types(&self, types: &[String]) -> Result<()> {
-        let expected = ["list", "zset", "zset", "zset", "hash", "hash", "list"];
-        for ((key, want), got) in self.keys.queue_keys().iter().zip(expected).zip(types) {
+        let expected = [
+            "list", "zset", "zset", "zset", "hash", "hash", "list", "zset",
+        ];
+        for ((key, want), got) in self.keys.all_keys().iter().zip(expected).zip(types) {
             if got != "none" && got != want {
                 return Err(Error::WrongType {
                     queue: self.keys.name.clone(),
@@ -448,7 +492,7 @@ impl Queue {
         check_count("batch", batch)?;
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        for key in self.keys.queue_keys() {
+        for key in self.keys.all_keys() {
             pipe.cmd("TYPE").arg(key);
         }
         pipe.cmd("HGETALL").arg(&self.keys.meta);
@@ -458,7 +502,7 @@ impl Queue {
             .arg(0)
             .arg("WITHSCORES");
         pipe.cmd("TIME");
-        pipe.add_command(self.script_cmd(&SCRIPTS.stats, &[]));
+        pipe.add_command(self.script_cmd(&SCRIPTS.stats, std::slice::from_ref(&self.keys.orphans)));
         let mut conn = self.redis.clone();
         let replies: Vec<Value> = pipe
             .query_async(&mut conn)
@@ -473,8 +517,8 @@ impl Queue {
                 None => Err(self.protocol("maintain", "fewer replies than commands")),
             }
         };
-        let mut types = Vec::with_capacity(7);
-        for _ in 0..7 {
+        let mut types = Vec::with_capacity(8);
+        for _ in 0..8 {
             let v = next("TYPE")?;
             types.push(as_str(&v).unwrap_or_default().to_string());
         }
@@ -676,15 +720,18 @@ fn meta_holds(meta: &HashMap<String, String>, settings: &QueueSettings) -> bool 
 }
 
 /// Whether a reap call would change anything, judged from what one round trip saw: an
-/// expired lease, a dead set over `dead_max_len`, or a dead job older than
-/// `dead_retention` (the same tests reap makes; `settings` are the ones `meta` holds).
+/// expired lease, a due delayed job, a set-aside id (to look at again), a dead set over
+/// `dead_max_len`, or a dead job older than `dead_retention` (the same tests reap makes;
+/// `settings` are the ones `meta` holds).
 pub fn reap_due(
     stats: &QueueStats,
     settings: &QueueSettings,
     oldest_dead_ms: Option<i64>,
     now_ms: i64,
 ) -> bool {
-    if stats.expired > 0 {
+    // due delayed jobs must run even when no worker claims; set-aside ids are looked at
+    // again each pass
+    if stats.expired > 0 || stats.due > 0 || stats.orphaned > 0 {
         return true;
     }
     if settings.dead_max_len > 0 && stats.dead > settings.dead_max_len {

@@ -20,6 +20,9 @@ pub struct QueueKeys {
     pub meta: String,
     pub stats: String,
     pub wake: String,
+    /// Ids set aside because their job hash was absent (a Cluster slot migration): KEYS[8]
+    /// of claim, reap, stats and purge's `orphans` form.
+    pub orphans: String,
     /// `PREFIX:{tag}:job:`, ARGV[1] of every script.
     pub job_prefix: String,
 }
@@ -39,6 +42,7 @@ impl QueueKeys {
             meta: key("meta"),
             stats: key("stats"),
             wake: key("wake"),
+            orphans: key("orphans"),
             job_prefix: key("job:"),
             name,
         })
@@ -55,6 +59,12 @@ impl QueueKeys {
             &self.stats,
             &self.wake,
         ]
+    }
+
+    /// The seven queue keys and `orphans`: every key of the queue but the job hashes.
+    pub fn all_keys(&self) -> [&str; 8] {
+        let [a, b, c, d, e, f, g] = self.queue_keys();
+        [a, b, c, d, e, f, g, &self.orphans]
     }
 
     /// The hash of job `id`.
@@ -115,9 +125,10 @@ mod tests {
         assert_eq!(keys.name, "jq:{emails}");
         assert_eq!(keys.pending, "jq:{emails}:pending");
         assert_eq!(keys.wake, "jq:{emails}:wake");
+        assert_eq!(keys.orphans, "jq:{emails}:orphans");
         assert_eq!(keys.job("42"), "jq:{emails}:job:42");
         assert_eq!(keys.job_prefix, "jq:{emails}:job:");
-        for key in keys.queue_keys() {
+        for key in keys.all_keys() {
             assert!(key.starts_with("jq:{emails}:"), "{key}");
         }
     }

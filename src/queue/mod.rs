@@ -30,8 +30,8 @@ pub use scripts::{SCRIPTS, Script, Scripts};
 pub use settings::QueueSettings;
 pub use stats::{Histogram, QueueStats};
 pub use types::{
-    Backoff, Enqueued, FailMode, FailOutcome, JobInfo, JobStatus, Lease, LeaseRef, Maintenance,
-    NewJob, ReapOutcome, Selection, new_job_id, new_token,
+    Backoff, Claimed, Enqueued, FailMode, FailOutcome, JobInfo, JobStatus, Lease, LeaseRef,
+    Maintenance, NewJob, ReapOutcome, Selection, new_job_id, new_token,
 };
 
 /// The most items one script call takes (the protocol's bound on every count).

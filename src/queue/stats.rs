@@ -53,8 +53,15 @@ pub struct QueueStats {
     pub processing: u64,
     /// Leases past due, not yet reaped.
     pub expired: u64,
+    /// Every delayed job, due or not.
     pub delayed: u64,
+    /// Delayed jobs whose time has come, not yet promoted: work to do now, even with no
+    /// worker running (the reaper promotes them).
+    pub due: u64,
     pub dead: u64,
+    /// Ids set aside because their job hash was absent (a Cluster slot migration); the
+    /// reaper puts each back once its hash is there again.
+    pub orphaned: u64,
     pub enqueued: u64,
     pub claimed: u64,
     pub acked: u64,
@@ -66,7 +73,16 @@ pub struct QueueStats {
     pub stale: u64,
     pub redriven: u64,
     pub purged: u64,
+    /// Ids found in a list whose job hash was absent or disagreed (set aside or dropped).
     pub orphans: u64,
+    /// Of `orphans`, the ids set aside instead of dropped (their hash was absent).
+    pub set_aside: u64,
+    /// Set-aside ids put back, their hash being there again.
+    pub restored: u64,
+    /// Set-aside ids forgotten on purpose (`purge` of orphans).
+    pub orphans_purged: u64,
+    /// Due delayed jobs the reaper moved to pending.
+    pub promoted: u64,
     pub histogram: Histogram,
 }
 
@@ -82,7 +98,9 @@ impl QueueStats {
                 "processing" => s.processing = v,
                 "expired" => s.expired = v,
                 "delayed" => s.delayed = v,
+                "due" => s.due = v,
                 "dead" => s.dead = v,
+                "orphaned" => s.orphaned = v,
                 "enqueued" => s.enqueued = v,
                 "claimed" => s.claimed = v,
                 "acked" => s.acked = v,
@@ -95,6 +113,10 @@ impl QueueStats {
                 "redriven" => s.redriven = v,
                 "purged" => s.purged = v,
                 "orphans" => s.orphans = v,
+                "set_aside" => s.set_aside = v,
+                "restored" => s.restored = v,
+                "orphans_purged" => s.orphans_purged = v,
+                "promoted" => s.promoted = v,
                 other => {
                     if let Some(b) = other.strip_prefix("h:").and_then(|b| b.parse::<u32>().ok()) {
                         *s.histogram.buckets.entry(b).or_default() += v;

@@ -138,19 +138,35 @@ pub enum FailOutcome {
     Stale,
 }
 
+/// One `claim` call's reply.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Claimed {
+    pub leases: Vec<Lease>,
+    /// The call stopped at one of its bounds (a run of orphans in front of the jobs, or
+    /// 100 due delayed jobs) with fewer leases than asked: claim again at once instead of
+    /// waiting for a wake marker.
+    pub more: bool,
+}
+
 /// One `reap` call's work.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReapOutcome {
     pub requeued: u64,
     pub dead_lettered: u64,
-    /// Expired leases remain.
+    /// Expired leases or due delayed jobs remain.
     pub more: bool,
+    /// Due delayed jobs moved to pending (so they run even when no worker claims).
+    pub promoted: u64,
+    /// Set-aside ids put back where their status says, their job hash being there again.
+    pub restored: u64,
 }
 
 impl std::ops::AddAssign for ReapOutcome {
     fn add_assign(&mut self, other: ReapOutcome) {
         self.requeued += other.requeued;
         self.dead_lettered += other.dead_lettered;
+        self.promoted += other.promoted;
+        self.restored += other.restored;
         self.more = other.more;
     }
 }
