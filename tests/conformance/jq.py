@@ -67,6 +67,7 @@ class Q:
         self.K = [self.p + x for x in ['pending', 'processing', 'delayed', 'dead', 'meta', 'stats', 'wake']]
         (self.pending, self.processing, self.delayed, self.dead, self.meta, self.stats_key, self.wake) = self.K
         self.jp = self.p + 'job:'
+        self.orphans = self.p + 'orphans'
     def jk(self, id):
         if isinstance(id, bytes): return self.jp.encode() + id
         return self.jp + id
@@ -78,9 +79,14 @@ class Q:
         for j in jobs:
             args += list(j)
         return self.ev('enqueue', [self.jk(j[0]) for j in jobs], len(jobs), *args)
-    def claim(self, n, worker='w1', vis=0, tokens=None):
+    def claim_reply(self, n, worker='w1', vis=0, tokens=None):
+        """The whole reply: [jobs, more]."""
         if tokens is None: tokens = [os.urandom(16).hex() for _ in range(n)]
-        return self.ev('claim', [], n, worker, vis, *tokens)
+        return self.ev('claim', [self.orphans], n, worker, vis, *tokens)
+    def claim(self, n, worker='w1', vis=0, tokens=None):
+        """The jobs of the reply."""
+        jobs, more = self.claim_reply(n, worker, vis, tokens)
+        return jobs
     def ack(self, pairs):
         args = []
         for p in pairs: args += list(p)
@@ -91,10 +97,14 @@ class Q:
         return self.ev('extend', [self.jk(p[0]) for p in pairs], ms, len(pairs), *args)
     def fail(self, id, token, err='boom', mode='retry', backoff=-1):
         return self.ev('fail', [self.jk(id)], id, token, err, mode, backoff)
+    def reap_reply(self, batch=100):
+        """The whole reply: [requeued, dead_lettered, more, promoted, restored]."""
+        return self.ev('reap', [self.orphans], batch)
     def reap(self, batch=100):
-        return self.ev('reap', [], batch)
+        """The first three: [requeued, dead_lettered, more]."""
+        return self.reap_reply(batch)[:3]
     def stats(self):
-        a = self.ev('stats', [])
+        a = self.ev('stats', [self.orphans])
         return {a[i].decode(): a[i + 1] for i in range(0, len(a), 2)}
     def redrive_ids(self, ids):
         return self.ev('redrive', [self.jk(i) for i in ids], 'ids', *ids)
@@ -104,6 +114,8 @@ class Q:
         return self.ev('purge', [self.jk(i) for i in ids], 'ids', *ids)
     def purge_oldest(self, n):
         return self.ev('purge', [], 'oldest', n)
+    def purge_orphans(self, n):
+        return self.ev('purge', [self.orphans], 'orphans', n)
     def job(self, id):
         return {k.decode(): v for k, v in r.hgetall(self.jk(id)).items()}
     def snapshot(self):

@@ -36,7 +36,7 @@ def fifo_and_batch():
     assert q.claim(3) == []
     st = q.stats()
     assert st['enqueued'] == 4 and st['claimed'] == 4 and st['processing'] == 4, st
-    assert r.llen(q.wake) == 4
+    assert r.llen(q.wake) == 0  # claims trim wake to the length of pending
 
 @test
 def claim_shape_and_fields():
@@ -313,7 +313,7 @@ def reap_rules():
     assert q3.stats()['orphans'] == 2
     # nothing to reap: no stats field appears
     q4 = fresh('reap4')
-    assert q4.reap(10) == [0, 0, 0] and q4.stats() == {'pending': 0, 'processing': 0, 'expired': 0, 'delayed': 0, 'dead': 0}
+    assert q4.reap(10) == [0, 0, 0] and q4.stats() == {'pending': 0, 'processing': 0, 'expired': 0, 'delayed': 0, 'due': 0, 'dead': 0, 'orphaned': 0}
     assert q4.snapshot() == {}
 
 def make_dead(q, ids, err='e'):
@@ -470,16 +470,16 @@ def stats_shape():
     q = fresh('stats')
     q.enqueue([('a', 'p', 0), ('b', 'p', 0), ('c', 'p', 100000)])
     q.claim(1, vis=1); wait_ms(5); q.claim(1, vis=100000)
-    a = q.ev('stats', [])
-    assert [x for x in a[0:10:2]] == [b'pending', b'processing', b'expired', b'delayed', b'dead']
+    a = q.ev('stats', [q.orphans])
+    assert [x for x in a[0:14:2]] == [b'pending', b'processing', b'expired', b'delayed', b'due', b'dead', b'orphaned']
     assert all(isinstance(v, int) for v in a[1::2])
     st = q.stats()
-    assert st == {'pending': 0, 'processing': 2, 'expired': 1, 'delayed': 1, 'dead': 0, 'enqueued': 3, 'claimed': 2}, st
+    assert st == {'pending': 0, 'processing': 2, 'expired': 1, 'delayed': 1, 'due': 0, 'dead': 0, 'orphaned': 0, 'enqueued': 3, 'claimed': 2}, st
     # stats with no ARGV works
-    a2 = r.evalsha(SHAS['stats'], 7, *q.K)
+    a2 = r.evalsha(SHAS['stats'], 8, *q.K, q.orphans)
     assert a2[:2] == [b'pending', 0]
 
-KEY_TYPES = {0: 'list', 1: 'zset', 2: 'zset', 3: 'zset', 4: 'hash', 5: 'hash', 6: 'list'}
+KEY_TYPES = {0: 'list', 1: 'zset', 2: 'zset', 3: 'zset', 4: 'hash', 5: 'hash', 6: 'list', 7: 'zset'}
 
 def set_wrong(key, want):
     r.delete(key)
@@ -509,8 +509,8 @@ def wrong_types():
         ('fail now', lambda q, t: q.fail('a', t['a'], 'e', 'retry', 0), [0, 1, 4, 5, 6]),
         ('fail dead', lambda q, t: q.fail('a', t['a'], 'e', 'dead', 0), [1, 3, 5]),
         ('fail stale', lambda q, t: q.fail('a', 'bad'), [5]),
-        ('reap', lambda q, t: q.ev('reap', [], 10), [0, 1, 3, 4, 5, 6]),
-        ('stats', lambda q, t: q.ev('stats', []), [0, 1, 2, 3, 5]),
+        ('reap', lambda q, t: q.ev('reap', [q.orphans], 10), [0, 1, 2, 3, 4, 5, 6, 7]),
+        ('stats', lambda q, t: q.ev('stats', [q.orphans]), [0, 1, 2, 3, 5, 7]),
         ('redrive ids', lambda q, t: q.redrive_ids(['x']), [0, 3, 5, 6]),
         ('redrive oldest', lambda q, t: q.redrive_oldest(1), [0, 3, 5, 6]),
         ('purge ids', lambda q, t: q.purge_ids(['x']), [3, 5]),
@@ -525,10 +525,11 @@ def wrong_types():
                 r.hset(q.jk('a'), mapping={'attempts': 5, 'lease_until': 1})
                 r.hset(q.jk('b'), mapping={'lease_until': 1})
                 r.zadd(q.processing, {'a': 1, 'b': 1})
-            set_wrong(q.K[i], KEY_TYPES[i])
+            key = (q.K + [q.orphans])[i]
+            set_wrong(key, KEY_TYPES[i])
             snap = q.snapshot()
             m = err_of(lambda: fn(q, t))
-            assert q.K[i] in m and 'wrong type' in m and KEY_TYPES[i] in m, (name, i, m)
+            assert key in m and 'wrong type' in m and KEY_TYPES[i] in m, (name, i, m)
             assert q.snapshot() == snap, (name, i)
             # untouched keys don't matter
         # job key wrong type
@@ -654,7 +655,76 @@ def leading_zero_and_minus_zero():
     q = fresh('zero')
     assert q.enqueue([('a', 'p', '-0'), ('b', 'p', '000')]) == [1, 1]
     assert r.llen(q.pending) == 2
-    assert len(q.ev('claim', [], '01', 'w', '00', 'tok')) == 1
+    assert len(q.ev('claim', [q.orphans], '01', 'w', '00', 'tok')[0]) == 1
+
+@test
+def orphans_set_aside_and_restored():
+    q = fresh('orph')
+    q.enqueue([('a', 'p', 0), ('b', 'p', 0), ('l', 'p', 0), ('d', 'p', 1)])
+    r.rename(q.jk('a'), 'away:a')               # a slot migration: the hash is elsewhere
+    jobs, more = q.claim_reply(1)
+    assert [j[0] for j in jobs] == [b'b'] and more == 0
+    assert r.zrange(q.orphans, 0, -1) == [b'a']  # set aside, scored when
+    st = q.stats(); assert st['orphaned'] == 1 and st['set_aside'] == 1 and st['orphans'] == 1, st
+    assert q.claim(1, vis=1)[0][0] == b'l'
+    r.rename(q.jk('l'), 'away:l'); wait_ms(5)
+    assert q.reap_reply() [:3] == [0, 0, 0]     # the expired lease of l: hash absent, set aside
+    assert r.zcard(q.processing) == 1 and r.zscore(q.orphans, 'l') is not None
+    assert q.reap_reply()[4] == 0               # still absent: they stay
+    r.rename('away:a', q.jk('a')); r.rename('away:l', q.jk('l'))
+    res = q.reap_reply()
+    assert res[4] == 2 and r.zcard(q.orphans) == 0, res
+    assert r.lrange(q.pending, -1, -1) == [b'a']          # pending: the front
+    assert r.zscore(q.processing, 'l') == float(q.job('l')['lease_until'])
+    st = q.stats(); assert st['restored'] == 2 and st['orphaned'] == 0, st
+    # purge's orphans form forgets only ids whose hash is still absent
+    q.enqueue([('g', 'p', 0), ('h', 'p', 0)])
+    r.delete(q.jk('g')); r.rename(q.jk('h'), 'away:h')
+    r.delete(q.pending); q.enqueue([('x', 'p', 0)]); r.lpush(q.pending, 'g', 'h')
+    q.claim(3)
+    assert sorted(r.zrange(q.orphans, 0, -1)) == [b'g', b'h']
+    r.rename('away:h', q.jk('h'))
+    assert q.purge_orphans(10) == 1 and r.zrange(q.orphans, 0, -1) == [b'h']
+    assert q.stats()['orphans_purged'] == 1
+
+@test
+def reap_promotes_due_delayed():
+    q = fresh('due')
+    q.enqueue([('a', 'p', 1), ('b', 'p', 100000)])
+    wait_ms(5)
+    st = q.stats(); assert st['delayed'] == 2 and st['due'] == 1, st
+    r.delete(q.wake)
+    res = q.reap_reply()
+    assert res == [0, 0, 0, 1, 0], res
+    assert r.lrange(q.pending, 0, -1) == [b'a'] and q.job('a')['status'] == b'pending'
+    assert r.llen(q.wake) == 1 and r.zrange(q.delayed, 0, -1) == [b'b']
+    st = q.stats(); assert st['due'] == 0 and st['promoted'] == 1, st
+    # more while due delayed jobs remain beyond the batch
+    q.enqueue([('c', 'p', 1), ('d', 'p', 1)]); wait_ms(5)
+    assert q.reap_reply(1) == [0, 0, 1, 1, 0]
+    assert q.reap_reply(1) == [0, 0, 0, 1, 0]
+
+@test
+def claim_trims_wake():
+    q = fresh('wk')
+    q.enqueue([(f'j{i}', 'p', 0) for i in range(5)])
+    assert r.llen(q.wake) == 5
+    q.claim(3); assert r.llen(q.wake) == 2
+    r.lpop(q.wake)                             # a worker woken by a marker
+    q.claim(1); assert r.llen(q.wake) == 1     # the other pending job keeps its marker
+    q.claim(5); assert r.llen(q.wake) == 0
+
+@test
+def claim_says_more():
+    q = fresh('more')
+    q.enqueue([(f'o{i}', 'p', 0) for i in range(150)] + [('real', 'p', 0)])
+    for i in range(150): r.hset(q.jk(f'o{i}'), 'status', 'done')
+    jobs, more = q.claim_reply(1)
+    assert jobs == [] and more == 1             # 101 ids examined, pending not empty
+    jobs, more = q.claim_reply(1)
+    assert [j[0] for j in jobs] == [b'real'] and more == 0
+    jobs, more = q.claim_reply(1)
+    assert jobs == [] and more == 0
 
 def main():
     failed = 0
