@@ -30,8 +30,8 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
-use super::endpoints::Endpoint;
 use super::metrics::QueueLabels;
+use super::redis_pool::Endpoint;
 use super::scaling::{self, Backlog, Decision, ScalePolicy, TargetRef, TargetState};
 use super::status::{self, Failure, Observation, reasons};
 use super::validate::{self, EndpointPlan, QueuePlan, UrlSource};
@@ -87,10 +87,10 @@ pub async fn reconcile(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
         Ok(obs) => {
             let scaling = match &plan.workers {
                 Some(policy) => {
-                    Some(scale_workers(&ctx, &ns, &labels, policy, &obs.stats, now).await)
+                    Some(scale_workers(&ctx, &jq, &ns, &labels, policy, &obs.stats, now).await)
                 }
                 None => {
-                    ctx.forget_recommendations(&labels);
+                    ctx.forget_recommendations(&jq);
                     None
                 }
             };
@@ -160,6 +160,7 @@ pub async fn reconcile(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
 /// never an error: the reconcile goes on.
 async fn scale_workers(
     ctx: &Context,
+    jq: &JobQueue,
     ns: &str,
     labels: &QueueLabels,
     policy: &ScalePolicy,
@@ -198,7 +199,7 @@ async fn scale_workers(
         pending: stats.pending,
         processing: stats.processing,
     };
-    let decision = ctx.with_recommendations(labels, |history| {
+    let decision = ctx.with_recommendations(jq, |history| {
         scaling::decide(policy, backlog, state, history, now)
     });
     let Some(to) = decision.patch() else {
@@ -393,7 +394,7 @@ fn truncate_note(mut note: String) -> String {
 async fn observe(ctx: &Context, ns: &str, plan: &QueuePlan) -> Result<Observation, Failure> {
     let endpoint = resolve_endpoint(ctx, ns, &plan.endpoint).await?;
     let redis = ctx
-        .endpoints
+        .redis_pool
         .get(&endpoint)
         .await
         .map_err(|e| classify(&e))?;
