@@ -1,11 +1,15 @@
 //! The operator: a kube-runtime `Controller` over `JobQueue`.
 //!
-//! Each reconcile reads (the spec, its Secrets, then the queue in Redis and the worker
-//! workload's scale), decides with pure functions ([`validate`], [`scaling`], [`status`])
-//! and writes (the scale and the status, only when they change; Events when something
-//! needs a person). See [`reconcile`] for the pipeline
-//! and [`operator`] for the process around it: leader election, the HTTP endpoints and
-//! shutdown.
+//! Each reconcile reads (the spec; its Secrets and the worker workload's scale,
+//! [`cluster_reads`]; the queue in Redis through the [`redis_pool`]), decides with pure
+//! functions ([`validate`], [`scaling`], [`status`], [`events`], [`failures`]) and
+//! writes (the scale and the status, only when they change; Events when something
+//! needs a person). See [`reconcile`] for the pipeline and [`operator`] for the process
+//! around it: leader election, the HTTP endpoints and shutdown.
+//!
+//! What outlives one reconcile sits in the [`Context`]: the shared clients, the metrics,
+//! and one state per queue (its failures, for the backoff, and its recent scale
+//! recommendations), forgotten as a whole when the queue goes away.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -20,6 +24,9 @@ use tracing::warn;
 use crate::crd::JobQueue;
 use metrics::QueueLabels;
 
+pub mod cluster_reads;
+pub mod events;
+pub mod failures;
 pub mod http;
 pub mod metrics;
 pub mod operator;
