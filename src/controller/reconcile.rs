@@ -4,7 +4,8 @@
 //! 1. **validate** the spec into a plan ([`validate::plan`], pure). An invalid spec is
 //!    reported as `Ready=False, reason InvalidSpec` and waits for the next spec change;
 //! 2. **read** the Secrets the plan names ([`cluster_reads::resolve_endpoint`]) and
-//!    connect (one client per endpoint, shared: [`RedisPool`](super::redis_pool::RedisPool));
+//!    connect (one client per endpoint, shared:
+//!    [`RedisPool`](super::redis_pool::RedisPool));
 //! 3. **Redis upkeep**: check the queue's keys' types, write its settings into `meta`,
 //!    reap expired leases within a budget, read its stats: one round trip when `meta`
 //!    is current and nothing has expired ([`Queue::maintain`]);
@@ -17,9 +18,9 @@
 //!    Events; requeue after `reaper.interval`.
 //!
 //! A failure in 2 or 3 becomes a condition with a reason and a message
-//! ([`failures`](super::failures), never a secret), a Warning Event, and a backoff for this queue alone.
-//! A failure in 4 (a missing target, an HPA on it, a refused patch) is the `Scaling`
-//! condition's reason: the rest of the reconcile goes on.
+//! ([`failures`](super::failures), never a secret), a Warning Event, and a backoff for
+//! this queue alone. A failure in 4 (a missing target, an HPA on it, a refused patch)
+//! is the `Scaling` condition's reason: the rest of the reconcile goes on.
 
 use std::sync::Arc;
 
