@@ -4,8 +4,8 @@
 //! [`cluster_reads`]; the queue in Redis through the [`redis_pool`]), decides with pure
 //! functions ([`validate`], [`scaling`], [`status`], [`events`], [`failures`]) and
 //! writes (the scale and the status, only when they change; Events when something
-//! needs a person). See [`reconcile`] for the pipeline and [`operator`] for the process
-//! around it: leader election, the HTTP endpoints and shutdown.
+//! needs a person). See [`reconcile`](mod@reconcile) for the pipeline and [`operator`]
+//! for the process around it: leader election, the HTTP endpoints and shutdown.
 //!
 //! What outlives one reconcile sits in the [`Context`]: the shared clients, the metrics,
 //! and one state per queue (its failures, for the backoff, and its recent scale
