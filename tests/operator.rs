@@ -399,7 +399,7 @@ async fn queues_on_one_endpoint_share_a_client() {
     r.unwrap();
     let (r, _, _) = reconcile_expecting(&b, &ctx, verifier, vec![status_patch(&b)]).await;
     r.unwrap();
-    assert_eq!(ctx.endpoints.len(), 1);
+    assert_eq!(ctx.redis_pool.len(), 1);
 }
 
 #[tokio::test]
