@@ -6,9 +6,11 @@
 //! - [`crd`]: the `JobQueue` custom resource.
 //! - [`controller`]: the operator that reaps queues and publishes their status.
 //! - [`cli`]: the `jobqueue` command line.
+//! - [`duration`]: how durations are typed and printed, everywhere.
 
 pub mod cli;
 pub mod controller;
 pub mod crd;
+pub mod duration;
 pub mod queue;
 pub mod worker;

@@ -18,7 +18,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::common::{Interrupted, shutdown_signal};
 use super::demo_worker::DemoJob;
-use super::format::{format_duration, format_latency, parse_duration};
+use super::format::format_latency;
+use crate::duration;
 use crate::queue::{ConnectOptions, NewJob, Queue, QueueSettings, QueueStats, Redis};
 
 pub const EXAMPLES: &str = "\
@@ -54,13 +55,13 @@ pub struct DemoArgs {
     pub workers: u16,
     /// SIGKILL a busy worker about this often (randomised ±50%) and start a replacement;
     /// 0: never.
-    #[arg(long, default_value = "700ms", value_parser = parse_duration)]
+    #[arg(long, default_value = "700ms", value_parser = duration::parse)]
     pub kill_every: Duration,
     /// The workers' lease length: how long a killed worker's job waits for the reaper.
-    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, default_value = "2s", value_parser = duration::parse)]
     pub visibility: Duration,
     /// Give up (exit 1) if the jobs are not all done or dead by then.
-    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    #[arg(long, default_value = "2m", value_parser = duration::parse)]
     pub timeout: Duration,
 }
 
@@ -142,13 +143,13 @@ async fn demo(
     } else {
         println!(
             "  about every {} a busy worker is SIGKILLed mid-job and replaced",
-            format_duration(args.kill_every)
+            duration::format(args.kill_every)
         );
     }
     println!(
         "  leases last {}: the reaper (every {}) puts the jobs of dead workers back",
-        format_duration(args.visibility),
-        format_duration(reap_every)
+        duration::format(args.visibility),
+        duration::format(reap_every)
     );
     println!();
 
@@ -242,7 +243,7 @@ async fn demo(
             println!();
             bail!(
                 "the demo did not finish within {}: {} pending, {} processing, {} delayed",
-                format_duration(args.timeout),
+                duration::format(args.timeout),
                 stats.pending,
                 stats.processing,
                 stats.delayed
@@ -562,7 +563,7 @@ impl Fleet {
         let log = std::fs::File::create(self.dir.join(format!("{name}.log")))?;
         let mut child = Command::new(exe)
             .args(["demo-worker", "--redis", url, "--tag", TAG, "--name", &name])
-            .args(["--visibility", &format_duration(visibility)])
+            .args(["--visibility", &format!("{}ms", visibility.as_millis())])
             .env_remove("RUST_LOG")
             .stdin(Stdio::piped())
             .stdout(Stdio::null())

@@ -9,7 +9,8 @@ use clap::Args;
 
 use super::ConnectArgs;
 use super::common::{open, shutdown_signal};
-use super::format::{format_duration, format_epoch_ms, parse_duration};
+use super::format::format_epoch_ms;
+use crate::duration;
 use crate::queue::{Queue, ReapOutcome};
 
 pub const EXAMPLES: &str = "\
@@ -26,7 +27,7 @@ pub struct ReapArgs {
     #[command(flatten)]
     pub connect: ConnectArgs,
     /// Keep reaping at this interval until Ctrl-C or SIGTERM.
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = duration::parse)]
     pub every: Option<Duration>,
     /// Expired leases handled per script call (1 to 1000).
     #[arg(long, default_value_t = 250,
@@ -48,7 +49,7 @@ pub async fn run(args: ReapArgs) -> anyhow::Result<()> {
     println!(
         "reaping {} every {} (Ctrl-C or SIGTERM to stop)",
         queue.name(),
-        format_duration(every)
+        duration::format(every)
     );
     let stop = shutdown_signal();
     tokio::pin!(stop);

@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::ConnectArgs;
 use super::common::{open, shutdown_signal};
-use super::format::{format_latency, parse_duration};
+use super::format::format_latency;
 use crate::queue::{Queue, QueueStats};
 
 pub const EXAMPLES: &str = "\
@@ -23,7 +23,7 @@ pub struct StatsArgs {
     pub connect: ConnectArgs,
     /// Refresh in place every interval (default 2s) until Ctrl-C.
     #[arg(long, value_name = "INTERVAL", num_args = 0..=1, default_missing_value = "2s",
-          value_parser = parse_duration)]
+          value_parser = crate::duration::parse)]
     pub watch: Option<Duration>,
     /// Print JSON (with --watch: one object per line).
     #[arg(long)]
@@ -61,7 +61,7 @@ pub async fn run(args: StatsArgs) -> anyhow::Result<()> {
             writeln!(
                 out,
                 "every {}  (Ctrl-C to stop)",
-                super::format::format_duration(every)
+                crate::duration::format(every)
             )?;
         }
         write!(out, "{text}")?;

@@ -47,11 +47,11 @@ pub struct WorkerArgs {
     pub concurrency: u16,
 
     /// Lease length (e.g. `30s`, `500ms`, `2m`) instead of the queue's visibility timeout.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = crate::duration::parse)]
     pub visibility: Option<Duration>,
 
     /// How long shutdown waits for running commands before killing them.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::duration::parse)]
     pub shutdown_timeout: Duration,
 
     /// The name recorded in each job's `worker` field [default: hostname-pid].
@@ -75,49 +75,6 @@ pub struct WorkerArgs {
         allow_hyphen_values = true
     )]
     pub exec: Vec<String>,
-}
-
-/// `500ms`, `30s`, `5m`, `1h`, or combinations such as `1m30s`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    if text.is_empty() {
-        return Err("empty duration (write e.g. 30s, 500ms or 2m)".into());
-    }
-    let mut total = Duration::ZERO;
-    let mut rest = text;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        if digits == 0 {
-            return Err(format!(
-                "{text:?} is not a duration (write e.g. 30s, 500ms or 2m)"
-            ));
-        }
-        let n: u64 = rest[..digits]
-            .parse()
-            .map_err(|_| format!("{text:?}: number too large"))?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let unit = &rest[..unit_len];
-        rest = &rest[unit_len..];
-        let part = match unit {
-            "ms" => Duration::from_millis(n),
-            "s" => Duration::from_secs(n),
-            "m" => Duration::from_secs(n.saturating_mul(60)),
-            "h" => Duration::from_secs(n.saturating_mul(3600)),
-            "" => return Err(format!("{text:?} needs a unit: ms, s, m or h")),
-            other => {
-                return Err(format!(
-                    "{text:?}: unknown unit {other:?} (use ms, s, m or h)"
-                ));
-            }
-        };
-        total = total.saturating_add(part);
-    }
-    Ok(total)
 }
 
 fn init_logging() {
@@ -170,26 +127,4 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         })
         .await;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_parse_with_units() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
-    }
-
-    #[test]
-    fn bad_durations_say_what_is_wrong() {
-        assert!(parse_duration("30").unwrap_err().contains("needs a unit"));
-        assert!(parse_duration("5x").unwrap_err().contains("unknown unit"));
-        assert!(parse_duration("s").unwrap_err().contains("not a duration"));
-        assert!(parse_duration("").unwrap_err().contains("empty"));
-    }
 }
