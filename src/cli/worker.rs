@@ -6,6 +6,7 @@ use clap::Args;
 use tokio_util::sync::CancellationToken;
 
 use super::ConnectArgs;
+use crate::controller::telemetry::{self, LogFormat};
 use crate::queue::Error;
 use crate::worker::Worker;
 use crate::worker::exec::{DEFAULT_DEAD_EXIT_CODE, DEFAULT_STDERR_TAIL, ExecHandler};
@@ -77,20 +78,6 @@ pub struct WorkerArgs {
     pub exec: Vec<String>,
 }
 
-fn init_logging() {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    // JSON lines for log collectors; a second subscriber (tests) is not an error.
-    let _ = if std::env::var("JOBQUEUE_LOG_FORMAT").as_deref() == Ok("json") {
-        builder.json().try_init()
-    } else {
-        builder.try_init()
-    };
-}
-
 pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     let (program, rest) = args
         .exec
@@ -106,7 +93,13 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         what: "--exec command",
         reason,
     })?;
-    init_logging();
+    // The operator's flag sets JOBQUEUE_LOG_FORMAT too; the worker reads it from the
+    // environment only.
+    let format = match std::env::var("JOBQUEUE_LOG_FORMAT").as_deref() {
+        Ok("json") => LogFormat::Json,
+        _ => LogFormat::Text,
+    };
+    telemetry::init(format, "info")?;
     let queue = args.connect.queue().await?;
     let shutdown = CancellationToken::new();
     let mut builder = Worker::builder(queue)

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use super::{Counters, JobContext, JobError, MAX_ERROR_TEXT, RetryDelay, Worker, WorkerStats};
+use crate::duration;
 use crate::queue::{
     Dedicated, Error, FailMode, FailOutcome, Lease, LeaseRef, MAX_BATCH, Queue, Result,
 };
@@ -77,9 +78,9 @@ impl Shared {
     fn redis_error(&self, what: &str, err: &Error, delay: Duration) {
         Counters::add(&self.counters.redis_errors, 1);
         if err.is_transient() {
-            warn!(queue = %self.queue_name, error = %err, retry_in = ?delay, "{what} failed; retrying");
+            warn!(queue = %self.queue_name, error = %err, retry_in = %duration::format(delay), "{what} failed; retrying");
         } else {
-            error!(queue = %self.queue_name, error = %err, retry_in = ?delay, "{what} failed; retrying");
+            error!(queue = %self.queue_name, error = %err, retry_in = %duration::format(delay), "{what} failed; retrying");
         }
     }
 }
@@ -124,11 +125,16 @@ where
         shutdown: shutdown.clone(),
         hard_stop: CancellationToken::new(),
     });
+    // The lease length in effect: the worker's own, else the queue's setting.
+    let visibility = match config.visibility {
+        Some(v) => v,
+        None => queue_visibility(&shared.queue).await,
+    };
     info!(
         queue = %shared.queue_name,
         worker = %shared.worker_id,
         concurrency = config.concurrency,
-        visibility = ?config.visibility,
+        visibility = %duration::format(visibility),
         "worker started"
     );
 
@@ -138,7 +144,11 @@ where
     let (done_tx, done_rx) = mpsc::unbounded_channel::<Completion>();
     let completer = tokio::spawn(complete_jobs(shared.clone(), done_rx));
     let stop_renewing = CancellationToken::new();
-    let renewer = tokio::spawn(renew_leases(shared.clone(), stop_renewing.clone()));
+    let renewer = tokio::spawn(renew_leases(
+        shared.clone(),
+        visibility,
+        stop_renewing.clone(),
+    ));
 
     let slots = Arc::new(Semaphore::new(config.concurrency));
     let max_claim = config.max_claim.min(config.concurrency);
@@ -209,7 +219,7 @@ where
     info!(
         queue = %shared.queue_name,
         running,
-        deadline = ?config.shutdown_deadline,
+        deadline = %duration::format(config.shutdown_deadline),
         "shutting down: no more claims, waiting for jobs in flight"
     );
     let all_slots = slots.acquire_many(config.concurrency as u32);
@@ -459,18 +469,20 @@ where
     }
 }
 
-/// Renews every lease in flight in one `extend` call, at a third of the visibility
-/// timeout; a stale answer cancels that job's context.
-async fn renew_leases(shared: Arc<Shared>, stop: CancellationToken) {
-    let mut visibility = match shared.visibility {
-        Some(v) => v,
-        None => shared
-            .queue
-            .settings()
-            .await
-            .map(|s| s.visibility_timeout)
-            .unwrap_or(crate::queue::QueueSettings::default().visibility_timeout),
-    };
+/// The queue's visibility timeout, or the default when it cannot be read (claims then
+/// fail and retry anyway).
+async fn queue_visibility(queue: &Queue) -> Duration {
+    queue
+        .settings()
+        .await
+        .map(|s| s.visibility_timeout)
+        .unwrap_or(crate::queue::QueueSettings::default().visibility_timeout)
+}
+
+/// Renews every lease in flight in one `extend` call, at a third of `visibility` (the
+/// queue's setting, re-read each round, unless the worker has its own); a stale answer
+/// cancels that job's context.
+async fn renew_leases(shared: Arc<Shared>, mut visibility: Duration, stop: CancellationToken) {
     let mut delay = shared.delay();
     let mut wait = visibility / 3;
     loop {
