@@ -16,7 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio_util::sync::CancellationToken;
 
-use super::common::{Interrupted, shutdown_signal};
+use super::common::{Interrupted, stop_signal};
 use super::demo_worker::DemoJob;
 use super::format::format_latency;
 use crate::duration;
@@ -85,7 +85,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     };
     let outcome = tokio::select! {
         result = demo(&args, &server, &version, &mut fleet) => result,
-        signal = shutdown_signal() => {
+        signal = stop_signal() => {
             println!();
             println!("{signal}: stopping the workers and redis-server");
             Err(Interrupted(signal).into())

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use clap::Args;
 
 use super::ConnectArgs;
-use super::common::{open, shutdown_signal};
+use super::common::{open, stop_signal};
 use super::format::format_epoch_ms;
 use crate::duration;
 use crate::queue::{Queue, ReapOutcome};
@@ -51,7 +51,7 @@ pub async fn run(args: ReapArgs) -> anyhow::Result<()> {
         queue.name(),
         duration::format(every)
     );
-    let stop = shutdown_signal();
+    let stop = stop_signal();
     tokio::pin!(stop);
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::ConnectArgs;
-use super::common::{open, shutdown_signal};
+use super::common::{open, stop_signal};
 use super::format::format_latency;
 use crate::queue::{Queue, QueueStats};
 
@@ -39,7 +39,7 @@ pub async fn run(args: StatsArgs) -> anyhow::Result<()> {
     };
     let every = every.max(Duration::from_millis(100));
     let in_place = std::io::stdout().is_terminal() && !args.json;
-    let stop = shutdown_signal();
+    let stop = stop_signal();
     tokio::pin!(stop);
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

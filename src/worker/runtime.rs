@@ -1,5 +1,6 @@
 //! The worker's tasks: the claim loop (this function), one task per job plus its
-//! supervisor, the completer (acks and fails), the renewer, and the signal listener.
+//! supervisor, the completer (acks and fails), the renewer, and the signal listener (on
+//! [`crate::shutdown`]).
 //!
 //! Slots are semaphore permits. A permit travels with its job from the claim to the end
 //! of its lease (the ack or fail reply), so the worker never holds more than
@@ -23,6 +24,7 @@ use crate::duration;
 use crate::queue::{
     Dedicated, Error, FailMode, FailOutcome, Lease, LeaseRef, MAX_BATCH, Queue, Result,
 };
+use crate::shutdown::Signals;
 
 /// The longest an idle worker blocks on `wake` before claiming again: delayed jobs
 /// become due without a marker.
@@ -543,36 +545,13 @@ async fn renew_leases(shared: Arc<Shared>, mut visibility: Duration, stop: Cance
 
 /// First SIGTERM or Ctrl-C: graceful shutdown. A second one: skip the wait.
 async fn listen_for_signals(shared: Arc<Shared>) {
-    #[cfg(unix)]
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(err) => {
-            error!(error = %err, "cannot listen for SIGTERM");
-            return;
-        }
-    };
-    let mut count = 0;
-    loop {
-        #[cfg(unix)]
-        let which = tokio::select! {
-            _ = term.recv() => "SIGTERM",
-            _ = tokio::signal::ctrl_c() => "SIGINT",
-        };
-        #[cfg(not(unix))]
-        let which = {
-            let _ = tokio::signal::ctrl_c().await;
-            "Ctrl-C"
-        };
-        count += 1;
-        if count == 1 {
-            info!("{which} received: shutting down gracefully (send it again to stop now)");
-            shared.shutdown.cancel();
-        } else {
-            warn!("{which} received again: abandoning the jobs in flight");
-            shared.hard_stop.cancel();
-            return;
-        }
-    }
+    let mut signals = Signals::new();
+    let which = signals.recv().await;
+    info!("{which} received: shutting down gracefully (send it again to stop now)");
+    shared.shutdown.cancel();
+    let which = signals.recv().await;
+    warn!("{which} received again: abandoning the jobs in flight");
+    shared.hard_stop.cancel();
 }
 
 /// Waits for wake markers on a connection of its own, made on first use and dropped
