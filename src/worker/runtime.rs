@@ -398,7 +398,7 @@ async fn ack_all(shared: &Shared, acks: Vec<Completion>) {
     if acks.is_empty() {
         return;
     }
-    let refs: Vec<LeaseRef<'_>> = acks.iter().map(|c| c.lease.as_ref()).collect();
+    let refs: Vec<LeaseRef<'_>> = acks.iter().map(|c| c.lease.lease_ref()).collect();
     let flags = with_retry(shared, "ack", || shared.queue.ack_many(&refs)).await;
     if let Some(flags) = flags {
         for (c, ok) in acks.iter().zip(flags) {
