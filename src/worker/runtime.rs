@@ -1,6 +1,6 @@
-//! The worker's tasks: the claim loop (this function), one task per job plus its
-//! supervisor, the completer (acks and fails), the renewer, and the signal listener (on
-//! [`crate::shutdown`]).
+//! The worker's tasks: the claim loop and the wait for jobs in flight at shutdown
+//! ([`run`] strings them together), one task per job plus its supervisor, the completer
+//! (acks and fails), the renewer, and the signal listener (on [`crate::shutdown`]).
 //!
 //! Slots are semaphore permits. A permit travels with its job from the claim to the end
 //! of its lease (the ack or fail reply), so the worker never holds more than
@@ -102,6 +102,8 @@ struct Completion {
 
 type Handler<H> = Arc<H>;
 
+/// The worker's life: start the helper tasks, claim until shutdown, wait for the jobs in
+/// flight up to the deadline, stop the helpers.
 pub(super) async fn run<H, F>(worker: Worker, handler: Handler<H>) -> WorkerStats
 where
     H: Fn(Lease, JobContext) -> F + Send + Sync + 'static,
@@ -124,7 +126,7 @@ where
         inflight: Mutex::new(HashMap::new()),
         renew_gate: tokio::sync::Mutex::new(()),
         counters: counters.clone(),
-        shutdown: shutdown.clone(),
+        shutdown,
         hard_stop: CancellationToken::new(),
     });
     // The lease length in effect: the worker's own, else the queue's setting.
@@ -154,12 +156,57 @@ where
 
     let slots = Arc::new(Semaphore::new(config.concurrency));
     let max_claim = config.max_claim.min(config.concurrency);
+    claim_until_shutdown(&shared, &handler, &slots, max_claim, &done_tx).await;
+    wait_for_jobs(
+        &shared,
+        &slots,
+        config.concurrency,
+        config.shutdown_deadline,
+    )
+    .await;
+
+    // Leases left now are abandoned: they must expire, so stop renewing them.
+    stop_renewing.cancel();
+    drop(done_tx);
+    if tokio::time::timeout(ABORT_GRACE, completer).await.is_err() {
+        warn!(queue = %shared.queue_name, "jobs still unwinding after the shutdown deadline; leaving them");
+    }
+    let _ = renewer.await;
+    if let Some(signals) = signals {
+        signals.abort();
+    }
+    let stats = counters.snapshot();
+    info!(
+        queue = %shared.queue_name,
+        acked = stats.acked,
+        retried = stats.retried,
+        dead = stats.dead,
+        abandoned = stats.abandoned,
+        "worker stopped"
+    );
+    stats
+}
+
+/// The claim loop: as many jobs as there are free slots (at most `max_claim` per call),
+/// each started with its slot, until shutdown begins. Between claims of an empty queue
+/// it waits on the wake list; Redis failures are retried with backoff.
+async fn claim_until_shutdown<H, F>(
+    shared: &Arc<Shared>,
+    handler: &Handler<H>,
+    slots: &Arc<Semaphore>,
+    max_claim: usize,
+    done: &mpsc::UnboundedSender<Completion>,
+) where
+    H: Fn(Lease, JobContext) -> F + Send + Sync + 'static,
+    F: std::future::Future<Output = std::result::Result<(), JobError>> + Send + 'static,
+{
+    let shutdown = &shared.shutdown;
     let mut waker = Waker::default();
     let mut delay = shared.delay();
     loop {
         let first = tokio::select! {
             biased;
-            _ = shutdown.cancelled() => break,
+            _ = shutdown.cancelled() => return,
             permit = slots.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
         };
         let mut permits = vec![first];
@@ -181,26 +228,26 @@ where
                 drop(permits);
                 let woke = tokio::select! {
                     biased;
-                    _ = shutdown.cancelled() => break,
+                    _ = shutdown.cancelled() => return,
                     woke = waker.wait(&shared.queue, WAKE_WAIT) => woke,
                 };
                 if let Err(err) = woke {
                     let wait = delay.next_delay();
                     shared.redis_error("waiting for jobs", &err, wait);
                     tokio::select! {
-                        _ = shutdown.cancelled() => break,
+                        _ = shutdown.cancelled() => return,
                         _ = tokio::time::sleep(wait) => {}
                     }
                 }
             }
             Ok(leases) => {
                 delay.reset();
-                Counters::add(&counters.claimed, leases.len() as u64);
+                Counters::add(&shared.counters.claimed, leases.len() as u64);
                 debug!(queue = %shared.queue_name, n = leases.len(), "claimed");
                 let mut permits = permits.into_iter();
                 for lease in leases {
                     let permit = permits.next().expect("claim returns at most n jobs");
-                    start_job(&shared, &handler, lease, permit, &done_tx);
+                    start_job(shared, handler, lease, permit, done);
                 }
             }
             Err(err) => {
@@ -208,63 +255,46 @@ where
                 let wait = delay.next_delay();
                 shared.redis_error("claim", &err, wait);
                 tokio::select! {
-                    _ = shutdown.cancelled() => break,
+                    _ = shutdown.cancelled() => return,
                     _ = tokio::time::sleep(wait) => {}
                 }
             }
         }
     }
-    drop(waker);
+}
 
-    // Shutdown: no more claims. Wait for the jobs in flight, up to the deadline.
+/// Shutdown, after the last claim: wait until every slot is free again (every job in
+/// flight finished and its lease ended), up to `deadline` or a second signal; then
+/// cancel and abort what still runs, leaving its lease to expire.
+async fn wait_for_jobs(shared: &Shared, slots: &Semaphore, concurrency: usize, deadline: Duration) {
     let running = shared.inflight().len();
     info!(
         queue = %shared.queue_name,
         running,
-        deadline = %duration::format(config.shutdown_deadline),
+        deadline = %duration::format(deadline),
         "shutting down: no more claims, waiting for jobs in flight"
     );
-    let all_slots = slots.acquire_many(config.concurrency as u32);
     let finished = tokio::select! {
-        _ = all_slots => true,
-        _ = tokio::time::sleep(config.shutdown_deadline) => false,
+        _ = slots.acquire_many(concurrency as u32) => true,
+        _ = tokio::time::sleep(deadline) => false,
         _ = shared.hard_stop.cancelled() => false,
     };
-    if !finished {
-        shared.hard_stop.cancel();
-        let left: Vec<(String, Option<AbortHandle>, CancellationToken)> = shared
-            .inflight()
-            .values()
-            .map(|f| (f.id.clone(), f.abort.clone(), f.cancel.clone()))
-            .collect();
-        for (id, abort, cancel) in left {
-            warn!(queue = %shared.queue_name, job = %id, "shutdown deadline passed: job abandoned, its lease will expire");
-            cancel.cancel();
-            if let Some(abort) = abort {
-                abort.abort();
-            }
+    if finished {
+        return;
+    }
+    shared.hard_stop.cancel();
+    let left: Vec<(String, Option<AbortHandle>, CancellationToken)> = shared
+        .inflight()
+        .values()
+        .map(|f| (f.id.clone(), f.abort.clone(), f.cancel.clone()))
+        .collect();
+    for (id, abort, cancel) in left {
+        warn!(queue = %shared.queue_name, job = %id, "shutdown deadline passed: job abandoned, its lease will expire");
+        cancel.cancel();
+        if let Some(abort) = abort {
+            abort.abort();
         }
     }
-    // Leases left now are abandoned: they must expire, so stop renewing them.
-    stop_renewing.cancel();
-    drop(done_tx);
-    if tokio::time::timeout(ABORT_GRACE, completer).await.is_err() {
-        warn!(queue = %shared.queue_name, "jobs still unwinding after the shutdown deadline; leaving them");
-    }
-    let _ = renewer.await;
-    if let Some(signals) = signals {
-        signals.abort();
-    }
-    let stats = counters.snapshot();
-    info!(
-        queue = %shared.queue_name,
-        acked = stats.acked,
-        retried = stats.retried,
-        dead = stats.dead,
-        abandoned = stats.abandoned,
-        "worker stopped"
-    );
-    stats
 }
 
 fn start_job<H, F>(
