@@ -41,7 +41,7 @@ async fn scenario(cluster: &RedisCluster, queue: Queue, node: usize) {
         leases.iter().map(|l| l.id.as_str()).collect::<Vec<_>>(),
         ["j0", "j1", "j2", "j3"]
     );
-    let refs: Vec<_> = leases.iter().map(|l| l.as_ref()).collect();
+    let refs: Vec<_> = leases.iter().map(|l| l.lease_ref()).collect();
     assert!(
         queue
             .extend_many(&refs, None)
@@ -90,7 +90,7 @@ async fn scenario(cluster: &RedisCluster, queue: Queue, node: usize) {
         let refs: Vec<_> = got
             .iter()
             .filter(|l| l.id != c.id)
-            .map(|l| l.as_ref())
+            .map(|l| l.lease_ref())
             .collect();
         if !refs.is_empty() {
             queue.ack_many(&refs).await.unwrap();

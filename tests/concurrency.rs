@@ -73,7 +73,7 @@ async fn claimers_dying_claimers_and_a_reaper_lose_nothing() {
                     if rand::rng().random_bool(0.2) {
                         *abandoned.lock().unwrap() += 1;
                     } else {
-                        to_ack.push(lease.as_ref());
+                        to_ack.push(lease.lease_ref());
                     }
                 }
                 if !to_ack.is_empty() {

@@ -260,7 +260,7 @@ async fn extend_moves_both_the_score_and_the_hash() {
         .unwrap();
     let leases = q.claim(2, "w", Some(Duration::from_secs(1))).await.unwrap();
     let now = redis_now_ms(&mut c);
-    let refs: Vec<_> = leases.iter().map(|l| l.as_ref()).collect();
+    let refs: Vec<_> = leases.iter().map(|l| l.lease_ref()).collect();
     let until = q
         .extend_many(&refs, Some(Duration::from_secs(600)))
         .await
@@ -275,7 +275,7 @@ async fn extend_moves_both_the_score_and_the_hash() {
     }
     // Mixed batch: one good, one stale.
     let mixed = q
-        .extend_many(&[leases[0].as_ref(), ("b", "bad").into()], None)
+        .extend_many(&[leases[0].lease_ref(), ("b", "bad").into()], None)
         .await
         .unwrap();
     assert!(mixed[0].is_some() && mixed[1].is_none());

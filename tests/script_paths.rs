@@ -123,7 +123,7 @@ async fn wrong_typed_stats_or_processing_fail_claim_and_ack_and_change_nothing()
 
     // ack: the same two checks.
     let leases = q.claim(2, "w", None).await.unwrap();
-    let refs: Vec<_> = leases.iter().map(|l| l.as_ref()).collect();
+    let refs: Vec<_> = leases.iter().map(|l| l.lease_ref()).collect();
     let counters = |c: &mut redis::Connection| -> Vec<(String, String)> {
         let mut all: Vec<(String, String)> = c.hgetall(&q.keys().stats).unwrap();
         all.sort();

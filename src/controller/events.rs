@@ -102,7 +102,7 @@ pub fn success_events(
                 "{} acks arrived after their lease had expired: jobs run longer than \
                  visibilityTimeout ({})",
                 new.stale_acks - prev.stale_acks,
-                status::format_duration(obs.visibility_timeout)
+                crate::duration::format(obs.visibility_timeout)
             ),
         ));
     }

@@ -33,7 +33,7 @@ use k8s_openapi::api::autoscaling::v2::CrossVersionObjectReference;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{ApiResource, GroupVersionKind};
 
-use super::status::format_duration;
+use crate::duration::format as format_duration;
 
 /// The object to scale, with its API version split.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
