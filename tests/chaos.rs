@@ -6,7 +6,7 @@
 //! CI-sized by default. `JOBQUEUE_CHAOS_SCALE=N` multiplies the jobs and the faults
 //! (`make chaos`); `JOBQUEUE_CHAOS_REPORT=FILE` appends each tally to FILE.
 
-mod common;
+mod support;
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
@@ -16,9 +16,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{RedisCluster, RedisServer};
 use jobqueue::queue::{ConnectOptions, NewJob, Queue, QueueSettings, Redis};
 use rand::Rng;
+use support::redis::{RedisCluster, RedisServer};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 

@@ -1,15 +1,15 @@
 //! `jobqueue worker --exec` run as users run it: the real binary, `sh -c` handlers, a
 //! real Redis.
 
-mod common;
+mod support;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
-use common::RedisServer;
 use jobqueue::queue::{NewJob, Queue, QueueSettings};
+use support::redis::RedisServer;
 
 const BIN: &str = env!("CARGO_BIN_EXE_jobqueue");
 
@@ -382,7 +382,7 @@ fn a_command_that_cannot_run_is_refused_at_start() {
 
 #[test]
 fn unreachable_redis_is_one_line_and_exit_code_3() {
-    let port = common::free_port();
+    let port = support::redis::free_port();
     let out = Command::new(BIN)
         .args(["worker", "--redis", &format!("redis://127.0.0.1:{port}")])
         .args(["--tag", "t", "--exec", "true"])

@@ -1,7 +1,7 @@
 //! `jobqueue operator` as a user meets it: its help, its start-up without a cluster, and
 //! its HTTP endpoints.
 
-mod common;
+mod support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -132,7 +132,7 @@ async fn health_readiness_and_metrics_endpoints() {
         &ReapOutcome::default(),
     );
     let ready = Arc::new(AtomicBool::new(false));
-    let addr: SocketAddr = format!("127.0.0.1:{}", common::free_port())
+    let addr: SocketAddr = format!("127.0.0.1:{}", support::redis::free_port())
         .parse()
         .unwrap();
     let shutdown = CancellationToken::new();

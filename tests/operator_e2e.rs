@@ -2,16 +2,15 @@
 //! and a real Redis: list and watch, Secrets, the Lease of leader election, the status
 //! subresource, Events, /readyz and /metrics, and a clean exit on SIGTERM.
 
-mod common;
-mod standin;
+mod support;
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{RedisServer, free_port, wait_past};
 use jobqueue::queue::NewJob;
 use serde_json::{Value, json};
-use standin::StandIn;
+use support::redis::{RedisServer, free_port, wait_past};
+use support::standin::StandIn;
 
 const CRD: &str = "/apis/jobqueue.dev/v1alpha1";
 const PASSWORD: &str = "s3cret-pass-e2e";

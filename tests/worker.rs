@@ -1,7 +1,7 @@
 //! The worker runtime against a real Redis: concurrency, renewal, stale leases, retries,
 //! dead-lettering, panics, graceful shutdown and reconnection.
 
-mod common;
+mod support;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{RedisServer, redis_now_ms, wait_past};
 use jobqueue::queue::{Backoff, FailMode, LeaseRef, NewJob, Queue, QueueSettings};
 use jobqueue::worker::{JobContext, JobError, StatsHandle, Worker, WorkerStats};
 use redis::AsyncCommands;
+use support::redis::{RedisServer, redis_now_ms, wait_past};
 use tokio::sync::{Barrier, mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
