@@ -17,7 +17,8 @@ use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 use support::fixtures::{JobQueueExt, NS, ScaleTarget, TestClock, deployment, hpa, queue};
 use support::mock_api::{Expect, Handle, Scenario, body_text, json_response, test_context_at};
-use support::redis::{RedisServer, free_port};
+use support::redis::RedisServer;
+use support::standin::{OperatorProcess, StandIn, http_get};
 
 const WORKER: ScaleTarget = deployment("worker");
 
@@ -621,15 +622,13 @@ async fn the_replicas_follow_the_backlog_through_real_redis() {
 /// Redis up in steps, back to zero once drained, and is left alone once an HPA claims it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_binary_scales_a_deployment_over_http() {
-    use std::process::{Command, Stdio};
-
     const APPS: &str = "/apis/apps/v1";
     const CRD: &str = "/apis/jobqueue.dev/v1alpha1";
     let redis = RedisServer::start();
     let q = redis.queue("e2e").await;
     enqueue(&q, 100).await;
 
-    let api = support::standin::StandIn::start().await;
+    let api = StandIn::start().await;
     api.put(
         APPS,
         "deployments",
@@ -660,33 +659,7 @@ async fn the_operator_binary_scales_a_deployment_over_http() {
         }),
     );
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, api.kubeconfig("jobs")).unwrap();
-    let log_path = dir.path().join("operator.log");
-    let metrics_addr = format!("127.0.0.1:{}", free_port());
-    let child = Command::new(env!("CARGO_BIN_EXE_jobqueue"))
-        .args([
-            "operator",
-            "--no-leader-election",
-            "--metrics-addr",
-            &metrics_addr,
-        ])
-        .env("KUBECONFIG", &kubeconfig)
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log_path).unwrap())
-        .spawn()
-        .expect("start the operator");
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _child = Kill(child);
+    let op = OperatorProcess::start(&api, "jobs", dir.path(), &["--no-leader-election"], &[]);
 
     let replicas = || {
         api.get(APPS, "deployments", "jobs", "worker").unwrap()["spec"]["replicas"]
@@ -711,25 +684,14 @@ async fn the_operator_binary_scales_a_deployment_over_http() {
         let c = conditions.into_iter().find(|c| c["type"] == "Scaling")?;
         c["reason"].as_str().map(String::from)
     };
-    let eventually = async |what: &str, check: &dyn Fn() -> bool| {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while !check() {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out waiting for {what}; operator log:\n{}",
-                std::fs::read_to_string(&log_path).unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    };
-
     // Up in steps of 4 to the maximum, one reconcile each.
-    eventually("10 replicas", &|| replicas() == 10).await;
+    op.wait_for("10 replicas")
+        .until(async || replicas() == 10)
+        .await;
     assert_eq!(scale_patches(), vec![4, 8, 10]);
-    eventually("the status at the maximum", &|| {
-        scaling_reason().as_deref() == Some("AtMaxReplicas")
-    })
-    .await;
+    op.wait_for("the status at the maximum")
+        .until(async || scaling_reason().as_deref() == Some("AtMaxReplicas"))
+        .await;
     let jq = api.get(CRD, "jobqueues", "jobs", "e2e").unwrap();
     let st = &jq["status"];
     assert_eq!(
@@ -743,18 +705,21 @@ async fn the_operator_binary_scales_a_deployment_over_http() {
             .filter(|e| e["reason"] == "ScaledUp")
             .count()
     };
-    eventually("three ScaledUp Events", &|| scaled_up() == 3).await;
+    op.wait_for("three ScaledUp Events")
+        .until(async || scaled_up() == 3)
+        .await;
 
     // Drained: down to zero, in one patch, once the window has passed.
     let leases = q.claim(100, "w", None).await.unwrap();
     let refs: Vec<LeaseRef<'_>> = leases.iter().map(LeaseRef::from).collect();
     q.ack_many(&refs).await.unwrap();
-    eventually("0 replicas", &|| replicas() == 0).await;
+    op.wait_for("0 replicas")
+        .until(async || replicas() == 0)
+        .await;
     assert_eq!(scale_patches(), vec![4, 8, 10, 0]);
-    eventually("the status at the minimum", &|| {
-        scaling_reason().as_deref() == Some("AtMinReplicas")
-    })
-    .await;
+    op.wait_for("the status at the minimum")
+        .until(async || scaling_reason().as_deref() == Some("AtMinReplicas"))
+        .await;
 
     // An HPA claims the Deployment: new backlog, but the operator keeps out.
     api.put(
@@ -770,11 +735,13 @@ async fn the_operator_binary_scales_a_deployment_over_http() {
         }),
     );
     enqueue(&q, 50).await;
-    eventually("HPAConflict with the new backlog counted", &|| {
-        let pending = api.get(CRD, "jobqueues", "jobs", "e2e").unwrap()["status"]["pending"] == 50;
-        pending && scaling_reason().as_deref() == Some("HPAConflict")
-    })
-    .await;
+    op.wait_for("HPAConflict with the new backlog counted")
+        .until(async || {
+            let pending =
+                api.get(CRD, "jobqueues", "jobs", "e2e").unwrap()["status"]["pending"] == 50;
+            pending && scaling_reason().as_deref() == Some("HPAConflict")
+        })
+        .await;
     assert_eq!(
         scale_patches(),
         vec![4, 8, 10, 0],
@@ -782,7 +749,7 @@ async fn the_operator_binary_scales_a_deployment_over_http() {
     );
     assert_eq!(replicas(), 0);
 
-    let (code, metrics) = http_get(&metrics_addr, "/metrics").await.expect("/metrics");
+    let (code, metrics) = http_get(&op.metrics, "/metrics").await.expect("/metrics");
     assert_eq!(code, 200);
     for line in [
         r#"jobqueue_scale_operations_total{namespace="jobs",name="e2e",direction="up"} 3"#,
@@ -791,16 +758,4 @@ async fn the_operator_binary_scales_a_deployment_over_http() {
     ] {
         assert!(metrics.contains(line), "missing {line} in\n{metrics}");
     }
-}
-
-async fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.ok()?;
-    let code = out.split_whitespace().nth(1)?.parse().ok()?;
-    Some((code, out))
 }
