@@ -36,7 +36,7 @@ pub struct Wait<'a> {
     what: String,
     within: Duration,
     every: Duration,
-    explain: Option<Box<dyn Fn() -> String + 'a>>,
+    explain: Option<Box<dyn Fn() -> String + Send + Sync + 'a>>,
 }
 
 impl<'a> Wait<'a> {
@@ -62,7 +62,7 @@ impl<'a> Wait<'a> {
     }
 
     /// Text the failure adds, read when it happens (e.g. a process's log).
-    pub fn explained_by(mut self, explain: impl Fn() -> String + 'a) -> Self {
+    pub fn explained_by(mut self, explain: impl Fn() -> String + Send + Sync + 'a) -> Self {
         self.explain = Some(Box::new(explain));
         self
     }

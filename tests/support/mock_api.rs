@@ -269,6 +269,15 @@ pub struct Seen {
     pub scales: Vec<i32>,
 }
 
+impl Seen {
+    /// No request body carried `secret`.
+    pub fn assert_not_sent(&self, secret: &str) {
+        for body in &self.bodies {
+            assert!(!body.contains(secret), "a secret was written out: {body}");
+        }
+    }
+}
+
 /// One expected request (or, for `TargetRead`, the pair every scaling reconcile makes).
 pub enum Expect {
     /// GET of a Secret in `NS`, answered with this data.
