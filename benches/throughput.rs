@@ -12,7 +12,7 @@
 //! it makes a smoke pass on a hundredth of the data. `--only` picks sections: primitives, cost, enqueue,
 //! claim_ack, worker, reaper, memory, reconcile (add `primitives` for the ratios).
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/support/redis.rs"]
 mod common;
 
 use std::collections::HashMap;

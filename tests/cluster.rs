@@ -1,15 +1,15 @@
 //! The core scenarios on a real 3-master Redis Cluster, with three queues whose hash
 //! tags live on different nodes: every script runs without CROSSSLOT.
 
-mod common;
+mod support;
 
 use std::time::Duration;
 
-use common::{RedisCluster, redis_now_ms};
 use jobqueue::queue::{Backoff, FailMode, FailOutcome, NewJob, Queue, QueueSettings, Selection};
+use support::redis::{RedisCluster, redis_now_ms};
 
 /// Wait until `node`'s clock has passed `ms`, without blocking the runtime.
-async fn wait_past(node: &common::RedisServer, ms: i64) {
+async fn wait_past(node: &support::redis::RedisServer, ms: i64) {
     let mut conn = node.conn();
     while redis_now_ms(&mut conn) <= ms {
         tokio::time::sleep(Duration::from_millis(1)).await;

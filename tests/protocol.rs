@@ -1,16 +1,16 @@
 //! Every script and every rule of the protocol, against a real redis-server.
 
-mod common;
+mod support;
 
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::{RedisServer, redis_now_ms, wait_past};
 use jobqueue::queue::{
     Backoff, ConnectOptions, Error, FailMode, FailOutcome, NewJob, Queue, QueueSettings, Redis,
     SCRIPTS, Selection,
 };
 use redis::Commands;
+use support::redis::{RedisServer, redis_now_ms, wait_past};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -573,7 +573,7 @@ async fn dead_letters_are_trimmed_by_length_then_by_age() {
             FailOutcome::Dead
         );
         // Distinct died_at for a well-defined "oldest".
-        common::next_ms(&mut c);
+        support::redis::next_ms(&mut c);
     }
     assert_eq!(q.stats().await.unwrap().dead, 5, "only reap trims");
     q.reap(10).await.unwrap();
@@ -608,7 +608,7 @@ async fn redrive_and_purge_act_on_dead_jobs_only() {
         q.fail(&lease, &format!("err {i}"), FailMode::Dead, Backoff::Policy)
             .await
             .unwrap();
-        common::next_ms(&mut c);
+        support::redis::next_ms(&mut c);
     }
     q.enqueue(job("p").id("alive")).await.unwrap();
     let _: () = c.del(&q.keys().wake).unwrap();

@@ -4,13 +4,13 @@
 //! first write to it (and take back what they wrote before), new jobs carry no
 //! `attempts` field, and batches of claims and reaps meet orphans and duplicates.
 
-mod common;
+mod support;
 
 use std::time::Duration;
 
-use common::{RedisServer, wait_past};
 use jobqueue::queue::{Error, NewJob, Queue};
 use redis::Commands;
+use support::redis::{RedisServer, wait_past};
 
 fn job(id: &str) -> NewJob {
     NewJob::new(format!("payload of {id}").into_bytes()).id(id)
