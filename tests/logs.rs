@@ -2,13 +2,13 @@
 //! `2>log`: plain text without terminal colour codes, and settings shown as the values
 //! in effect.
 
-mod common;
+mod support;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::RedisServer;
+use support::redis::RedisServer;
 
 const BIN: &str = env!("CARGO_BIN_EXE_jobqueue");
 
