@@ -12,7 +12,7 @@
 //! it makes a smoke pass on a hundredth of the data. `--only` picks sections: primitives, cost, enqueue,
 //! claim_ack, worker, reaper, memory, reconcile (add `primitives` for the ratios).
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/support/redis.rs"]
 mod common;
 
 use std::collections::HashMap;
@@ -608,7 +608,7 @@ async fn drain(q: &Queue, tasks: usize, batch: usize) -> (usize, Duration) {
                 if leases.is_empty() {
                     break;
                 }
-                let refs: Vec<_> = leases.iter().map(Lease::as_ref).collect();
+                let refs: Vec<_> = leases.iter().map(Lease::lease_ref).collect();
                 let acked = q.ack_many(&refs).await.unwrap();
                 debug_assert!(acked.iter().all(|a| *a));
                 done.fetch_add(leases.len(), std::sync::atomic::Ordering::Relaxed);
@@ -652,7 +652,7 @@ async fn claim_ack_cost(
                 let Some(leases) = batches.lock().unwrap().pop() else {
                     break;
                 };
-                let refs: Vec<_> = leases.iter().map(Lease::as_ref).collect();
+                let refs: Vec<_> = leases.iter().map(Lease::lease_ref).collect();
                 q.ack_many(&refs).await.unwrap();
             }
         }

@@ -6,9 +6,13 @@
 //! - [`crd`]: the `JobQueue` custom resource.
 //! - [`controller`]: the operator that reaps queues and publishes their status.
 //! - [`cli`]: the `jobqueue` command line.
+//! - [`duration`]: how durations are typed and printed, everywhere.
+//! - [`shutdown`]: waiting for SIGTERM or Ctrl-C.
 
 pub mod cli;
 pub mod controller;
 pub mod crd;
+pub mod duration;
 pub mod queue;
+pub mod shutdown;
 pub mod worker;

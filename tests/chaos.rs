@@ -6,7 +6,7 @@
 //! CI-sized by default. `JOBQUEUE_CHAOS_SCALE=N` multiplies the jobs and the faults
 //! (`make chaos`); `JOBQUEUE_CHAOS_REPORT=FILE` appends each tally to FILE.
 
-mod common;
+mod support;
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
@@ -16,9 +16,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{RedisCluster, RedisServer};
 use jobqueue::queue::{ConnectOptions, NewJob, Queue, QueueSettings, Redis};
 use rand::Rng;
+use support::eventually::Wait;
+use support::redis::{RedisCluster, RedisServer};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -358,25 +359,27 @@ async fn wait_until_settled(
     limit: Duration,
     fleet: &Fleet,
 ) {
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if let Ok(s) = queue.stats().await
-            && s.pending == 0
-            && s.processing == 0
-            && s.delayed == 0
-            && (s.acked + s.dead) as usize >= expected()
-        {
-            return;
-        }
-        if tokio::time::Instant::now() > deadline {
-            let stats = queue.stats().await;
-            panic!(
-                "jobs not settled in {limit:?}: {stats:?}\nworker logs:\n{}",
+    let last = Mutex::new(None);
+    Wait::for_("every job settled")
+        .within(limit)
+        .every(Duration::from_millis(100))
+        .explained_by(|| {
+            format!(
+                "last stats: {:?}\nworker logs:\n{}",
+                last.lock().unwrap(),
                 fleet.logs()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+            )
+        })
+        .until(async || {
+            let stats = queue.stats().await;
+            let settled = matches!(&stats, Ok(s) if s.pending == 0
+                && s.processing == 0
+                && s.delayed == 0
+                && (s.acked + s.dead) as usize >= expected());
+            *last.lock().unwrap() = Some(stats);
+            settled
+        })
+        .await;
 }
 
 /// The final accounting shared by every scenario: reads every job, checks that none is

@@ -2,16 +2,16 @@
 //! redis-server: what each command prints and writes, and every error path's message
 //! and exit code.
 
-mod common;
+mod support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, free_port, wait_past};
 use jobqueue::queue::{Backoff, FailMode, NewJob, Queue, SCRIPTS};
 use redis::Commands;
+use support::redis::{RedisServer, free_port, wait_past};
 
 const BIN: &str = env!("CARGO_BIN_EXE_jobqueue");
 
@@ -148,7 +148,7 @@ async fn dead_jobs(queue: &Queue, conn: &mut redis::Connection, ids: &[&str]) {
             .unwrap();
         assert_eq!(out, jobqueue::queue::FailOutcome::Dead);
         // Distinct times of death, so "oldest" is well defined.
-        common::next_ms(conn);
+        support::redis::next_ms(conn);
     }
 }
 
@@ -804,7 +804,7 @@ async fn reap_every_runs_until_sigterm() {
 
 #[test]
 fn the_commands_work_on_a_cluster() {
-    let cluster = common::RedisCluster::start();
+    let cluster = support::redis::RedisCluster::start();
     let url = cluster.url();
     let jq = |args: &[&str], input: Option<&[u8]>| -> Run {
         let mut child = jobqueue()

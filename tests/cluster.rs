@@ -1,15 +1,15 @@
 //! The core scenarios on a real 3-master Redis Cluster, with three queues whose hash
 //! tags live on different nodes: every script runs without CROSSSLOT.
 
-mod common;
+mod support;
 
 use std::time::Duration;
 
-use common::{RedisCluster, redis_now_ms};
 use jobqueue::queue::{Backoff, FailMode, FailOutcome, NewJob, Queue, QueueSettings, Selection};
+use support::redis::{RedisCluster, redis_now_ms};
 
 /// Wait until `node`'s clock has passed `ms`, without blocking the runtime.
-async fn wait_past(node: &common::RedisServer, ms: i64) {
+async fn wait_past(node: &support::redis::RedisServer, ms: i64) {
     let mut conn = node.conn();
     while redis_now_ms(&mut conn) <= ms {
         tokio::time::sleep(Duration::from_millis(1)).await;
@@ -41,7 +41,7 @@ async fn scenario(cluster: &RedisCluster, queue: Queue, node: usize) {
         leases.iter().map(|l| l.id.as_str()).collect::<Vec<_>>(),
         ["j0", "j1", "j2", "j3"]
     );
-    let refs: Vec<_> = leases.iter().map(|l| l.as_ref()).collect();
+    let refs: Vec<_> = leases.iter().map(|l| l.lease_ref()).collect();
     assert!(
         queue
             .extend_many(&refs, None)
@@ -90,7 +90,7 @@ async fn scenario(cluster: &RedisCluster, queue: Queue, node: usize) {
         let refs: Vec<_> = got
             .iter()
             .filter(|l| l.id != c.id)
-            .map(|l| l.as_ref())
+            .map(|l| l.lease_ref())
             .collect();
         if !refs.is_empty() {
             queue.ack_many(&refs).await.unwrap();

@@ -1,16 +1,16 @@
 //! Claimers, dying claimers and a reaper at once: every job ends done or dead, none is
 //! lost, none is in two places, and the counters add up.
 
-mod common;
+mod support;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::RedisServer;
 use jobqueue::queue::{NewJob, Queue, QueueSettings};
 use rand::Rng;
 use redis::Commands;
+use support::redis::RedisServer;
 use tokio_util::sync::CancellationToken;
 
 const JOBS: usize = 3000;
@@ -73,7 +73,7 @@ async fn claimers_dying_claimers_and_a_reaper_lose_nothing() {
                     if rand::rng().random_bool(0.2) {
                         *abandoned.lock().unwrap() += 1;
                     } else {
-                        to_ack.push(lease.as_ref());
+                        to_ack.push(lease.lease_ref());
                     }
                 }
                 if !to_ack.is_empty() {

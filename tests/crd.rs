@@ -276,13 +276,7 @@ fn the_example_is_valid() {
     assert_eq!(obj["apiVersion"], "jobqueue.dev/v1alpha1");
 
     let schema = schema();
-    let mut problems = Vec::new();
-    conform(
-        &obj["spec"],
-        &schema["properties"]["spec"],
-        "spec",
-        &mut problems,
-    );
+    let problems = spec_problems(&obj["spec"], &schema);
     assert!(problems.is_empty(), "{problems:?}");
     assert_eq!(cel(obj, None), Ok(()));
 
@@ -349,13 +343,7 @@ fn every_example_queue_is_valid_and_its_secrets_are_there() {
         for obj in docs.iter().filter(|d| d["kind"] == "JobQueue") {
             let what = format!("{file}: JobQueue {}", obj["metadata"]["name"]);
             assert_eq!(obj["apiVersion"], "jobqueue.dev/v1alpha1", "{what}");
-            let mut problems = Vec::new();
-            conform(
-                &obj["spec"],
-                &schema["properties"]["spec"],
-                "spec",
-                &mut problems,
-            );
+            let problems = spec_problems(&obj["spec"], &schema);
             assert!(problems.is_empty(), "{what}: {problems:?}");
             assert_eq!(cel(obj, None), Ok(()), "{what}");
             let jq: JobQueue = serde_json::from_value(obj.clone()).expect("a JobQueue");
@@ -470,13 +458,7 @@ fn the_structural_check_catches_typos() {
     let mut spec = minimal();
     spec["visibilityTimeOut"] = json!("60s");
     spec["maxAttempts"] = json!("five");
-    let mut problems = Vec::new();
-    conform(
-        &spec,
-        &schema()["properties"]["spec"],
-        "spec",
-        &mut problems,
-    );
+    let problems = spec_problems(&spec, &schema());
     assert_eq!(
         problems,
         vec![
@@ -519,6 +501,13 @@ fn collect_rules(schema: &Value, out: &mut Vec<String>) {
         Value::Array(items) => items.iter().for_each(|v| collect_rules(v, out)),
         _ => {}
     }
+}
+
+/// What the structural check finds wrong in a JobQueue's spec.
+fn spec_problems(spec: &Value, schema: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    conform(spec, &schema["properties"]["spec"], "spec", &mut problems);
+    problems
 }
 
 /// The structural part of the API server's validation: known fields, types, required

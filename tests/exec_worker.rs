@@ -1,33 +1,17 @@
 //! `jobqueue worker --exec` run as users run it: the real binary, `sh -c` handlers, a
 //! real Redis.
 
-mod common;
+mod support;
 
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
-use common::RedisServer;
 use jobqueue::queue::{NewJob, Queue, QueueSettings};
+use support::eventually::eventually;
+use support::redis::RedisServer;
 
 const BIN: &str = env!("CARGO_BIN_EXE_jobqueue");
-
-/// Poll `cond` until it holds; fail with `what` after 30 s.
-async fn eventually<F, Fut>(what: &str, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !cond().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
 
 /// One `jobqueue worker --exec sh -c SCRIPT` process; SIGKILLed if the test fails.
 struct ExecWorker {
@@ -281,12 +265,14 @@ async fn leases_are_renewed_while_the_command_runs() {
     queue.enqueue(NewJob::new("").id("j")).await.unwrap();
     // Reap all along: an expired lease would be taken away at once.
     let mut reaped = 0;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while queue.stats().await.unwrap().acked < 1 {
-        assert!(tokio::time::Instant::now() < deadline, "never acked");
-        reaped += queue.reap(100).await.unwrap().requeued;
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually("the job acked", async || {
+        let acked = queue.stats().await.unwrap().acked >= 1;
+        if !acked {
+            reaped += queue.reap(100).await.unwrap().requeued;
+        }
+        acked
+    })
+    .await;
     assert_eq!(reaped, 0, "the reaper never found the lease expired");
     assert_eq!(
         std::fs::read_to_string(out.path().join("runs")).unwrap(),
@@ -382,7 +368,7 @@ fn a_command_that_cannot_run_is_refused_at_start() {
 
 #[test]
 fn unreachable_redis_is_one_line_and_exit_code_3() {
-    let port = common::free_port();
+    let port = support::redis::free_port();
     let out = Command::new(BIN)
         .args(["worker", "--redis", &format!("redis://127.0.0.1:{port}")])
         .args(["--tag", "t", "--exec", "true"])

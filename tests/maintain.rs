@@ -1,13 +1,13 @@
 //! `Queue::maintain`, the operator's pass over one queue: one round trip when there is
 //! nothing to write, and the same end state as configure + reap + stats otherwise.
 
-mod common;
+mod support;
 
 use std::time::Duration;
 
-use common::{RedisServer, wait_past};
 use jobqueue::queue::{Backoff, Error, FailMode, NewJob, Queue, QueueSettings, QueueStats};
 use redis::Commands;
+use support::redis::{RedisServer, wait_past};
 
 /// Read events the server has processed: one per round trip of a client.
 fn reads(conn: &mut redis::Connection) -> i64 {
@@ -116,7 +116,7 @@ async fn kill(q: &Queue, n: usize, c: &mut redis::Connection) {
         q.fail(&lease, "boom", FailMode::Dead, Backoff::Policy)
             .await
             .unwrap();
-        common::next_ms(c);
+        support::redis::next_ms(c);
     }
 }
 
@@ -253,7 +253,7 @@ fn reap_is_due_when_reap_would_change_something() {
 
 #[tokio::test]
 async fn one_round_trip_on_a_cluster_too() {
-    let cluster = common::RedisCluster::start();
+    let cluster = support::redis::RedisCluster::start();
     let q = Queue::new(cluster.redis().await, "jq", "clustered").unwrap();
     q.load_scripts().await.unwrap();
     let settings = QueueSettings::default();

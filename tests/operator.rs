@@ -2,19 +2,18 @@
 //! starts: each test lists the exact requests one reconcile must make, in order, and
 //! fails on a missing or an extra one.
 
-mod common;
-#[path = "operator/fixtures.rs"]
-mod fixtures;
+mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{RedisServer, wait_past};
-use fixtures::{Expect, JobQueueExt, NS, queue, reconcile_expecting, status_patch, test_context};
 use jobqueue::controller::{Error, error_policy};
 use jobqueue::crd::JobQueueStatus;
 use jobqueue::queue::{ConnectOptions, NewJob, Queue, Redis};
 use kube::runtime::controller::Action;
+use support::fixtures::{JobQueueExt, NS, queue};
+use support::mock_api::{Expect, Scenario, test_context};
+use support::redis::{RedisServer, wait_past};
 
 fn condition<'a>(status: &'a JobQueueStatus, type_: &str) -> (&'a str, &'a str, &'a str) {
     let c = status
@@ -54,8 +53,11 @@ async fn the_status_patch_carries_the_counts_of_redis() {
     q.claim_one("w2", None).await.unwrap().expect("a job");
 
     let jq = queue("emails", &redis.url(), "emails").edit(|s| s.visibility_timeout = "45s".into());
-    let (ctx, verifier, registry) = test_context();
-    let (result, seen, _) = reconcile_expecting(&jq, &ctx, verifier, vec![status_patch(&jq)]).await;
+    let (ctx, mut api, registry) = test_context();
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::StatusPatch)
+        .run(&ctx, &mut api)
+        .await;
 
     assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(10)));
     let status = &seen.statuses[0];
@@ -107,13 +109,15 @@ async fn an_unchanged_queue_writes_nothing() {
         .await
         .unwrap();
     let jq = queue("idle", &redis.url(), "idle");
-    let (ctx, verifier, _) = test_context();
-    let (result, seen, verifier) =
-        reconcile_expecting(&jq, &ctx, verifier, vec![status_patch(&jq)]).await;
+    let (ctx, mut api, _) = test_context();
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::StatusPatch)
+        .run(&ctx, &mut api)
+        .await;
     result.unwrap();
     // The API server now holds that status; the next reconcile sees it.
     let jq = jq.with_status(seen.statuses[0].clone());
-    let (result, seen, verifier) = reconcile_expecting(&jq, &ctx, verifier, vec![]).await;
+    let (result, seen) = Scenario::new(&jq).run(&ctx, &mut api).await;
     assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(10)));
     assert!(seen.statuses.is_empty());
 
@@ -124,7 +128,10 @@ async fn an_unchanged_queue_writes_nothing() {
         .enqueue(NewJob::new("y"))
         .await
         .unwrap();
-    let (result, seen, _) = reconcile_expecting(&jq, &ctx, verifier, vec![status_patch(&jq)]).await;
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::StatusPatch)
+        .run(&ctx, &mut api)
+        .await;
     result.unwrap();
     assert_eq!(seen.statuses[0].pending, 2);
 }
@@ -143,29 +150,19 @@ async fn secrets_are_read_once_and_never_written_out() {
     let jq = queue("billing", "unused", "billing")
         .with_url_secret("redis", "url")
         .with_password_secret("redis", "password");
-    let (ctx, verifier, _) = test_context();
-    let (result, seen, _) = reconcile_expecting(
-        &jq,
-        &ctx,
-        verifier,
-        vec![
-            Expect::Secret(
-                "redis",
-                vec![("url", redis.url()), ("password", "s3cret-pw".to_string())],
-            ),
-            status_patch(&jq),
-        ],
-    )
-    .await;
+    let (ctx, mut api, _) = test_context();
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::Secret(
+            "redis",
+            vec![("url", redis.url()), ("password", "s3cret-pw".to_string())],
+        ))
+        .expect(Expect::StatusPatch)
+        .run(&ctx, &mut api)
+        .await;
     result.unwrap();
     assert_eq!(seen.statuses[0].pending, 1);
     assert_eq!(condition(&seen.statuses[0], "Ready").0, "True");
-    for body in &seen.bodies {
-        assert!(
-            !body.contains("s3cret-pw"),
-            "a secret was written out: {body}"
-        );
-    }
+    seen.assert_not_sent("s3cret-pw");
 }
 
 #[tokio::test]
@@ -173,44 +170,29 @@ async fn a_password_in_the_url_is_redacted_everywhere() {
     // Nobody listens: the failure message names the endpoint, without the password.
     let url = "redis://app:hunter22@127.0.0.1:1".to_string();
     let jq = queue("redacted", "unused", "r").with_url_secret("redis-url", "url");
-    let (ctx, verifier, _) = test_context();
-    let (result, seen, _) = reconcile_expecting(
-        &jq,
-        &ctx,
-        verifier,
-        vec![
-            Expect::Secret("redis-url", vec![("url", url)]),
-            status_patch(&jq),
-            Expect::Event("Warning", "RedisUnreachable"),
-        ],
-    )
-    .await;
+    let (ctx, mut api, _) = test_context();
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::Secret("redis-url", vec![("url", url)]))
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Warning", "RedisUnreachable"))
+        .run(&ctx, &mut api)
+        .await;
     let err = result.unwrap_err().to_string();
     assert!(!err.contains("hunter22"), "{err}");
     assert!(err.contains("app:***@127.0.0.1"), "{err}");
-    for body in &seen.bodies {
-        assert!(
-            !body.contains("hunter22"),
-            "a secret was written out: {body}"
-        );
-    }
+    seen.assert_not_sent("hunter22");
 }
 
 #[tokio::test]
 async fn redis_down_is_a_condition_a_warning_and_a_backoff() {
     let url = "redis://127.0.0.1:1".to_string();
     let jq = queue("down", &url, "down");
-    let (ctx, verifier, registry) = test_context();
-    let (result, seen, _) = reconcile_expecting(
-        &jq,
-        &ctx,
-        verifier,
-        vec![
-            status_patch(&jq),
-            Expect::Event("Warning", "RedisUnreachable"),
-        ],
-    )
-    .await;
+    let (ctx, mut api, registry) = test_context();
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Warning", "RedisUnreachable"))
+        .run(&ctx, &mut api)
+        .await;
     let err = result.expect_err("the reconcile fails");
     assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
     let status = &seen.statuses[0];
@@ -248,18 +230,13 @@ async fn redis_down_is_a_condition_a_warning_and_a_backoff() {
 #[tokio::test]
 async fn a_missing_secret_is_named() {
     let jq = queue("nosecret", "unused", "n").with_url_secret("redis-creds", "url");
-    let (ctx, verifier, _) = test_context();
-    let (result, seen, _) = reconcile_expecting(
-        &jq,
-        &ctx,
-        verifier,
-        vec![
-            Expect::SecretMissing("redis-creds"),
-            status_patch(&jq),
-            Expect::Event("Warning", "SecretNotFound"),
-        ],
-    )
-    .await;
+    let (ctx, mut api, _) = test_context();
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::SecretMissing("redis-creds"))
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Warning", "SecretNotFound"))
+        .run(&ctx, &mut api)
+        .await;
     assert_eq!(result.unwrap_err().metric_label(), "secret_not_found");
     let (s, reason, message) = condition(&seen.statuses[0], "Ready");
     assert_eq!((s, reason), ("False", "SecretNotFound"));
@@ -269,18 +246,13 @@ async fn a_missing_secret_is_named() {
 #[tokio::test]
 async fn a_missing_secret_key_is_named() {
     let jq = queue("nokey", "unused", "n").with_url_secret("redis", "url");
-    let (ctx, verifier, _) = test_context();
-    let (result, seen, _) = reconcile_expecting(
-        &jq,
-        &ctx,
-        verifier,
-        vec![
-            Expect::Secret("redis", vec![("host", "redis".into())]),
-            status_patch(&jq),
-            Expect::Event("Warning", "SecretKeyMissing"),
-        ],
-    )
-    .await;
+    let (ctx, mut api, _) = test_context();
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::Secret("redis", vec![("host", "redis".into())]))
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Warning", "SecretKeyMissing"))
+        .run(&ctx, &mut api)
+        .await;
     result.unwrap_err();
     let (_, reason, message) = condition(&seen.statuses[0], "Ready");
     assert_eq!(reason, "SecretKeyMissing");
@@ -294,18 +266,16 @@ async fn a_missing_secret_key_is_named() {
 async fn a_refused_password_is_auth_failed() {
     let redis = start_with_password("right-pw");
     let jq = queue("auth", &redis.url(), "auth").with_password_secret("redis", "password");
-    let (ctx, verifier, _) = test_context();
-    let (result, seen, _) = reconcile_expecting(
-        &jq,
-        &ctx,
-        verifier,
-        vec![
-            Expect::Secret("redis", vec![("password", "wrong-pw".into())]),
-            status_patch(&jq),
-            Expect::Event("Warning", "AuthFailed"),
-        ],
-    )
-    .await;
+    let (ctx, mut api, _) = test_context();
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::Secret(
+            "redis",
+            vec![("password", "wrong-pw".into())],
+        ))
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Warning", "AuthFailed"))
+        .run(&ctx, &mut api)
+        .await;
     assert_eq!(result.unwrap_err().metric_label(), "auth_failed");
     let (s, reason, message) = condition(&seen.statuses[0], "RedisAvailable");
     assert_eq!((s, reason), ("False", "AuthFailed"));
@@ -323,14 +293,12 @@ async fn a_wrong_typed_key_is_reported_and_left_alone() {
         .query(&mut conn)
         .unwrap();
     let jq = queue("typed", &redis.url(), "typed");
-    let (ctx, verifier, _) = test_context();
-    let (result, seen, _) = reconcile_expecting(
-        &jq,
-        &ctx,
-        verifier,
-        vec![status_patch(&jq), Expect::Event("Warning", "WrongType")],
-    )
-    .await;
+    let (ctx, mut api, _) = test_context();
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Warning", "WrongType"))
+        .run(&ctx, &mut api)
+        .await;
     assert_eq!(result.unwrap_err().metric_label(), "wrong_type");
     let status = &seen.statuses[0];
     let (s, reason, message) = condition(status, "Ready");
@@ -348,14 +316,12 @@ async fn a_wrong_typed_key_is_reported_and_left_alone() {
 #[tokio::test]
 async fn an_invalid_spec_waits_for_a_change() {
     let jq = queue("invalid", "redis://127.0.0.1:1", "i").edit(|s| s.reaper.interval = "0s".into());
-    let (ctx, verifier, registry) = test_context();
-    let (result, seen, _) = reconcile_expecting(
-        &jq,
-        &ctx,
-        verifier,
-        vec![status_patch(&jq), Expect::Event("Warning", "InvalidSpec")],
-    )
-    .await;
+    let (ctx, mut api, registry) = test_context();
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Warning", "InvalidSpec"))
+        .run(&ctx, &mut api)
+        .await;
     // No retry storm: nothing happens until the spec (its generation) changes.
     assert_eq!(result.unwrap(), Action::await_change());
     let status = &seen.statuses[0];
@@ -372,19 +338,17 @@ async fn one_queue_failing_leaves_the_others_alone() {
     let redis = RedisServer::start();
     let down = queue("broken", "redis://127.0.0.1:1", "b");
     let up = queue("fine", &redis.url(), "fine");
-    let (ctx, verifier, _) = test_context();
-    let (result, _, verifier) = reconcile_expecting(
-        &down,
-        &ctx,
-        verifier,
-        vec![
-            status_patch(&down),
-            Expect::Event("Warning", "RedisUnreachable"),
-        ],
-    )
-    .await;
+    let (ctx, mut api, _) = test_context();
+    let (result, _) = Scenario::new(&down)
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Warning", "RedisUnreachable"))
+        .run(&ctx, &mut api)
+        .await;
     result.unwrap_err();
-    let (result, seen, _) = reconcile_expecting(&up, &ctx, verifier, vec![status_patch(&up)]).await;
+    let (result, seen) = Scenario::new(&up)
+        .expect(Expect::StatusPatch)
+        .run(&ctx, &mut api)
+        .await;
     result.unwrap();
     assert_eq!(condition(&seen.statuses[0], "Ready").0, "True");
 }
@@ -394,12 +358,18 @@ async fn queues_on_one_endpoint_share_a_client() {
     let redis = RedisServer::start();
     let a = queue("a", &redis.url(), "a");
     let b = queue("b", &redis.url(), "b");
-    let (ctx, verifier, _) = test_context();
-    let (r, _, verifier) = reconcile_expecting(&a, &ctx, verifier, vec![status_patch(&a)]).await;
+    let (ctx, mut api, _) = test_context();
+    let (r, _) = Scenario::new(&a)
+        .expect(Expect::StatusPatch)
+        .run(&ctx, &mut api)
+        .await;
     r.unwrap();
-    let (r, _, _) = reconcile_expecting(&b, &ctx, verifier, vec![status_patch(&b)]).await;
+    let (r, _) = Scenario::new(&b)
+        .expect(Expect::StatusPatch)
+        .run(&ctx, &mut api)
+        .await;
     r.unwrap();
-    assert_eq!(ctx.endpoints.len(), 1);
+    assert_eq!(ctx.redis_pool.len(), 1);
 }
 
 #[tokio::test]
@@ -419,8 +389,11 @@ async fn expired_leases_are_requeued_in_one_reconcile_and_shown() {
 
     // A small batch and a budget that covers it: reaped in one reconcile.
     let jq = queue("reap", &redis.url(), "reap").edit(|s| s.reaper.batch_size = 2);
-    let (ctx, verifier, registry) = test_context();
-    let (result, seen, _) = reconcile_expecting(&jq, &ctx, verifier, vec![status_patch(&jq)]).await;
+    let (ctx, mut api, registry) = test_context();
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::StatusPatch)
+        .run(&ctx, &mut api)
+        .await;
     result.unwrap();
     let status = &seen.statuses[0];
     assert_eq!(
@@ -447,10 +420,12 @@ async fn a_dead_letter_burst_raises_a_warning() {
     q.enqueue(NewJob::new("a")).await.unwrap();
     q.enqueue(NewJob::new("b")).await.unwrap();
     let jq = queue("burst", &redis.url(), "burst").edit(|s| s.max_attempts = 1);
-    let (ctx, verifier, registry) = test_context();
+    let (ctx, mut api, registry) = test_context();
     // First reconcile: the queue as it is (meta gets maxAttempts 1).
-    let (result, seen, verifier) =
-        reconcile_expecting(&jq, &ctx, verifier, vec![status_patch(&jq)]).await;
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::StatusPatch)
+        .run(&ctx, &mut api)
+        .await;
     result.unwrap();
     let jq = jq.with_status(seen.statuses[0].clone());
 
@@ -461,13 +436,11 @@ async fn a_dead_letter_burst_raises_a_warning() {
         .unwrap();
     let until = leases.iter().map(|l| l.lease_until).max().unwrap();
     wait_past(&mut redis.conn(), until);
-    let (result, seen, _) = reconcile_expecting(
-        &jq,
-        &ctx,
-        verifier,
-        vec![status_patch(&jq), Expect::Event("Warning", "DeadLettered")],
-    )
-    .await;
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Warning", "DeadLettered"))
+        .run(&ctx, &mut api)
+        .await;
     result.unwrap();
     let status = &seen.statuses[0];
     assert_eq!(
@@ -490,9 +463,11 @@ async fn stale_acks_raise_the_lease_warning() {
     let q = redis.queue("slow").await;
     q.enqueue(NewJob::new("a")).await.unwrap();
     let jq = queue("slow", &redis.url(), "slow");
-    let (ctx, verifier, _) = test_context();
-    let (result, seen, verifier) =
-        reconcile_expecting(&jq, &ctx, verifier, vec![status_patch(&jq)]).await;
+    let (ctx, mut api, _) = test_context();
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::StatusPatch)
+        .run(&ctx, &mut api)
+        .await;
     result.unwrap();
     let jq = jq.with_status(seen.statuses[0].clone());
 
@@ -507,13 +482,11 @@ async fn stale_acks_raise_the_lease_warning() {
     assert_eq!(q.reap(10).await.unwrap().requeued, 1);
     assert!(!q.ack(&slow).await.unwrap(), "the late ack is stale");
 
-    let (result, seen, _) = reconcile_expecting(
-        &jq,
-        &ctx,
-        verifier,
-        vec![status_patch(&jq), Expect::Event("Warning", "StaleAcks")],
-    )
-    .await;
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Warning", "StaleAcks"))
+        .run(&ctx, &mut api)
+        .await;
     result.unwrap();
     let status = &seen.statuses[0];
     assert_eq!(status.stale_acks, 1);

@@ -1,14 +1,14 @@
 //! `jobqueue operator` as a user meets it: its help, its start-up without a cluster, and
 //! its HTTP endpoints.
 
-mod common;
+mod support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::CommandFactory;
 use jobqueue::cli::Cli;
@@ -17,6 +17,7 @@ use jobqueue::controller::http::{HttpState, serve};
 use jobqueue::controller::metrics::QueueLabels;
 use jobqueue::queue::{QueueStats, ReapOutcome};
 use prometheus_client::registry::Registry;
+use support::eventually::Wait;
 use tokio_util::sync::CancellationToken;
 
 fn jobqueue() -> Command {
@@ -93,17 +94,9 @@ fn conflicting_namespace_flags_are_a_usage_error() {
 
 /// A plain HTTP/1.1 GET: (status code, body).
 fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut stream = loop {
-        match TcpStream::connect(addr) {
-            Ok(s) => break s,
-            Err(e) if Instant::now() < deadline => {
-                let _ = e;
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            Err(e) => panic!("cannot connect to {addr}: {e}"),
-        }
-    };
+    let mut stream = Wait::for_(format!("a connection to {addr}"))
+        .within(Duration::from_secs(10))
+        .until_blocking(|| TcpStream::connect(addr).ok());
     write!(
         stream,
         "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
@@ -132,7 +125,7 @@ async fn health_readiness_and_metrics_endpoints() {
         &ReapOutcome::default(),
     );
     let ready = Arc::new(AtomicBool::new(false));
-    let addr: SocketAddr = format!("127.0.0.1:{}", common::free_port())
+    let addr: SocketAddr = format!("127.0.0.1:{}", support::redis::free_port())
         .parse()
         .unwrap();
     let shutdown = CancellationToken::new();

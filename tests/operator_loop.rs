@@ -2,119 +2,30 @@
 //! ready once the cache has synced, reconciles on a new generation, and does not wake
 //! itself with its own status writes (a status-only change is filtered out).
 
-mod common;
+mod support;
 
-use std::convert::Infallible;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context as TaskContext, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use bytes::Bytes;
-use common::RedisServer;
-use http::{Method, Request, Response};
-use http_body::Frame;
+use http::{Method, StatusCode};
 use jobqueue::controller::operator::run_controller;
-use jobqueue::controller::{Context, Metrics, Settings};
-use jobqueue::crd::{JobQueue, JobQueueSpec, JobQueueStatus};
+use jobqueue::crd::JobQueue;
 use jobqueue::queue::NewJob;
+use kube::Resource;
 use kube::api::Api;
-use kube::client::Body;
-use kube::{Client, Resource};
-use prometheus_client::registry::Registry;
-use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use serde_json::json;
+use support::eventually::Wait;
+use support::fixtures::{JobQueueExt, NS};
+use support::mock_api::{json_response, test_context};
+use support::redis::RedisServer;
 use tokio_util::sync::CancellationToken;
 
-const NS: &str = "default";
-
-/// A response body fed chunk by chunk: a watch stays open while the sender lives.
-struct ChannelBody(mpsc::UnboundedReceiver<Bytes>);
-
-impl http_body::Body for ChannelBody {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut TaskContext<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        self.0
-            .poll_recv(cx)
-            .map(|chunk| chunk.map(|b| Ok(Frame::data(b))))
-    }
-}
-
-fn full(value: &impl serde::Serialize) -> Response<ChannelBody> {
-    let (tx, rx) = mpsc::unbounded_channel();
-    tx.send(Bytes::from(serde_json::to_vec(value).unwrap()))
-        .unwrap();
-    Response::new(ChannelBody(rx))
-}
-
-type Handle = tower_test::mock::Handle<Request<Body>, Response<ChannelBody>>;
-
-async fn next(
-    handle: &mut Handle,
-    what: &str,
-) -> (
-    Method,
-    String,
-    Value,
-    tower_test::mock::SendResponse<Response<ChannelBody>>,
-) {
-    let (request, send) = tokio::time::timeout(Duration::from_secs(30), handle.next_request())
-        .await
-        .unwrap_or_else(|_| panic!("{what} never came"))
-        .unwrap_or_else(|| panic!("{what} never came: the client is gone"));
-    let method = request.method().clone();
-    let uri = request.uri().to_string();
-    let bytes = request.into_body().collect_bytes().await.unwrap();
-    let body = if bytes.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&bytes).unwrap()
-    };
-    (method, uri, body, send)
-}
-
+/// A queue at `generation`, its reaper quiet for the length of the test.
 fn queue(name: &str, url: &str, generation: i64) -> JobQueue {
-    let mut spec = JobQueueSpec::new(url, name);
-    spec.reaper.interval = "1h".into();
-    let mut jq = JobQueue::new(name, spec);
-    let meta = jq.meta_mut();
-    meta.namespace = Some(NS.into());
-    meta.uid = Some(format!("uid-{name}"));
-    meta.generation = Some(generation);
-    meta.resource_version = Some(format!("{}", 10 + generation));
-    jq
-}
-
-fn watch_event(kind: &str, object: &JobQueue) -> Bytes {
-    let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap();
-    line.push(b'\n');
-    Bytes::from(line)
-}
-
-/// Accept a status patch of `jq`: returns the status it carried and answers with the
-/// object holding it.
-async fn status_patch(handle: &mut Handle, jq: &JobQueue) -> JobQueueStatus {
-    let what = format!("the status patch of {}", jq.meta().name.as_deref().unwrap());
-    let (method, uri, body, send) = next(handle, &what).await;
-    assert_eq!(method, Method::PATCH, "{uri}");
-    assert!(
-        uri.starts_with(&format!(
-            "/apis/jobqueue.dev/v1alpha1/namespaces/{NS}/jobqueues/{}/status?",
-            jq.meta().name.as_deref().unwrap()
-        )),
-        "{uri}"
-    );
-    let status: JobQueueStatus = serde_json::from_value(body["status"].clone()).unwrap();
-    let mut applied = jq.clone();
-    applied.status = Some(status.clone());
-    send.send_response(full(&applied));
-    status
+    support::fixtures::queue(name, url, name)
+        .edit(|s| s.reaper.interval = "1h".into())
+        .at_generation(generation, &format!("{}", 10 + generation))
 }
 
 #[tokio::test]
@@ -123,16 +34,8 @@ async fn the_loop_reconciles_new_generations_only() {
     let q = redis.queue("a").await;
     q.enqueue(NewJob::new("one")).await.unwrap();
 
-    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<ChannelBody>>();
-    let client = Client::new(service, NS);
-    let mut registry = Registry::default();
-    let metrics = Arc::new(Metrics::default().register(&mut registry));
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        metrics,
-        Some("test".into()),
-        Settings::default(),
-    ));
+    let (ctx, mut handle, registry) = test_context();
+    let client = ctx.client.clone();
     let ready = Arc::new(AtomicBool::new(false));
     let stop = CancellationToken::new();
     let api: Api<JobQueue> = Api::namespaced(client, NS);
@@ -140,53 +43,51 @@ async fn the_loop_reconciles_new_generations_only() {
 
     // The initial list: one queue.
     let a1 = queue("a", &redis.url(), 1);
-    let (method, uri, _, send) = next(&mut handle, "the list").await;
-    assert_eq!(method, Method::GET);
+    let list = handle.next("the list").await;
+    assert_eq!(list.method, Method::GET);
     assert!(
-        uri.starts_with(&format!(
+        list.uri.starts_with(&format!(
             "/apis/jobqueue.dev/v1alpha1/namespaces/{NS}/jobqueues?"
-        )) && !uri.contains("watch=true"),
-        "{uri}"
+        )) && !list.uri.contains("watch=true"),
+        "{}",
+        list.uri
     );
-    send.send_response(full(&json!({
-        "apiVersion": "jobqueue.dev/v1alpha1",
-        "kind": "JobQueueList",
-        "metadata": {"resourceVersion": "11"},
-        "items": [a1],
-    })));
+    list.respond(json_response(
+        StatusCode::OK,
+        &json!({
+            "apiVersion": "jobqueue.dev/v1alpha1",
+            "kind": "JobQueueList",
+            "metadata": {"resourceVersion": "11"},
+            "items": [a1],
+        }),
+    ));
 
     // Then the watch and the first reconcile, in either order.
     let mut watch = None;
     let mut first = None;
     for _ in 0..2 {
-        let (method, uri, body, send) = next(&mut handle, "the watch or the status patch").await;
-        if uri.contains("watch=true") {
-            assert_eq!(method, Method::GET);
-            assert!(uri.contains("resourceVersion=11"), "{uri}");
-            let (tx, rx) = mpsc::unbounded_channel();
-            send.send_response(Response::new(ChannelBody(rx)));
-            watch = Some(tx);
+        let request = handle.next("the watch or the status patch").await;
+        if request.uri.contains("watch=true") {
+            assert_eq!(request.method, Method::GET);
+            assert!(
+                request.uri.contains("resourceVersion=11"),
+                "{}",
+                request.uri
+            );
+            watch = Some(request.respond_watch());
         } else {
-            assert_eq!(method, Method::PATCH, "{uri}");
-            let status: JobQueueStatus = serde_json::from_value(body["status"].clone()).unwrap();
-            let mut applied = a1.clone();
-            applied.status = Some(status.clone());
-            send.send_response(full(&applied));
-            first = Some(status);
+            first = Some(request.status_patch(&a1));
         }
     }
     let watch = watch.expect("a watch");
     let first = first.expect("a status patch");
     assert_eq!((first.pending, first.observed_generation), (1, Some(1)));
 
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !ready.load(Ordering::Acquire) {
-        assert!(
-            Instant::now() < deadline,
-            "never ready after the cache synced"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    Wait::for_("ready after the cache synced")
+        .within(Duration::from_secs(10))
+        .every(Duration::from_millis(5))
+        .until(async || ready.load(Ordering::Acquire))
+        .await;
 
     // Our own status write comes back as a MODIFIED event with the same generation.
     // Were it let through, the reconcile would write the true count over this one.
@@ -194,20 +95,20 @@ async fn the_loop_reconciles_new_generations_only() {
     let mut written = a1.clone();
     written.status = Some(first.clone());
     written.meta_mut().resource_version = Some("12".into());
-    watch.send(watch_event("MODIFIED", &written)).unwrap();
+    watch.send("MODIFIED", &written);
 
     // A new queue, then a spec change of the first: each is reconciled once.
     let b1 = queue("b", &redis.url(), 1);
-    watch.send(watch_event("ADDED", &b1)).unwrap();
-    let b_status = status_patch(&mut handle, &b1).await;
+    watch.send("ADDED", &b1);
+    let b_status = handle.status_patch(&b1).await;
     assert_eq!(b_status.observed_generation, Some(1));
 
     let mut a2 = written.clone();
     a2.spec.visibility_timeout = "2m".into();
     a2.meta_mut().generation = Some(2);
     a2.meta_mut().resource_version = Some("14".into());
-    watch.send(watch_event("MODIFIED", &a2)).unwrap();
-    let second = status_patch(&mut handle, &a2).await;
+    watch.send("MODIFIED", &a2);
+    let second = handle.status_patch(&a2).await;
     assert_eq!(second.observed_generation, Some(2));
     assert_eq!(
         second.pending, 2,
@@ -233,10 +134,5 @@ async fn the_loop_reconciles_new_generations_only() {
         .unwrap();
     drop(watch);
     // The controller held the last client: its service is closed now.
-    let after = tokio::time::timeout(Duration::from_secs(10), handle.next_request())
-        .await
-        .expect("the client is released when the controller stops");
-    if let Some((request, _)) = after {
-        panic!("unexpected request: {} {}", request.method(), request.uri());
-    }
+    handle.expect_released().await;
 }

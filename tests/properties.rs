@@ -3,17 +3,17 @@
 //! status says which, `pending` holds no id twice, only the current token acts, and the
 //! stats counts agree with the keys.
 
-mod common;
+mod support;
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{RedisServer, redis_now_ms, wait_past};
 use jobqueue::queue::{
     Backoff, FailMode, FailOutcome, Lease, NewJob, Queue, QueueSettings, Selection,
 };
 use proptest::prelude::*;
 use redis::Commands;
+use support::redis::{RedisServer, redis_now_ms, wait_past};
 
 #[derive(Debug, Clone)]
 enum Op {

@@ -1,16 +1,16 @@
 //! Every script and every rule of the protocol, against a real redis-server.
 
-mod common;
+mod support;
 
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::{RedisServer, redis_now_ms, wait_past};
 use jobqueue::queue::{
     Backoff, ConnectOptions, Error, FailMode, FailOutcome, NewJob, Queue, QueueSettings, Redis,
     SCRIPTS, Selection,
 };
 use redis::Commands;
+use support::redis::{RedisServer, redis_now_ms, wait_past};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -263,7 +263,7 @@ async fn extend_moves_both_the_score_and_the_hash() {
         .unwrap();
     let leases = q.claim(2, "w", Some(Duration::from_secs(1))).await.unwrap();
     let now = redis_now_ms(&mut c);
-    let refs: Vec<_> = leases.iter().map(|l| l.as_ref()).collect();
+    let refs: Vec<_> = leases.iter().map(|l| l.lease_ref()).collect();
     let until = q
         .extend_many(&refs, Some(Duration::from_secs(600)))
         .await
@@ -278,7 +278,7 @@ async fn extend_moves_both_the_score_and_the_hash() {
     }
     // Mixed batch: one good, one stale.
     let mixed = q
-        .extend_many(&[leases[0].as_ref(), ("b", "bad").into()], None)
+        .extend_many(&[leases[0].lease_ref(), ("b", "bad").into()], None)
         .await
         .unwrap();
     assert!(mixed[0].is_some() && mixed[1].is_none());
@@ -582,7 +582,7 @@ async fn dead_letters_are_trimmed_by_length_then_by_age() {
             FailOutcome::Dead
         );
         // Distinct died_at for a well-defined "oldest".
-        common::next_ms(&mut c);
+        support::redis::next_ms(&mut c);
     }
     assert_eq!(q.stats().await.unwrap().dead, 5, "only reap trims");
     q.reap(10).await.unwrap();
@@ -617,7 +617,7 @@ async fn redrive_and_purge_act_on_dead_jobs_only() {
         q.fail(&lease, &format!("err {i}"), FailMode::Dead, Backoff::Policy)
             .await
             .unwrap();
-        common::next_ms(&mut c);
+        support::redis::next_ms(&mut c);
     }
     q.enqueue(job("p").id("alive")).await.unwrap();
     let _: () = c.del(&q.keys().wake).unwrap();

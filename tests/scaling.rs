@@ -4,31 +4,23 @@
 //! stabilization window. The last one runs the operator binary against the stand-in
 //! API server over HTTP.
 
-mod common;
-#[path = "operator/fixtures.rs"]
-mod fixtures;
-mod standin;
+mod support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{RedisServer, free_port};
-use fixtures::{
-    Expect, Handle, JobQueueExt, NS, ScaleTarget, TestClock, body_text, hpa, json_response, queue,
-    reconcile_expecting, status_patch, test_context_at,
-};
 use http::{Method, StatusCode};
 use jobqueue::crd::{JobQueue, JobQueueStatus, ScaleTargetRef, WorkersSpec};
 use jobqueue::queue::{LeaseRef, NewJob, Queue};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::controller::Action;
 use serde_json::{Value, json};
+use support::fixtures::{JobQueueExt, NS, ScaleTarget, TestClock, deployment, hpa, queue};
+use support::mock_api::{Expect, Handle, Scenario, body_text, json_response, test_context_at};
+use support::redis::RedisServer;
+use support::standin::{OperatorProcess, StandIn, http_get};
 
-const WORKER: ScaleTarget = ScaleTarget {
-    api_version: "apps/v1",
-    plural: "deployments",
-    name: "worker",
-};
+const WORKER: ScaleTarget = deployment("worker");
 
 /// Workers of Deployment `worker`: 10 jobs per replica, at most +4 per reconcile, a
 /// five-minute scale-down window.
@@ -79,20 +71,14 @@ async fn a_backlog_scales_up_from_zero() {
     enqueue(&redis.queue("emails").await, 25).await;
     let jq = queue("emails", &redis.url(), "emails").with_workers(workers(0, 10));
     let clock = TestClock::new();
-    let (ctx, verifier, registry) = test_context_at(&clock);
-    let (result, seen, _) = reconcile_expecting(
-        &jq,
-        &ctx,
-        verifier,
-        vec![
-            Expect::GetScale(WORKER, 0),
-            Expect::ListHpas(vec![]),
-            Expect::ScalePatch(WORKER, 3),
-            status_patch(&jq),
-            Expect::Event("Normal", "ScaledUp"),
-        ],
-    )
-    .await;
+    let (ctx, mut api, registry) = test_context_at(&clock);
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::TargetRead(WORKER, 0))
+        .expect(Expect::ScalePatch(WORKER, 3))
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Normal", "ScaledUp"))
+        .run(&ctx, &mut api)
+        .await;
     assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(10)));
     assert_eq!(seen.scales, vec![3]);
     let status = &seen.statuses[0];
@@ -126,20 +112,14 @@ async fn running_jobs_count_and_the_step_bounds_a_scale_up() {
     assert_eq!(q.claim(30, "w", None).await.unwrap().len(), 30);
     let jq = queue("bulk", &redis.url(), "bulk").with_workers(workers(1, 50));
     let clock = TestClock::new();
-    let (ctx, verifier, _) = test_context_at(&clock);
-    let (result, seen, _) = reconcile_expecting(
-        &jq,
-        &ctx,
-        verifier,
-        vec![
-            Expect::GetScale(WORKER, 2),
-            Expect::ListHpas(vec![]),
-            Expect::ScalePatch(WORKER, 6),
-            status_patch(&jq),
-            Expect::Event("Normal", "ScaledUp"),
-        ],
-    )
-    .await;
+    let (ctx, mut api, _) = test_context_at(&clock);
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::TargetRead(WORKER, 2))
+        .expect(Expect::ScalePatch(WORKER, 6))
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Normal", "ScaledUp"))
+        .run(&ctx, &mut api)
+        .await;
     result.unwrap();
     let status = &seen.statuses[0];
     assert_eq!((status.pending, status.processing), (170, 30));
@@ -158,20 +138,14 @@ async fn scale_down_waits_for_the_stabilization_window() {
     enqueue(&q, 40).await;
     let jq = queue("drain", &redis.url(), "drain").with_workers(workers(0, 10));
     let clock = TestClock::new();
-    let (ctx, verifier, registry) = test_context_at(&clock);
+    let (ctx, mut api, registry) = test_context_at(&clock);
 
     // 40 jobs, 4 replicas: as it should be.
-    let (result, seen, verifier) = reconcile_expecting(
-        &jq,
-        &ctx,
-        verifier,
-        vec![
-            Expect::GetScale(WORKER, 4),
-            Expect::ListHpas(vec![]),
-            status_patch(&jq),
-        ],
-    )
-    .await;
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::TargetRead(WORKER, 4))
+        .expect(Expect::StatusPatch)
+        .run(&ctx, &mut api)
+        .await;
     result.unwrap();
     assert_eq!(scaling(&seen.statuses[0]).1, "Steady");
     let jq = jq.with_status(seen.statuses[0].clone());
@@ -179,17 +153,11 @@ async fn scale_down_waits_for_the_stabilization_window() {
     // The workers finish everything: the backlog asks for zero, the window holds 4.
     work_off(&q, 40).await;
     clock.advance(10);
-    let (result, seen, verifier) = reconcile_expecting(
-        &jq,
-        &ctx,
-        verifier,
-        vec![
-            Expect::GetScale(WORKER, 4),
-            Expect::ListHpas(vec![]),
-            status_patch(&jq),
-        ],
-    )
-    .await;
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::TargetRead(WORKER, 4))
+        .expect(Expect::StatusPatch)
+        .run(&ctx, &mut api)
+        .await;
     result.unwrap();
     let status = seen.statuses[0].clone();
     assert_eq!(
@@ -209,31 +177,22 @@ async fn scale_down_waits_for_the_stabilization_window() {
 
     // One second before the window ends: still held, and nothing to write.
     clock.advance(289);
-    let (result, seen, verifier) = reconcile_expecting(
-        &jq,
-        &ctx,
-        verifier,
-        vec![Expect::GetScale(WORKER, 4), Expect::ListHpas(vec![])],
-    )
-    .await;
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::TargetRead(WORKER, 4))
+        .run(&ctx, &mut api)
+        .await;
     result.unwrap();
     assert!(seen.scales.is_empty() && seen.statuses.is_empty());
 
     // Five minutes after 4 was last recommended: down to zero.
     clock.advance(1);
-    let (result, seen, _) = reconcile_expecting(
-        &jq,
-        &ctx,
-        verifier,
-        vec![
-            Expect::GetScale(WORKER, 4),
-            Expect::ListHpas(vec![]),
-            Expect::ScalePatch(WORKER, 0),
-            status_patch(&jq),
-            Expect::Event("Normal", "ScaledDown"),
-        ],
-    )
-    .await;
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::TargetRead(WORKER, 4))
+        .expect(Expect::ScalePatch(WORKER, 0))
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Normal", "ScaledDown"))
+        .run(&ctx, &mut api)
+        .await;
     result.unwrap();
     assert_eq!(seen.scales, vec![0]);
     let status = &seen.statuses[0];
@@ -255,18 +214,12 @@ async fn nothing_changes_so_nothing_is_patched() {
     enqueue(&redis.queue("calm").await, 25).await;
     let jq = queue("calm", &redis.url(), "calm").with_workers(workers(0, 10));
     let clock = TestClock::new();
-    let (ctx, verifier, _) = test_context_at(&clock);
-    let (result, seen, verifier) = reconcile_expecting(
-        &jq,
-        &ctx,
-        verifier,
-        vec![
-            Expect::GetScale(WORKER, 3),
-            Expect::ListHpas(vec![]),
-            status_patch(&jq),
-        ],
-    )
-    .await;
+    let (ctx, mut api, _) = test_context_at(&clock);
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::TargetRead(WORKER, 3))
+        .expect(Expect::StatusPatch)
+        .run(&ctx, &mut api)
+        .await;
     result.unwrap();
     let status = &seen.statuses[0];
     assert_eq!(
@@ -280,17 +233,12 @@ async fn nothing_changes_so_nothing_is_patched() {
     );
     assert_eq!(status.last_scale_time, None, "the operator has not scaled");
     let jq = jq.with_status(status.clone());
-    let mut verifier = verifier;
     for _ in 0..3 {
         clock.advance(10);
-        let (result, seen, next) = reconcile_expecting(
-            &jq,
-            &ctx,
-            verifier,
-            vec![Expect::GetScale(WORKER, 3), Expect::ListHpas(vec![])],
-        )
-        .await;
-        verifier = next;
+        let (result, seen) = Scenario::new(&jq)
+            .expect(Expect::TargetRead(WORKER, 3))
+            .run(&ctx, &mut api)
+            .await;
         result.unwrap();
         assert!(seen.scales.is_empty(), "no scale patch");
         assert!(seen.statuses.is_empty(), "no status patch");
@@ -304,18 +252,13 @@ async fn a_missing_target_is_a_condition_not_a_failure() {
     enqueue(&redis.queue("orphan").await, 5).await;
     let jq = queue("orphan", &redis.url(), "orphan").with_workers(workers(0, 10));
     let clock = TestClock::new();
-    let (ctx, verifier, _) = test_context_at(&clock);
-    let (result, seen, verifier) = reconcile_expecting(
-        &jq,
-        &ctx,
-        verifier,
-        vec![
-            Expect::ScaleNotFound(WORKER),
-            status_patch(&jq),
-            Expect::Event("Warning", "TargetNotFound"),
-        ],
-    )
-    .await;
+    let (ctx, mut api, _) = test_context_at(&clock);
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::ScaleNotFound(WORKER))
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Warning", "TargetNotFound"))
+        .run(&ctx, &mut api)
+        .await;
     // The rest of the reconcile went on: counted, healthy, requeued as usual.
     assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(10)));
     let status = &seen.statuses[0];
@@ -333,26 +276,22 @@ async fn a_missing_target_is_a_condition_not_a_failure() {
     // Still missing: no new Event, nothing to write.
     let jq = jq.with_status(status.clone());
     clock.advance(10);
-    let (result, seen, verifier) =
-        reconcile_expecting(&jq, &ctx, verifier, vec![Expect::ScaleNotFound(WORKER)]).await;
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::ScaleNotFound(WORKER))
+        .run(&ctx, &mut api)
+        .await;
     result.unwrap();
     assert!(seen.statuses.is_empty() && seen.events.is_empty());
 
     // The Deployment appears (with no replicas): it is scaled up at once.
     clock.advance(10);
-    let (result, seen, _) = reconcile_expecting(
-        &jq,
-        &ctx,
-        verifier,
-        vec![
-            Expect::GetScale(WORKER, 0),
-            Expect::ListHpas(vec![]),
-            Expect::ScalePatch(WORKER, 1),
-            status_patch(&jq),
-            Expect::Event("Normal", "ScaledUp"),
-        ],
-    )
-    .await;
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::TargetRead(WORKER, 0))
+        .expect(Expect::ScalePatch(WORKER, 1))
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Normal", "ScaledUp"))
+        .run(&ctx, &mut api)
+        .await;
     result.unwrap();
     assert_eq!(scaling(&seen.statuses[0]).1, "ScaledUp");
 }
@@ -363,7 +302,7 @@ async fn an_hpa_on_the_same_target_is_not_fought() {
     enqueue(&redis.queue("contested").await, 100).await;
     let jq = queue("contested", &redis.url(), "contested").with_workers(workers(0, 10));
     let clock = TestClock::new();
-    let (ctx, verifier, registry) = test_context_at(&clock);
+    let (ctx, mut api, registry) = test_context_at(&clock);
     let bystanders = vec![
         hpa("api", "apps/v1", "Deployment", "api"),
         hpa("sts", "apps/v1", "StatefulSet", "worker"),
@@ -371,18 +310,13 @@ async fn an_hpa_on_the_same_target_is_not_fought() {
     ];
     let mut hpas = bystanders.clone();
     hpas.push(hpa("worker-cpu", "apps/v1", "Deployment", "worker"));
-    let (result, seen, verifier) = reconcile_expecting(
-        &jq,
-        &ctx,
-        verifier,
-        vec![
-            Expect::GetScale(WORKER, 2),
-            Expect::ListHpas(hpas),
-            status_patch(&jq),
-            Expect::Event("Warning", "HPAConflict"),
-        ],
-    )
-    .await;
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::GetScale(WORKER, 2))
+        .expect(Expect::ListHpas(hpas))
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Warning", "HPAConflict"))
+        .run(&ctx, &mut api)
+        .await;
     result.unwrap();
     assert!(
         seen.scales.is_empty(),
@@ -406,19 +340,14 @@ async fn an_hpa_on_the_same_target_is_not_fought() {
     // The HPA is deleted: the operator takes over, stepping up from the current 2.
     let jq = jq.with_status(status.clone());
     clock.advance(10);
-    let (result, seen, _) = reconcile_expecting(
-        &jq,
-        &ctx,
-        verifier,
-        vec![
-            Expect::GetScale(WORKER, 2),
-            Expect::ListHpas(bystanders),
-            Expect::ScalePatch(WORKER, 6),
-            status_patch(&jq),
-            Expect::Event("Normal", "ScaledUp"),
-        ],
-    )
-    .await;
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::GetScale(WORKER, 2))
+        .expect(Expect::ListHpas(bystanders))
+        .expect(Expect::ScalePatch(WORKER, 6))
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Normal", "ScaledUp"))
+        .run(&ctx, &mut api)
+        .await;
     result.unwrap();
     assert_eq!(seen.scales, vec![6]);
     assert_eq!(scaling(&seen.statuses[0]).0, "True");
@@ -442,20 +371,14 @@ async fn any_kind_with_a_scale_subresource() {
         ..workers(0, 3)
     });
     let clock = TestClock::new();
-    let (ctx, verifier, _) = test_context_at(&clock);
-    let (result, seen, _) = reconcile_expecting(
-        &jq,
-        &ctx,
-        verifier,
-        vec![
-            Expect::GetScale(pool, 0),
-            Expect::ListHpas(vec![]),
-            Expect::ScalePatch(pool, 1),
-            status_patch(&jq),
-            Expect::Event("Normal", "ScaledUp"),
-        ],
-    )
-    .await;
+    let (ctx, mut api, _) = test_context_at(&clock);
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::TargetRead(pool, 0))
+        .expect(Expect::ScalePatch(pool, 1))
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Normal", "ScaledUp"))
+        .run(&ctx, &mut api)
+        .await;
     result.unwrap();
     assert!(
         scaling(&seen.statuses[0])
@@ -470,18 +393,13 @@ async fn an_unreachable_queue_leaves_the_replicas_alone() {
     // servers get ports from the ephemeral range).
     let jq = queue("dark", "redis://127.0.0.1:1", "dark").with_workers(workers(0, 10));
     let clock = TestClock::new();
-    let (ctx, verifier, _) = test_context_at(&clock);
+    let (ctx, mut api, _) = test_context_at(&clock);
     // No scale request at all: without the backlog there is nothing to decide.
-    let (result, seen, _) = reconcile_expecting(
-        &jq,
-        &ctx,
-        verifier,
-        vec![
-            status_patch(&jq),
-            Expect::Event("Warning", "RedisUnreachable"),
-        ],
-    )
-    .await;
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Warning", "RedisUnreachable"))
+        .run(&ctx, &mut api)
+        .await;
     result.unwrap_err();
     let (s, reason, message) = scaling(&seen.statuses[0]);
     assert_eq!((s, reason), ("Unknown", "RedisUnreachable"));
@@ -497,22 +415,19 @@ async fn removing_the_workers_removes_the_scaling_status() {
     enqueue(&redis.queue("retire").await, 10).await;
     let jq = queue("retire", &redis.url(), "retire").with_workers(workers(0, 10));
     let clock = TestClock::new();
-    let (ctx, verifier, registry) = test_context_at(&clock);
-    let (result, seen, verifier) = reconcile_expecting(
-        &jq,
-        &ctx,
-        verifier,
-        vec![
-            Expect::GetScale(WORKER, 1),
-            Expect::ListHpas(vec![]),
-            status_patch(&jq),
-        ],
-    )
-    .await;
+    let (ctx, mut api, registry) = test_context_at(&clock);
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::TargetRead(WORKER, 1))
+        .expect(Expect::StatusPatch)
+        .run(&ctx, &mut api)
+        .await;
     result.unwrap();
     let mut jq = jq.with_status(seen.statuses[0].clone());
     jq.spec.workers = None;
-    let (result, seen, _) = reconcile_expecting(&jq, &ctx, verifier, vec![status_patch(&jq)]).await;
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::StatusPatch)
+        .run(&ctx, &mut api)
+        .await;
     result.unwrap();
     let status = &seen.statuses[0];
     assert!(status.condition("Scaling").is_none(), "{status:?}");
@@ -598,9 +513,9 @@ async fn the_replicas_follow_the_backlog_through_real_redis() {
         ..workers(0, 10)
     });
     let clock = TestClock::new();
-    let (ctx, verifier, registry) = test_context_at(&clock);
+    let (ctx, api, registry) = test_context_at(&clock);
     let cluster = Arc::new(Mutex::new(Cluster::default()));
-    serve(verifier.into_handle(), cluster.clone(), jq.clone());
+    serve(api.into_handle(), cluster.clone(), jq.clone());
 
     // (seconds since the start, what happens in Redis just before that reconcile)
     enum Act {
@@ -707,15 +622,13 @@ async fn the_replicas_follow_the_backlog_through_real_redis() {
 /// Redis up in steps, back to zero once drained, and is left alone once an HPA claims it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_binary_scales_a_deployment_over_http() {
-    use std::process::{Command, Stdio};
-
     const APPS: &str = "/apis/apps/v1";
     const CRD: &str = "/apis/jobqueue.dev/v1alpha1";
     let redis = RedisServer::start();
     let q = redis.queue("e2e").await;
     enqueue(&q, 100).await;
 
-    let api = standin::StandIn::start().await;
+    let api = StandIn::start().await;
     api.put(
         APPS,
         "deployments",
@@ -746,33 +659,7 @@ async fn the_operator_binary_scales_a_deployment_over_http() {
         }),
     );
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, api.kubeconfig("jobs")).unwrap();
-    let log_path = dir.path().join("operator.log");
-    let metrics_addr = format!("127.0.0.1:{}", free_port());
-    let child = Command::new(env!("CARGO_BIN_EXE_jobqueue"))
-        .args([
-            "operator",
-            "--no-leader-election",
-            "--metrics-addr",
-            &metrics_addr,
-        ])
-        .env("KUBECONFIG", &kubeconfig)
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log_path).unwrap())
-        .spawn()
-        .expect("start the operator");
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _child = Kill(child);
+    let op = OperatorProcess::start(&api, "jobs", dir.path(), &["--no-leader-election"], &[]);
 
     let replicas = || {
         api.get(APPS, "deployments", "jobs", "worker").unwrap()["spec"]["replicas"]
@@ -797,25 +684,14 @@ async fn the_operator_binary_scales_a_deployment_over_http() {
         let c = conditions.into_iter().find(|c| c["type"] == "Scaling")?;
         c["reason"].as_str().map(String::from)
     };
-    let eventually = async |what: &str, check: &dyn Fn() -> bool| {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while !check() {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out waiting for {what}; operator log:\n{}",
-                std::fs::read_to_string(&log_path).unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    };
-
     // Up in steps of 4 to the maximum, one reconcile each.
-    eventually("10 replicas", &|| replicas() == 10).await;
+    op.wait_for("10 replicas")
+        .until(async || replicas() == 10)
+        .await;
     assert_eq!(scale_patches(), vec![4, 8, 10]);
-    eventually("the status at the maximum", &|| {
-        scaling_reason().as_deref() == Some("AtMaxReplicas")
-    })
-    .await;
+    op.wait_for("the status at the maximum")
+        .until(async || scaling_reason().as_deref() == Some("AtMaxReplicas"))
+        .await;
     let jq = api.get(CRD, "jobqueues", "jobs", "e2e").unwrap();
     let st = &jq["status"];
     assert_eq!(
@@ -829,18 +705,21 @@ async fn the_operator_binary_scales_a_deployment_over_http() {
             .filter(|e| e["reason"] == "ScaledUp")
             .count()
     };
-    eventually("three ScaledUp Events", &|| scaled_up() == 3).await;
+    op.wait_for("three ScaledUp Events")
+        .until(async || scaled_up() == 3)
+        .await;
 
     // Drained: down to zero, in one patch, once the window has passed.
     let leases = q.claim(100, "w", None).await.unwrap();
     let refs: Vec<LeaseRef<'_>> = leases.iter().map(LeaseRef::from).collect();
     q.ack_many(&refs).await.unwrap();
-    eventually("0 replicas", &|| replicas() == 0).await;
+    op.wait_for("0 replicas")
+        .until(async || replicas() == 0)
+        .await;
     assert_eq!(scale_patches(), vec![4, 8, 10, 0]);
-    eventually("the status at the minimum", &|| {
-        scaling_reason().as_deref() == Some("AtMinReplicas")
-    })
-    .await;
+    op.wait_for("the status at the minimum")
+        .until(async || scaling_reason().as_deref() == Some("AtMinReplicas"))
+        .await;
 
     // An HPA claims the Deployment: new backlog, but the operator keeps out.
     api.put(
@@ -856,11 +735,13 @@ async fn the_operator_binary_scales_a_deployment_over_http() {
         }),
     );
     enqueue(&q, 50).await;
-    eventually("HPAConflict with the new backlog counted", &|| {
-        let pending = api.get(CRD, "jobqueues", "jobs", "e2e").unwrap()["status"]["pending"] == 50;
-        pending && scaling_reason().as_deref() == Some("HPAConflict")
-    })
-    .await;
+    op.wait_for("HPAConflict with the new backlog counted")
+        .until(async || {
+            let pending =
+                api.get(CRD, "jobqueues", "jobs", "e2e").unwrap()["status"]["pending"] == 50;
+            pending && scaling_reason().as_deref() == Some("HPAConflict")
+        })
+        .await;
     assert_eq!(
         scale_patches(),
         vec![4, 8, 10, 0],
@@ -868,7 +749,7 @@ async fn the_operator_binary_scales_a_deployment_over_http() {
     );
     assert_eq!(replicas(), 0);
 
-    let (code, metrics) = http_get(&metrics_addr, "/metrics").await.expect("/metrics");
+    let (code, metrics) = http_get(&op.metrics, "/metrics").await.expect("/metrics");
     assert_eq!(code, 200);
     for line in [
         r#"jobqueue_scale_operations_total{namespace="jobs",name="e2e",direction="up"} 3"#,
@@ -877,16 +758,4 @@ async fn the_operator_binary_scales_a_deployment_over_http() {
     ] {
         assert!(metrics.contains(line), "missing {line} in\n{metrics}");
     }
-}
-
-async fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.ok()?;
-    let code = out.split_whitespace().nth(1)?.parse().ok()?;
-    Some((code, out))
 }

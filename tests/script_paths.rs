@@ -4,13 +4,13 @@
 //! first write to it (and take back what they wrote before), new jobs carry no
 //! `attempts` field, and batches of claims and reaps meet orphans and duplicates.
 
-mod common;
+mod support;
 
 use std::time::Duration;
 
-use common::{RedisServer, wait_past};
 use jobqueue::queue::{Error, NewJob, Queue};
 use redis::Commands;
+use support::redis::{RedisServer, wait_past};
 
 fn job(id: &str) -> NewJob {
     NewJob::new(format!("payload of {id}").into_bytes()).id(id)
@@ -123,7 +123,7 @@ async fn wrong_typed_stats_or_processing_fail_claim_and_ack_and_change_nothing()
 
     // ack: the same two checks.
     let leases = q.claim(2, "w", None).await.unwrap();
-    let refs: Vec<_> = leases.iter().map(|l| l.as_ref()).collect();
+    let refs: Vec<_> = leases.iter().map(|l| l.lease_ref()).collect();
     let counters = |c: &mut redis::Connection| -> Vec<(String, String)> {
         let mut all: Vec<(String, String)> = c.hgetall(&q.keys().stats).unwrap();
         all.sort();

@@ -1,12 +1,12 @@
 //! `rediss://` with a private CA: the client trusts exactly the CA it is given.
 
-mod common;
+mod support;
 
 use std::path::Path;
 use std::process::Command;
 
-use common::{RedisServer, free_port};
 use jobqueue::queue::{ConnectOptions, Error, NewJob, Queue, Redis};
+use support::redis::{RedisServer, free_port};
 
 /// A CA and a server certificate for 127.0.0.1, made with openssl.
 fn make_certs(dir: &Path) {

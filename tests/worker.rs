@@ -1,37 +1,21 @@
 //! The worker runtime against a real Redis: concurrency, renewal, stale leases, retries,
 //! dead-lettering, panics, graceful shutdown and reconnection.
 
-mod common;
+mod support;
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{RedisServer, redis_now_ms, wait_past};
 use jobqueue::queue::{Backoff, FailMode, LeaseRef, NewJob, Queue, QueueSettings};
 use jobqueue::worker::{JobContext, JobError, StatsHandle, Worker, WorkerStats};
 use redis::AsyncCommands;
+use support::eventually::eventually;
+use support::redis::{RedisServer, redis_now_ms, wait_past};
 use tokio::sync::{Barrier, mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-
-/// Poll `cond` until it holds; fail the test with `what` after 30 s.
-async fn eventually<F, Fut>(what: &str, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !cond().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
 
 async fn configured(server: &RedisServer, tag: &str, settings: QueueSettings) -> Queue {
     let queue = server.queue(tag).await;

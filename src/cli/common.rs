@@ -1,7 +1,8 @@
 //! What the operations subcommands share: opening a queue, signals, usage errors.
 
 use super::ConnectArgs;
-use crate::queue::{Error, Queue};
+use crate::queue::Queue;
+use crate::shutdown::Signal;
 
 /// Stopped by Ctrl-C or SIGTERM before the work was finished.
 #[derive(Debug, thiserror::Error)]
@@ -21,32 +22,10 @@ pub async fn open(connect: &ConnectArgs) -> anyhow::Result<Queue> {
     Ok(queue)
 }
 
-/// Resolves on Ctrl-C or SIGTERM, naming which.
-pub async fn shutdown_signal() -> &'static str {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => tokio::select! {
-            _ = tokio::signal::ctrl_c() => "Ctrl-C",
-            _ = term.recv() => "SIGTERM",
-        },
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-            "Ctrl-C"
-        }
+/// Resolves on Ctrl-C or SIGTERM, naming which as a person at the terminal says it.
+pub async fn stop_signal() -> &'static str {
+    match crate::shutdown::shutdown_signal().await {
+        Signal::Interrupt => "Ctrl-C",
+        Signal::Terminate => "SIGTERM",
     }
-}
-
-/// Redis's clock in milliseconds (the clock every lease and time of the queue uses).
-pub async fn redis_now_ms(queue: &Queue) -> anyhow::Result<i64> {
-    let mut conn = queue.redis().clone();
-    let (secs, micros): (i64, i64) =
-        redis::cmd("TIME")
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| Error::Redis {
-                queue: queue.name().to_string(),
-                op: "TIME",
-                source: e,
-            })?;
-    Ok(secs * 1000 + micros / 1000)
 }

@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::ConnectArgs;
 use super::common::open;
-use super::format::{format_duration, parse_duration};
+use crate::duration;
 use crate::queue::QueueSettings;
 
 pub const EXAMPLES: &str = "\
@@ -25,25 +25,25 @@ pub struct ConfigureArgs {
     #[command(flatten)]
     pub connect: ConnectArgs,
     /// How long a claimed job is leased before the reaper may take it back.
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = duration::parse)]
     pub visibility_timeout: Option<Duration>,
     /// Claims before a failing (or abandoned) job goes to the dead-letter set.
     #[arg(long)]
     pub max_attempts: Option<u32>,
     /// Retry backoff after the first failure.
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = duration::parse)]
     pub backoff_initial: Option<Duration>,
     /// The longest retry backoff.
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = duration::parse)]
     pub backoff_max: Option<Duration>,
     /// Each retry waits this many times longer than the previous one (≥ 1).
     #[arg(long)]
     pub backoff_multiplier: Option<f64>,
     /// Keep acked jobs this long (ids stay taken: a dedup window); 0 deletes on ack.
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = duration::parse)]
     pub completed_retention: Option<Duration>,
     /// The reaper trims dead jobs older than this; 0: no age limit.
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = duration::parse)]
     pub dead_retention: Option<Duration>,
     /// The reaper keeps at most this many dead jobs; 0: no limit.
     #[arg(long)]
@@ -134,14 +134,14 @@ pub fn table(s: &QueueSettings) -> String {
         if d.is_zero() {
             format!("0 ({meaning})")
         } else {
-            format_duration(d)
+            duration::format(d)
         }
     };
     let rows = [
-        ("visibility timeout", format_duration(s.visibility_timeout)),
+        ("visibility timeout", duration::format(s.visibility_timeout)),
         ("max attempts", s.max_attempts.to_string()),
-        ("backoff initial", format_duration(s.backoff_initial)),
-        ("backoff max", format_duration(s.backoff_max)),
+        ("backoff initial", duration::format(s.backoff_initial)),
+        ("backoff max", duration::format(s.backoff_max)),
         ("backoff multiplier", s.backoff_multiplier.to_string()),
         (
             "completed retention",

@@ -9,7 +9,6 @@ use clap::{ArgGroup, Args};
 
 use super::ConnectArgs;
 use super::common::{UsageError, open};
-use super::format::parse_duration;
 use crate::queue::{MAX_BATCH, NewJob, Queue};
 
 pub const EXAMPLES: &str = "\
@@ -39,7 +38,7 @@ pub struct EnqueueArgs {
     #[arg(long, conflicts_with = "stdin")]
     pub id: Option<String>,
     /// Run no earlier than this from now, e.g. `30s`, `5m`.
-    #[arg(long, value_parser = parse_duration, default_value = "0")]
+    #[arg(long, value_parser = crate::duration::parse, default_value = "0")]
     pub delay: Duration,
     /// With --stdin: print each new job's id instead of a count.
     #[arg(long, requires = "stdin")]

@@ -1,93 +1,7 @@
-//! Reading and writing the values people type and read: durations, times, payloads.
+//! Writing the values people read: latencies, times, ages, payloads (durations are
+//! [`crate::duration`]'s).
 
 use std::time::Duration;
-
-/// Parse a duration such as `500ms`, `5s`, `2m`, `1h`, `7d`, `1m30s` or `1.5s`; `0` alone
-/// is zero. A bare number other than zero is refused: `5` could mean seconds or
-/// milliseconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let s = text.trim();
-    if s.is_empty() {
-        return Err("empty duration: write e.g. 500ms, 5s, 2m, 1h".into());
-    }
-    if s == "0" {
-        return Ok(Duration::ZERO);
-    }
-    let mut total_ms = 0f64;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        if digits == 0 {
-            return Err(format!(
-                "{text:?} is not a duration: write e.g. 500ms, 5s, 2m, 1h"
-            ));
-        }
-        let number: f64 = rest[..digits].parse().map_err(|_| {
-            format!(
-                "{text:?} is not a duration: bad number {:?}",
-                &rest[..digits]
-            )
-        })?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let unit = &rest[..unit_len];
-        rest = &rest[unit_len..];
-        let ms_per_unit = match unit {
-            "ms" => 1.0,
-            "s" => 1_000.0,
-            "m" => 60_000.0,
-            "h" => 3_600_000.0,
-            "d" => 86_400_000.0,
-            "" => {
-                return Err(format!(
-                    "{text:?} has no unit: write e.g. {number}s or {number}ms"
-                ));
-            }
-            other => {
-                return Err(format!(
-                    "{text:?}: unknown unit {other:?} (use ms, s, m, h or d)"
-                ));
-            }
-        };
-        total_ms += number * ms_per_unit;
-    }
-    if !total_ms.is_finite() || total_ms > u64::MAX as f64 / 2.0 {
-        return Err(format!("{text:?} is too long"));
-    }
-    Ok(Duration::from_micros((total_ms * 1000.0).round() as u64))
-}
-
-/// The inverse of [`parse_duration`] for whole milliseconds: `1m30s`, `250ms`, `0s`.
-pub fn format_duration(d: Duration) -> String {
-    let mut ms = d.as_millis();
-    if ms == 0 {
-        return if d.is_zero() {
-            "0s".into()
-        } else {
-            format!("{}µs", d.as_micros())
-        };
-    }
-    let mut out = String::new();
-    for (unit, size) in [
-        ("d", 86_400_000u128),
-        ("h", 3_600_000),
-        ("m", 60_000),
-        ("s", 1_000),
-    ] {
-        if ms >= size {
-            out.push_str(&format!("{}{unit}", ms / size));
-            ms %= size;
-        }
-    }
-    if ms > 0 {
-        out.push_str(&format!("{ms}ms"));
-    }
-    out
-}
 
 /// A latency for reading: `740µs`, `12ms`, `1.24s`.
 pub fn format_latency(d: Duration) -> String {
@@ -180,49 +94,6 @@ pub fn escape(payload: &[u8], keep_lines: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_parse() {
-        let ms = Duration::from_millis;
-        let cases = [
-            ("500ms", ms(500)),
-            ("5s", ms(5_000)),
-            ("2m", ms(120_000)),
-            ("1h", ms(3_600_000)),
-            ("7d", ms(604_800_000)),
-            ("1m30s", ms(90_000)),
-            ("1.5s", ms(1_500)),
-            ("0", Duration::ZERO),
-            ("0s", Duration::ZERO),
-            (" 10s ", ms(10_000)),
-        ];
-        for (text, want) in cases {
-            assert_eq!(parse_duration(text), Ok(want), "{text}");
-        }
-    }
-
-    #[test]
-    fn bad_durations_say_why() {
-        for (text, needle) in [
-            ("5", "no unit"),
-            ("5x", "unknown unit"),
-            ("", "empty"),
-            ("s", "not a duration"),
-            ("-5s", "not a duration"),
-            ("1.2.3s", "bad number"),
-        ] {
-            let err = parse_duration(text).unwrap_err();
-            assert!(err.contains(needle), "{text}: {err}");
-        }
-    }
-
-    #[test]
-    fn durations_format_back() {
-        for text in ["500ms", "5s", "2m", "1h", "7d", "1m30s", "2s500ms", "0s"] {
-            assert_eq!(format_duration(parse_duration(text).unwrap()), text);
-        }
-        assert_eq!(format_duration(Duration::from_millis(604_800_000)), "7d");
-    }
 
     #[test]
     fn latencies_read_well() {

@@ -10,7 +10,6 @@ mod common;
 mod configure;
 mod dead;
 mod demo;
-mod demo_worker;
 mod enqueue;
 pub mod format;
 mod peek;
@@ -85,7 +84,7 @@ pub enum Command {
     Demo(demo::DemoArgs),
     /// One worker process of the demo (started by `jobqueue demo`).
     #[command(hide = true)]
-    DemoWorker(demo_worker::DemoWorkerArgs),
+    DemoWorker(demo::worker::DemoWorkerArgs),
 }
 
 /// How to reach a queue: shared by every operations subcommand.
@@ -197,7 +196,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Configure(args) => configure::run(args).await,
         Command::Reap(args) => reap::run(args).await,
         Command::Demo(args) => demo::run(args).await,
-        Command::DemoWorker(args) => demo_worker::run(args).await,
+        Command::DemoWorker(args) => demo::worker::run(args).await,
     }
 }
 

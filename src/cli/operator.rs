@@ -53,15 +53,16 @@ pub struct OperatorArgs {
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
 
-    /// Seconds the Lease holds without renewal; a standby takes over after it.
-    #[arg(long, env = "JOBQUEUE_LEASE_DURATION", default_value_t = 15,
-          value_parser = clap::value_parser!(u64).range(2..))]
-    pub lease_duration: u64,
+    /// How long the Lease holds without renewal (whole seconds, e.g. `15s`); a standby
+    /// takes over after it.
+    #[arg(long, env = "JOBQUEUE_LEASE_DURATION", value_name = "DURATION", default_value = "15s",
+          value_parser = TimeFlag::whole_seconds(2))]
+    pub lease_duration: Duration,
 
-    /// Seconds before the Lease expires that the leader renews it.
-    #[arg(long, env = "JOBQUEUE_LEASE_RENEW_BEFORE", default_value_t = 5,
-          value_parser = clap::value_parser!(u64).range(1..))]
-    pub lease_renew_before: u64,
+    /// How long before the Lease expires the leader renews it (whole seconds, e.g. `5s`).
+    #[arg(long, env = "JOBQUEUE_LEASE_RENEW_BEFORE", value_name = "DURATION",
+          default_value = "5s", value_parser = TimeFlag::whole_seconds(1))]
+    pub lease_renew_before: Duration,
 
     /// Queues reconciled at once at most (0: no limit).
     #[arg(long, env = "JOBQUEUE_CONCURRENCY", default_value_t = 16)]
@@ -72,15 +73,15 @@ pub struct OperatorArgs {
           value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub reap_budget: u64,
 
-    /// Seconds connecting to a Redis may take.
-    #[arg(long, env = "JOBQUEUE_REDIS_CONNECT_TIMEOUT", default_value_t = 5,
-          value_parser = clap::value_parser!(u64).range(1..))]
-    pub redis_connect_timeout: u64,
+    /// How long connecting to a Redis may take (e.g. `5s`, `500ms`).
+    #[arg(long, env = "JOBQUEUE_REDIS_CONNECT_TIMEOUT", value_name = "DURATION",
+          default_value = "5s", value_parser = TimeFlag::positive())]
+    pub redis_connect_timeout: Duration,
 
-    /// Seconds one Redis command may take.
-    #[arg(long, env = "JOBQUEUE_REDIS_RESPONSE_TIMEOUT", default_value_t = 10,
-          value_parser = clap::value_parser!(u64).range(1..))]
-    pub redis_response_timeout: u64,
+    /// How long one Redis command may take (e.g. `10s`).
+    #[arg(long, env = "JOBQUEUE_REDIS_RESPONSE_TIMEOUT", value_name = "DURATION",
+          default_value = "10s", value_parser = TimeFlag::positive())]
+    pub redis_response_timeout: Duration,
 }
 
 impl OperatorArgs {
@@ -96,16 +97,94 @@ impl OperatorArgs {
             lease_name: self.lease_name.clone(),
             lease_namespace: self.lease_namespace.clone(),
             identity: self.identity.clone(),
-            lease_duration: Duration::from_secs(self.lease_duration),
-            lease_renew_before: Duration::from_secs(self.lease_renew_before),
+            lease_duration: self.lease_duration,
+            lease_renew_before: self.lease_renew_before,
             concurrency: self.concurrency,
             settings: Settings {
                 reap_budget: self.reap_budget as usize,
-                connect_timeout: Duration::from_secs(self.redis_connect_timeout),
-                response_timeout: Duration::from_secs(self.redis_response_timeout),
+                connect_timeout: self.redis_connect_timeout,
+                response_timeout: self.redis_response_timeout,
                 ..Settings::default()
             },
         }
+    }
+}
+
+/// The value parser of the operator's time flags: a duration such as `15s`, or, as
+/// before durations, bare seconds (`15`) with a deprecation warning on stderr.
+#[derive(Debug, Clone, Copy)]
+struct TimeFlag {
+    min: Duration,
+    /// The Lease counts whole seconds: `1500ms` would silently become `1s`.
+    whole_seconds: bool,
+}
+
+impl TimeFlag {
+    fn whole_seconds(min_secs: u64) -> Self {
+        TimeFlag {
+            min: Duration::from_secs(min_secs),
+            whole_seconds: true,
+        }
+    }
+
+    fn positive() -> Self {
+        TimeFlag {
+            min: Duration::from_nanos(1),
+            whole_seconds: false,
+        }
+    }
+
+    /// The duration, and a warning to print when `text` is bare seconds.
+    fn parse(self, flag: &str, text: &str) -> Result<(Duration, Option<String>), String> {
+        let bare = text.trim();
+        let (d, warning) = if !bare.is_empty() && bare.bytes().all(|b| b.is_ascii_digit()) {
+            let secs: u64 = bare.parse().map_err(|_| format!("{bare:?} is too long"))?;
+            let warning =
+                format!("warning: --{flag} {bare} (bare seconds) is deprecated; write {bare}s");
+            (Duration::from_secs(secs), Some(warning))
+        } else {
+            (crate::duration::parse(text)?, None)
+        };
+        if d < self.min {
+            return Err(if self.min == Duration::from_nanos(1) {
+                format!("{text:?} must be above zero")
+            } else {
+                format!(
+                    "{text:?} must be at least {}",
+                    crate::duration::format(self.min)
+                )
+            });
+        }
+        if self.whole_seconds && d.subsec_nanos() != 0 {
+            return Err(format!(
+                "{text:?} must be whole seconds (the Lease counts seconds)"
+            ));
+        }
+        Ok((d, warning))
+    }
+}
+
+impl clap::builder::TypedValueParser for TimeFlag {
+    type Value = Duration;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Duration, clap::Error> {
+        let flag = arg
+            .and_then(|a| a.get_long())
+            .unwrap_or("duration")
+            .to_string();
+        let this = *self;
+        // A closure is a value parser: clap words its errors like every other flag's.
+        let parse = move |text: &str| this.parse(&flag, text);
+        let (d, warning) = parse.parse_ref(cmd, arg, value)?;
+        if let Some(warning) = warning {
+            eprintln!("{warning}");
+        }
+        Ok(d)
     }
 }
 
@@ -113,4 +192,96 @@ impl OperatorArgs {
 pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     telemetry::init(args.log_format, &args.log_level)?;
     operator::run(args.config()).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_flags_take_durations() {
+        let secs = Duration::from_secs;
+        let cases = [
+            (TimeFlag::whole_seconds(2), "15s", secs(15)),
+            (TimeFlag::whole_seconds(2), "2m", secs(120)),
+            (TimeFlag::whole_seconds(2), "2s", secs(2)),
+            (TimeFlag::whole_seconds(1), "1s", secs(1)),
+            (TimeFlag::positive(), "500ms", Duration::from_millis(500)),
+            (TimeFlag::positive(), "1m30s", secs(90)),
+        ];
+        for (flag, text, want) in cases {
+            assert_eq!(flag.parse("x", text), Ok((want, None)), "{text}");
+        }
+    }
+
+    #[test]
+    fn bare_seconds_still_work_with_a_warning() {
+        let (d, warning) = TimeFlag::whole_seconds(2)
+            .parse("lease-duration", "30")
+            .unwrap();
+        assert_eq!(d, Duration::from_secs(30));
+        assert_eq!(
+            warning.as_deref(),
+            Some("warning: --lease-duration 30 (bare seconds) is deprecated; write 30s")
+        );
+        let (d, warning) = TimeFlag::positive().parse("t", " 5 ").unwrap();
+        assert_eq!(d, Duration::from_secs(5));
+        assert!(warning.is_some());
+    }
+
+    #[test]
+    fn time_flags_refuse_what_cannot_be_used() {
+        let cases = [
+            (
+                TimeFlag::whole_seconds(2),
+                "1s",
+                "\"1s\" must be at least 2s",
+            ),
+            (TimeFlag::whole_seconds(2), "1", "\"1\" must be at least 2s"),
+            (
+                TimeFlag::whole_seconds(1),
+                "0s",
+                "\"0s\" must be at least 1s",
+            ),
+            (
+                TimeFlag::whole_seconds(2),
+                "2500ms",
+                "\"2500ms\" must be whole seconds (the Lease counts seconds)",
+            ),
+            (TimeFlag::positive(), "0", "\"0\" must be above zero"),
+            (TimeFlag::positive(), "0ms", "\"0ms\" must be above zero"),
+            (
+                TimeFlag::positive(),
+                "5x",
+                "\"5x\": unknown unit \"x\" (use ms, s, m, h, d or µs)",
+            ),
+        ];
+        for (flag, text, want) in cases {
+            assert_eq!(flag.parse("x", text), Err(want.to_string()), "{text}");
+        }
+    }
+
+    #[test]
+    fn the_flags_reach_the_config() {
+        use clap::Parser;
+        let cli = crate::cli::Cli::try_parse_from([
+            "jobqueue",
+            "operator",
+            "--lease-duration",
+            "20",
+            "--lease-renew-before",
+            "4s",
+            "--redis-connect-timeout",
+            "1500ms",
+        ])
+        .unwrap();
+        let crate::cli::Command::Operator(args) = cli.command else {
+            panic!("not the operator");
+        };
+        let config = args.config();
+        assert_eq!(config.lease_duration, Duration::from_secs(20));
+        assert_eq!(config.lease_renew_before, Duration::from_secs(4));
+        assert_eq!(config.settings.connect_timeout, Duration::from_millis(1500));
+        assert_eq!(config.settings.response_timeout, Duration::from_secs(10));
+    }
 }

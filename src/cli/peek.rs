@@ -5,7 +5,7 @@ use std::io::Write;
 use clap::Args;
 
 use super::ConnectArgs;
-use super::common::{open, redis_now_ms};
+use super::common::open;
 use super::format::{format_age, preview};
 
 pub const EXAMPLES: &str = "\
@@ -34,7 +34,7 @@ pub async fn run(args: PeekArgs) -> anyhow::Result<()> {
     let queue = open(&args.connect).await?;
     let stats = queue.stats().await?;
     let ids = queue.pending_ids(args.count as usize).await?;
-    let now = redis_now_ms(&queue).await?;
+    let now = queue.now_ms().await?;
     let mut out = std::io::stdout().lock();
     if !args.json {
         if stats.pending == 0 {

@@ -8,8 +8,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use clap::Args;
 
 use super::ConnectArgs;
-use super::common::{open, shutdown_signal};
-use super::format::{format_duration, format_epoch_ms, parse_duration};
+use super::common::{open, stop_signal};
+use super::format::format_epoch_ms;
+use crate::duration;
 use crate::queue::{Queue, ReapOutcome};
 
 pub const EXAMPLES: &str = "\
@@ -26,7 +27,7 @@ pub struct ReapArgs {
     #[command(flatten)]
     pub connect: ConnectArgs,
     /// Keep reaping at this interval until Ctrl-C or SIGTERM.
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = duration::parse)]
     pub every: Option<Duration>,
     /// Expired leases handled per script call (1 to 1000).
     #[arg(long, default_value_t = 250,
@@ -48,9 +49,9 @@ pub async fn run(args: ReapArgs) -> anyhow::Result<()> {
     println!(
         "reaping {} every {} (Ctrl-C or SIGTERM to stop)",
         queue.name(),
-        format_duration(every)
+        duration::format(every)
     );
-    let stop = shutdown_signal();
+    let stop = stop_signal();
     tokio::pin!(stop);
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -6,8 +6,8 @@ use std::time::Duration;
 use clap::Args;
 
 use super::ConnectArgs;
-use super::common::{open, shutdown_signal};
-use super::format::{format_latency, parse_duration};
+use super::common::{open, stop_signal};
+use super::format::format_latency;
 use crate::queue::{Queue, QueueStats};
 
 pub const EXAMPLES: &str = "\
@@ -23,7 +23,7 @@ pub struct StatsArgs {
     pub connect: ConnectArgs,
     /// Refresh in place every interval (default 2s) until Ctrl-C.
     #[arg(long, value_name = "INTERVAL", num_args = 0..=1, default_missing_value = "2s",
-          value_parser = parse_duration)]
+          value_parser = crate::duration::parse)]
     pub watch: Option<Duration>,
     /// Print JSON (with --watch: one object per line).
     #[arg(long)]
@@ -39,7 +39,7 @@ pub async fn run(args: StatsArgs) -> anyhow::Result<()> {
     };
     let every = every.max(Duration::from_millis(100));
     let in_place = std::io::stdout().is_terminal() && !args.json;
-    let stop = shutdown_signal();
+    let stop = stop_signal();
     tokio::pin!(stop);
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -61,7 +61,7 @@ pub async fn run(args: StatsArgs) -> anyhow::Result<()> {
             writeln!(
                 out,
                 "every {}  (Ctrl-C to stop)",
-                super::format::format_duration(every)
+                crate::duration::format(every)
             )?;
         }
         write!(out, "{text}")?;

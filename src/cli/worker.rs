@@ -6,6 +6,7 @@ use clap::Args;
 use tokio_util::sync::CancellationToken;
 
 use super::ConnectArgs;
+use crate::controller::telemetry::{self, LogFormat};
 use crate::queue::Error;
 use crate::worker::Worker;
 use crate::worker::exec::{DEFAULT_DEAD_EXIT_CODE, DEFAULT_STDERR_TAIL, ExecHandler};
@@ -47,11 +48,11 @@ pub struct WorkerArgs {
     pub concurrency: u16,
 
     /// Lease length (e.g. `30s`, `500ms`, `2m`) instead of the queue's visibility timeout.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = crate::duration::parse)]
     pub visibility: Option<Duration>,
 
     /// How long shutdown waits for running commands before killing them.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::duration::parse)]
     pub shutdown_timeout: Duration,
 
     /// The name recorded in each job's `worker` field [default: hostname-pid].
@@ -77,63 +78,6 @@ pub struct WorkerArgs {
     pub exec: Vec<String>,
 }
 
-/// `500ms`, `30s`, `5m`, `1h`, or combinations such as `1m30s`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    if text.is_empty() {
-        return Err("empty duration (write e.g. 30s, 500ms or 2m)".into());
-    }
-    let mut total = Duration::ZERO;
-    let mut rest = text;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        if digits == 0 {
-            return Err(format!(
-                "{text:?} is not a duration (write e.g. 30s, 500ms or 2m)"
-            ));
-        }
-        let n: u64 = rest[..digits]
-            .parse()
-            .map_err(|_| format!("{text:?}: number too large"))?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let unit = &rest[..unit_len];
-        rest = &rest[unit_len..];
-        let part = match unit {
-            "ms" => Duration::from_millis(n),
-            "s" => Duration::from_secs(n),
-            "m" => Duration::from_secs(n.saturating_mul(60)),
-            "h" => Duration::from_secs(n.saturating_mul(3600)),
-            "" => return Err(format!("{text:?} needs a unit: ms, s, m or h")),
-            other => {
-                return Err(format!(
-                    "{text:?}: unknown unit {other:?} (use ms, s, m or h)"
-                ));
-            }
-        };
-        total = total.saturating_add(part);
-    }
-    Ok(total)
-}
-
-fn init_logging() {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    // JSON lines for log collectors; a second subscriber (tests) is not an error.
-    let _ = if std::env::var("JOBQUEUE_LOG_FORMAT").as_deref() == Ok("json") {
-        builder.json().try_init()
-    } else {
-        builder.try_init()
-    };
-}
-
 pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     let (program, rest) = args
         .exec
@@ -149,7 +93,13 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         what: "--exec command",
         reason,
     })?;
-    init_logging();
+    // The operator's flag sets JOBQUEUE_LOG_FORMAT too; the worker reads it from the
+    // environment only.
+    let format = match std::env::var("JOBQUEUE_LOG_FORMAT").as_deref() {
+        Ok("json") => LogFormat::Json,
+        _ => LogFormat::Text,
+    };
+    telemetry::init(format, "info")?;
     let queue = args.connect.queue().await?;
     let shutdown = CancellationToken::new();
     let mut builder = Worker::builder(queue)
@@ -170,26 +120,4 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         })
         .await;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_parse_with_units() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
-    }
-
-    #[test]
-    fn bad_durations_say_what_is_wrong() {
-        assert!(parse_duration("30").unwrap_err().contains("needs a unit"));
-        assert!(parse_duration("5x").unwrap_err().contains("unknown unit"));
-        assert!(parse_duration("s").unwrap_err().contains("not a duration"));
-        assert!(parse_duration("").unwrap_err().contains("empty"));
-    }
 }

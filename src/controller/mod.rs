@@ -1,13 +1,17 @@
 //! The operator: a kube-runtime `Controller` over `JobQueue`.
 //!
-//! Each reconcile reads (the spec, its Secrets, then the queue in Redis and the worker
-//! workload's scale), decides with pure functions ([`validate`], [`scaling`], [`status`])
-//! and writes (the scale and the status, only when they change; Events when something
-//! needs a person). See [`reconcile`] for the pipeline
-//! and [`operator`] for the process around it: leader election, the HTTP endpoints and
-//! shutdown.
+//! Each reconcile reads (the spec; its Secrets and the worker workload's scale,
+//! [`cluster_reads`]; the queue in Redis through the [`redis_pool`]), decides with pure
+//! functions ([`validate`], [`scaling`], [`status`], [`events`], [`failures`]) and
+//! writes (the scale and the status, only when they change; Events when something
+//! needs a person). See [`reconcile`](mod@reconcile) for the pipeline and [`operator`]
+//! for the process around it: leader election, the HTTP endpoints and shutdown.
+//!
+//! What outlives one reconcile sits in the [`Context`]: the shared clients, the metrics,
+//! and one state per queue (its failures, for the backoff, and its recent scale
+//! recommendations), forgotten as a whole when the queue goes away.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,16 +19,19 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef;
 use tracing::warn;
 
 use crate::crd::JobQueue;
+use metrics::QueueLabels;
 
-pub mod endpoints;
+pub mod cluster_reads;
+pub mod events;
+pub mod failures;
 pub mod http;
 pub mod metrics;
 pub mod operator;
 pub mod reconcile;
+pub mod redis_pool;
 pub mod scaling;
 pub mod status;
 pub mod telemetry;
@@ -117,20 +124,30 @@ impl Default for Settings {
 /// Where a reconcile takes the time from: the system clock, or a test's.
 pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 
+/// What the controller keeps about one queue between its reconciles.
+#[derive(Debug, Default)]
+struct QueueState {
+    /// The object this is about: a queue deleted and created again under its name is
+    /// another object, and starts afresh.
+    uid: Option<String>,
+    /// Consecutive failed reconciles, for the backoff.
+    failures: u32,
+    /// Recent scale recommendations, for the scale-down stabilization.
+    recommendations: scaling::Recommendations,
+}
+
 /// What every reconcile shares.
 pub struct Context {
     pub client: Client,
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
-    pub endpoints: endpoints::Endpoints,
+    pub redis_pool: redis_pool::RedisPool,
     pub settings: Settings,
     /// Who publishes Events (for a recorder of its own per scale Event).
     reporter: Reporter,
     clock: Clock,
-    /// Consecutive failures per queue, for the backoff.
-    failures: Mutex<HashMap<ObjectRef<JobQueue>, u32>>,
-    /// Recent scale recommendations per queue, for the scale-down stabilization.
-    recommendations: Mutex<HashMap<metrics::QueueLabels, scaling::Recommendations>>,
+    /// One state per queue, forgotten as a whole when the queue goes away.
+    queues: Mutex<HashMap<QueueLabels, QueueState>>,
 }
 
 impl Context {
@@ -149,11 +166,10 @@ impl Context {
             reporter,
             client,
             metrics,
-            endpoints: endpoints::Endpoints::default(),
+            redis_pool: redis_pool::RedisPool::default(),
             settings,
             clock: Arc::new(Timestamp::now),
-            failures: Mutex::default(),
-            recommendations: Mutex::default(),
+            queues: Mutex::default(),
         }
     }
 
@@ -175,48 +191,69 @@ impl Context {
         status::truncate((self.clock)())
     }
 
+    /// Run `f` on the state of `queue`, a fresh one if it is another object than the
+    /// one the state was kept for.
+    fn with_state<T>(&self, queue: &JobQueue, f: impl FnOnce(&mut QueueState) -> T) -> T {
+        let mut queues = self.queues.lock().expect("queue state lock");
+        let state = queues.entry(queue_labels(queue)).or_default();
+        if state.uid != queue.metadata.uid {
+            *state = QueueState {
+                uid: queue.metadata.uid.clone(),
+                ..QueueState::default()
+            };
+        }
+        f(state)
+    }
+
     /// Run `f` on the scale recommendations of `queue`.
     pub(crate) fn with_recommendations<T>(
         &self,
-        queue: &metrics::QueueLabels,
+        queue: &JobQueue,
         f: impl FnOnce(&mut scaling::Recommendations) -> T,
     ) -> T {
-        let mut all = self.recommendations.lock().expect("recommendations lock");
-        f(all.entry(queue.clone()).or_default())
+        self.with_state(queue, |state| f(&mut state.recommendations))
     }
 
     /// Forget the scale recommendations of `queue` (it no longer scales).
-    pub(crate) fn forget_recommendations(&self, queue: &metrics::QueueLabels) {
-        self.recommendations
-            .lock()
-            .expect("recommendations lock")
-            .remove(queue);
+    pub(crate) fn forget_recommendations(&self, queue: &JobQueue) {
+        self.with_state(queue, |state| state.recommendations.clear());
     }
 
-    /// Forget what is kept about queues that no longer exist.
-    pub fn retain(&self, alive: &std::collections::HashSet<metrics::QueueLabels>) {
+    /// Forget what is kept about queues that no longer exist: their metrics and their
+    /// state, together.
+    pub fn retain(&self, alive: &HashSet<QueueLabels>) {
         self.metrics.retain(alive);
-        self.recommendations
+        self.queues
             .lock()
-            .expect("recommendations lock")
+            .expect("queue state lock")
             .retain(|queue, _| alive.contains(queue));
     }
 
     /// Forget a queue's failures after a good reconcile.
     pub(crate) fn succeeded(&self, queue: &JobQueue) {
-        self.failures
-            .lock()
-            .expect("failures lock")
-            .remove(&ObjectRef::from(queue));
+        self.with_state(queue, |state| state.failures = 0);
     }
 
     /// Count a failure; returns the delay before the next try (doubling, capped).
     pub fn failed(&self, queue: &JobQueue) -> Duration {
-        let mut failures = self.failures.lock().expect("failures lock");
-        let n = failures.entry(ObjectRef::from(queue)).or_insert(0);
-        *n = n.saturating_add(1);
-        backoff_delay(*n, self.settings.backoff_initial, self.settings.backoff_max)
+        let failures = self.with_state(queue, |state| {
+            state.failures = state.failures.saturating_add(1);
+            state.failures
+        });
+        backoff_delay(
+            failures,
+            self.settings.backoff_initial,
+            self.settings.backoff_max,
+        )
     }
+}
+
+/// The labels, and the state key, of a queue.
+fn queue_labels(queue: &JobQueue) -> QueueLabels {
+    QueueLabels::new(
+        queue.metadata.namespace.as_deref().unwrap_or_default(),
+        queue.metadata.name.as_deref().unwrap_or_default(),
+    )
 }
 
 /// `initial × 2^(failures-1)`, capped at `max`.
@@ -228,10 +265,7 @@ pub fn backoff_delay(failures: u32, initial: Duration, max: Duration) -> Duratio
 /// After a failed reconcile: count it and retry with a growing delay. Only this queue
 /// waits; the others go on.
 pub fn error_policy(queue: Arc<JobQueue>, error: &Error, ctx: Arc<Context>) -> Action {
-    let labels = metrics::QueueLabels::new(
-        queue.metadata.namespace.as_deref().unwrap_or_default(),
-        queue.metadata.name.as_deref().unwrap_or_default(),
-    );
+    let labels = queue_labels(&queue);
     ctx.metrics.reconcile_failed(&labels, &error.metric_label());
     let delay = ctx.failed(&queue);
     warn!(
@@ -246,7 +280,79 @@ pub fn error_policy(queue: Arc<JobQueue>, error: &Error, ctx: Arc<Context>) -> A
 
 #[cfg(test)]
 mod tests {
+    use ::http::{Request, Response};
+    use kube::Resource;
+    use kube::client::Body;
+
     use super::*;
+    use crate::crd::JobQueueSpec;
+
+    /// A context whose client answers nothing (these tests make no API calls).
+    fn context() -> Context {
+        let (service, _) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = Client::new(service, "default");
+        Context::new(client, Arc::default(), None, Settings::default())
+    }
+
+    fn queue(name: &str, uid: &str) -> JobQueue {
+        let mut jq = JobQueue::new(name, JobQueueSpec::new("redis://r:6379", name));
+        jq.meta_mut().namespace = Some("default".into());
+        jq.meta_mut().uid = Some(uid.into());
+        jq
+    }
+
+    #[tokio::test]
+    async fn a_recreated_queue_starts_without_the_old_backoff() {
+        let ctx = context();
+        let initial = ctx.settings.backoff_initial;
+        let first = queue("emails", "uid-1");
+        for _ in 0..3 {
+            ctx.failed(&first);
+        }
+        // Deleted: the sweep sees it no more; then a queue of the same name comes back.
+        ctx.retain(&HashSet::new());
+        let again = queue("emails", "uid-2");
+        assert_eq!(
+            ctx.failed(&again),
+            initial,
+            "a recreated queue inherited the backoff of the deleted one"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_queue_recreated_before_the_sweep_starts_afresh() {
+        let ctx = context();
+        let initial = ctx.settings.backoff_initial;
+        for _ in 0..3 {
+            ctx.failed(&queue("emails", "uid-1"));
+        }
+        // Deleted and created again within a sweep: only the uid tells them apart.
+        assert_eq!(ctx.failed(&queue("emails", "uid-2")), initial);
+    }
+
+    #[tokio::test]
+    async fn retain_forgets_failures_and_recommendations_together() {
+        let ctx = context();
+        let initial = ctx.settings.backoff_initial;
+        let (gone, kept) = (queue("gone", "uid-g"), queue("kept", "uid-k"));
+        let now = Timestamp::from_second(1_700_000_000).unwrap();
+        for jq in [&gone, &kept] {
+            ctx.failed(jq);
+            ctx.with_recommendations(jq, |r| r.record(now, 3));
+        }
+        ctx.retain(&HashSet::from([queue_labels(&kept)]));
+        assert_eq!(ctx.failed(&gone), initial, "the failures of a gone queue");
+        assert!(
+            ctx.with_recommendations(&gone, |r| r.is_empty()),
+            "the recommendations of a gone queue"
+        );
+        assert_eq!(
+            ctx.failed(&kept),
+            initial * 2,
+            "the failures of a kept queue"
+        );
+        assert_eq!(ctx.with_recommendations(&kept, |r| r.highest()), Some(3));
+    }
 
     #[test]
     fn reasons_become_metric_labels() {

@@ -263,27 +263,8 @@ pub async fn run_controller(
 }
 
 async fn cancel_on_signal(shutdown: CancellationToken) {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(term) => term,
-                Err(e) => {
-                    warn!(error = %e, "cannot watch SIGTERM");
-                    let _ = ctrl_c.await;
-                    shutdown.cancel();
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
-    info!("shutting down");
+    let signal = crate::shutdown::shutdown_signal().await;
+    info!(%signal, "shutting down");
     shutdown.cancel();
 }
 

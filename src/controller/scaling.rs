@@ -2,7 +2,8 @@
 //!
 //! [`decide`] is pure: the policy, the backlog, what the API server said about the
 //! target, the recent recommendations and the time go in; the replicas to set and why
-//! come out. The reconciler does the I/O around it (the target's `/scale`, the
+//! come out. It sizes first ([`size`]: the numbers, as a plain [`Sizing`]), then puts
+//! them into words. The reconciler does the I/O around it (the target's `/scale`, the
 //! namespace's HorizontalPodAutoscalers, the patch).
 //!
 //! The algorithm is the HorizontalPodAutoscaler's, with the backlog as its metric:
@@ -32,7 +33,7 @@ use k8s_openapi::api::autoscaling::v2::CrossVersionObjectReference;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{ApiResource, GroupVersionKind};
 
-use super::status::format_duration;
+use crate::duration::format as format_duration;
 
 /// The object to scale, with its API version split.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -332,21 +333,41 @@ pub fn decide(
     history: &mut Recommendations,
     now: Timestamp,
 ) -> Decision {
-    let t = &policy.target;
-    let current = match target {
-        TargetState::Found { replicas } => replicas.max(0),
+    let current = match current_replicas(&policy.target, target, history) {
+        Ok(current) => current,
+        Err(unscalable) => return unscalable,
+    };
+    let sizing = size(policy, backlog, current, history, now);
+    let reason = sizing.reason();
+    Decision {
+        reason,
+        current: Some(current),
+        desired: Some(sizing.desired),
+        message: explain(policy, backlog, &sizing, reason),
+    }
+}
+
+/// The target's replicas, or the decision when the operator cannot scale it. A missing
+/// or claimed target forgets the history: it no longer applies.
+fn current_replicas(
+    t: &TargetRef,
+    target: TargetState,
+    history: &mut Recommendations,
+) -> Result<i32, Decision> {
+    match target {
+        TargetState::Found { replicas } => Ok(replicas.max(0)),
         TargetState::NotFound { message } => {
             history.clear();
-            return Decision {
+            Err(Decision {
                 reason: Reason::TargetNotFound,
                 current: None,
                 desired: None,
                 message,
-            };
+            })
         }
         TargetState::ClaimedByHpa { hpa, replicas } => {
             history.clear();
-            return Decision {
+            Err(Decision {
                 reason: Reason::HpaConflict,
                 current: Some(replicas),
                 desired: None,
@@ -354,17 +375,73 @@ pub fn decide(
                     "HorizontalPodAutoscaler {hpa} scales {t}: the operator leaves it alone \
                      (delete the HPA, or spec.workers)"
                 ),
-            };
+            })
         }
-        TargetState::Unreadable { message } => {
-            return Decision {
-                reason: Reason::ScaleFailed,
-                current: None,
-                desired: None,
-                message,
-            };
+        TargetState::Unreadable { message } => Err(Decision {
+            reason: Reason::ScaleFailed,
+            current: None,
+            desired: None,
+            message,
+        }),
+    }
+}
+
+/// The numbers behind one decision, before any words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sizing {
+    /// The target's replicas as read.
+    pub current: i32,
+    /// `minReplicas`.
+    pub min: i32,
+    /// `maxReplicas`, never below `min`.
+    pub max: i32,
+    /// What the backlog asks for ([`recommend`]), unclamped.
+    pub asked: i64,
+    /// `asked` clamped to `max`: the recommendation recorded in the history.
+    pub raw: i32,
+    /// `maxScaleUpStep`, at least 1.
+    pub step: i32,
+    /// The replicas to set: stabilized, stepped and clamped.
+    pub desired: i32,
+}
+
+impl Sizing {
+    /// Why `desired` is what it is.
+    pub fn reason(&self) -> Reason {
+        let Sizing {
+            current,
+            min,
+            max,
+            asked,
+            raw,
+            desired,
+            ..
+        } = *self;
+        if desired > current {
+            Reason::ScaledUp
+        } else if desired < current {
+            Reason::ScaledDown
+        } else if raw.clamp(min, max) < desired {
+            Reason::Stabilizing
+        } else if desired == max && asked >= i64::from(max) {
+            Reason::AtMaxReplicas
+        } else if desired == min && asked <= i64::from(min) {
+            Reason::AtMinReplicas
+        } else {
+            Reason::Steady
         }
-    };
+    }
+}
+
+/// The algorithm's four steps (see the module's doc), on a target with `current`
+/// replicas; records this recommendation in `history`.
+pub fn size(
+    policy: &ScalePolicy,
+    backlog: Backlog,
+    current: i32,
+    history: &mut Recommendations,
+    now: Timestamp,
+) -> Sizing {
     let (min, max) = (
         policy.min_replicas,
         policy.max_replicas.max(policy.min_replicas),
@@ -375,7 +452,7 @@ pub fn decide(
     let raw = i32::try_from(asked.min(i64::from(max))).unwrap_or(max);
 
     // 2. Stabilize a scale-down on the highest recommendation within the window.
-    let basis = Some((t.clone(), max));
+    let basis = Some((policy.target.clone(), max));
     if history.basis != basis || history.is_empty() {
         history.clear();
         history.basis = basis;
@@ -400,8 +477,29 @@ pub fn decide(
     } else {
         stabilized
     };
-    let desired = limited.clamp(min, max);
+    Sizing {
+        current,
+        min,
+        max,
+        asked,
+        raw,
+        step,
+        desired: limited.clamp(min, max),
+    }
+}
 
+/// The decision's message: the numbers, and what held the replicas where they are.
+fn explain(policy: &ScalePolicy, backlog: Backlog, sizing: &Sizing, reason: Reason) -> String {
+    let Sizing {
+        current,
+        min,
+        max,
+        asked,
+        raw,
+        step,
+        desired,
+    } = *sizing;
+    let t = &policy.target;
     let per = policy.target_backlog_per_replica;
     let needs = if asked > 0 {
         format!(
@@ -417,75 +515,52 @@ pub fn decide(
         format!("{backlog} needs no replica")
     };
     let window = format_duration(policy.scale_down_stabilization);
-    let (reason, message) = if desired > current {
-        let note = if desired < raw {
-            format!("; at most +{step} per reconcile (maxScaleUpStep)")
-        } else if asked > i64::from(max) {
-            format!("; capped at maxReplicas {max}")
-        } else if raw < min {
-            format!("; minReplicas is {min}")
-        } else {
-            String::new()
-        };
-        (
-            Reason::ScaledUp,
+    match reason {
+        Reason::ScaledUp => {
+            let note = if desired < raw {
+                format!("; at most +{step} per reconcile (maxScaleUpStep)")
+            } else if asked > i64::from(max) {
+                format!("; capped at maxReplicas {max}")
+            } else if raw < min {
+                format!("; minReplicas is {min}")
+            } else {
+                String::new()
+            };
             format!(
                 "scaled {t} from {current} to {}: {needs}{note}",
-                replicas(desired)
-            ),
-        )
-    } else if desired < current {
-        let note = if current > max {
-            format!("; above maxReplicas {max}")
-        } else if desired > raw.max(min) {
-            format!(
-                "; {} recommended within scaleDownStabilization ({window})",
                 replicas(desired)
             )
-        } else if raw < min {
-            format!("; minReplicas is {min}")
-        } else if !policy.scale_down_stabilization.is_zero() {
-            format!("; no higher recommendation within scaleDownStabilization ({window})")
-        } else {
-            String::new()
-        };
-        (
-            Reason::ScaledDown,
+        }
+        Reason::ScaledDown => {
+            let note = if current > max {
+                format!("; above maxReplicas {max}")
+            } else if desired > raw.max(min) {
+                format!(
+                    "; {} recommended within scaleDownStabilization ({window})",
+                    replicas(desired)
+                )
+            } else if raw < min {
+                format!("; minReplicas is {min}")
+            } else if !policy.scale_down_stabilization.is_zero() {
+                format!("; no higher recommendation within scaleDownStabilization ({window})")
+            } else {
+                String::new()
+            };
             format!(
                 "scaled {t} from {current} to {}: {needs}{note}",
                 replicas(desired)
-            ),
-        )
-    } else if raw.clamp(min, max) < desired {
-        (
-            Reason::Stabilizing,
-            format!(
-                "keeping {} of {t}: {needs}, but {desired} were recommended within \
-                 scaleDownStabilization ({window})",
-                replicas(desired),
-            ),
-        )
-    } else if desired == max && asked >= i64::from(max) {
-        (
-            Reason::AtMaxReplicas,
-            format!("{} of {t}, the maximum: {needs}", replicas(desired)),
-        )
-    } else if desired == min && asked <= i64::from(min) {
-        (
-            Reason::AtMinReplicas,
-            format!("{} of {t}, the minimum: {needs}", replicas(desired)),
-        )
-    } else {
-        (
-            Reason::Steady,
-            format!("{} of {t}: {needs}", replicas(desired)),
-        )
-    };
-    Decision {
-        reason,
-        current: Some(current),
-        desired: Some(desired),
-        message,
+            )
+        }
+        Reason::Stabilizing => format!(
+            "keeping {} of {t}: {needs}, but {desired} were recommended within \
+             scaleDownStabilization ({window})",
+            replicas(desired),
+        ),
+        Reason::AtMaxReplicas => format!("{} of {t}, the maximum: {needs}", replicas(desired)),
+        Reason::AtMinReplicas => format!("{} of {t}, the minimum: {needs}", replicas(desired)),
+        Reason::Steady | Reason::TargetNotFound | Reason::HpaConflict | Reason::ScaleFailed => {
+            format!("{} of {t}: {needs}", replicas(desired))
+        }
     }
 }
 

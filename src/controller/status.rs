@@ -108,36 +108,11 @@ pub fn set_condition(conditions: &mut Vec<Condition>, mut new: Condition) {
     }
 }
 
-/// A duration for people and status: `850µs`, `12ms`, `1.5s`, `2m5s`.
-pub fn format_duration(d: Duration) -> String {
-    let micros = d.as_micros();
-    if micros < 1_000 {
-        return format!("{micros}µs");
-    }
-    let ms = d.as_millis();
-    if ms < 1_000 {
-        return format!("{ms}ms");
-    }
-    if ms < 60_000 {
-        // Two decimals, truncated, trailing zeros dropped.
-        let text = format!("{}.{:02}", ms / 1000, (ms % 1000) / 10);
-        let text = text.trim_end_matches('0').trim_end_matches('.');
-        return format!("{text}s");
-    }
-    let secs = d.as_secs();
-    let (h, m, s) = (secs / 3600, (secs % 3600) / 60, secs % 60);
-    match (h, s) {
-        (0, 0) => format!("{m}m"),
-        (0, _) => format!("{m}m{s}s"),
-        _ => format!("{h}h{m}m{s}s"),
-    }
-}
-
 /// p50 and p99 of the processing-time histogram, formatted; `None` before any ack.
 pub fn quantiles(h: &Histogram) -> (Option<String>, Option<String>) {
     (
-        h.quantile(0.5).map(format_duration),
-        h.quantile(0.99).map(format_duration),
+        h.quantile(0.5).map(crate::duration::format),
+        h.quantile(0.99).map(crate::duration::format),
     )
 }
 
@@ -251,7 +226,7 @@ fn lease_condition(
                  visibilityTimeout ({}){p99}. Raise visibilityTimeout or extend leases while \
                  working",
                 status.stale_acks,
-                format_duration(visibility_timeout),
+                crate::duration::format(visibility_timeout),
             ),
             generation,
             now,
@@ -263,7 +238,7 @@ fn lease_condition(
             reasons::NO_STALE_ACKS,
             format!(
                 "no ack arrived after its lease expired in the last {}",
-                format_duration(STALE_ACK_WINDOW)
+                crate::duration::format(STALE_ACK_WINDOW)
             ),
             generation,
             now,
@@ -753,17 +728,6 @@ mod tests {
         );
         assert!(gone.condition(types::SCALING).is_none());
         assert_eq!(gone.conditions.len(), base.conditions.len());
-    }
-
-    #[test]
-    fn durations_read_well() {
-        assert_eq!(format_duration(Duration::from_micros(850)), "850µs");
-        assert_eq!(format_duration(Duration::from_millis(12)), "12ms");
-        assert_eq!(format_duration(Duration::from_millis(1500)), "1.5s");
-        assert_eq!(format_duration(Duration::from_secs(2)), "2s");
-        assert_eq!(format_duration(Duration::from_secs(125)), "2m5s");
-        assert_eq!(format_duration(Duration::from_secs(900)), "15m");
-        assert_eq!(format_duration(Duration::from_secs(3725)), "1h2m5s");
     }
 
     #[test]

@@ -1,4 +1,7 @@
-//! Logs: tracing to stderr, as text for people or JSON for log pipelines.
+//! Logs of every long-running command (`jobqueue operator`, `jobqueue worker`): tracing to
+//! stderr, as text for people or JSON for log pipelines, coloured only on a terminal.
+
+use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
@@ -20,7 +23,11 @@ pub fn init(format: LogFormat, filter: &str) -> anyhow::Result<()> {
     };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(colour(
+            std::io::stderr().is_terminal(),
+            std::env::var_os("NO_COLOR"),
+        ));
     let result = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder
@@ -30,4 +37,34 @@ pub fn init(format: LogFormat, filter: &str) -> anyhow::Result<()> {
             .try_init(),
     };
     result.map_err(|e| anyhow::anyhow!("cannot install the logger: {e}"))
+}
+
+/// Colour codes only for a person at a terminal: a file, a pipe or a log collector gets
+/// plain text, and so does anyone who sets `NO_COLOR` (<https://no-color.org>: any
+/// non-empty value).
+fn colour(stderr_is_terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        let cases = [
+            (true, None, true),
+            (true, Some(""), true),
+            (true, Some("1"), false),
+            (false, None, false),
+            (false, Some("1"), false),
+        ];
+        for (terminal, no_color, want) in cases {
+            assert_eq!(
+                colour(terminal, no_color.map(Into::into)),
+                want,
+                "{terminal} {no_color:?}"
+            );
+        }
+    }
 }

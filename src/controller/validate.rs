@@ -3,13 +3,15 @@
 //! The CRD's schema and CEL rules refuse most bad specs at the API server; this is the
 //! same check on the controller's side, for what slips past (an older API server, a CRD
 //! installed without its rules, an edit made before the rules existed). It is pure: a
-//! spec in, a plan or the first problem (naming its field) out.
+//! spec in, a plan or the first problem (naming its field) out. [`plan`] checks the
+//! spec part by part: the Redis endpoint, the key names, the queue settings, the reaper
+//! and the workers' scaling.
 
 use std::str::FromStr;
 use std::time::Duration;
 
 use super::scaling::{ScalePolicy, TargetRef};
-use crate::crd::{JobQueueSpec, SecretKeySelector};
+use crate::crd::{JobQueueSpec, RedisSpec, SecretKeySelector, WorkersSpec};
 use crate::queue::{MAX_BATCH, QueueSettings};
 
 /// A spec the controller cannot act on, and why.
@@ -125,9 +127,36 @@ fn check_secret_ref(field: &'static str, r: &SecretKeySelector) -> Result<(), In
     Ok(())
 }
 
-/// Check a spec and turn it into a plan.
+/// Check a spec and turn it into a plan. The parts are checked in the spec's order, and
+/// the first problem is the answer.
 pub fn plan(spec: &JobQueueSpec) -> Result<QueuePlan, InvalidSpec> {
-    let redis = &spec.redis;
+    let endpoint = endpoint_plan(&spec.redis)?;
+    check_tag("spec.hashTag", &spec.hash_tag, "hash tag")?;
+    check_tag("spec.keyPrefix", &spec.key_prefix, "key prefix")?;
+    let settings = queue_settings(spec)?;
+    let (interval, batch) = reaper(spec)?;
+    let workers = match &spec.workers {
+        None => None,
+        Some(workers) => Some(scale_policy(workers)?),
+    };
+    // The client's own check, so the plan never holds settings `configure` would refuse.
+    settings
+        .validate()
+        .map_err(|e| invalid("spec", e.to_string()))?;
+
+    Ok(QueuePlan {
+        endpoint,
+        prefix: spec.key_prefix.clone(),
+        tag: spec.hash_tag.clone(),
+        settings,
+        interval,
+        batch,
+        workers,
+    })
+}
+
+/// `spec.redis`: exactly one URL source, and Secret references that name a key.
+fn endpoint_plan(redis: &RedisSpec) -> Result<EndpointPlan, InvalidSpec> {
     let url = match (&redis.url, &redis.url_secret_ref) {
         (Some(_), Some(_)) | (None, None) => {
             return Err(invalid(
@@ -161,10 +190,18 @@ pub fn plan(spec: &JobQueueSpec) -> Result<QueuePlan, InvalidSpec> {
     if let Some(ca) = &ca {
         check_secret_ref("spec.redis.tls.caSecretRef", ca)?;
     }
+    Ok(EndpointPlan {
+        url,
+        password: redis.password_secret_ref.clone(),
+        cluster: redis.cluster,
+        tls: redis.tls.is_some(),
+        ca,
+    })
+}
 
-    check_tag("spec.hashTag", &spec.hash_tag, "hash tag")?;
-    check_tag("spec.keyPrefix", &spec.key_prefix, "key prefix")?;
-
+/// What goes into the queue's `meta` hash: the lease, the retries and the retention.
+/// Each field checked on its own; [`plan`] runs the client's check on the whole.
+fn queue_settings(spec: &JobQueueSpec) -> Result<QueueSettings, InvalidSpec> {
     let visibility_timeout =
         parse_duration("spec.visibilityTimeout", &spec.visibility_timeout, true)?;
     if spec.max_attempts < 1 {
@@ -195,62 +232,7 @@ pub fn plan(spec: &JobQueueSpec) -> Result<QueuePlan, InvalidSpec> {
         &spec.dead_letter.retention,
         false,
     )?;
-    let interval = parse_duration("spec.reaper.interval", &spec.reaper.interval, true)?;
-    let batch = spec.reaper.batch_size as usize;
-    if !(1..=MAX_BATCH).contains(&batch) {
-        return Err(invalid(
-            "spec.reaper.batchSize",
-            format!("{batch} is not between 1 and {MAX_BATCH}"),
-        ));
-    }
-    let workers = match &spec.workers {
-        None => None,
-        Some(workers) => {
-            if workers.min_replicas < 0 {
-                return Err(invalid("spec.workers.minReplicas", "must not be negative"));
-            }
-            if workers.max_replicas < 1 {
-                return Err(invalid("spec.workers.maxReplicas", "must be at least 1"));
-            }
-            if workers.min_replicas > workers.max_replicas {
-                return Err(invalid(
-                    "spec.workers.minReplicas",
-                    format!(
-                        "{} exceeds maxReplicas ({})",
-                        workers.min_replicas, workers.max_replicas
-                    ),
-                ));
-            }
-            if workers.target_backlog_per_replica < 1 {
-                return Err(invalid(
-                    "spec.workers.targetBacklogPerReplica",
-                    "must be at least 1",
-                ));
-            }
-            if workers.max_scale_up_step < 1 {
-                return Err(invalid("spec.workers.maxScaleUpStep", "must be at least 1"));
-            }
-            let stabilization = parse_duration(
-                "spec.workers.scaleDownStabilization",
-                &workers.scale_down_stabilization,
-                false,
-            )?;
-            let r = &workers.scale_target_ref;
-            let target = TargetRef::parse(&r.api_version, &r.kind, &r.name)
-                .map_err(|reason| invalid("spec.workers.scaleTargetRef", reason))?;
-            Some(ScalePolicy {
-                target,
-                min_replicas: workers.min_replicas,
-                max_replicas: workers.max_replicas,
-                target_backlog_per_replica: u64::from(workers.target_backlog_per_replica),
-                activation_backlog: u64::from(workers.activation_backlog),
-                scale_down_stabilization: stabilization,
-                max_scale_up_step: workers.max_scale_up_step,
-            })
-        }
-    };
-
-    let settings = QueueSettings {
+    Ok(QueueSettings {
         visibility_timeout,
         max_attempts: spec.max_attempts,
         backoff_initial,
@@ -259,26 +241,64 @@ pub fn plan(spec: &JobQueueSpec) -> Result<QueuePlan, InvalidSpec> {
         completed_retention,
         dead_retention,
         dead_max_len: spec.dead_letter.max_length,
-    };
-    // The client's own check, so the plan never holds settings `configure` would refuse.
-    settings
-        .validate()
-        .map_err(|e| invalid("spec", e.to_string()))?;
+    })
+}
 
-    Ok(QueuePlan {
-        endpoint: EndpointPlan {
-            url,
-            password: redis.password_secret_ref.clone(),
-            cluster: redis.cluster,
-            tls: redis.tls.is_some(),
-            ca,
-        },
-        prefix: spec.key_prefix.clone(),
-        tag: spec.hash_tag.clone(),
-        settings,
-        interval,
-        batch,
-        workers,
+/// `spec.reaper`: the time between reconciles and the leases per reaper call.
+fn reaper(spec: &JobQueueSpec) -> Result<(Duration, usize), InvalidSpec> {
+    let interval = parse_duration("spec.reaper.interval", &spec.reaper.interval, true)?;
+    let batch = spec.reaper.batch_size as usize;
+    if !(1..=MAX_BATCH).contains(&batch) {
+        return Err(invalid(
+            "spec.reaper.batchSize",
+            format!("{batch} is not between 1 and {MAX_BATCH}"),
+        ));
+    }
+    Ok((interval, batch))
+}
+
+/// `spec.workers`: the bounds, the backlog per replica, the steps and the target.
+fn scale_policy(workers: &WorkersSpec) -> Result<ScalePolicy, InvalidSpec> {
+    if workers.min_replicas < 0 {
+        return Err(invalid("spec.workers.minReplicas", "must not be negative"));
+    }
+    if workers.max_replicas < 1 {
+        return Err(invalid("spec.workers.maxReplicas", "must be at least 1"));
+    }
+    if workers.min_replicas > workers.max_replicas {
+        return Err(invalid(
+            "spec.workers.minReplicas",
+            format!(
+                "{} exceeds maxReplicas ({})",
+                workers.min_replicas, workers.max_replicas
+            ),
+        ));
+    }
+    if workers.target_backlog_per_replica < 1 {
+        return Err(invalid(
+            "spec.workers.targetBacklogPerReplica",
+            "must be at least 1",
+        ));
+    }
+    if workers.max_scale_up_step < 1 {
+        return Err(invalid("spec.workers.maxScaleUpStep", "must be at least 1"));
+    }
+    let stabilization = parse_duration(
+        "spec.workers.scaleDownStabilization",
+        &workers.scale_down_stabilization,
+        false,
+    )?;
+    let r = &workers.scale_target_ref;
+    let target = TargetRef::parse(&r.api_version, &r.kind, &r.name)
+        .map_err(|reason| invalid("spec.workers.scaleTargetRef", reason))?;
+    Ok(ScalePolicy {
+        target,
+        min_replicas: workers.min_replicas,
+        max_replicas: workers.max_replicas,
+        target_backlog_per_replica: u64::from(workers.target_backlog_per_replica),
+        activation_backlog: u64::from(workers.activation_backlog),
+        scale_down_stabilization: stabilization,
+        max_scale_up_step: workers.max_scale_up_step,
     })
 }
 

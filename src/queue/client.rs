@@ -49,6 +49,17 @@ impl Queue {
         &self.redis
     }
 
+    /// Redis's clock in milliseconds since the epoch: the clock of every lease, score and
+    /// time the queue keeps (the scripts read it too).
+    pub async fn now_ms(&self) -> Result<i64> {
+        let mut conn = self.redis.clone();
+        let reply: Value = redis::cmd("TIME")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err("TIME", e))?;
+        time_ms(reply).map_err(|detail| self.protocol("TIME", detail))
+    }
+
     /// Load every script into the server(s) now, so the first calls need no NOSCRIPT
     /// round trip. Calls work without it: a missing script is loaded on demand.
     pub async fn load_scripts(&self) -> Result<()> {
@@ -527,9 +538,7 @@ impl Queue {
             .map_err(|e| self.protocol("maintain", format!("meta: {e}")))?;
         let oldest_dead: Vec<(String, f64)> = redis::from_redis_value(next("ZRANGE dead")?)
             .map_err(|e| self.protocol("maintain", format!("dead: {e}")))?;
-        let (secs, micros): (i64, i64) = redis::from_redis_value(next("TIME")?)
-            .map_err(|e| self.protocol("maintain", format!("TIME: {e}")))?;
-        let now_ms = secs * 1000 + micros / 1000;
+        let now_ms = time_ms(next("TIME")?).map_err(|detail| self.protocol("maintain", detail))?;
         let stats_reply = replies.next();
         let mut stats = match stats_reply {
             Some(Value::ServerError(e)) => {
@@ -741,6 +750,13 @@ pub fn reap_due(
     retention > 0 && oldest_dead_ms.is_some_and(|died| died < now_ms.saturating_sub(retention))
 }
 
+/// A `TIME` reply (seconds, microseconds) as milliseconds since the epoch.
+fn time_ms(reply: Value) -> std::result::Result<i64, String> {
+    let (secs, micros): (i64, i64) =
+        redis::from_redis_value(reply).map_err(|e| format!("TIME: {e}"))?;
+    Ok(secs * 1000 + micros / 1000)
+}
+
 fn check_count(what: &'static str, n: usize) -> Result<()> {
     if (1..=MAX_BATCH).contains(&n) {
         Ok(())
@@ -803,4 +819,25 @@ fn parse_lease(v: Value) -> Option<Lease> {
         token,
         lease_until,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_replies_become_milliseconds() {
+        let reply = |secs: &str, micros: &str| {
+            Value::Array(vec![
+                Value::BulkString(secs.as_bytes().to_vec()),
+                Value::BulkString(micros.as_bytes().to_vec()),
+            ])
+        };
+        assert_eq!(
+            time_ms(reply("1700000000", "123999")),
+            Ok(1_700_000_000_123)
+        );
+        assert_eq!(time_ms(reply("0", "999")), Ok(0));
+        assert!(time_ms(Value::Nil).unwrap_err().starts_with("TIME: "));
+    }
 }

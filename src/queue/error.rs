@@ -68,21 +68,6 @@ pub enum Error {
 }
 
 impl Error {
-    /// A stable, low-cardinality label for metrics and event reasons.
-    pub fn metric_label(&self) -> &'static str {
-        match self {
-            Error::InvalidUrl { .. } => "invalid_url",
-            Error::Connect { .. } => "connect",
-            Error::Auth { .. } => "auth",
-            Error::WrongType { .. } => "wrong_type",
-            Error::Rejected { .. } => "rejected",
-            Error::InvalidArgument { .. } => "invalid_argument",
-            Error::Redis { .. } => "redis",
-            Error::Protocol { .. } => "protocol",
-            Error::Unavailable(_) => "unavailable",
-        }
-    }
-
     /// True when the failure is about reaching Redis (worth a reconnect and a retry),
     /// false when retrying the same call would fail the same way.
     pub fn is_transient(&self) -> bool {

@@ -1,6 +1,6 @@
 //! The values the client hands out and takes in.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::Bytes;
 use rand::RngCore;
@@ -56,16 +56,13 @@ pub struct Lease {
 }
 
 impl Lease {
-    pub fn as_ref(&self) -> LeaseRef<'_> {
+    /// The id and token of this lease, for the calls that take many (`ack_many`,
+    /// `extend_many`). Not `as_ref`: that name belongs to `AsRef`.
+    pub fn lease_ref(&self) -> LeaseRef<'_> {
         LeaseRef {
             id: &self.id,
             token: &self.token,
         }
-    }
-
-    /// Lease expiry as a `SystemTime` (on the Redis clock).
-    pub fn lease_until_time(&self) -> SystemTime {
-        UNIX_EPOCH + Duration::from_millis(self.lease_until.max(0) as u64)
     }
 }
 
@@ -78,7 +75,7 @@ pub struct LeaseRef<'a> {
 
 impl<'a> From<&'a Lease> for LeaseRef<'a> {
     fn from(lease: &'a Lease) -> Self {
-        lease.as_ref()
+        lease.lease_ref()
     }
 }
 

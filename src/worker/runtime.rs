@@ -1,5 +1,6 @@
-//! The worker's tasks: the claim loop (this function), one task per job plus its
-//! supervisor, the completer (acks and fails), the renewer, and the signal listener.
+//! The worker's tasks: the claim loop and the wait for jobs in flight at shutdown
+//! ([`run`] strings them together), one task per job plus its supervisor, the completer
+//! (acks and fails), the renewer, and the signal listener (on [`crate::shutdown`]).
 //!
 //! Slots are semaphore permits. A permit travels with its job from the claim to the end
 //! of its lease (the ack or fail reply), so the worker never holds more than
@@ -19,9 +20,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use super::{Counters, JobContext, JobError, MAX_ERROR_TEXT, RetryDelay, Worker, WorkerStats};
+use crate::duration;
 use crate::queue::{
     Dedicated, Error, FailMode, FailOutcome, Lease, LeaseRef, MAX_BATCH, Queue, Result,
 };
+use crate::shutdown::Signals;
 
 /// The longest an idle worker blocks on `wake` before claiming again: delayed jobs
 /// become due without a marker.
@@ -77,9 +80,9 @@ impl Shared {
     fn redis_error(&self, what: &str, err: &Error, delay: Duration) {
         Counters::add(&self.counters.redis_errors, 1);
         if err.is_transient() {
-            warn!(queue = %self.queue_name, error = %err, retry_in = ?delay, "{what} failed; retrying");
+            warn!(queue = %self.queue_name, error = %err, retry_in = %duration::format(delay), "{what} failed; retrying");
         } else {
-            error!(queue = %self.queue_name, error = %err, retry_in = ?delay, "{what} failed; retrying");
+            error!(queue = %self.queue_name, error = %err, retry_in = %duration::format(delay), "{what} failed; retrying");
         }
     }
 }
@@ -99,6 +102,8 @@ struct Completion {
 
 type Handler<H> = Arc<H>;
 
+/// The worker's life: start the helper tasks, claim until shutdown, wait for the jobs in
+/// flight up to the deadline, stop the helpers.
 pub(super) async fn run<H, F>(worker: Worker, handler: Handler<H>) -> WorkerStats
 where
     H: Fn(Lease, JobContext) -> F + Send + Sync + 'static,
@@ -121,14 +126,19 @@ where
         inflight: Mutex::new(HashMap::new()),
         renew_gate: tokio::sync::Mutex::new(()),
         counters: counters.clone(),
-        shutdown: shutdown.clone(),
+        shutdown,
         hard_stop: CancellationToken::new(),
     });
+    // The lease length in effect: the worker's own, else the queue's setting.
+    let visibility = match config.visibility {
+        Some(v) => v,
+        None => queue_visibility(&shared.queue).await,
+    };
     info!(
         queue = %shared.queue_name,
         worker = %shared.worker_id,
         concurrency = config.concurrency,
-        visibility = ?config.visibility,
+        visibility = %duration::format(visibility),
         "worker started"
     );
 
@@ -138,16 +148,65 @@ where
     let (done_tx, done_rx) = mpsc::unbounded_channel::<Completion>();
     let completer = tokio::spawn(complete_jobs(shared.clone(), done_rx));
     let stop_renewing = CancellationToken::new();
-    let renewer = tokio::spawn(renew_leases(shared.clone(), stop_renewing.clone()));
+    let renewer = tokio::spawn(renew_leases(
+        shared.clone(),
+        visibility,
+        stop_renewing.clone(),
+    ));
 
     let slots = Arc::new(Semaphore::new(config.concurrency));
     let max_claim = config.max_claim.min(config.concurrency);
+    claim_until_shutdown(&shared, &handler, &slots, max_claim, &done_tx).await;
+    wait_for_jobs(
+        &shared,
+        &slots,
+        config.concurrency,
+        config.shutdown_deadline,
+    )
+    .await;
+
+    // Leases left now are abandoned: they must expire, so stop renewing them.
+    stop_renewing.cancel();
+    drop(done_tx);
+    if tokio::time::timeout(ABORT_GRACE, completer).await.is_err() {
+        warn!(queue = %shared.queue_name, "jobs still unwinding after the shutdown deadline; leaving them");
+    }
+    let _ = renewer.await;
+    if let Some(signals) = signals {
+        signals.abort();
+    }
+    let stats = counters.snapshot();
+    info!(
+        queue = %shared.queue_name,
+        acked = stats.acked,
+        retried = stats.retried,
+        dead = stats.dead,
+        abandoned = stats.abandoned,
+        "worker stopped"
+    );
+    stats
+}
+
+/// The claim loop: as many jobs as there are free slots (at most `max_claim` per call),
+/// each started with its slot, until shutdown begins. Between claims of an empty queue
+/// it waits on the wake list; Redis failures are retried with backoff.
+async fn claim_until_shutdown<H, F>(
+    shared: &Arc<Shared>,
+    handler: &Handler<H>,
+    slots: &Arc<Semaphore>,
+    max_claim: usize,
+    done: &mpsc::UnboundedSender<Completion>,
+) where
+    H: Fn(Lease, JobContext) -> F + Send + Sync + 'static,
+    F: std::future::Future<Output = std::result::Result<(), JobError>> + Send + 'static,
+{
+    let shutdown = &shared.shutdown;
     let mut waker = Waker::default();
     let mut delay = shared.delay();
     loop {
         let first = tokio::select! {
             biased;
-            _ = shutdown.cancelled() => break,
+            _ = shutdown.cancelled() => return,
             permit = slots.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
         };
         let mut permits = vec![first];
@@ -169,26 +228,26 @@ where
                 drop(permits);
                 let woke = tokio::select! {
                     biased;
-                    _ = shutdown.cancelled() => break,
+                    _ = shutdown.cancelled() => return,
                     woke = waker.wait(&shared.queue, WAKE_WAIT) => woke,
                 };
                 if let Err(err) = woke {
                     let wait = delay.next_delay();
                     shared.redis_error("waiting for jobs", &err, wait);
                     tokio::select! {
-                        _ = shutdown.cancelled() => break,
+                        _ = shutdown.cancelled() => return,
                         _ = tokio::time::sleep(wait) => {}
                     }
                 }
             }
             Ok(leases) => {
                 delay.reset();
-                Counters::add(&counters.claimed, leases.len() as u64);
+                Counters::add(&shared.counters.claimed, leases.len() as u64);
                 debug!(queue = %shared.queue_name, n = leases.len(), "claimed");
                 let mut permits = permits.into_iter();
                 for lease in leases {
                     let permit = permits.next().expect("claim returns at most n jobs");
-                    start_job(&shared, &handler, lease, permit, &done_tx);
+                    start_job(shared, handler, lease, permit, done);
                 }
             }
             Err(err) => {
@@ -196,63 +255,46 @@ where
                 let wait = delay.next_delay();
                 shared.redis_error("claim", &err, wait);
                 tokio::select! {
-                    _ = shutdown.cancelled() => break,
+                    _ = shutdown.cancelled() => return,
                     _ = tokio::time::sleep(wait) => {}
                 }
             }
         }
     }
-    drop(waker);
+}
 
-    // Shutdown: no more claims. Wait for the jobs in flight, up to the deadline.
+/// Shutdown, after the last claim: wait until every slot is free again (every job in
+/// flight finished and its lease ended), up to `deadline` or a second signal; then
+/// cancel and abort what still runs, leaving its lease to expire.
+async fn wait_for_jobs(shared: &Shared, slots: &Semaphore, concurrency: usize, deadline: Duration) {
     let running = shared.inflight().len();
     info!(
         queue = %shared.queue_name,
         running,
-        deadline = ?config.shutdown_deadline,
+        deadline = %duration::format(deadline),
         "shutting down: no more claims, waiting for jobs in flight"
     );
-    let all_slots = slots.acquire_many(config.concurrency as u32);
     let finished = tokio::select! {
-        _ = all_slots => true,
-        _ = tokio::time::sleep(config.shutdown_deadline) => false,
+        _ = slots.acquire_many(concurrency as u32) => true,
+        _ = tokio::time::sleep(deadline) => false,
         _ = shared.hard_stop.cancelled() => false,
     };
-    if !finished {
-        shared.hard_stop.cancel();
-        let left: Vec<(String, Option<AbortHandle>, CancellationToken)> = shared
-            .inflight()
-            .values()
-            .map(|f| (f.id.clone(), f.abort.clone(), f.cancel.clone()))
-            .collect();
-        for (id, abort, cancel) in left {
-            warn!(queue = %shared.queue_name, job = %id, "shutdown deadline passed: job abandoned, its lease will expire");
-            cancel.cancel();
-            if let Some(abort) = abort {
-                abort.abort();
-            }
+    if finished {
+        return;
+    }
+    shared.hard_stop.cancel();
+    let left: Vec<(String, Option<AbortHandle>, CancellationToken)> = shared
+        .inflight()
+        .values()
+        .map(|f| (f.id.clone(), f.abort.clone(), f.cancel.clone()))
+        .collect();
+    for (id, abort, cancel) in left {
+        warn!(queue = %shared.queue_name, job = %id, "shutdown deadline passed: job abandoned, its lease will expire");
+        cancel.cancel();
+        if let Some(abort) = abort {
+            abort.abort();
         }
     }
-    // Leases left now are abandoned: they must expire, so stop renewing them.
-    stop_renewing.cancel();
-    drop(done_tx);
-    if tokio::time::timeout(ABORT_GRACE, completer).await.is_err() {
-        warn!(queue = %shared.queue_name, "jobs still unwinding after the shutdown deadline; leaving them");
-    }
-    let _ = renewer.await;
-    if let Some(signals) = signals {
-        signals.abort();
-    }
-    let stats = counters.snapshot();
-    info!(
-        queue = %shared.queue_name,
-        acked = stats.acked,
-        retried = stats.retried,
-        dead = stats.dead,
-        abandoned = stats.abandoned,
-        "worker stopped"
-    );
-    stats
 }
 
 fn start_job<H, F>(
@@ -386,7 +428,7 @@ async fn ack_all(shared: &Shared, acks: Vec<Completion>) {
     if acks.is_empty() {
         return;
     }
-    let refs: Vec<LeaseRef<'_>> = acks.iter().map(|c| c.lease.as_ref()).collect();
+    let refs: Vec<LeaseRef<'_>> = acks.iter().map(|c| c.lease.lease_ref()).collect();
     let flags = with_retry(shared, "ack", || shared.queue.ack_many(&refs)).await;
     if let Some(flags) = flags {
         for (c, ok) in acks.iter().zip(flags) {
@@ -459,18 +501,20 @@ where
     }
 }
 
-/// Renews every lease in flight in one `extend` call, at a third of the visibility
-/// timeout; a stale answer cancels that job's context.
-async fn renew_leases(shared: Arc<Shared>, stop: CancellationToken) {
-    let mut visibility = match shared.visibility {
-        Some(v) => v,
-        None => shared
-            .queue
-            .settings()
-            .await
-            .map(|s| s.visibility_timeout)
-            .unwrap_or(crate::queue::QueueSettings::default().visibility_timeout),
-    };
+/// The queue's visibility timeout, or the default when it cannot be read (claims then
+/// fail and retry anyway).
+async fn queue_visibility(queue: &Queue) -> Duration {
+    queue
+        .settings()
+        .await
+        .map(|s| s.visibility_timeout)
+        .unwrap_or(crate::queue::QueueSettings::default().visibility_timeout)
+}
+
+/// Renews every lease in flight in one `extend` call, at a third of `visibility` (the
+/// queue's setting, re-read each round, unless the worker has its own); a stale answer
+/// cancels that job's context.
+async fn renew_leases(shared: Arc<Shared>, mut visibility: Duration, stop: CancellationToken) {
     let mut delay = shared.delay();
     let mut wait = visibility / 3;
     loop {
@@ -531,36 +575,13 @@ async fn renew_leases(shared: Arc<Shared>, stop: CancellationToken) {
 
 /// First SIGTERM or Ctrl-C: graceful shutdown. A second one: skip the wait.
 async fn listen_for_signals(shared: Arc<Shared>) {
-    #[cfg(unix)]
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(err) => {
-            error!(error = %err, "cannot listen for SIGTERM");
-            return;
-        }
-    };
-    let mut count = 0;
-    loop {
-        #[cfg(unix)]
-        let which = tokio::select! {
-            _ = term.recv() => "SIGTERM",
-            _ = tokio::signal::ctrl_c() => "SIGINT",
-        };
-        #[cfg(not(unix))]
-        let which = {
-            let _ = tokio::signal::ctrl_c().await;
-            "Ctrl-C"
-        };
-        count += 1;
-        if count == 1 {
-            info!("{which} received: shutting down gracefully (send it again to stop now)");
-            shared.shutdown.cancel();
-        } else {
-            warn!("{which} received again: abandoning the jobs in flight");
-            shared.hard_stop.cancel();
-            return;
-        }
-    }
+    let mut signals = Signals::new();
+    let which = signals.recv().await;
+    info!("{which} received: shutting down gracefully (send it again to stop now)");
+    shared.shutdown.cancel();
+    let which = signals.recv().await;
+    warn!("{which} received again: abandoning the jobs in flight");
+    shared.hard_stop.cancel();
 }
 
 /// Waits for wake markers on a connection of its own, made on first use and dropped

@@ -10,7 +10,6 @@ use std::time::Duration;
 use clap::Args;
 use tokio::io::AsyncReadExt;
 
-use super::format::parse_duration;
 use crate::queue::{Backoff, ConnectOptions, FailMode, Lease, Queue, Redis};
 
 #[derive(Debug, Args)]
@@ -22,7 +21,7 @@ pub struct DemoWorkerArgs {
     /// Worker name, recorded in the jobs it claims.
     #[arg(long)]
     pub name: String,
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = crate::duration::parse)]
     pub visibility: Duration,
 }
 

@@ -1,4 +1,5 @@
-//! One Redis client per distinct endpoint, shared by every queue that uses it.
+//! The pool of Redis clients: one per distinct endpoint, shared by every queue that
+//! uses it.
 //!
 //! The cache key is the endpoint's redacted URL, the cluster flag and a keyed hash of
 //! the full URL, password and CA bundle: credentials never sit in a key that could be
@@ -47,22 +48,22 @@ impl std::fmt::Debug for Endpoint {
     }
 }
 
-/// The shared clients.
-pub struct Endpoints {
+/// The shared clients, one per endpoint.
+pub struct RedisPool {
     slots: Mutex<HashMap<Key, Arc<Slot>>>,
     hasher: RandomState,
 }
 
-impl Default for Endpoints {
+impl Default for RedisPool {
     fn default() -> Self {
-        Endpoints {
+        RedisPool {
             slots: Mutex::default(),
             hasher: RandomState::new(),
         }
     }
 }
 
-impl Endpoints {
+impl RedisPool {
     fn key(&self, endpoint: &Endpoint) -> Key {
         let mut h = self.hasher.build_hasher();
         endpoint.options.url.hash(&mut h);
@@ -79,7 +80,7 @@ impl Endpoints {
     pub async fn get(&self, endpoint: &Endpoint) -> Result<Redis> {
         let key = self.key(endpoint);
         let slot = {
-            let mut slots = self.slots.lock().expect("endpoints lock");
+            let mut slots = self.slots.lock().expect("redis pool lock");
             let now = Instant::now();
             slots.retain(|k, slot| {
                 *k == key || now.duration_since(*slot.last_used.lock().expect("slot lock")) < IDLE
@@ -106,7 +107,7 @@ impl Endpoints {
 
     /// How many endpoints have a client.
     pub fn len(&self) -> usize {
-        self.slots.lock().expect("endpoints lock").len()
+        self.slots.lock().expect("redis pool lock").len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -127,7 +128,7 @@ mod tests {
 
     #[test]
     fn keys_separate_credentials_without_holding_them() {
-        let e = Endpoints::default();
+        let e = RedisPool::default();
         let a = e.key(&endpoint("redis://h:6379", Some("one")));
         let b = e.key(&endpoint("redis://h:6379", Some("two")));
         let a2 = e.key(&endpoint("redis://h:6379", Some("one")));

@@ -1,11 +1,13 @@
 //! A stand-in Kubernetes API server over real HTTP, for running the operator binary from
 //! outside: an in-memory object store with list, watch (chunked JSON events), get,
 //! create, replace, merge and apply patches, the status and scale subresources, and a
-//! log of every request for the test to assert on.
-#![allow(dead_code)]
+//! log of every request for the test to assert on; and the operator binary run against
+//! it (`OperatorProcess`).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,6 +18,9 @@ use axum::http::{Method, StatusCode, header};
 use axum::response::Response;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
+
+use super::eventually::Wait;
+use super::redis::free_port;
 
 /// One request as the operator sent it.
 #[derive(Debug, Clone)]
@@ -547,4 +552,93 @@ fn tokio_stream_from(
     mut rx: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>,
 ) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+/// `jobqueue operator` run against a stand-in, its log in a file; killed when dropped.
+pub struct OperatorProcess {
+    pub child: Child,
+    /// The address of its /metrics and /readyz.
+    pub metrics: String,
+    log: PathBuf,
+}
+
+impl OperatorProcess {
+    /// `jobqueue operator --metrics-addr <a free port> <args>` with a kubeconfig for
+    /// `api` in `namespace`, kept (with the log) in `dir`.
+    pub fn start(
+        api: &StandIn,
+        namespace: &str,
+        dir: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> OperatorProcess {
+        let kubeconfig = dir.join("kubeconfig");
+        std::fs::write(&kubeconfig, api.kubeconfig(namespace)).unwrap();
+        let metrics = format!("127.0.0.1:{}", free_port());
+        let log = dir.join("operator.log");
+        let child = Command::new(env!("CARGO_BIN_EXE_jobqueue"))
+            .args(["operator", "--metrics-addr", &metrics])
+            .args(args)
+            .env("KUBECONFIG", &kubeconfig)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("RUST_LOG")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start the operator");
+        OperatorProcess {
+            child,
+            metrics,
+            log,
+        }
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// A wait for `what` (30 s, polled every 50 ms) that fails with the operator's log.
+    pub fn wait_for(&self, what: &str) -> Wait<'static> {
+        let log = self.log.clone();
+        Wait::for_(what)
+            .every(Duration::from_millis(50))
+            .explained_by(move || {
+                let log = std::fs::read_to_string(&log).unwrap_or_default();
+                format!("operator log:\n{log}")
+            })
+    }
+
+    /// SIGTERM, then its exit status within `within`.
+    pub async fn terminate(&mut self, within: Duration) -> ExitStatus {
+        let ok = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        let wait = self.wait_for("an exit after SIGTERM").within(within);
+        let child = &mut self.child;
+        wait.until(async || child.try_wait().ok().flatten()).await
+    }
+}
+
+impl Drop for OperatorProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A plain HTTP/1.1 GET: the status code and the whole response.
+pub async fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.ok()?;
+    let code = out.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, out))
 }

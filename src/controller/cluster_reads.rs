@@ -1,0 +1,177 @@
+//! What a reconcile reads from the Kubernetes API besides the JobQueue itself: the
+//! Secrets behind its Redis endpoint, and the scale target's `/scale` with the
+//! HorizontalPodAutoscalers that could claim it. Each read ends in plain data for the
+//! pure steps: connection options, a [`Failure`], a [`TargetState`].
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::{Client, ResourceExt};
+
+use super::Settings;
+use super::failures::kube_reason;
+use super::redis_pool::Endpoint;
+use super::scaling::{TargetRef, TargetState};
+use super::status::{Failure, reasons};
+use super::validate::{EndpointPlan, UrlSource};
+use crate::crd::SecretKeySelector;
+use crate::queue::ConnectOptions;
+
+/// Read the Secrets the endpoint names (each once) and build its connection options.
+pub async fn resolve_endpoint(
+    client: &Client,
+    settings: &Settings,
+    ns: &str,
+    plan: &EndpointPlan,
+) -> Result<Endpoint, Failure> {
+    let secrets_api: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let mut secrets: HashMap<&str, Secret> = HashMap::new();
+    for name in plan.secret_names() {
+        match secrets_api.get_opt(name).await {
+            Ok(Some(secret)) => {
+                secrets.insert(name, secret);
+            }
+            Ok(None) => {
+                return Err(Failure {
+                    reason: reasons::SECRET_NOT_FOUND,
+                    message: format!("Secret {ns}/{name} not found"),
+                    redis_reached: false,
+                });
+            }
+            Err(e) => {
+                return Err(Failure {
+                    reason: reasons::SECRET_UNREADABLE,
+                    message: format!("cannot read Secret {ns}/{name}: {}", kube_reason(&e)),
+                    redis_reached: false,
+                });
+            }
+        }
+    }
+    let value = |sel: &SecretKeySelector, field: &str| -> Result<Vec<u8>, Failure> {
+        let secret = &secrets[sel.name.as_str()];
+        let data = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(&sel.key))
+            .map(|b| b.0.clone());
+        data.ok_or_else(|| Failure {
+            reason: reasons::SECRET_KEY_MISSING,
+            message: format!(
+                "Secret {ns}/{} has no key {:?} (named by {field})",
+                sel.name, sel.key
+            ),
+            redis_reached: false,
+        })
+    };
+    let text = |sel: &SecretKeySelector, field: &str| -> Result<String, Failure> {
+        let bytes = value(sel, field)?;
+        let text = String::from_utf8(bytes).map_err(|_| Failure {
+            reason: reasons::SECRET_KEY_MISSING,
+            message: format!(
+                "Secret {ns}/{} key {:?} (named by {field}) is not UTF-8 text",
+                sel.name, sel.key
+            ),
+            redis_reached: false,
+        })?;
+        Ok(text.trim().to_string())
+    };
+    let url = match &plan.url {
+        UrlSource::Inline(url) => url.clone(),
+        UrlSource::Secret(sel) => text(sel, "spec.redis.urlSecretRef")?,
+    };
+    let url = if plan.tls { force_tls(&url) } else { url };
+    let password = match &plan.password {
+        Some(sel) => Some(text(sel, "spec.redis.passwordSecretRef")?),
+        None => None,
+    };
+    let ca = match &plan.ca {
+        Some(sel) => Some(value(sel, "spec.redis.tls.caSecretRef")?),
+        None => None,
+    };
+    let options = ConnectOptions::new(url)
+        .cluster(plan.cluster)
+        .password(password)
+        .connect_timeout(settings.connect_timeout)
+        .response_timeout(settings.response_timeout)
+        .ca_cert(ca.clone());
+    Ok(Endpoint { options, ca })
+}
+
+/// `redis://` → `rediss://`, for every URL of a comma-separated list.
+pub fn force_tls(url: &str) -> String {
+    url.split(',')
+        .map(|u| {
+            let u = u.trim();
+            match u.strip_prefix("redis://") {
+                Some(rest) => format!("rediss://{rest}"),
+                None => u.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The target's replicas, or why the operator cannot scale it: missing, claimed by an
+/// HPA of namespace `ns`, or unreadable.
+pub async fn target_state(client: &Client, ns: &str, target: &TargetRef) -> TargetState {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &target.api_resource());
+    match api.get_scale(&target.name).await {
+        Ok(scale) => {
+            let replicas = scale.spec.and_then(|s| s.replicas).unwrap_or(0);
+            match claiming_hpa(client, ns, target).await {
+                Ok(Some(hpa)) => TargetState::ClaimedByHpa { hpa, replicas },
+                Ok(None) => TargetState::Found { replicas },
+                Err(e) => TargetState::Unreadable {
+                    message: format!(
+                        "cannot list the HorizontalPodAutoscalers of namespace {ns}: {}",
+                        kube_reason(&e)
+                    ),
+                },
+            }
+        }
+        Err(kube::Error::Api(s)) if s.code == 404 => TargetState::NotFound {
+            message: format!(
+                "{target} ({}) not found in namespace {ns}: {}",
+                target.api_version(),
+                s.message
+            ),
+        },
+        Err(e) => TargetState::Unreadable {
+            message: format!("cannot read the scale of {target}: {}", kube_reason(&e)),
+        },
+    }
+}
+
+/// The HPA (`namespace/name`) of namespace `ns` that scales `target`, if any.
+async fn claiming_hpa(
+    client: &Client,
+    ns: &str,
+    target: &TargetRef,
+) -> Result<Option<String>, kube::Error> {
+    let api: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), ns);
+    let hpas = api.list(&ListParams::default()).await?;
+    Ok(hpas
+        .items
+        .iter()
+        .find(|hpa| {
+            hpa.spec
+                .as_ref()
+                .is_some_and(|spec| target.is_targeted_by(&spec.scale_target_ref))
+        })
+        .map(|hpa| format!("{ns}/{}", hpa.name_any())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_rewrites_every_plain_url() {
+        assert_eq!(
+            force_tls("redis://a:1, rediss://b:2,redis://c:3"),
+            "rediss://a:1,rediss://b:2,rediss://c:3"
+        );
+    }
+}

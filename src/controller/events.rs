@@ -1,0 +1,235 @@
+//! The Events a reconcile raises, built by pure functions from the previous status and
+//! what the reconcile saw: what changed and needs a person's attention, not every
+//! reconcile. The reconciler publishes them.
+
+use kube::runtime::events::{Event, EventType};
+
+use super::scaling::Decision;
+use super::status::{self, Observation, reasons};
+use crate::crd::JobQueueStatus;
+
+/// One Event to publish: its type, its reason and its note (the words for a person).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventSpec {
+    pub kind: EventType,
+    pub reason: &'static str,
+    pub note: String,
+}
+
+impl EventSpec {
+    pub fn normal(reason: &'static str, note: String) -> EventSpec {
+        EventSpec {
+            kind: EventType::Normal,
+            reason,
+            note,
+        }
+    }
+
+    pub fn warning(reason: &'static str, note: String) -> EventSpec {
+        EventSpec {
+            kind: EventType::Warning,
+            reason,
+            note,
+        }
+    }
+
+    /// As kube's Event, its note cut to the API's limit.
+    pub fn to_event(&self) -> Event {
+        Event {
+            type_: self.kind,
+            reason: self.reason.to_string(),
+            note: Some(truncate_note(self.note.clone())),
+            action: "Reconcile".to_string(),
+            secondary: None,
+        }
+    }
+}
+
+/// The Events of the scaler: a Normal one on each scale; a Warning when it stops
+/// scaling (a missing target, an HPA, a failure), once, not on every reconcile.
+pub fn scaling_events(prev: Option<&JobQueueStatus>, decision: &Decision) -> Vec<EventSpec> {
+    let reason = decision.reason;
+    if reason.scales() {
+        return vec![EventSpec::normal(reason.as_str(), decision.message.clone())];
+    }
+    let was = prev
+        .and_then(|p| p.condition(status::types::SCALING))
+        .map(|c| c.reason.as_str());
+    if !reason.is_scaling() && was != Some(reason.as_str()) {
+        return vec![EventSpec::warning(
+            reason.as_str(),
+            decision.message.clone(),
+        )];
+    }
+    Vec::new()
+}
+
+/// The Events a successful reconcile raises, from the previous status and the new one.
+pub fn success_events(
+    prev: Option<&JobQueueStatus>,
+    new: &JobQueueStatus,
+    obs: &Observation,
+) -> Vec<EventSpec> {
+    let mut events = Vec::new();
+    let Some(prev) = prev else {
+        return events;
+    };
+    let was_ready = prev
+        .condition(status::types::READY)
+        .map(|c| c.status.as_str());
+    if was_ready == Some("False") {
+        events.push(EventSpec::normal(
+            "Recovered",
+            format!("queue {} is healthy again", obs.queue),
+        ));
+    }
+    // Totals grew since counts were last seen (not since a failure wrote zeros).
+    let counted = status::has_counts(prev);
+    if counted && new.dead_lettered > prev.dead_lettered {
+        events.push(EventSpec::warning(
+            "DeadLettered",
+            format!(
+                "{} jobs moved to the dead-letter set since the last check ({} dead now)",
+                new.dead_lettered - prev.dead_lettered,
+                new.dead
+            ),
+        ));
+    }
+    if counted && new.stale_acks > prev.stale_acks {
+        events.push(EventSpec::warning(
+            reasons::STALE_ACKS,
+            format!(
+                "{} acks arrived after their lease had expired: jobs run longer than \
+                 visibilityTimeout ({})",
+                new.stale_acks - prev.stale_acks,
+                crate::duration::format(obs.visibility_timeout)
+            ),
+        ));
+    }
+    events
+}
+
+/// Event notes are limited to 1 kB.
+pub fn truncate_note(mut note: String) -> String {
+    if note.len() > 1000 {
+        let mut end = 1000;
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+        note.push('…');
+    }
+    note
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::status::Failure;
+
+    #[test]
+    fn events_follow_what_changed() {
+        use k8s_openapi::jiff::Timestamp;
+        let now = Timestamp::from_second(1_700_000_000).unwrap();
+        let obs = |dead_lettered: u64| Observation {
+            endpoint: "redis://r:6379".into(),
+            queue: "jq:{a}".into(),
+            stats: crate::queue::QueueStats {
+                dead_lettered,
+                dead: dead_lettered,
+                ..Default::default()
+            },
+            ..Observation::default()
+        };
+        let reasons = |prev: Option<&JobQueueStatus>, o: &Observation| -> Vec<&'static str> {
+            let new = status::observed(prev, Some(1), o, now);
+            success_events(prev, &new, o)
+                .into_iter()
+                .map(|event| event.reason)
+                .collect()
+        };
+        // A first sight raises nothing, whatever the totals.
+        assert!(reasons(None, &obs(7)).is_empty());
+        let seen = status::observed(None, Some(1), &obs(7), now);
+        assert!(reasons(Some(&seen), &obs(7)).is_empty());
+        assert_eq!(reasons(Some(&seen), &obs(9)), vec!["DeadLettered"]);
+        // After a failure: recovered, and the totals compare with the last counts.
+        let down = Failure {
+            reason: reasons::REDIS_UNREACHABLE,
+            message: "down".into(),
+            redis_reached: false,
+        };
+        let failed = status::failed(Some(&seen), Some(1), &down, now);
+        assert_eq!(reasons(Some(&failed), &obs(7)), vec!["Recovered"]);
+        // A status only ever written by failures is no baseline.
+        let never_counted = status::failed(None, Some(1), &down, now);
+        assert_eq!(reasons(Some(&never_counted), &obs(7)), vec!["Recovered"]);
+    }
+
+    #[test]
+    fn scaling_raises_events_on_scales_and_on_new_trouble() {
+        use crate::controller::scaling::Reason;
+        use k8s_openapi::jiff::Timestamp;
+        let now = Timestamp::from_second(1_700_000_000).unwrap();
+        let decision = |reason: Reason| Decision {
+            reason,
+            current: Some(2),
+            desired: Some(4),
+            message: format!("{} message", reason.as_str()),
+        };
+        let after = |prev: Option<&JobQueueStatus>, reason: Reason| {
+            let mut s = prev.cloned().unwrap_or_default();
+            status::scaled(&mut s, Some(&decision(reason)), Some(1), now);
+            s
+        };
+        let events = |prev: Option<&JobQueueStatus>, reason: Reason| -> Vec<(String, &str)> {
+            scaling_events(prev, &decision(reason))
+                .into_iter()
+                .map(|event| (format!("{:?}", event.kind), event.reason))
+                .collect()
+        };
+        // Every scale, even a repeated one.
+        let up = after(None, Reason::ScaledUp);
+        assert_eq!(
+            events(Some(&up), Reason::ScaledUp),
+            vec![("Normal".into(), "ScaledUp")]
+        );
+        assert_eq!(
+            events(Some(&up), Reason::ScaledDown),
+            vec![("Normal".into(), "ScaledDown")]
+        );
+        // Holding raises nothing.
+        for quiet in [
+            Reason::Steady,
+            Reason::Stabilizing,
+            Reason::AtMinReplicas,
+            Reason::AtMaxReplicas,
+        ] {
+            assert!(events(Some(&up), quiet).is_empty(), "{quiet:?}");
+        }
+        // Trouble: once when it starts, not again while it lasts.
+        for trouble in [
+            Reason::TargetNotFound,
+            Reason::HpaConflict,
+            Reason::ScaleFailed,
+        ] {
+            assert_eq!(
+                events(Some(&up), trouble),
+                vec![("Warning".into(), trouble.as_str())]
+            );
+            assert_eq!(
+                events(None, trouble),
+                vec![("Warning".into(), trouble.as_str())]
+            );
+            let lasting = after(Some(&up), trouble);
+            assert!(events(Some(&lasting), trouble).is_empty(), "{trouble:?}");
+        }
+    }
+
+    #[test]
+    fn long_notes_are_cut_on_a_char_boundary() {
+        let note = truncate_note("é".repeat(600));
+        assert!(note.len() <= 1003 && note.ends_with('…'));
+        assert_eq!(truncate_note("short".into()), "short");
+    }
+}

@@ -1,0 +1,179 @@
+//! The objects the operator tests build, shared by the mock API and the stand-in tests:
+//! JobQueues as the API server hands them out, a clock the test moves by hand, scale
+//! targets and HorizontalPodAutoscalers.
+
+use std::sync::{Arc, Mutex};
+
+use jobqueue::controller::Clock;
+use jobqueue::crd::{JobQueue, JobQueueSpec, JobQueueStatus, SecretKeySelector, WorkersSpec};
+use k8s_openapi::api::autoscaling::v1::{Scale, ScaleSpec, ScaleStatus};
+use k8s_openapi::api::autoscaling::v2::{
+    CrossVersionObjectReference, HorizontalPodAutoscaler, HorizontalPodAutoscalerSpec,
+};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::Resource;
+
+pub const NS: &str = "default";
+
+/// A JobQueue named `name` on `url`, with hash tag `tag`, as the API server would hand
+/// it to the controller (namespace, uid, generation 1).
+pub fn queue(name: &str, url: &str, tag: &str) -> JobQueue {
+    let mut jq = JobQueue::new(name, JobQueueSpec::new(url, tag));
+    let meta = jq.meta_mut();
+    meta.namespace = Some(NS.into());
+    meta.uid = Some(format!("uid-{name}"));
+    meta.generation = Some(1);
+    meta.resource_version = Some("1".into());
+    jq
+}
+
+/// Builders that read like sentences: `queue(..).with_url_secret("redis", "url")`.
+pub trait JobQueueExt {
+    fn with_url_secret(self, secret: &str, key: &str) -> Self;
+    fn with_password_secret(self, secret: &str, key: &str) -> Self;
+    fn with_status(self, status: JobQueueStatus) -> Self;
+    fn with_workers(self, workers: WorkersSpec) -> Self;
+    /// The object after `generation - 1` spec changes, at resource version `version`.
+    fn at_generation(self, generation: i64, version: &str) -> Self;
+    fn edit(self, f: impl FnOnce(&mut JobQueueSpec)) -> Self;
+}
+
+impl JobQueueExt for JobQueue {
+    fn with_url_secret(mut self, secret: &str, key: &str) -> Self {
+        self.spec.redis.url = None;
+        self.spec.redis.url_secret_ref = Some(SecretKeySelector {
+            name: secret.into(),
+            key: key.into(),
+        });
+        self
+    }
+
+    fn with_password_secret(mut self, secret: &str, key: &str) -> Self {
+        self.spec.redis.password_secret_ref = Some(SecretKeySelector {
+            name: secret.into(),
+            key: key.into(),
+        });
+        self
+    }
+
+    fn with_status(mut self, status: JobQueueStatus) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    fn with_workers(mut self, workers: WorkersSpec) -> Self {
+        self.spec.workers = Some(workers);
+        self
+    }
+
+    fn at_generation(mut self, generation: i64, version: &str) -> Self {
+        let meta = self.meta_mut();
+        meta.generation = Some(generation);
+        meta.resource_version = Some(version.into());
+        self
+    }
+
+    fn edit(mut self, f: impl FnOnce(&mut JobQueueSpec)) -> Self {
+        f(&mut self.spec);
+        self
+    }
+}
+
+/// A clock the test moves by hand, so no test sleeps through a stabilization window.
+#[derive(Clone)]
+pub struct TestClock(Arc<Mutex<Timestamp>>);
+
+impl TestClock {
+    /// A clock at a fixed, whole-second time.
+    pub fn new() -> TestClock {
+        TestClock(Arc::new(Mutex::new(
+            Timestamp::from_second(1_700_000_000).unwrap(),
+        )))
+    }
+
+    pub fn now(&self) -> Timestamp {
+        *self.0.lock().unwrap()
+    }
+
+    pub fn advance(&self, secs: i64) {
+        let mut now = self.0.lock().unwrap();
+        *now += SignedDuration::from_secs(secs);
+    }
+
+    /// For `Context::with_clock`.
+    pub fn clock(&self) -> Clock {
+        let now = self.0.clone();
+        Arc::new(move || *now.lock().unwrap())
+    }
+}
+
+/// An object with a scale subresource, as the API serves it.
+#[derive(Clone, Copy, Debug)]
+pub struct ScaleTarget {
+    /// `apps/v1`, or `v1` for the core group.
+    pub api_version: &'static str,
+    /// The resource, e.g. `deployments`.
+    pub plural: &'static str,
+    pub name: &'static str,
+}
+
+impl ScaleTarget {
+    pub fn path(&self) -> String {
+        let root = if self.api_version.contains('/') {
+            "apis"
+        } else {
+            "api"
+        };
+        format!(
+            "/{root}/{}/namespaces/{NS}/{}/{}/scale",
+            self.api_version, self.plural, self.name
+        )
+    }
+
+    pub fn scale(&self, replicas: i32) -> Scale {
+        Scale {
+            metadata: kube::api::ObjectMeta {
+                name: Some(self.name.into()),
+                namespace: Some(NS.into()),
+                ..Default::default()
+            },
+            spec: Some(ScaleSpec {
+                replicas: Some(replicas),
+            }),
+            status: Some(ScaleStatus {
+                replicas,
+                selector: Some(format!("app={}", self.name)),
+            }),
+        }
+    }
+}
+
+/// An apps/v1 Deployment.
+pub const fn deployment(name: &'static str) -> ScaleTarget {
+    ScaleTarget {
+        api_version: "apps/v1",
+        plural: "deployments",
+        name,
+    }
+}
+
+/// A HorizontalPodAutoscaler `name` in `NS` that scales `kind/target` of `api_version`.
+pub fn hpa(name: &str, api_version: &str, kind: &str, target: &str) -> HorizontalPodAutoscaler {
+    HorizontalPodAutoscaler {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(NS.into()),
+            ..Default::default()
+        },
+        spec: Some(HorizontalPodAutoscalerSpec {
+            scale_target_ref: CrossVersionObjectReference {
+                api_version: Some(api_version.into()),
+                kind: kind.into(),
+                name: target.into(),
+            },
+            max_replicas: 10,
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
