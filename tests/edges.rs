@@ -3,14 +3,14 @@
 //! markers left behind by busy periods, runs of orphans in front of a real job, and
 //! `meta` settings the scripts and the Rust client must read alike.
 
-mod common;
+mod support;
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{RedisServer, redis_now_ms, wait_past};
 use jobqueue::queue::{NewJob, Queue, QueueSettings};
 use redis::Commands;
+use support::redis::{RedisServer, redis_now_ms, wait_past};
 
 fn job(id: &str) -> NewJob {
     NewJob::new(format!("payload of {id}").into_bytes()).id(id)
