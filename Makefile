@@ -44,11 +44,11 @@ DEMO_ARGS ?=
 demo: redis
 	$(CARGO) run --quiet --bin jobqueue -- demo $(DEMO_ARGS)
 
-## Regenerate crds/jobqueue.yaml from the code, and the Helm chart's copy of it (tests
-## fail when either drifts).
+## Regenerate crds/jobqueue.yaml from the code, and the Helm chart's template of it
+## (templates/crd.yaml, under crds.install; tests fail when either drifts).
 crds:
 	$(CARGO) run --quiet --bin jobqueue -- crd > crds/jobqueue.yaml
-	cp crds/jobqueue.yaml charts/jobqueue-operator/crds/jobqueue.yaml
+	python3 scripts/chart-crd.py
 
 ## Rewrite the shared blocks of lua/*.lua from lua/include/ (each script stays loadable on
 ## its own; tests/lua_includes.rs fails when a block drifts, as does `gen-lua.py --check`).

@@ -10,9 +10,14 @@ What is checked:
   errors) against the Kubernetes API schemas of several versions with
   kubernetes-validate; ServiceMonitor and PrometheusRule, which are not Kubernetes
   built-ins, against the Prometheus Operator's CRD schemas instead;
-- the chart's CRD is byte-identical to crds/jobqueue.yaml;
+- the chart's CRD template (templates/crd.yaml) is crds/jobqueue.yaml under `crds.install`,
+  with the keep annotation under `crds.keep`;
 - the rendered RBAC grants exactly the operator's rules, nothing more, nothing less;
-- the Deployment: leader election, the operator's real flags, probes, hardening;
+- the Deployment: leader election, the operator's real flags, the watched namespaces
+  (a list, or the deprecated single string) in its arguments, probes, hardening, the
+  default pod anti-affinity across nodes;
+- the NetworkPolicy's Redis egress: the ports and CIDRs of the values, private ranges by
+  default;
 - every metric named by the alerts, the dashboard and docs/operations.md is one the
   operator exports (read from src/controller/metrics.rs), and every PromQL expression
   parses;
@@ -305,19 +310,25 @@ def check_lint(tools: Tools) -> str:
     return "clean with " + " and ".join(out) + " values"
 
 
-def check_crd_identical(tools: Tools) -> str:
-    top = (ROOT / "crds" / "jobqueue.yaml").read_bytes()
-    chart = (CHART / "crds" / "jobqueue.yaml").read_bytes()
-    expect(
-        top == chart,
-        "charts/jobqueue-operator/crds/jobqueue.yaml differs from crds/jobqueue.yaml: run `make crds`",
-    )
-    crds = sorted(p.name for p in (CHART / "crds").iterdir())
-    expect(crds == ["jobqueue.yaml"], f"unexpected files in the chart's crds/: {crds}")
-    rendered = [o for o in tools.template("--include-crds") if o.get("kind") == "CustomResourceDefinition"]
-    expect(len(rendered) == 1, f"helm renders {len(rendered)} CRDs")
-    expect(rendered[0] == yaml.safe_load(top), "helm's rendering of the CRD differs from crds/jobqueue.yaml")
-    return f"{len(top)} bytes, identical; helm installs it from crds/"
+def check_crd_template(tools: Tools) -> str:
+    """The CRD is templated (so `helm upgrade` updates it) from crds/jobqueue.yaml."""
+    top = (ROOT / "crds" / "jobqueue.yaml").read_text()
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "chart-crd.py"), "--check"], capture_output=True, text=True)
+    expect(proc.returncode == 0, proc.stderr.strip())
+    expect(not (CHART / "crds").exists(), "the chart still has a crds/ directory (helm never upgrades it; the CRD is templates/crd.yaml)")
+    committed = yaml.safe_load(top)
+    rendered = [o for o in tools.template() if o.get("kind") == "CustomResourceDefinition"]
+    expect(len(rendered) == 1, f"helm renders {len(rendered)} CRDs by default")
+    crd = rendered[0]
+    expect(crd["spec"] == committed["spec"], "helm's rendering of the CRD's spec differs from crds/jobqueue.yaml")
+    expect(crd["metadata"]["name"] == committed["metadata"]["name"], f"the CRD is named {crd['metadata']['name']}")
+    expect(crd["metadata"].get("annotations", {}).get("helm.sh/resource-policy") == "keep", "crds.keep (the default) does not annotate the CRD helm.sh/resource-policy: keep")
+    expect(crd["metadata"]["labels"].get("app.kubernetes.io/managed-by") == "Helm", "the CRD lacks the chart's labels")
+    unkept = one(tools.template("--set", "crds.keep=false"), "CustomResourceDefinition")
+    expect("helm.sh/resource-policy" not in unkept["metadata"].get("annotations", {}), "crds.keep=false still keeps the CRD")
+    none = [o for o in tools.template("--set", "crds.install=false") if o.get("kind") == "CustomResourceDefinition"]
+    expect(not none, "crds.install=false still renders the CRD")
+    return f"templates/crd.yaml is crds/jobqueue.yaml ({len(top)} bytes) under crds.install; keep annotation by default, none with crds.keep=false; no CRD with crds.install=false"
 
 
 def check_validate_default(tools: Tools) -> str:
@@ -370,7 +381,8 @@ def check_rbac_default(tools: Tools) -> str:
 def check_rbac_namespaced(tools: Tools) -> str:
     objects = tools.template("-f", str(ALL_ON))
     values = yaml.safe_load(ALL_ON.read_text())
-    watched = values["watchNamespace"]
+    expect(len(values["watchNamespaces"]) == 1, "all-on values watch one namespace")
+    watched = values["watchNamespaces"][0]
     expect(not by_kind(objects, "ClusterRole") and not by_kind(objects, "ClusterRoleBinding"), "a namespaced install renders cluster-wide RBAC")
     sa = one(objects, "ServiceAccount")["metadata"]["name"]
     lease = values["operator"]["leaderElection"]["leaseName"]
@@ -382,10 +394,19 @@ def check_rbac_namespaced(tools: Tools) -> str:
         "namespaced grants differ:\n  more: " + (describe(granted - allowed) or "-") + "\n  less: " + (describe(allowed - granted) or "-"),
     )
     container = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
-    expect(env_map(container).get("JOBQUEUE_NAMESPACE") == watched, "the operator is not told to watch only " + watched)
+    expect(container["args"] == ["operator", f"--namespace={watched}"], f"the operator is not told to watch only {watched}: args {container['args']}")
+    # The deprecated single string gives the same Role and arguments.
+    legacy = tools.template("--set", f"watchNamespace={watched}")
+    legacy_sa = one(legacy, "ServiceAccount")["metadata"]["name"]
+    in_watched = {g for g in grants(legacy, (RELEASE_NAMESPACE, legacy_sa)) if g[0] == watched}
+    expect(in_watched == {g for g in expected_grants(watched, "", []) if g[0] == watched}, "watchNamespace (a string) does not grant the rules in that namespace")
+    legacy_args = one(legacy, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    expect(legacy_args == ["operator", f"--namespace={watched}"], f"watchNamespace (a string): args {legacy_args}")
+    both = tools.run_helm("template", RELEASE, str(CHART), "--set", "watchNamespace=a", "--set", "watchNamespaces={b}", ok=False)
+    expect(both.returncode != 0 and "not both" in both.stderr, "watchNamespace and watchNamespaces together are accepted")
     no_rbac = tools.template("--set", "rbac.create=false")
     expect(not [o for o in no_rbac if o["kind"].endswith(("Role", "RoleBinding"))], "rbac.create=false still renders RBAC")
-    return f"namespace {watched} only: {len(granted)} grants incl. {extra_scale[0][1]}/scale; rbac.create=false renders none"
+    return f"namespace {watched} only (a list, or the deprecated string): {len(granted)} grants incl. {extra_scale[0][1]}/scale, --namespace={watched}; rbac.create=false renders none"
 
 
 def check_deployment(tools: Tools) -> str:
@@ -397,7 +418,8 @@ def check_deployment(tools: Tools) -> str:
         pod = d["spec"]["template"]["spec"]
         expect(len(pod["containers"]) == 1, "one container")
         c = pod["containers"][0]
-        expect(c["args"] == ["operator"], f"{label}: args {c['args']}")
+        values = yaml.safe_load(ALL_ON.read_text()) if extra else {}
+        expect(c["args"] == ["operator", *(f"--namespace={n}" for n in values.get("watchNamespaces", []))], f"{label}: args {c['args']}")
         env = env_map(c)
         # Leader election is on, with an identity and the Lease's namespace from the pod.
         expect("JOBQUEUE_NO_LEADER_ELECTION" not in env, f"{label}: leader election is turned off")
@@ -430,7 +452,32 @@ def check_deployment(tools: Tools) -> str:
         checked.append(f"{label} ({d['spec']['replicas']} replicas)")
     one_replica = one(tools.template("--set", "replicaCount=1"), "Deployment")
     expect(one_replica["spec"]["replicas"] == 1, "replicaCount is not applied")
-    return "leader election, probes, flags, hardening: " + ", ".join(checked)
+    return "leader election, probes, flags, hardening: " + ", ".join(checked) + "; " + check_anti_affinity(tools)
+
+
+def check_anti_affinity(tools: Tools) -> str:
+    """The replicas prefer different nodes by default; `affinity` replaces the default."""
+
+    def affinity(*args: str) -> dict | None:
+        d = one(tools.template(*args), "Deployment")
+        return d["spec"]["template"]["spec"].get("affinity"), d["spec"]["template"]["metadata"]["labels"]
+
+    soft, labels = affinity()
+    expect(soft is not None, "no default affinity")
+    terms = soft["podAntiAffinity"].get("preferredDuringSchedulingIgnoredDuringExecution", [])
+    expect(len(terms) == 1 and "requiredDuringSchedulingIgnoredDuringExecution" not in soft["podAntiAffinity"], f"the default anti-affinity is not one preferred term: {soft}")
+    term = terms[0]["podAffinityTerm"]
+    expect(term["topologyKey"] == "kubernetes.io/hostname", f"the default anti-affinity spreads by {term['topologyKey']}")
+    expect(term["labelSelector"]["matchLabels"].items() <= labels.items() and term["labelSelector"]["matchLabels"], "the default anti-affinity does not select the operator's pods")
+    hard, _ = affinity("--set", "podAntiAffinity=hard")
+    required = hard["podAntiAffinity"].get("requiredDuringSchedulingIgnoredDuringExecution", [])
+    expect(len(required) == 1 and required[0]["topologyKey"] == "kubernetes.io/hostname", f"podAntiAffinity=hard: {hard}")
+    off, _ = affinity("--set", "podAntiAffinity=none")
+    expect(off is None, f"podAntiAffinity=none still renders {off}")
+    given = yaml.safe_load(ALL_ON.read_text())["affinity"]
+    mine, _ = affinity("-f", str(ALL_ON))
+    expect(mine == given, "a given affinity does not replace the default")
+    return "anti-affinity by hostname (preferred by default, hard, none, or the given affinity)"
 
 
 def check_monitoring_objects(tools: Tools) -> str:
@@ -447,11 +494,37 @@ def check_monitoring_objects(tools: Tools) -> str:
     expect(netpol["spec"]["policyTypes"] == ["Ingress", "Egress"], "the NetworkPolicy limits both directions")
     ingress_ports = [p["port"] for rule in netpol["spec"]["ingress"] for p in rule["ports"]]
     expect(ingress_ports == ["metrics"], f"ingress is open on {ingress_ports}")
+    egress = check_redis_egress(tools)
     cm = one(objects, "ConfigMap")
     shipped = json.loads((CHART / "dashboards" / "jobqueue.json").read_text())
     expect(json.loads(cm["data"]["jobqueue.json"]) == shipped, "the dashboard ConfigMap differs from dashboards/jobqueue.json")
     expect(cm["metadata"]["labels"].get("grafana_dashboard") == "1", "the dashboard ConfigMap has the Grafana sidecar's label")
-    return "ServiceMonitor, PrometheusRule, PodDisruptionBudget, NetworkPolicy, dashboard ConfigMap wired to the operator"
+    return "ServiceMonitor, PrometheusRule, PodDisruptionBudget, NetworkPolicy, dashboard ConfigMap wired to the operator; " + egress
+
+
+def check_redis_egress(tools: Tools) -> str:
+    """The NetworkPolicy's Redis rule has the values' ports and CIDRs."""
+
+    def redis_rule(values: dict, *args: str) -> dict:
+        netpol = one(tools.template("--set", "networkPolicy.enabled=true", *args), "NetworkPolicy")
+        ports = values["networkPolicy"]["egress"]["redis"]["ports"]
+        rules = [r for r in netpol["spec"]["egress"] if [p.get("port") for p in r.get("ports", [])] == ports]
+        expect(len(rules) == 1, f"no single egress rule on the Redis ports {ports}: {netpol['spec']['egress']}")
+        expect(all(p["protocol"] == "TCP" for p in rules[0]["ports"]), "the Redis egress is not TCP")
+        return rules[0]
+
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    private = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"]
+    expect(defaults["networkPolicy"]["egress"]["redis"]["cidrs"] == private, "the documented default Redis CIDRs changed")
+    rule = redis_rule(defaults)
+    expect([t["ipBlock"]["cidr"] for t in rule.get("to", [])] == private, f"the default Redis egress goes to {rule.get('to')}")
+    all_on = yaml.safe_load(ALL_ON.read_text())
+    rule = redis_rule(all_on, "-f", str(ALL_ON))
+    want = all_on["networkPolicy"]["egress"]["redis"]["cidrs"]
+    expect([t["ipBlock"]["cidr"] for t in rule.get("to", [])] == want, f"the all-on Redis egress goes to {rule.get('to')}, not {want}")
+    anywhere = redis_rule(defaults, "--set", "networkPolicy.egress.redis.cidrs=null")
+    expect("to" not in anywhere, "empty Redis CIDRs do not mean any destination")
+    return f"Redis egress on the values' ports to {len(private)} private ranges by default, to the values' CIDRs, anywhere when emptied"
 
 
 def check_metric_names(tools: Tools) -> str:
@@ -504,6 +577,12 @@ def check_schema_refuses(tools: Tools) -> str:
         (["--set", "operator.logFormat=xml"], "logFormat"),
         (["--set", "metrics.serviceMonitor.intervall=30s"], "intervall"),
         (["--set", "watchNamespace=Not_A_Namespace"], "watchNamespace"),
+        (["--set", "watchNamespaces={Not_A_Namespace}"], "watchNamespaces"),
+        (["--set", "watchNamespaces={a,b}"], "watchNamespaces"),
+        (["--set", "podAntiAffinity=sometimes"], "podAntiAffinity"),
+        (["--set", "crds.install=maybe"], "install"),
+        (["--set", "networkPolicy.egress.redis.cidrs={10.0.0.1}"], "cidrs"),
+        (["--set-json", "networkPolicy.egress.redis.ports=[]"], "ports"),
         (["--set", "operator.leaderElection.renewBeforeSeconds=15"], "renewBeforeSeconds"),
         (["--set", "podDisruptionBudget.enabled=true", "--set", "replicaCount=1"], "minAvailable"),
     ]
@@ -520,7 +599,8 @@ def check_package(tools: Tools) -> str:
         packages = list(Path(out).glob("*.tgz"))
         expect(len(packages) == 1, "helm package made no archive")
         listing = subprocess.run(["tar", "-tzf", str(packages[0])], capture_output=True, text=True, check=True).stdout.split()
-    expect("jobqueue-operator/crds/jobqueue.yaml" in listing, "the package lacks the CRD")
+    expect("jobqueue-operator/templates/crd.yaml" in listing, "the package lacks the CRD template")
+    expect(not [f for f in listing if "/crds/" in f], "the package has a crds/ directory, which helm never upgrades")
     expect("jobqueue-operator/dashboards/jobqueue.json" in listing, "the package lacks the dashboard")
     expect(not [f for f in listing if "/ci/" in f], "the package holds ci/ values")
     return f"{packages[0].name}: {len(listing)} files"
@@ -608,7 +688,7 @@ def check_runbook_links(tools: Tools) -> str:
 
 CHECKS = [
     ("helm lint --strict", check_lint),
-    ("chart CRD equals crds/jobqueue.yaml", check_crd_identical),
+    ("chart CRD template is crds/jobqueue.yaml", check_crd_template),
     ("default render validates", check_validate_default),
     ("all-on render validates", check_validate_all_on),
     ("optional objects off by default, on in all-on", check_all_on_renders_everything),

@@ -280,10 +280,94 @@ pub struct WorkersSpec {
     )]
     #[schemars(length(max = 32))]
     pub scale_down_stabilization: String,
-    /// At most this many replicas added per reconcile (scale-up is otherwise immediate).
-    #[serde(default = "default_max_scale_up_step")]
+    /// Deprecated: use `behavior.scaleUp`. At most this many replicas added per
+    /// reconcile; used only when `behavior.scaleUp` is not set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
-    pub max_scale_up_step: i32,
+    pub max_scale_up_step: Option<i32>,
+    /// How fast to scale up, as a HorizontalPodAutoscaler's `behavior`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub behavior: Option<WorkersBehavior>,
+}
+
+/// Scaling behavior, as the HPA's `spec.behavior` (scale-down has
+/// `scaleDownStabilization`).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkersBehavior {
+    /// How fast replicas are added; the HPA's defaults without it (+100 % or +4 pods per
+    /// 15 s, the larger; no stabilization window).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_up: Option<ScaleUpRules>,
+}
+
+/// The HPA's `HPAScalingRules`, for scale-up.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new(
+        "!has(self.policies) || self.policies.size() > 0 || \
+         (has(self.selectPolicy) && self.selectPolicy == 'Disabled')"
+    )
+    .message("behavior.scaleUp.policies must not be empty unless selectPolicy is Disabled")
+)]
+pub struct ScaleUpRules {
+    /// The changes allowed per period; within a period each counts from the replicas at
+    /// its start.
+    #[serde(default = "default_scale_up_policies")]
+    #[schemars(length(max = 10))]
+    pub policies: Vec<ScalingPolicy>,
+    /// Which policy wins: `Max` (the largest change), `Min` (the smallest) or `Disabled`
+    /// (no scale-up beyond `minReplicas`).
+    #[serde(default)]
+    pub select_policy: SelectPolicy,
+    /// Seconds over which the lowest recommendation wins a scale-up (0: scale up at once).
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 3600))]
+    pub stabilization_window_seconds: i32,
+}
+
+/// One scale-up policy: at most `value` pods, or `value` percent, more per period.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ScalingPolicy {
+    /// `Pods` or `Percent`.
+    #[serde(rename = "type")]
+    pub type_: ScalingPolicyType,
+    /// Pods, or percent of the replicas at the start of the period.
+    #[schemars(range(min = 1))]
+    pub value: i32,
+    /// The period's length in seconds (1 to 1800).
+    #[schemars(range(min = 1, max = 1800))]
+    pub period_seconds: i32,
+}
+
+/// The kind of a [`ScalingPolicy`].
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScalingPolicyType {
+    Pods,
+    Percent,
+}
+
+/// Which scale-up policy wins.
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq,
+)]
+pub enum SelectPolicy {
+    #[default]
+    Max,
+    Min,
+    Disabled,
+}
+
+impl Default for ScaleUpRules {
+    fn default() -> Self {
+        ScaleUpRules {
+            policies: default_scale_up_policies(),
+            select_policy: SelectPolicy::Max,
+            stabilization_window_seconds: 0,
+        }
+    }
 }
 
 /// What to scale.
@@ -462,8 +546,20 @@ fn default_target_backlog() -> u32 {
 fn default_scale_down_stabilization() -> String {
     "300s".into()
 }
-fn default_max_scale_up_step() -> i32 {
-    4
+/// The HPA's: +100 % or +4 pods per 15 s.
+fn default_scale_up_policies() -> Vec<ScalingPolicy> {
+    vec![
+        ScalingPolicy {
+            type_: ScalingPolicyType::Percent,
+            value: 100,
+            period_seconds: 15,
+        },
+        ScalingPolicy {
+            type_: ScalingPolicyType::Pods,
+            value: 4,
+            period_seconds: 15,
+        },
+    ]
 }
 fn default_target_api_version() -> String {
     "apps/v1".into()

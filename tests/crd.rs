@@ -295,15 +295,29 @@ fn the_example_is_valid() {
 
 #[test]
 fn the_chart_ships_the_committed_crd() {
+    // The chart templates the CRD (templates/crd.yaml, under crds.install, so `helm
+    // upgrade` updates it): everything from `spec:` on is crds/jobqueue.yaml verbatim.
     let root = env!("CARGO_MANIFEST_DIR");
-    let committed = std::fs::read(format!("{root}/crds/jobqueue.yaml")).unwrap();
-    let chart = std::fs::read(format!(
-        "{root}/charts/jobqueue-operator/crds/jobqueue.yaml"
+    let committed = std::fs::read_to_string(format!("{root}/crds/jobqueue.yaml")).unwrap();
+    let chart = std::fs::read_to_string(format!(
+        "{root}/charts/jobqueue-operator/templates/crd.yaml"
     ))
-    .expect("the chart holds the CRD");
+    .expect("the chart templates the CRD");
+    let spec_at = committed.find("\nspec:\n").expect("the CRD has a spec") + 1;
+    let (head, body) = committed.split_at(spec_at);
     assert!(
-        chart == committed,
-        "charts/jobqueue-operator/crds/jobqueue.yaml differs from crds/jobqueue.yaml: run `make crds`"
+        chart.ends_with(&format!("{body}{{{{- end }}}}\n")),
+        "charts/jobqueue-operator/templates/crd.yaml differs from crds/jobqueue.yaml: run `make crds`"
+    );
+    for line in head.lines().filter(|l| *l != "---") {
+        assert!(
+            chart.lines().any(|l| l == line),
+            "the chart's CRD lacks {line:?}: run `make crds`"
+        );
+    }
+    assert!(
+        chart.contains("{{- if .Values.crds.install }}"),
+        "the chart's CRD is not under crds.install"
     );
 }
 
@@ -574,4 +588,151 @@ fn conform(value: &Value, schema: &Value, path: &str, problems: &mut Vec<String>
         }
         _ => {}
     }
+}
+
+/// A spec with `workers` holding `behavior`.
+fn with_behavior(behavior: Value) -> Value {
+    let mut spec = minimal();
+    spec["workers"] = json!({
+        "scaleTargetRef": {"name": "w"},
+        "maxReplicas": 200,
+        "behavior": behavior,
+    });
+    object(spec)
+}
+
+#[test]
+fn scale_up_behavior_defaults_to_the_hpa_and_the_step_is_not_defaulted() {
+    // behavior.scaleUp: {} gets the HPA's policies; no maxScaleUpStep appears.
+    let defaulted =
+        kube::core::cel::apply_defaults(&schema(), &with_behavior(json!({"scaleUp": {}})));
+    let workers = &defaulted["spec"]["workers"];
+    assert_eq!(
+        workers["behavior"]["scaleUp"],
+        json!({
+            "policies": [
+                {"type": "Percent", "value": 100, "periodSeconds": 15},
+                {"type": "Pods", "value": 4, "periodSeconds": 15},
+            ],
+            "selectPolicy": "Max",
+            "stabilizationWindowSeconds": 0,
+        })
+    );
+    assert!(workers.get("maxScaleUpStep").is_none(), "{workers}");
+    let jq: JobQueue = serde_json::from_value(defaulted).unwrap();
+    let policy = validate::plan(&jq.spec).unwrap().workers.unwrap();
+    assert_eq!(
+        policy.scale_up,
+        jobqueue::controller::scaling::ScaleUp::default()
+    );
+}
+
+#[test]
+fn scale_up_behavior_is_checked_by_the_schema_and_cel() {
+    let good = [
+        json!({"scaleUp": {"policies": [{"type": "Pods", "value": 1, "periodSeconds": 1800}],
+                           "selectPolicy": "Min", "stabilizationWindowSeconds": 3600}}),
+        json!({"scaleUp": {"policies": [], "selectPolicy": "Disabled"}}),
+        json!({}),
+    ];
+    for behavior in good {
+        let obj = with_behavior(behavior.clone());
+        assert_eq!(cel(&obj, None), Ok(()), "{behavior}");
+        let mut problems = Vec::new();
+        conform(
+            &obj["spec"],
+            &schema()["properties"]["spec"],
+            "spec",
+            &mut problems,
+        );
+        assert!(problems.is_empty(), "{behavior}: {problems:?}");
+    }
+    // CEL: an empty list of policies scales nothing unless that is the point.
+    for select in [json!("Max"), json!("Min"), Value::Null] {
+        let mut rules = json!({"policies": []});
+        if !select.is_null() {
+            rules["selectPolicy"] = select;
+        }
+        let errors = cel(&with_behavior(json!({"scaleUp": rules})), None)
+            .expect_err("empty policies are refused");
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains("policies must not be empty unless selectPolicy is Disabled")),
+            "{errors:?}"
+        );
+    }
+    // The schema: enums and bounds, as the HPA's.
+    let whole = schema();
+    let rules = &whole["properties"]["spec"]["properties"]["workers"]["properties"]["behavior"]["properties"]
+        ["scaleUp"]["properties"];
+    assert_eq!(
+        rules["selectPolicy"]["enum"],
+        json!(["Max", "Min", "Disabled"])
+    );
+    assert_eq!(
+        rules["policies"]["items"]["properties"]["type"]["enum"],
+        json!(["Pods", "Percent"])
+    );
+    assert_eq!(rules["policies"]["maxItems"], json!(10));
+    let bad = [
+        (
+            json!({"type": "Pods", "value": 0, "periodSeconds": 15}),
+            "below 1",
+        ),
+        (
+            json!({"type": "Pods", "value": 4, "periodSeconds": 0}),
+            "below 1",
+        ),
+        (
+            json!({"type": "Pods", "value": 4, "periodSeconds": 1801}),
+            "above 1800",
+        ),
+    ];
+    for (policy, words) in bad {
+        let obj = with_behavior(json!({"scaleUp": {"policies": [policy]}}));
+        let mut problems = Vec::new();
+        conform(
+            &obj["spec"],
+            &schema()["properties"]["spec"],
+            "spec",
+            &mut problems,
+        );
+        assert!(
+            problems.iter().any(|p| p.contains(words)),
+            "{obj}: {problems:?}"
+        );
+    }
+    for (rules, words) in [
+        (json!({"stabilizationWindowSeconds": 3601}), "above 3600"),
+        (json!({"stabilizationWindowSeconds": -1}), "below 0"),
+    ] {
+        let obj = with_behavior(json!({"scaleUp": rules}));
+        let mut problems = Vec::new();
+        conform(
+            &obj["spec"],
+            &schema()["properties"]["spec"],
+            "spec",
+            &mut problems,
+        );
+        assert!(
+            problems.iter().any(|p| p.contains(words)),
+            "{obj}: {problems:?}"
+        );
+    }
+}
+
+#[test]
+fn the_deprecated_step_is_still_accepted() {
+    let mut spec = minimal();
+    spec["workers"] =
+        json!({"scaleTargetRef": {"name": "w"}, "maxReplicas": 10, "maxScaleUpStep": 2});
+    let obj = object(spec);
+    assert_eq!(cel(&obj, None), Ok(()));
+    let jq: JobQueue = serde_json::from_value(obj).unwrap();
+    let policy = validate::plan(&jq.spec).unwrap().workers.unwrap();
+    assert_eq!(
+        policy.scale_up,
+        jobqueue::controller::scaling::ScaleUp::per_reconcile(2)
+    );
 }

@@ -22,8 +22,9 @@ use support::standin::{OperatorProcess, StandIn, http_get};
 
 const WORKER: ScaleTarget = deployment("worker");
 
-/// Workers of Deployment `worker`: 10 jobs per replica, at most +4 per reconcile, a
-/// five-minute scale-down window.
+/// Workers of Deployment `worker`: 10 jobs per replica, at most +4 per reconcile (the
+/// deprecated `maxScaleUpStep`, explicit so the numbers below stay those of a step per
+/// reconcile), a five-minute scale-down window.
 fn workers(min: i32, max: i32) -> WorkersSpec {
     WorkersSpec {
         scale_target_ref: ScaleTargetRef {
@@ -36,7 +37,8 @@ fn workers(min: i32, max: i32) -> WorkersSpec {
         target_backlog_per_replica: 10,
         activation_backlog: 0,
         scale_down_stabilization: "5m".into(),
-        max_scale_up_step: 4,
+        max_scale_up_step: Some(4),
+        behavior: None,
     }
 }
 

@@ -296,6 +296,8 @@ async fn patch_scale(
                 kube_reason(&e)
             );
             warn!(namespace = %q.ns, name = %q.name, error = %message, "scale failed");
+            // The scale-up policies must not count replicas that were never added.
+            ctx.with_recommendations(q.jq, |history| history.unscaled(q.now));
             decision.failed(message)
         }
     }

@@ -14,16 +14,23 @@
 //!    to zero, and any backlog above it leaves zero at once;
 //! 2. **stabilize** a scale-down: the highest recommendation within
 //!    `scaleDownStabilization` wins (never above the current replicas), so a backlog
-//!    that comes and goes keeps its workers and the replicas do not flap;
-//! 3. **limit** a scale-up, which is immediate, to `maxScaleUpStep` replicas per
-//!    reconcile;
+//!    that comes and goes keeps its workers and the replicas do not flap. Likewise
+//!    a scale-up: the lowest recommendation within `behavior.scaleUp`'s
+//!    `stabilizationWindowSeconds` wins (never below the current replicas; no window by
+//!    default, so a scale-up is immediate);
+//! 3. **limit** a scale-up by `behavior.scaleUp`'s policies, as the HPA does: within a
+//!    policy's period, the change it allows counts from the replicas at the start of the
+//!    period (the current ones less what was added within it), and `selectPolicy` picks
+//!    the larger (`Max`) or the smaller (`Min`) allowance, or none (`Disabled`). The
+//!    default is the HPA's: +100 % or +4 pods per 15 s, the larger. The deprecated
+//!    `maxScaleUpStep` is a Pods policy per reconcile;
 //! 4. **clamp** to `[minReplicas, maxReplicas]` (a target outside them is brought back
 //!    at once).
 //!
-//! The recommendations live in memory, per queue. After the operator starts (or a
-//! standby takes over) the target's current replicas count as a recommendation made
-//! then: the first scale-down waits a whole window rather than trusting a history it
-//! never saw.
+//! The recommendations and the recent scale events live in memory, per queue
+//! ([`Recommendations`]). After the operator starts (or a standby takes over) the
+//! target's current replicas count as a recommendation made then: the first scale-down
+//! waits a whole window rather than trusting a history it never saw.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -119,7 +126,179 @@ pub struct ScalePolicy {
     pub target_backlog_per_replica: u64,
     pub activation_backlog: u64,
     pub scale_down_stabilization: Duration,
-    pub max_scale_up_step: i32,
+    /// How fast replicas are added.
+    pub scale_up: ScaleUp,
+}
+
+/// `behavior.scaleUp`, checked: how fast the workers may grow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScaleUp {
+    pub policies: Vec<RateLimit>,
+    pub select: Select,
+    /// The lowest recommendation within this window wins a scale-up.
+    pub stabilization: Duration,
+}
+
+/// One scale-up policy: at most `value` pods, or `value` percent, more per period.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    pub kind: RateKind,
+    pub value: i32,
+    pub per: Per,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateKind {
+    Pods,
+    Percent,
+}
+
+/// The period of a [`RateLimit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Per {
+    /// A period of time: the allowance counts from the replicas at its start.
+    Period(Duration),
+    /// Each reconcile afresh (the deprecated `maxScaleUpStep`).
+    Reconcile,
+}
+
+/// Which policy's allowance wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Select {
+    /// The largest change.
+    #[default]
+    Max,
+    /// The smallest change.
+    Min,
+    /// No scale-up (but up to `minReplicas`).
+    Disabled,
+}
+
+impl Default for ScaleUp {
+    /// The HPA's: +100 % or +4 pods per 15 s, the larger; no window.
+    fn default() -> ScaleUp {
+        let per = Per::Period(Duration::from_secs(15));
+        ScaleUp {
+            policies: vec![
+                RateLimit {
+                    kind: RateKind::Percent,
+                    value: 100,
+                    per,
+                },
+                RateLimit {
+                    kind: RateKind::Pods,
+                    value: 4,
+                    per,
+                },
+            ],
+            select: Select::Max,
+            stabilization: Duration::ZERO,
+        }
+    }
+}
+
+impl ScaleUp {
+    /// The deprecated `maxScaleUpStep`: at most `step` replicas more per reconcile.
+    pub fn per_reconcile(step: i32) -> ScaleUp {
+        ScaleUp {
+            policies: vec![RateLimit {
+                kind: RateKind::Pods,
+                value: step.max(1),
+                per: Per::Reconcile,
+            }],
+            select: Select::Max,
+            stabilization: Duration::ZERO,
+        }
+    }
+
+    /// The step of the deprecated `maxScaleUpStep`, when this is its policy.
+    fn step_per_reconcile(&self) -> Option<i32> {
+        match self.policies.as_slice() {
+            [
+                RateLimit {
+                    kind: RateKind::Pods,
+                    value,
+                    per: Per::Reconcile,
+                },
+            ] if self.select == Select::Max => Some(*value),
+            _ => None,
+        }
+    }
+
+    /// How long scale events matter: the longest period.
+    fn memory(&self) -> Duration {
+        self.policies
+            .iter()
+            .filter_map(|p| match p.per {
+                Per::Period(d) => Some(d),
+                Per::Reconcile => None,
+            })
+            .max()
+            .unwrap_or(Duration::ZERO)
+    }
+
+    /// The most replicas the policies allow now, for a target at `current` that was
+    /// scaled as `events` say. Never below `current`.
+    fn limit(&self, current: i32, events: &VecDeque<(Timestamp, i32)>, now: Timestamp) -> i32 {
+        let proposals = self.policies.iter().map(|p| {
+            let start = match p.per {
+                Per::Reconcile => i64::from(current),
+                Per::Period(d) => {
+                    let cutoff = before(now, d);
+                    let change: i64 = events
+                        .iter()
+                        .filter(|&&(t, _)| t > cutoff)
+                        .map(|&(_, c)| i64::from(c))
+                        .sum();
+                    (i64::from(current) - change).max(0)
+                }
+            };
+            let value = i64::from(p.value);
+            match p.kind {
+                RateKind::Pods => start + value,
+                // Rounded up, so a small workload still grows (as the HPA does).
+                RateKind::Percent => start + (start * value + 99) / 100,
+            }
+        });
+        let chosen = match self.select {
+            Select::Disabled => None,
+            Select::Max => proposals.max(),
+            Select::Min => proposals.min(),
+        };
+        let limit = chosen.unwrap_or(i64::from(current));
+        i32::try_from(limit).unwrap_or(i32::MAX).max(current)
+    }
+
+    /// The policies in words: `+100% per 15s or +4 pods per 15s, the larger`.
+    fn describe(&self) -> String {
+        let each: Vec<String> = self
+            .policies
+            .iter()
+            .map(|p| {
+                let amount = match p.kind {
+                    RateKind::Pods if p.value == 1 => "+1 pod".to_string(),
+                    RateKind::Pods => format!("+{} pods", p.value),
+                    RateKind::Percent => format!("+{}%", p.value),
+                };
+                match p.per {
+                    Per::Period(d) => format!("{amount} per {}", format_duration(d)),
+                    Per::Reconcile => format!("{amount} per reconcile"),
+                }
+            })
+            .collect();
+        let which = match (self.select, each.len()) {
+            (_, 0 | 1) => "",
+            (Select::Min, _) => ", the smaller",
+            _ => ", the larger",
+        };
+        format!("{}{which}", each.join(" or "))
+    }
+}
+
+/// `d` before `now`, or the beginning of time.
+fn before(now: Timestamp, d: Duration) -> Timestamp {
+    let span = SignedDuration::try_from(d).unwrap_or(SignedDuration::MAX);
+    now.checked_sub(span).unwrap_or(Timestamp::MIN)
 }
 
 /// What the workers have to do: jobs waiting, and jobs running.
@@ -168,8 +347,12 @@ pub enum Reason {
     /// Replicas were removed.
     ScaledDown,
     /// The backlog asks for fewer replicas, but a higher recommendation is still
-    /// within the stabilization window.
+    /// within the stabilization window (or, for a scale-up with a window, a lower
+    /// one is).
     Stabilizing,
+    /// The backlog asks for more replicas, but the scale-up policies allow none more
+    /// yet (or scale-up is disabled).
+    ScaleUpLimited,
     /// At `minReplicas`, and the backlog asks for no more.
     AtMinReplicas,
     /// At `maxReplicas`, and the backlog asks for as many or more.
@@ -190,6 +373,7 @@ impl Reason {
             Reason::ScaledUp => "ScaledUp",
             Reason::ScaledDown => "ScaledDown",
             Reason::Stabilizing => "Stabilizing",
+            Reason::ScaleUpLimited => "ScaleUpLimited",
             Reason::AtMinReplicas => "AtMinReplicas",
             Reason::AtMaxReplicas => "AtMaxReplicas",
             Reason::Steady => "Steady",
@@ -255,53 +439,90 @@ impl Decision {
     }
 }
 
-/// Recent recommendations of one queue, for the scale-down stabilization.
+/// What one queue remembers between reconciles to scale: recent recommendations, for
+/// the stabilization windows, and recent scale events, for the scale-up policies.
 ///
-/// Only what can still be the highest within a window is kept: a recommendation is
-/// dropped once a later one is as high (it would leave the window first and never be
-/// the maximum again). What remains is strictly decreasing, so at most
-/// `maxReplicas + 1` entries whatever the window, and the front is the highest.
+/// Only recommendations that can still be the highest (the lowest) within a window are
+/// kept: one is dropped once a later one is as high (as low), since it would leave the
+/// window first and never win again. What remains is strictly monotonic, so at most
+/// `maxReplicas + 1` entries of each kind whatever the window. Scale events are kept for
+/// the longest policy period, at most one per reconcile.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Recommendations {
     /// The target and `maxReplicas` the entries were recorded for (they are clamped to
     /// it); another target or bound starts over.
     basis: Option<(TargetRef, i32)>,
-    /// `(when, replicas)`, oldest first, replicas strictly decreasing.
-    entries: VecDeque<(Timestamp, i32)>,
+    /// `(when, replicas)`, oldest first, replicas strictly decreasing: the front is the
+    /// highest.
+    highs: VecDeque<(Timestamp, i32)>,
+    /// `(when, replicas)`, oldest first, replicas strictly increasing: the front is the
+    /// lowest.
+    lows: VecDeque<(Timestamp, i32)>,
+    /// `(when, change)` of the scales decided, oldest first.
+    scales: VecDeque<(Timestamp, i32)>,
 }
 
 impl Recommendations {
     /// Record `replicas` recommended at `now`.
     pub fn record(&mut self, now: Timestamp, replicas: i32) {
-        while self.entries.back().is_some_and(|&(_, r)| r <= replicas) {
-            self.entries.pop_back();
+        while self.highs.back().is_some_and(|&(_, r)| r <= replicas) {
+            self.highs.pop_back();
         }
-        self.entries.push_back((now, replicas));
+        self.highs.push_back((now, replicas));
+        while self.lows.back().is_some_and(|&(_, r)| r >= replicas) {
+            self.lows.pop_back();
+        }
+        self.lows.push_back((now, replicas));
     }
 
-    /// Forget what was recommended at or before `cutoff`.
-    pub fn prune(&mut self, cutoff: Timestamp) {
-        while self.entries.front().is_some_and(|&(t, _)| t <= cutoff) {
-            self.entries.pop_front();
+    /// Forget what was recommended at or before `down` for the scale-down window, at or
+    /// before `up` for the scale-up one.
+    fn prune(&mut self, down: Timestamp, up: Timestamp) {
+        while self.highs.front().is_some_and(|&(t, _)| t <= down) {
+            self.highs.pop_front();
+        }
+        while self.lows.front().is_some_and(|&(t, _)| t <= up) {
+            self.lows.pop_front();
         }
     }
 
     /// The highest recommendation kept.
     pub fn highest(&self) -> Option<i32> {
-        self.entries.front().map(|&(_, r)| r)
+        self.highs.front().map(|&(_, r)| r)
     }
 
+    /// The lowest recommendation kept.
+    pub fn lowest(&self) -> Option<i32> {
+        self.lows.front().map(|&(_, r)| r)
+    }
+
+    /// Record a scale by `change` replicas decided at `now`.
+    fn scaled(&mut self, now: Timestamp, change: i32) {
+        self.scales.push_back((now, change));
+    }
+
+    /// The scale decided at `at` did not happen (the patch was refused): forget it, so
+    /// the policies do not count replicas that were never added.
+    pub fn unscaled(&mut self, at: Timestamp) {
+        while self.scales.back().is_some_and(|&(t, _)| t == at) {
+            self.scales.pop_back();
+        }
+    }
+
+    /// Entries kept, of every kind.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.highs.len() + self.lows.len() + self.scales.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.highs.is_empty() && self.lows.is_empty() && self.scales.is_empty()
     }
 
     pub fn clear(&mut self) {
         self.basis = None;
-        self.entries.clear();
+        self.highs.clear();
+        self.lows.clear();
+        self.scales.clear();
     }
 }
 
@@ -399,9 +620,16 @@ pub struct Sizing {
     pub asked: i64,
     /// `asked` clamped to `max`: the recommendation recorded in the history.
     pub raw: i32,
-    /// `maxScaleUpStep`, at least 1.
-    pub step: i32,
-    /// The replicas to set: stabilized, stepped and clamped.
+    /// The highest recommendation within the scale-down window (`raw` included).
+    pub highest: i32,
+    /// The lowest recommendation within the scale-up window (`raw` included).
+    pub lowest: i32,
+    /// After both windows: the replicas the recommendations hold.
+    pub stabilized: i32,
+    /// The most replicas the scale-up policies allow now (`current` when they allow
+    /// none); `i32::MAX` when not scaling up.
+    pub limit: i32,
+    /// The replicas to set: stabilized, limited and clamped.
     pub desired: i32,
 }
 
@@ -414,15 +642,19 @@ impl Sizing {
             max,
             asked,
             raw,
+            stabilized,
             desired,
             ..
         } = *self;
+        let wanted = raw.clamp(min, max);
         if desired > current {
             Reason::ScaledUp
         } else if desired < current {
             Reason::ScaledDown
-        } else if raw.clamp(min, max) < desired {
+        } else if wanted < desired || (wanted > desired && stabilized <= current) {
             Reason::Stabilizing
+        } else if wanted > desired {
+            Reason::ScaleUpLimited
         } else if desired == max && asked >= i64::from(max) {
             Reason::AtMaxReplicas
         } else if desired == min && asked <= i64::from(min) {
@@ -434,7 +666,7 @@ impl Sizing {
 }
 
 /// The algorithm's four steps (see the module's doc), on a target with `current`
-/// replicas; records this recommendation in `history`.
+/// replicas; records this recommendation, and the scale it decides, in `history`.
 pub fn size(
     policy: &ScalePolicy,
     backlog: Backlog,
@@ -446,45 +678,60 @@ pub fn size(
         policy.min_replicas,
         policy.max_replicas.max(policy.min_replicas),
     );
+    let up = &policy.scale_up;
 
     // 1. What the backlog asks for; kept clamped to max, which bounds the history.
     let asked = recommend(policy, backlog);
     let raw = i32::try_from(asked.min(i64::from(max))).unwrap_or(max);
 
-    // 2. Stabilize a scale-down on the highest recommendation within the window.
+    // 2. Stabilize: a scale-down on the highest recommendation within its window, a
+    // scale-up on the lowest within its own.
     let basis = Some((policy.target.clone(), max));
     if history.basis != basis || history.is_empty() {
         history.clear();
         history.basis = basis;
-        // No history seen: the current replicas count as recommended now.
-        history.record(now, current.min(max));
+        // No history seen: the current replicas count as recommended now (for the
+        // scale-down window only: a scale-up never waits for a history it lacks).
+        history.highs.push_back((now, current.min(max)));
     }
-    let span =
-        SignedDuration::try_from(policy.scale_down_stabilization).unwrap_or(SignedDuration::MAX);
-    history.prune(now.checked_sub(span).unwrap_or(Timestamp::MIN));
+    history.prune(
+        before(now, policy.scale_down_stabilization),
+        before(now, up.stabilization),
+    );
     let highest = history.highest().unwrap_or(raw).max(raw);
+    let lowest = history.lowest().unwrap_or(raw).min(raw);
     history.record(now, raw);
-    let stabilized = if raw >= current {
-        raw
+    let stabilized = if raw > current {
+        lowest.max(current)
     } else {
-        current.min(highest)
+        highest.min(current)
     };
 
-    // 3. Limit a scale-up; 4. clamp.
-    let step = policy.max_scale_up_step.max(1);
-    let limited = if stabilized > current {
-        stabilized.min(current.saturating_add(step))
+    // 3. Limit a scale-up by the policies; 4. clamp.
+    let forget = before(now, up.memory());
+    while history.scales.front().is_some_and(|&(t, _)| t <= forget) {
+        history.scales.pop_front();
+    }
+    let limit = if stabilized > current {
+        up.limit(current, &history.scales, now)
     } else {
-        stabilized
+        i32::MAX
     };
+    let desired = stabilized.min(limit).clamp(min, max);
+    if desired != current {
+        history.scaled(now, desired - current);
+    }
     Sizing {
         current,
         min,
         max,
         asked,
         raw,
-        step,
-        desired: limited.clamp(min, max),
+        highest,
+        lowest,
+        stabilized,
+        limit,
+        desired,
     }
 }
 
@@ -496,11 +743,15 @@ fn explain(policy: &ScalePolicy, backlog: Backlog, sizing: &Sizing, reason: Reas
         max,
         asked,
         raw,
-        step,
+        lowest,
+        stabilized,
+        limit,
         desired,
+        ..
     } = *sizing;
     let t = &policy.target;
     let per = policy.target_backlog_per_replica;
+    let up = &policy.scale_up;
     let needs = if asked > 0 {
         format!(
             "{backlog} needs {} at {per} per replica",
@@ -515,10 +766,23 @@ fn explain(policy: &ScalePolicy, backlog: Backlog, sizing: &Sizing, reason: Reas
         format!("{backlog} needs no replica")
     };
     let window = format_duration(policy.scale_down_stabilization);
+    let up_window = format!(
+        "behavior.scaleUp.stabilizationWindowSeconds ({})",
+        format_duration(up.stabilization)
+    );
+    let policies = match up.step_per_reconcile() {
+        Some(step) => format!("at most +{step} per reconcile (maxScaleUpStep)"),
+        None => format!("behavior.scaleUp allows {}", up.describe()),
+    };
     match reason {
         Reason::ScaledUp => {
-            let note = if desired < raw {
-                format!("; at most +{step} per reconcile (maxScaleUpStep)")
+            let note = if desired < stabilized.min(max) && desired == limit {
+                match up.step_per_reconcile() {
+                    Some(_) => format!("; {policies}"),
+                    None => format!("; {policies}, so {limit} for now"),
+                }
+            } else if stabilized < raw && desired == stabilized {
+                format!("; {} recommended within {up_window}", replicas(stabilized))
             } else if asked > i64::from(max) {
                 format!("; capped at maxReplicas {max}")
             } else if raw < min {
@@ -551,9 +815,21 @@ fn explain(policy: &ScalePolicy, backlog: Backlog, sizing: &Sizing, reason: Reas
                 replicas(desired)
             )
         }
+        Reason::Stabilizing if raw > desired => format!(
+            "keeping {} of {t}: {needs}, but {lowest} were recommended within {up_window}",
+            replicas(desired),
+        ),
         Reason::Stabilizing => format!(
             "keeping {} of {t}: {needs}, but {desired} were recommended within \
              scaleDownStabilization ({window})",
+            replicas(desired),
+        ),
+        Reason::ScaleUpLimited if up.select == Select::Disabled => format!(
+            "keeping {} of {t}: {needs}, but behavior.scaleUp.selectPolicy is Disabled",
+            replicas(desired),
+        ),
+        Reason::ScaleUpLimited => format!(
+            "keeping {} of {t}: {needs}, but {policies}, and no more yet",
             replicas(desired),
         ),
         Reason::AtMaxReplicas => format!("{} of {t}, the maximum: {needs}", replicas(desired)),
@@ -587,7 +863,9 @@ mod tests {
             target_backlog_per_replica: 10,
             activation_backlog: 0,
             scale_down_stabilization: Duration::from_secs(300),
-            max_scale_up_step: 4,
+            // Today's numbers for the tests written before the policies: the
+            // deprecated maxScaleUpStep, +4 per reconcile.
+            scale_up: ScaleUp::per_reconcile(4),
         }
     }
 
@@ -902,6 +1180,26 @@ mod tests {
                 None,
                 "forbidden",
             ),
+            Row {
+                policy: ScalePolicy {
+                    scale_up: ScaleUp {
+                        select: Select::Disabled,
+                        ..ScaleUp::default()
+                    },
+                    ..policy()
+                },
+                ..row(
+                    "scale-up disabled",
+                    pending(95),
+                    found(2),
+                    Reason::ScaleUpLimited,
+                    Some(2),
+                    Some(2),
+                    "keeping 2 replicas of Deployment/worker: backlog 95 (95 pending, 0 \
+                     processing) needs 10 replicas at 10 per replica, but \
+                     behavior.scaleUp.selectPolicy is Disabled",
+                )
+            },
         ];
         let mut reasons = std::collections::HashSet::new();
         for row in rows {
@@ -933,7 +1231,7 @@ mod tests {
             assert_eq!(d.message, row.message, "{}", row.what);
             reasons.insert(d.reason);
         }
-        assert_eq!(reasons.len(), 9, "every reason has a row: {reasons:?}");
+        assert_eq!(reasons.len(), 10, "every reason has a row: {reasons:?}");
     }
 
     #[test]
@@ -1104,7 +1402,9 @@ mod tests {
             let backlog = 200u64.saturating_sub(i / 100);
             decide(&p, pending(backlog), found(10), &mut history, t(i as i64));
         }
-        assert!(history.len() <= 11, "{} entries", history.len());
+        // At most maxReplicas + 1 for the scale-down window, and the last recommendation
+        // for the scale-up one (no window); no scale event.
+        assert!(history.len() <= 11 + 1, "{} entries", history.len());
     }
 
     #[test]
@@ -1124,6 +1424,7 @@ mod tests {
             (Reason::ScaledUp, "ScaledUp", true),
             (Reason::ScaledDown, "ScaledDown", true),
             (Reason::Stabilizing, "Stabilizing", true),
+            (Reason::ScaleUpLimited, "ScaleUpLimited", true),
             (Reason::AtMinReplicas, "AtMinReplicas", true),
             (Reason::AtMaxReplicas, "AtMaxReplicas", true),
             (Reason::Steady, "Steady", true),
@@ -1169,5 +1470,290 @@ mod tests {
         assert!(!d.is_targeted_by(&hpa(Some("apps/v1"), "StatefulSet", "worker")));
         assert!(!d.is_targeted_by(&hpa(Some("example.com/v1"), "Deployment", "worker")));
         assert!(rc.is_targeted_by(&hpa(Some("v1"), "ReplicationController", "w")));
+    }
+
+    /// The replicas a target follows through reconciles every `every` seconds on a
+    /// backlog of `backlog(at)`, starting at `from`: the `(time, replicas)` of each scale.
+    fn run(
+        p: &ScalePolicy,
+        from: i32,
+        every: i64,
+        until: i64,
+        backlog: impl Fn(i64) -> u64,
+    ) -> Vec<(i64, i32)> {
+        let mut history = Recommendations::default();
+        let mut current = from;
+        let mut scales = Vec::new();
+        for at in (0..=until).step_by(every as usize) {
+            let d = decide(p, pending(backlog(at)), found(current), &mut history, t(at));
+            if let Some(to) = d.patch() {
+                scales.push((at, to));
+                current = to;
+            }
+        }
+        scales
+    }
+
+    fn hpa_defaults(max: i32) -> ScalePolicy {
+        ScalePolicy {
+            max_replicas: max,
+            scale_up: ScaleUp::default(),
+            ..policy()
+        }
+    }
+
+    /// 0 → 200 on a large backlog with the HPA's defaults (+100 % or +4 pods per 15 s):
+    /// +4 from zero (100 % of nothing is nothing), then doubling, one step per period.
+    /// A scale at t still counts in the period until t + 15 s, so the next one comes at
+    /// the first reconcile at or after t + 15 s: every 20 s with the default 10 s
+    /// reconcile (6 steps after the first: 120 s), every 15 s with a 5 s or 15 s one
+    /// (90 s, the HPA's own pace at its 15 s sync period). The deprecated +4 per
+    /// reconcile took 50 reconciles: 490 s.
+    #[test]
+    fn from_zero_to_200_in_about_a_minute_or_two() {
+        let doubling = [4, 8, 16, 32, 64, 128, 200];
+        for (every, step, done) in [(10, 20, 120), (15, 15, 90), (5, 15, 90), (30, 30, 180)] {
+            let scales = run(&hpa_defaults(200), 0, every, 600, |_| 1_000_000);
+            let want: Vec<(i64, i32)> = doubling
+                .iter()
+                .enumerate()
+                .map(|(i, &r)| (i as i64 * step, r))
+                .collect();
+            assert_eq!(scales, want, "reconcile every {every}s");
+            assert_eq!(scales.last().unwrap().0, done, "reconcile every {every}s");
+        }
+        let old = ScalePolicy {
+            scale_up: ScaleUp::per_reconcile(4),
+            ..hpa_defaults(200)
+        };
+        let scales = run(&old, 0, 10, 600, |_| 1_000_000);
+        assert_eq!(scales.len(), 50);
+        assert_eq!(scales.last(), Some(&(490, 200)));
+    }
+
+    /// The scale-up policies, each from a table: the target follows the decisions
+    /// (reconciles every 10 s, backlog 1000 = 100 replicas wanted, maxReplicas 100).
+    #[test]
+    fn scale_up_policies_from_a_table() {
+        let period = |secs| Per::Period(Duration::from_secs(secs));
+        let pods = |value, per| RateLimit {
+            kind: RateKind::Pods,
+            value,
+            per,
+        };
+        let percent = |value, per| RateLimit {
+            kind: RateKind::Percent,
+            value,
+            per,
+        };
+        let rules = |policies: Vec<RateLimit>, select| ScaleUp {
+            policies,
+            select,
+            stabilization: Duration::ZERO,
+        };
+        /// (what, the rules, the replicas to start from, the scales: (time, replicas)).
+        type Row = (&'static str, ScaleUp, i32, Vec<(i64, i32)>);
+        let rows: Vec<Row> = vec![
+            (
+                "Max: the larger change wins (+100 % of 10 over +4)",
+                ScaleUp::default(),
+                10,
+                vec![(0, 20), (20, 40), (40, 80), (60, 100)],
+            ),
+            (
+                "Min: the smaller change wins (+4 over +100 %)",
+                rules(
+                    vec![percent(100, period(15)), pods(4, period(15))],
+                    Select::Min,
+                ),
+                10,
+                vec![(0, 14), (20, 18), (40, 22), (60, 26), (80, 30)],
+            ),
+            (
+                "Min from zero: 100 % of nothing is nothing",
+                rules(
+                    vec![percent(100, period(15)), pods(4, period(15))],
+                    Select::Min,
+                ),
+                0,
+                vec![],
+            ),
+            (
+                "Disabled: never up",
+                rules(vec![pods(4, period(15))], Select::Disabled),
+                3,
+                vec![],
+            ),
+            (
+                "Percent rounds up: +50 % of 3 is 5; the period is a minute",
+                rules(vec![percent(50, period(60))], Select::Max),
+                3,
+                vec![(0, 5), (60, 8)],
+            ),
+            (
+                "two periods: +2 per 10 s, but at most +5 per minute",
+                rules(vec![pods(2, period(10)), pods(5, period(60))], Select::Min),
+                0,
+                vec![(0, 2), (10, 4), (20, 5), (60, 7), (70, 9), (80, 10)],
+            ),
+            (
+                "the deprecated maxScaleUpStep: +4 per reconcile",
+                ScaleUp::per_reconcile(4),
+                0,
+                (0..=8).map(|i| (i * 10, 4 * (i as i32 + 1))).collect(),
+            ),
+        ];
+        for (what, scale_up, from, want) in rows {
+            let p = ScalePolicy {
+                max_replicas: 100,
+                scale_up,
+                ..policy()
+            };
+            let scales = run(&p, from, 10, 80, |_| 1000);
+            assert_eq!(scales, want, "{what}");
+        }
+    }
+
+    #[test]
+    fn a_limited_scale_up_says_so() {
+        let p = hpa_defaults(100);
+        let mut history = Recommendations::default();
+        let d = decide(&p, pending(1000), found(10), &mut history, t(0));
+        assert_eq!((d.reason, d.desired), (Reason::ScaledUp, Some(20)));
+        assert_eq!(
+            d.message,
+            "scaled Deployment/worker from 10 to 20 replicas: backlog 1000 (1000 pending, 0 \
+             processing) needs 100 replicas at 10 per replica; behavior.scaleUp allows +100% \
+             per 15s or +4 pods per 15s, the larger, so 20 for now"
+        );
+        let d = decide(&p, pending(1000), found(20), &mut history, t(10));
+        assert_eq!((d.reason, d.desired), (Reason::ScaleUpLimited, Some(20)));
+        assert_eq!(
+            d.message,
+            "keeping 20 replicas of Deployment/worker: backlog 1000 (1000 pending, 0 \
+             processing) needs 100 replicas at 10 per replica, but behavior.scaleUp allows \
+             +100% per 15s or +4 pods per 15s, the larger, and no more yet"
+        );
+        assert_eq!(d.patch(), None);
+    }
+
+    #[test]
+    fn a_scale_down_within_the_period_counts_as_room_to_grow_back() {
+        // As the HPA: the period starts from the replicas before the scale-down.
+        let p = ScalePolicy {
+            scale_down_stabilization: Duration::ZERO,
+            ..hpa_defaults(100)
+        };
+        let mut history = Recommendations::default();
+        let d = decide(&p, pending(50), found(10), &mut history, t(0));
+        assert_eq!(d.desired, Some(5));
+        // Start of the period: 10; +100 % allows 20.
+        let d = decide(&p, pending(1000), found(5), &mut history, t(5));
+        assert_eq!((d.reason, d.desired), (Reason::ScaledUp, Some(20)));
+    }
+
+    #[test]
+    fn a_refused_patch_is_not_counted_against_the_policies() {
+        let p = hpa_defaults(100);
+        let mut history = Recommendations::default();
+        let d = decide(&p, pending(1000), found(10), &mut history, t(0));
+        assert_eq!(d.patch(), Some(20));
+        history.unscaled(t(0));
+        // The target stayed at 10: the period allows 20 again, not 10.
+        let d = decide(&p, pending(1000), found(10), &mut history, t(10));
+        assert_eq!((d.reason, d.desired), (Reason::ScaledUp, Some(20)));
+    }
+
+    #[test]
+    fn the_scale_up_window_takes_the_lowest_recommendation() {
+        let p = ScalePolicy {
+            scale_up: ScaleUp {
+                stabilization: Duration::from_secs(60),
+                ..ScaleUp::default()
+            },
+            ..hpa_defaults(100)
+        };
+        let mut history = Recommendations::default();
+        let d = decide(&p, pending(30), found(3), &mut history, t(0));
+        assert_eq!((d.reason, d.desired), (Reason::Steady, Some(3)));
+        let d = decide(&p, pending(200), found(3), &mut history, t(10));
+        assert_eq!((d.reason, d.desired), (Reason::Stabilizing, Some(3)));
+        assert_eq!(
+            d.message,
+            "keeping 3 replicas of Deployment/worker: backlog 200 (200 pending, 0 processing) \
+             needs 20 replicas at 10 per replica, but 3 were recommended within \
+             behavior.scaleUp.stabilizationWindowSeconds (1m)"
+        );
+        let d = decide(&p, pending(200), found(3), &mut history, t(59));
+        assert_eq!(d.reason, Reason::Stabilizing);
+        // t0's 3 leaves the window: 20 is the lowest left; the policies allow 7.
+        let d = decide(&p, pending(200), found(3), &mut history, t(60));
+        assert_eq!((d.reason, d.desired), (Reason::ScaledUp, Some(7)));
+
+        // A spike shorter than the window never scales up.
+        let scales = run(&p, 3, 10, 600, |at| if at == 100 { 1000 } else { 30 });
+        assert_eq!(scales, vec![]);
+        // A backlog that lasts the window does, a window after the last lower
+        // recommendation (t10).
+        let scales = run(&p, 3, 10, 80, |at| if at >= 20 { 1000 } else { 30 });
+        assert_eq!(scales, vec![(70, 7)]);
+    }
+
+    #[test]
+    fn the_scale_up_window_holds_part_of_the_way() {
+        // Lowest in the window 12, above the current 5: up to 12 (within the policies).
+        let p = ScalePolicy {
+            scale_up: ScaleUp {
+                stabilization: Duration::from_secs(60),
+                ..ScaleUp::default()
+            },
+            ..hpa_defaults(100)
+        };
+        let mut history = Recommendations::default();
+        decide(&p, pending(120), found(5), &mut history, t(0));
+        history.unscaled(t(0));
+        let d = decide(&p, pending(300), found(5), &mut history, t(10));
+        assert_eq!((d.reason, d.desired), (Reason::ScaledUp, Some(10)));
+        history.unscaled(t(10));
+        let p = ScalePolicy {
+            scale_up: ScaleUp {
+                policies: vec![RateLimit {
+                    kind: RateKind::Pods,
+                    value: 100,
+                    per: Per::Period(Duration::from_secs(15)),
+                }],
+                ..p.scale_up.clone()
+            },
+            ..p
+        };
+        let d = decide(&p, pending(300), found(5), &mut history, t(20));
+        assert_eq!((d.reason, d.desired), (Reason::ScaledUp, Some(12)));
+        assert!(
+            d.message.ends_with(
+                "; 12 replicas recommended within \
+                 behavior.scaleUp.stabilizationWindowSeconds (1m)"
+            ),
+            "{}",
+            d.message
+        );
+    }
+
+    #[test]
+    fn the_scale_events_stay_few() {
+        let p = ScalePolicy {
+            scale_down_stabilization: Duration::ZERO,
+            ..hpa_defaults(100)
+        };
+        let mut history = Recommendations::default();
+        let mut current = 0;
+        // A backlog that swings every reconcile for a day, every second.
+        for i in 0..86_400i64 {
+            let backlog = if i % 2 == 0 { 1000 } else { 0 };
+            let d = decide(&p, pending(backlog), found(current), &mut history, t(i));
+            current = d.replicas_after().unwrap();
+        }
+        // Events within the 15 s period, one per reconcile at most, and one entry of
+        // each window.
+        assert!(history.len() <= 15 + 2, "{} entries", history.len());
     }
 }

@@ -10,8 +10,11 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use super::scaling::{ScalePolicy, TargetRef};
-use crate::crd::{JobQueueSpec, RedisSpec, SecretKeySelector, WorkersSpec};
+use super::scaling::{Per, RateKind, RateLimit, ScalePolicy, ScaleUp, Select, TargetRef};
+use crate::crd::{
+    JobQueueSpec, RedisSpec, ScaleUpRules, ScalingPolicyType, SecretKeySelector, SelectPolicy,
+    WorkersSpec,
+};
 use crate::queue::{MAX_BATCH, QueueSettings};
 
 /// A spec the controller cannot act on, and why.
@@ -280,9 +283,6 @@ fn scale_policy(workers: &WorkersSpec) -> Result<ScalePolicy, InvalidSpec> {
             "must be at least 1",
         ));
     }
-    if workers.max_scale_up_step < 1 {
-        return Err(invalid("spec.workers.maxScaleUpStep", "must be at least 1"));
-    }
     let stabilization = parse_duration(
         "spec.workers.scaleDownStabilization",
         &workers.scale_down_stabilization,
@@ -298,7 +298,73 @@ fn scale_policy(workers: &WorkersSpec) -> Result<ScalePolicy, InvalidSpec> {
         target_backlog_per_replica: u64::from(workers.target_backlog_per_replica),
         activation_backlog: u64::from(workers.activation_backlog),
         scale_down_stabilization: stabilization,
-        max_scale_up_step: workers.max_scale_up_step,
+        scale_up: scale_up(workers)?,
+    })
+}
+
+/// `spec.workers.behavior.scaleUp`, or the deprecated `maxScaleUpStep` without it, or
+/// the HPA's defaults.
+fn scale_up(workers: &WorkersSpec) -> Result<ScaleUp, InvalidSpec> {
+    if let Some(rules) = workers.behavior.as_ref().and_then(|b| b.scale_up.as_ref()) {
+        return scale_up_rules(rules);
+    }
+    match workers.max_scale_up_step {
+        Some(step) if step < 1 => Err(invalid("spec.workers.maxScaleUpStep", "must be at least 1")),
+        Some(step) => Ok(ScaleUp::per_reconcile(step)),
+        None => Ok(ScaleUp::default()),
+    }
+}
+
+fn scale_up_rules(rules: &ScaleUpRules) -> Result<ScaleUp, InvalidSpec> {
+    const POLICIES: &str = "spec.workers.behavior.scaleUp.policies";
+    let select = match rules.select_policy {
+        SelectPolicy::Max => Select::Max,
+        SelectPolicy::Min => Select::Min,
+        SelectPolicy::Disabled => Select::Disabled,
+    };
+    if rules.policies.is_empty() && select != Select::Disabled {
+        return Err(invalid(
+            POLICIES,
+            "must not be empty unless selectPolicy is Disabled",
+        ));
+    }
+    let mut policies = Vec::with_capacity(rules.policies.len());
+    for p in &rules.policies {
+        if p.value < 1 {
+            return Err(invalid(
+                POLICIES,
+                format!("value {} must be at least 1", p.value),
+            ));
+        }
+        if !(1..=1800).contains(&p.period_seconds) {
+            return Err(invalid(
+                POLICIES,
+                format!(
+                    "periodSeconds {} is not between 1 and 1800",
+                    p.period_seconds
+                ),
+            ));
+        }
+        policies.push(RateLimit {
+            kind: match p.type_ {
+                ScalingPolicyType::Pods => RateKind::Pods,
+                ScalingPolicyType::Percent => RateKind::Percent,
+            },
+            value: p.value,
+            per: Per::Period(Duration::from_secs(p.period_seconds.unsigned_abs().into())),
+        });
+    }
+    let window = rules.stabilization_window_seconds;
+    if !(0..=3600).contains(&window) {
+        return Err(invalid(
+            "spec.workers.behavior.scaleUp.stabilizationWindowSeconds",
+            format!("{window} is not between 0 and 3600"),
+        ));
+    }
+    Ok(ScaleUp {
+        policies,
+        select,
+        stabilization: Duration::from_secs(window.unsigned_abs().into()),
     })
 }
 
@@ -323,7 +389,8 @@ mod tests {
             target_backlog_per_replica: 10,
             activation_backlog: 2,
             scale_down_stabilization: "2m".into(),
-            max_scale_up_step: 4,
+            max_scale_up_step: Some(4),
+            behavior: None,
         }
     }
 
@@ -339,7 +406,7 @@ mod tests {
         assert_eq!(policy.target_backlog_per_replica, 10);
         assert_eq!(policy.activation_backlog, 2);
         assert_eq!(policy.scale_down_stabilization, Duration::from_secs(120));
-        assert_eq!(policy.max_scale_up_step, 4);
+        assert_eq!(policy.scale_up, ScaleUp::per_reconcile(4));
     }
 
     fn field_of(spec: &JobQueueSpec) -> &'static str {
@@ -455,7 +522,7 @@ mod tests {
                 "spec.workers.maxScaleUpStep",
                 Box::new(|s| {
                     s.workers = Some(WorkersSpec {
-                        max_scale_up_step: 0,
+                        max_scale_up_step: Some(0),
                         ..workers()
                     })
                 }),
@@ -513,5 +580,129 @@ mod tests {
         let plan = plan(&s).unwrap();
         assert_eq!(plan.endpoint.secret_names(), vec!["redis", "ca"]);
         assert!(plan.endpoint.tls);
+    }
+
+    #[test]
+    fn scale_up_comes_from_behavior_or_the_deprecated_step_or_the_hpa_defaults() {
+        use crate::crd::{ScalingPolicy, WorkersBehavior};
+        let rules = |policies, select_policy, window| WorkersBehavior {
+            scale_up: Some(ScaleUpRules {
+                policies,
+                select_policy,
+                stabilization_window_seconds: window,
+            }),
+        };
+        let policy = |type_, value, period_seconds| ScalingPolicy {
+            type_,
+            value,
+            period_seconds,
+        };
+        let scale_up_of = |w: WorkersSpec| {
+            let mut s = spec();
+            s.workers = Some(w);
+            plan(&s).map(|p| p.workers.unwrap().scale_up)
+        };
+        let fifteen = Per::Period(Duration::from_secs(15));
+        // Neither: the HPA's defaults.
+        let none = WorkersSpec {
+            max_scale_up_step: None,
+            ..workers()
+        };
+        assert_eq!(scale_up_of(none.clone()), Ok(ScaleUp::default()));
+        assert_eq!(
+            ScaleUp::default().policies,
+            vec![
+                RateLimit {
+                    kind: RateKind::Percent,
+                    value: 100,
+                    per: fifteen
+                },
+                RateLimit {
+                    kind: RateKind::Pods,
+                    value: 4,
+                    per: fifteen
+                },
+            ]
+        );
+        // The deprecated step alone: a Pods policy per reconcile.
+        assert_eq!(scale_up_of(workers()), Ok(ScaleUp::per_reconcile(4)));
+        // behavior.scaleUp wins over the step.
+        let behavior = rules(
+            vec![policy(ScalingPolicyType::Pods, 2, 60)],
+            SelectPolicy::Min,
+            120,
+        );
+        let want = ScaleUp {
+            policies: vec![RateLimit {
+                kind: RateKind::Pods,
+                value: 2,
+                per: Per::Period(Duration::from_secs(60)),
+            }],
+            select: Select::Min,
+            stabilization: Duration::from_secs(120),
+        };
+        for step in [None, Some(4)] {
+            let w = WorkersSpec {
+                max_scale_up_step: step,
+                behavior: Some(behavior.clone()),
+                ..workers()
+            };
+            assert_eq!(scale_up_of(w), Ok(want.clone()));
+        }
+        // An empty behavior (no scaleUp) leaves the step in force.
+        let w = WorkersSpec {
+            behavior: Some(WorkersBehavior::default()),
+            ..workers()
+        };
+        assert_eq!(scale_up_of(w), Ok(ScaleUp::per_reconcile(4)));
+        // Disabled needs no policy.
+        let w = WorkersSpec {
+            behavior: Some(rules(vec![], SelectPolicy::Disabled, 0)),
+            ..none.clone()
+        };
+        assert_eq!(scale_up_of(w).unwrap().select, Select::Disabled);
+
+        // Each bad part named.
+        let pods = |value, period| vec![policy(ScalingPolicyType::Pods, value, period)];
+        for (behavior, field, words) in [
+            (
+                rules(vec![], SelectPolicy::Max, 0),
+                "spec.workers.behavior.scaleUp.policies",
+                "must not be empty",
+            ),
+            (
+                rules(pods(0, 15), SelectPolicy::Max, 0),
+                "spec.workers.behavior.scaleUp.policies",
+                "value 0",
+            ),
+            (
+                rules(pods(4, 0), SelectPolicy::Max, 0),
+                "spec.workers.behavior.scaleUp.policies",
+                "periodSeconds 0",
+            ),
+            (
+                rules(pods(4, 1801), SelectPolicy::Max, 0),
+                "spec.workers.behavior.scaleUp.policies",
+                "periodSeconds 1801",
+            ),
+            (
+                rules(pods(4, 15), SelectPolicy::Max, 3601),
+                "spec.workers.behavior.scaleUp.stabilizationWindowSeconds",
+                "3601",
+            ),
+            (
+                rules(pods(4, 15), SelectPolicy::Max, -1),
+                "spec.workers.behavior.scaleUp.stabilizationWindowSeconds",
+                "-1",
+            ),
+        ] {
+            let w = WorkersSpec {
+                behavior: Some(behavior),
+                ..none.clone()
+            };
+            let e = scale_up_of(w).unwrap_err();
+            assert_eq!(e.field, field, "{e}");
+            assert!(e.reason.contains(words), "{e}");
+        }
     }
 }

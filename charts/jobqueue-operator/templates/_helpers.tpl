@@ -86,3 +86,15 @@ scripts/chart_check.py, which fails when the rendered rules grant more.
   resources: ["events"]
   verbs: ["create", "patch"]
 {{- end }}
+
+{{- /* The watched namespaces as a JSON list: watchNamespaces, or the deprecated
+watchNamespace string as a list of one; empty for every namespace. */}}
+{{- define "jobqueue.watchNamespaces" -}}
+{{- if .Values.watchNamespaces }}
+{{- toJson .Values.watchNamespaces }}
+{{- else if .Values.watchNamespace }}
+{{- toJson (list .Values.watchNamespace) }}
+{{- else }}
+{{- toJson list }}
+{{- end }}
+{{- end }}
