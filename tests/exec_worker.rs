@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use jobqueue::queue::{NewJob, Queue, QueueSettings};
 use support::eventually::eventually;
+use support::procs::alive;
 use support::redis::RedisServer;
 
 const BIN: &str = env!("CARGO_BIN_EXE_jobqueue");
@@ -80,18 +81,6 @@ async fn queue_with(server: &RedisServer, tag: &str, settings: QueueSettings) ->
 
 async fn status(queue: &Queue, id: &str) -> Option<String> {
     queue.job(id).await.unwrap().and_then(|j| j.status)
-}
-
-/// Running (a zombie waiting for its new parent to reap it counts as ended).
-fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the parenthesised command name.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X"),
-        Err(_) => false,
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -383,19 +372,9 @@ fn unreachable_redis_is_one_line_and_exit_code_3() {
     );
 }
 
-/// Processes (not zombies) whose environment holds `JOBQUEUE_JOB_ID=id`: every process
-/// a job's command started, however deep.
+/// Every process a job's command started, however deep (zombies count as ended).
 fn processes_of_job(id: &str) -> Vec<i32> {
-    let marker = format!("JOBQUEUE_JOB_ID={id}");
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|&b| b == 0).any(|var| var == marker.as_bytes()))
-                && alive(pid)
-        })
-        .collect()
+    support::procs::with_env("JOBQUEUE_JOB_ID", id)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
