@@ -133,7 +133,8 @@ struct Fleet {
     /// The worker id of each slot's current process.
     ids: Vec<String>,
     generation: usize,
-    /// Names the log files (`NAME-i.log`) and the worker ids (`NAMEi-gN`).
+    /// Names the log files (`NAME-i.log`) and the worker ids (`NAMEi-gN`): unique per
+    /// scenario, since scenarios run at once and processes are found by worker id.
     name: &'static str,
     handler: &'static str,
     extra: Vec<String>,
@@ -1047,7 +1048,15 @@ async fn g_exec_workers_sigkilled_take_their_grandchildren_with_them() {
         .unwrap();
     let stop = CancellationToken::new();
     let reapers = start_reapers(vec![connect(&url, false).await], &stop);
-    let mut fleet = Fleet::start_with(&url, false, dir.path(), 3, "w", GRANDCHILDREN_HANDLER, &[]);
+    let mut fleet = Fleet::start_with(
+        &url,
+        false,
+        dir.path(),
+        3,
+        "grand",
+        GRANDCHILDREN_HANDLER,
+        &[],
+    );
 
     let mut kills = 0;
     let mut kills_mid_job = 0;
