@@ -1,6 +1,7 @@
-//! Chaos and durability: real `jobqueue worker --exec` processes SIGKILLed and restarted,
-//! two reapers at once, connections cut, Redis SIGKILLed and restarted with an AOF, and
-//! the same on a 3-master Cluster. At the end every job is acked or dead and none is
+//! Chaos and durability: real `jobqueue worker --exec` processes SIGKILLed and restarted
+//! (with commands that start grandchildren, too), two reapers at once, connections cut,
+//! a worker partitioned from Redis for longer than its lease, Redis SIGKILLed and
+//! restarted with an AOF, and the same on a 3-master Cluster. At the end every job is acked or dead and none is
 //! lost; every job run more than once is explained by an expired lease.
 //!
 //! CI-sized by default. `JOBQUEUE_CHAOS_SCALE=N` multiplies the jobs and the faults
@@ -19,6 +20,8 @@ use std::time::Duration;
 use jobqueue::queue::{ConnectOptions, NewJob, Queue, QueueSettings, Redis};
 use rand::Rng;
 use support::eventually::Wait;
+use support::procs;
+use support::proxy::Proxy;
 use support::redis::{RedisCluster, RedisServer};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -31,14 +34,28 @@ const VISIBILITY: &str = "1s";
 /// `<kind> <seconds>`: `poison` exits with the dead-letter code, `flaky` fails its
 /// first attempt, anything else sleeps and succeeds.
 const HANDLER: &str = r#"
-echo "S $JOBQUEUE_JOB_ID $JOBQUEUE_ATTEMPT" >> "$CHAOS_LOG"
+echo "S $JOBQUEUE_JOB_ID $JOBQUEUE_ATTEMPT $JOBQUEUE_WORKER_ID" >> "$CHAOS_LOG"
 read kind secs
 case "$kind" in
   poison) echo "poison payload" >&2; exit 99 ;;
   flaky) if [ "$JOBQUEUE_ATTEMPT" = 1 ]; then echo "flaky first attempt" >&2; exit 1; fi ;;
 esac
 sleep "$secs"
-echo "E $JOBQUEUE_JOB_ID $JOBQUEUE_ATTEMPT" >> "$CHAOS_LOG"
+echo "E $JOBQUEUE_JOB_ID $JOBQUEUE_ATTEMPT $JOBQUEUE_WORKER_ID" >> "$CHAOS_LOG"
+"#;
+
+/// [`HANDLER`], but the work is a pipeline in the background that the shell waits for:
+/// grandchildren of the worker, none of them its direct child.
+const GRANDCHILDREN_HANDLER: &str = r#"
+echo "S $JOBQUEUE_JOB_ID $JOBQUEUE_ATTEMPT $JOBQUEUE_WORKER_ID" >> "$CHAOS_LOG"
+read kind secs
+case "$kind" in
+  poison) echo "poison payload" >&2; exit 99 ;;
+  flaky) if [ "$JOBQUEUE_ATTEMPT" = 1 ]; then echo "flaky first attempt" >&2; exit 1; fi ;;
+esac
+sleep "$secs" | cat &
+wait
+echo "E $JOBQUEUE_JOB_ID $JOBQUEUE_ATTEMPT $JOBQUEUE_WORKER_ID" >> "$CHAOS_LOG"
 "#;
 
 fn scale() -> usize {
@@ -113,17 +130,40 @@ struct Fleet {
     cluster: bool,
     dir: PathBuf,
     procs: Vec<Option<Child>>,
+    /// The worker id of each slot's current process.
+    ids: Vec<String>,
     generation: usize,
+    /// Names the log files (`NAME-i.log`) and the worker ids (`NAMEi-gN`): unique per
+    /// scenario, since scenarios run at once and processes are found by worker id.
+    name: &'static str,
+    handler: &'static str,
+    extra: Vec<String>,
 }
 
 impl Fleet {
     fn start(url: &str, cluster: bool, dir: &Path, count: usize) -> Fleet {
+        Fleet::start_with(url, cluster, dir, count, "w", HANDLER, &[])
+    }
+
+    fn start_with(
+        url: &str,
+        cluster: bool,
+        dir: &Path,
+        count: usize,
+        name: &'static str,
+        handler: &'static str,
+        extra: &[&str],
+    ) -> Fleet {
         let mut fleet = Fleet {
             url: url.to_string(),
             cluster,
             dir: dir.to_path_buf(),
             procs: (0..count).map(|_| None).collect(),
+            ids: vec![String::new(); count],
             generation: 0,
+            name,
+            handler,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
         };
         for i in 0..count {
             fleet.spawn(i);
@@ -136,18 +176,20 @@ impl Fleet {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(self.dir.join(format!("worker-{i}.log")))
+            .open(self.dir.join(self.log_name(i)))
             .unwrap();
+        self.ids[i] = format!("{}{i}-g{}", self.name, self.generation);
         let mut cmd = Command::new(BIN);
         cmd.args(["worker", "--redis", &self.url, "--tag", TAG])
             .args(["--concurrency", "4", "--visibility", VISIBILITY])
             .args(["--shutdown-timeout", "3s"])
-            .args(["--worker-id", &format!("w{i}-g{}", self.generation)]);
+            .args(["--worker-id", &self.ids[i]])
+            .args(&self.extra);
         if self.cluster {
             cmd.arg("--cluster");
         }
         let child = cmd
-            .args(["--exec", "sh", "-c", HANDLER])
+            .args(["--exec", "sh", "-c", self.handler])
             .env("CHAOS_LOG", self.dir.join("executions.log"))
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
@@ -156,6 +198,14 @@ impl Fleet {
             .spawn()
             .expect("run jobqueue worker");
         self.procs[i] = Some(child);
+    }
+
+    fn log_name(&self, i: usize) -> String {
+        if self.name == "w" {
+            format!("worker-{i}.log")
+        } else {
+            format!("{}-{i}.log", self.name)
+        }
     }
 
     /// SIGKILL one running worker; returns its slot.
@@ -202,10 +252,7 @@ impl Fleet {
 
     fn logs(&self) -> String {
         (0..self.procs.len())
-            .map(|i| {
-                std::fs::read_to_string(self.dir.join(format!("worker-{i}.log")))
-                    .unwrap_or_default()
-            })
+            .map(|i| std::fs::read_to_string(self.dir.join(self.log_name(i))).unwrap_or_default())
             .collect::<Vec<_>>()
             .join("\n")
     }
@@ -453,10 +500,10 @@ async fn account(
         let planned = u32::from(*kind == Kind::Flaky);
         reclaims_without_fail += u64::from(attempts.saturating_sub(1 + planned));
     }
-    if tally.extra_executions as u64 > stats.reaped + stats.retried {
+    if tally.extra_executions as u64 > stats.reaped + stats.retried + stats.released {
         problems.push(format!(
-            "{} extra runs, but only {} reaped leases and {} retries",
-            tally.extra_executions, stats.reaped, stats.retried
+            "{} extra runs, but only {} reaped leases, {} retries and {} releases",
+            tally.extra_executions, stats.reaped, stats.retried, stats.released
         ));
     }
     if reclaims_without_fail > stats.reaped {
@@ -466,14 +513,15 @@ async fn account(
         ));
     }
     // Every claim ends in exactly one way, and each job was claimed once plus once per
-    // requeue: claimed = jobs + reaped + retried.
-    if stats.claimed != kinds.len() as u64 + stats.reaped + stats.retried {
+    // requeue: claimed = jobs + reaped + retried + released.
+    if stats.claimed != kinds.len() as u64 + stats.reaped + stats.retried + stats.released {
         problems.push(format!(
-            "counters do not add up: claimed {} != jobs {} + reaped {} + retried {}",
+            "counters do not add up: claimed {} != jobs {} + reaped {} + retried {} + released {}",
             stats.claimed,
             kinds.len(),
             stats.reaped,
-            stats.retried
+            stats.retried,
+            stats.released
         ));
     }
     if stats.orphans != 0 {
@@ -780,4 +828,289 @@ async fn d_redis_sigkilled_and_restarted_with_aof_keeps_every_ack_and_every_job(
         restarts,
     )
     .await;
+}
+
+/// The leases a worker holds now, read from Redis: (job id, token).
+async fn leases_of(queue: &Queue, worker: &str) -> Vec<(String, String)> {
+    let mut conn = queue.redis().clone();
+    let ids: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&queue.keys().processing)
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut held = Vec::new();
+    for id in ids {
+        let (who, token): (Option<String>, Option<String>) = redis::cmd("HMGET")
+            .arg(queue.keys().job(&id))
+            .arg("worker")
+            .arg("claim_token")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if let (Some(who), Some(token)) = (who, token)
+            && who == worker
+        {
+            held.push((id, token));
+        }
+    }
+    held
+}
+
+/// Runs started by `worker` that never ended cleanly, and whether each job then ran to
+/// its end under a later claim (on another worker, or on this one after the heal).
+fn interrupted_runs(dir: &Path, worker: &str) -> Vec<(String, u32, bool)> {
+    let text = std::fs::read_to_string(dir.join("executions.log")).unwrap_or_default();
+    let lines: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let ended = |id: &str, attempt: &str| {
+        lines
+            .iter()
+            .any(|l| l.len() == 4 && l[0] == "E" && l[1] == id && l[2] == attempt && l[3] == worker)
+    };
+    lines
+        .iter()
+        .filter(|l| l.len() == 4 && l[0] == "S" && l[3] == worker && !ended(l[1], l[2]))
+        .map(|l| {
+            let attempt: u32 = l[2].parse().unwrap();
+            let again = lines.iter().any(|m| {
+                m.len() == 4
+                    && m[0] == "E"
+                    && m[1] == l[1]
+                    && m[2].parse::<u32>().unwrap() > attempt
+            });
+            (l[1].to_string(), attempt, again)
+        })
+        .collect()
+}
+
+/// (f) One worker reaches Redis through a proxy that the test cuts, holding the traffic
+/// back without closing anything, for more than twice the lease, again and again. Each
+/// time, every process of its jobs must be gone by the lease's local deadline plus the
+/// kill grace (while still cut off), its jobs run on the other workers, and an ack with
+/// its tokens sent from its side after the heal is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f_a_partitioned_worker_stops_by_its_lease_deadline_and_its_late_acks_are_refused() {
+    let scale = scale();
+    let server = RedisServer::start();
+    let proxy = Proxy::start(([127, 0, 0, 1], server.port).into());
+    let url = server.url();
+    let lease = Duration::from_secs(1);
+    let grace = Duration::from_millis(500);
+    let n = 40 * scale;
+    let dir = tempfile::tempdir().unwrap();
+    let queue = connect(&url, false).await;
+    queue.configure(&settings()).await.unwrap();
+    // Jobs longer than the lease, so a cut always catches the cut-off worker mid-job
+    // with runs its deadline must stop.
+    let batch: Vec<(String, NewJob)> = (0..n)
+        .map(|i| {
+            let id = format!("p{i}");
+            let secs = rand::rng().random_range(1500..3000) as f64 / 1000.0;
+            (id.clone(), NewJob::new(format!("ok {secs:.3}\n")).id(id))
+        })
+        .collect();
+    let kinds: HashMap<String, Kind> = batch.iter().map(|(id, _)| (id.clone(), Kind::Ok)).collect();
+    queue
+        .enqueue_many(batch.into_iter().map(|(_, j)| j).collect())
+        .await
+        .unwrap();
+
+    let stop = CancellationToken::new();
+    let reapers = start_reapers(vec![connect(&url, false).await], &stop);
+    let checker = start_invariant_checker(connect(&url, false).await, &stop);
+    let mut healthy = Fleet::start(&url, false, dir.path(), 2);
+    let mut cut_off = Fleet::start_with(
+        &proxy.url(),
+        false,
+        dir.path(),
+        1,
+        "cut",
+        HANDLER,
+        &["--kill-grace", "500ms"],
+    );
+    let cut_id = cut_off.ids[0].clone();
+    // The cut-off side's own connection, for its late acks.
+    let far = connect(&proxy.url(), false).await;
+
+    let mut cuts = 0;
+    let mut late_acks_refused = 0;
+    let mut slowest_stop = Duration::ZERO;
+    while cuts < 2 * scale {
+        let s = queue.stats().await.unwrap();
+        if s.pending < 8 {
+            break;
+        }
+        let held = Wait::for_("the cut-off worker in the middle of jobs")
+            .within(Duration::from_secs(30))
+            .explained_by(|| cut_off.logs())
+            .until(async || {
+                let held = leases_of(&queue, &cut_id).await;
+                (!held.is_empty() && !procs::with_env("JOBQUEUE_WORKER_ID", &cut_id).is_empty())
+                    .then_some(held)
+            })
+            .await;
+        proxy.blackhole();
+        let cut_at = tokio::time::Instant::now();
+        // Its last renewal was sent before the cut: deadline <= cut + lease, SIGTERM then,
+        // SIGKILL by grace later. Checked while it is still cut off.
+        Wait::for_("every process of the cut-off worker's jobs gone")
+            .within(lease + grace + Duration::from_millis(500))
+            .every(Duration::from_millis(20))
+            .explained_by(|| {
+                format!(
+                    "left: {:?}\n{}",
+                    procs::with_env("JOBQUEUE_WORKER_ID", &cut_id),
+                    cut_off.logs()
+                )
+            })
+            .until(async || procs::with_env("JOBQUEUE_WORKER_ID", &cut_id).is_empty())
+            .await;
+        slowest_stop = slowest_stop.max(cut_at.elapsed());
+        // Stay cut for more than two leases: the reaper hands its jobs to the others.
+        tokio::time::sleep_until(cut_at + lease * 2 + grace).await;
+        proxy.heal();
+        for (job, token) in &held {
+            let accepted = far.ack((job.as_str(), token.as_str())).await.unwrap();
+            assert!(
+                !accepted,
+                "a late ack of {job} from the cut-off side was accepted"
+            );
+            late_acks_refused += 1;
+        }
+        cuts += 1;
+    }
+    wait_until_settled(
+        &queue,
+        || n,
+        Duration::from_secs(120 * scale as u64),
+        &healthy,
+    )
+    .await;
+    healthy.stop();
+    cut_off.stop();
+    stop.cancel();
+    for task in reapers {
+        task.await.unwrap();
+    }
+    let (checks, problems) = checker.await.unwrap();
+    assert!(checks > 0, "the invariant checker ran");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    let interrupted = interrupted_runs(dir.path(), &cut_id);
+    let tally = account(
+        "(f) a worker partitioned past its lease",
+        &queue,
+        dir.path(),
+        &kinds,
+        cuts,
+    )
+    .await;
+    println!(
+        "  cuts={cuts} interrupted_runs={} late_acks_refused={late_acks_refused} slowest_stop={slowest_stop:?} (lease {lease:?} + grace {grace:?})",
+        interrupted.len()
+    );
+    assert!(cuts > 0, "the worker was cut off at least once");
+    assert!(
+        !interrupted.is_empty(),
+        "cuts interrupted runs: {}",
+        std::fs::read_to_string(dir.path().join("executions.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.ends_with(cut_id.as_str()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let not_again: Vec<_> = interrupted.iter().filter(|r| !r.2).collect();
+    assert!(not_again.is_empty(), "did not run again: {not_again:?}");
+    assert!(tally.reaped > 0);
+}
+
+/// (g) Workers whose commands start grandchildren (a background pipeline), SIGKILLed at
+/// random: after each kill no process of the killed worker's jobs survives (read from
+/// the process table), and every job runs again elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn g_exec_workers_sigkilled_take_their_grandchildren_with_them() {
+    let scale = scale();
+    let server = RedisServer::start();
+    let url = server.url();
+    let n = 200 * scale;
+    let dir = tempfile::tempdir().unwrap();
+    let queue = connect(&url, false).await;
+    queue.configure(&settings()).await.unwrap();
+    let batch = jobs(0, n);
+    let kinds: HashMap<String, Kind> = batch.iter().map(|(id, k, _)| (id.clone(), *k)).collect();
+    queue
+        .enqueue_many(batch.into_iter().map(|(_, _, j)| j).collect())
+        .await
+        .unwrap();
+    let stop = CancellationToken::new();
+    let reapers = start_reapers(vec![connect(&url, false).await], &stop);
+    let mut fleet = Fleet::start_with(
+        &url,
+        false,
+        dir.path(),
+        3,
+        "grand",
+        GRANDCHILDREN_HANDLER,
+        &[],
+    );
+
+    let mut kills = 0;
+    let mut kills_mid_job = 0;
+    while kills < 6 * scale {
+        let pause = rand::rng().random_range(250..600);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        let s = queue.stats().await.unwrap();
+        if s.pending + s.processing == 0 {
+            break;
+        }
+        let running: Vec<usize> = fleet
+            .ids
+            .iter()
+            .map(|id| procs::with_env("JOBQUEUE_WORKER_ID", id).len())
+            .collect();
+        let Some(i) = fleet.kill_random() else {
+            continue;
+        };
+        kills += 1;
+        if running[i] > 0 {
+            kills_mid_job += 1;
+        }
+        let killed = fleet.ids[i].clone();
+        Wait::for_("no process of the killed worker's jobs left")
+            .within(Duration::from_secs(3))
+            .every(Duration::from_millis(20))
+            .explained_by(|| format!("left: {:?}", procs::with_env("JOBQUEUE_WORKER_ID", &killed)))
+            .until(async || procs::with_env("JOBQUEUE_WORKER_ID", &killed).is_empty())
+            .await;
+        fleet.spawn(i);
+    }
+    wait_until_settled(
+        &queue,
+        || n,
+        Duration::from_secs(120 * scale as u64),
+        &fleet,
+    )
+    .await;
+    fleet.stop();
+    stop.cancel();
+    for task in reapers {
+        task.await.unwrap();
+    }
+    let tally = account(
+        "(g) exec workers with grandchildren SIGKILLed",
+        &queue,
+        dir.path(),
+        &kinds,
+        kills,
+    )
+    .await;
+    assert!(
+        kills > 0 && kills_mid_job > 0,
+        "workers were killed mid-run"
+    );
+    assert!(tally.acked > 0);
 }

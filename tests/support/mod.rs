@@ -1,12 +1,16 @@
 //! Test support shared by the integration tests, one file per kind of stand-in: the
 //! Redis harness (`redis`), the one poll loop with a deadline (`eventually`), the
 //! objects the operator tests build (`fixtures`), kube's mock API for exact-request
-//! tests (`mock_api`) and the stand-in API server over real HTTP (`standin`).
+//! tests (`mock_api`), the stand-in API server over real HTTP (`standin`) and a TCP proxy
+//! that can cut a connection the way a partition does (`proxy`), and the process table
+//! (`procs`).
 //! Every test binary includes it with `mod support;` and uses a part.
 #![allow(dead_code)]
 
 pub mod eventually;
 pub mod fixtures;
 pub mod mock_api;
+pub mod procs;
+pub mod proxy;
 pub mod redis;
 pub mod standin;
