@@ -1,7 +1,9 @@
 //! Chaos and durability: real `jobqueue worker --exec` processes SIGKILLed and restarted
 //! (with commands that start grandchildren, too), two reapers at once, connections cut,
 //! a worker partitioned from Redis for longer than its lease, Redis SIGKILLed and
-//! restarted with an AOF, and the same on a 3-master Cluster. At the end every job is acked or dead and none is
+//! restarted with an AOF, the same on a 3-master Cluster, and (through the operator
+//! binary against the stand-in API server) workers scaled up from zero for delayed and
+//! retried jobs that fall due. At the end every job is acked or dead and none is
 //! lost; every job run more than once is explained by an expired lease.
 //!
 //! CI-sized by default. `JOBQUEUE_CHAOS_SCALE=N` multiplies the jobs and the faults
@@ -248,6 +250,27 @@ impl Fleet {
             }
         }
         clean
+    }
+
+    /// Worker processes alive (as far as the test knows).
+    fn running(&self) -> usize {
+        self.procs.iter().filter(|p| p.is_some()).count()
+    }
+
+    /// One more worker process, as a new pod would be.
+    fn grow(&mut self) {
+        self.procs.push(None);
+        self.spawn(self.procs.len() - 1);
+    }
+
+    /// SIGTERM the newest running worker and wait for it, as a scale-down would.
+    fn shrink(&mut self) {
+        if let Some(slot) = self.procs.iter_mut().rev().find(|p| p.is_some()) {
+            let mut child = slot.take().unwrap();
+            // SAFETY: kill has no memory effects.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let _ = child.wait();
+        }
     }
 
     fn logs(&self) -> String {
@@ -1113,4 +1136,222 @@ async fn g_exec_workers_sigkilled_take_their_grandchildren_with_them() {
         "workers were killed mid-run"
     );
     assert!(tally.acked > 0);
+}
+
+/// (h) Scale-to-zero with delayed and retried jobs, through the operator binary against
+/// the stand-in API server: the workers are at zero, jobs fall due (delayed enqueues,
+/// and a job whose first attempt failed with a backoff), and nothing claims. The
+/// operator's reaper promotes them (`reaper.batchSize` 1 and `--reap-budget` 1: one per
+/// reconcile) and its backlog counts the rest as due, so the first reconcile that sees
+/// them due scales the Deployment from 0 straight to what they need. The test plays
+/// the kubelet: worker processes run while the Deployment has replicas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h_scale_to_zero_wakes_for_delayed_and_retried_jobs() {
+    use jobqueue::queue::{Backoff, FailMode, FailOutcome};
+    use serde_json::json;
+    use support::redis::{redis_now_ms, wait_past};
+    use support::standin::{OperatorProcess, StandIn};
+
+    const APPS: &str = "/apis/apps/v1";
+    const CRD: &str = "/apis/jobqueue.dev/v1alpha1";
+    const SCALE: &str = "/apis/apps/v1/namespaces/jobs/deployments/worker/scale";
+    // Enough due jobs for 3 replicas at 10 per replica; the maximum is 3.
+    let n = 29 * scale();
+    let server = RedisServer::start();
+    let queue = connect(&server.url(), false).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut conn = server.conn();
+    let due_after = Duration::from_secs(3);
+
+    // The retried job: its first attempt (the test's) failed, its retry waits a backoff.
+    let mut kinds: HashMap<String, Kind> = HashMap::new();
+    let retried = queue
+        .enqueue(NewJob::new("flaky 0.01").id("retried"))
+        .await
+        .unwrap();
+    kinds.insert(retried.id.clone(), Kind::Flaky);
+    let lease = queue.claim_one("first-try", None).await.unwrap().unwrap();
+    let outcome = queue
+        .fail(
+            &lease,
+            "first try",
+            FailMode::Retry,
+            Backoff::After(due_after),
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome, FailOutcome::Delayed);
+    // The delayed ones, due at the same time.
+    let delayed: Vec<NewJob> = (0..n)
+        .map(|i| {
+            kinds.insert(format!("later-{i}"), Kind::Ok);
+            NewJob::new("ok 0.02")
+                .id(format!("later-{i}"))
+                .delay(due_after)
+        })
+        .collect();
+    queue.enqueue_many(delayed).await.unwrap();
+    // Every job is due once Redis's clock passes this.
+    let due_at = redis_now_ms(&mut conn) + due_after.as_millis() as i64;
+
+    let api = StandIn::start().await;
+    api.put(
+        APPS,
+        "deployments",
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "worker", "namespace": "jobs"},
+            "spec": {"replicas": 0}
+        }),
+    );
+    api.put(
+        CRD,
+        "jobqueues",
+        json!({
+            "apiVersion": "jobqueue.dev/v1alpha1", "kind": "JobQueue",
+            "metadata": {"name": "chaos", "namespace": "jobs"},
+            "spec": {
+                "redis": {"url": server.url()},
+                "hashTag": TAG,
+                "completedRetention": "1h",
+                "reaper": {"interval": "1s", "batchSize": 1},
+                "workers": {
+                    "scaleTargetRef": {"name": "worker"},
+                    "minReplicas": 0,
+                    "maxReplicas": 3,
+                    "targetBacklogPerReplica": 10,
+                    "scaleDownStabilization": "2s"
+                }
+            }
+        }),
+    );
+    let op = OperatorProcess::start(
+        &api,
+        "jobs",
+        dir.path(),
+        &["--no-leader-election", "--reap-budget", "1"],
+        &[],
+    );
+    let replicas = {
+        let api = api.clone();
+        move || {
+            api.get(APPS, "deployments", "jobs", "worker").unwrap()["spec"]["replicas"]
+                .as_i64()
+                .unwrap_or(0) as usize
+        }
+    };
+
+    // The kubelet: as many worker processes as the Deployment has replicas.
+    let fleet = Arc::new(Mutex::new(Fleet::start(
+        &server.url(),
+        false,
+        dir.path(),
+        0,
+    )));
+    let stop = CancellationToken::new();
+    let kubelet = {
+        let (fleet, stop, replicas) = (fleet.clone(), stop.clone(), replicas.clone());
+        tokio::spawn(async move {
+            let mut most = 0;
+            while !stop.is_cancelled() {
+                let want = replicas();
+                most = most.max(want);
+                {
+                    let mut fleet = fleet.lock().unwrap();
+                    while fleet.running() < want {
+                        fleet.grow();
+                    }
+                    while fleet.running() > want {
+                        fleet.shrink();
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            most
+        })
+    };
+
+    // The jobs fall due with no worker running.
+    let mut poll = server.conn();
+    tokio::task::spawn_blocking(move || wait_past(&mut poll, due_at))
+        .await
+        .unwrap();
+    let due_seen = api.log().len();
+    op.wait_for("a scale-up from zero")
+        .until(async || replicas() > 0)
+        .await;
+    let log = api.log();
+    let scale_requests: Vec<(usize, String, String)> = log
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.path == SCALE)
+        .map(|(i, r)| (i, r.method.clone(), r.body.clone()))
+        .collect();
+    let (first_patch, _, body) = scale_requests
+        .iter()
+        .find(|(_, m, _)| m == "PATCH")
+        .expect("a scale patch")
+        .clone();
+    let to: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        to["spec"]["replicas"], 3,
+        "from zero straight to what all due jobs need (10 per replica), not only the \
+         promoted ones"
+    );
+    // Within one reaper interval: the reconcile in flight when the jobs fell due may
+    // have read Redis before; the next one scales. Counted in reconciles (each reads
+    // the scale once), not in wall time.
+    let reads_between = scale_requests
+        .iter()
+        .filter(|(i, m, _)| m == "GET" && *i >= due_seen && *i < first_patch)
+        .count();
+    assert!(
+        reads_between <= 2,
+        "{reads_between} reconciles after the jobs fell due before the scale-up"
+    );
+
+    // The workers run everything; then the Deployment goes back to zero.
+    let expected = kinds.len() as u64;
+    let logs_dir = dir.path().to_path_buf();
+    Wait::for_("every job acked")
+        .within(Duration::from_secs(60))
+        .every(Duration::from_millis(100))
+        .explained_by(move || {
+            let logs: Vec<String> = std::fs::read_dir(&logs_dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("worker-"))
+                .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+                .collect();
+            format!("worker logs:\n{}", logs.join("\n"))
+        })
+        .until(async || {
+            let s = queue.stats().await.unwrap();
+            s.pending == 0 && s.processing == 0 && s.delayed == 0 && s.acked == expected
+        })
+        .await;
+    op.wait_for("the workers back at zero")
+        .until(async || replicas() == 0)
+        .await;
+    stop.cancel();
+    let most = kubelet.await.unwrap();
+    assert!(most > 0, "no worker ever ran");
+    fleet.lock().unwrap().stop();
+    let stats = queue.stats().await.unwrap();
+    assert_eq!((stats.due, stats.orphaned), (0, 0));
+    let tally = account(
+        "(h) scale-to-zero with delayed and retried jobs",
+        &queue,
+        dir.path(),
+        &kinds,
+        0,
+    )
+    .await;
+    assert_eq!(tally.acked as u64, expected, "every job ran and was acked");
+    assert_eq!(
+        queue.job("retried").await.unwrap().unwrap().attempts,
+        2,
+        "the retried job ran again after its backoff"
+    );
 }
