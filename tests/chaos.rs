@@ -260,6 +260,7 @@ impl Fleet {
     /// One more worker process, as a new pod would be.
     fn grow(&mut self) {
         self.procs.push(None);
+        self.ids.push(String::new());
         self.spawn(self.procs.len() - 1);
     }
 
