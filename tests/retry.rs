@@ -269,7 +269,30 @@ async fn cluster_calls_follow_ask_and_moved_while_a_slot_migrates() {
         .unwrap()
         .expect("a job after MOVED");
     assert!(q.ack(&lease).await.unwrap());
-    assert_eq!(q.now_ms().await.unwrap() > 0, true);
+    assert!(q.now_ms().await.unwrap() > 0, "TIME follows the slot to its new node");
     let stats = q.stats().await.unwrap();
     assert_eq!((stats.pending, stats.orphaned), (19, 0));
+}
+
+#[tokio::test]
+async fn the_cli_refuses_payloads_over_max_payload() {
+    let server = RedisServer::start();
+    let enqueue = |payload: &str, limit: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_jobqueue"))
+            .args(["enqueue", payload, "--max-payload", limit])
+            .args(["--redis", &server.url(), "--tag", "cli"])
+            .output()
+            .unwrap()
+    };
+    let out = enqueue("0123456789x", "10");
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("payload") && stderr.contains("limit of 10"),
+        "{stderr}"
+    );
+    assert!(enqueue("0123456789", "10").status.success());
+    assert!(enqueue("0123456789x", "1KiB").status.success());
+    let q = server.queue("cli").await;
+    assert_eq!(q.stats().await.unwrap().pending, 2);
 }
