@@ -269,7 +269,10 @@ async fn cluster_calls_follow_ask_and_moved_while_a_slot_migrates() {
         .unwrap()
         .expect("a job after MOVED");
     assert!(q.ack(&lease).await.unwrap());
-    assert!(q.now_ms().await.unwrap() > 0, "TIME follows the slot to its new node");
+    assert!(
+        q.now_ms().await.unwrap() > 0,
+        "TIME follows the slot to its new node"
+    );
     let stats = q.stats().await.unwrap();
     assert_eq!((stats.pending, stats.orphaned), (19, 0));
 }
