@@ -537,8 +537,12 @@ def check_metric_names(tools: Tools) -> str:
         for rule in group["rules"]:
             alerts.append(rule["alert"])
             used_alerts |= promql_metrics(rule["expr"])
-    for required in ("JobQueueDeadLettersGrowing", "JobQueueExpiredLeasesPilingUp", "JobQueueRedisUnavailable", "JobQueueReconcileErrors"):
+    for required in ("JobQueueDeadLettersGrowing", "JobQueueExpiredLeasesPilingUp", "JobQueueOrphanedJobs", "JobQueueRedisUnavailable", "JobQueueReconcileErrors"):
         expect(required in alerts, f"no alert {required}")
+    orphaned = [r for g in rule_obj["spec"]["groups"] for r in g["rules"] if r.get("alert") == "JobQueueOrphanedJobs"]
+    expect(promql_metrics(orphaned[0]["expr"]) == {"jobqueue_orphaned"}, f"JobQueueOrphanedJobs does not watch jobqueue_orphaned: {orphaned[0]['expr']}")
+    expect(orphaned[0].get("for") == "1h", f"JobQueueOrphanedJobs does not wait orphanedJobs.for (1h in the all-on values): {orphaned[0].get('for')}")
+    expect("purge --orphans" in orphaned[0]["annotations"]["description"], "JobQueueOrphanedJobs does not say how to purge")
     dash = json.loads((CHART / "dashboards" / "jobqueue.json").read_text())
     exprs = 0
 

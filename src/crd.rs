@@ -56,6 +56,20 @@ const NON_NEGATIVE: &str = "duration(self) >= duration('0s')";
         description = "Jobs in the dead-letter set"
     ),
     printcolumn(
+        name = "Due",
+        type_ = "integer",
+        json_path = ".status.due",
+        description = "Delayed jobs whose time has come, not yet promoted",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Orphaned",
+        type_ = "integer",
+        json_path = ".status.orphaned",
+        description = "Ids set aside because their job hash was absent",
+        priority = 1
+    ),
+    printcolumn(
         name = "Replicas",
         type_ = "integer",
         json_path = ".status.currentReplicas",
@@ -402,12 +416,21 @@ pub struct JobQueueStatus {
     /// Leases past their visibility timeout, not yet reaped.
     #[serde(default)]
     pub expired: u64,
-    /// Jobs waiting for their retry backoff or delay.
+    /// Jobs waiting for their retry backoff or delay, due or not.
     #[serde(default)]
     pub delayed: u64,
+    /// Of `delayed`, the jobs whose time has come, not yet promoted to pending: work to
+    /// do now, counted in the backlog that scales the workers.
+    #[serde(default)]
+    pub due: u64,
     /// Jobs in the dead-letter set.
     #[serde(default)]
     pub dead: u64,
+    /// Ids set aside because their job hash was absent (a Cluster slot migration, or a
+    /// hash deleted by hand). The reaper puts each back once its hash is there again;
+    /// ids that stay are what `jobqueue dead purge --orphans --yes` removes.
+    #[serde(default)]
+    pub orphaned: u64,
 
     /// Expired leases put back since the queue began.
     #[serde(default)]
@@ -442,7 +465,8 @@ pub struct JobQueueStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_stale_ack_time: Option<Time>,
 
-    /// `Ready`, `RedisAvailable`, `LeaseTooShort` (and `Scaling` with workers).
+    /// `Ready`, `RedisAvailable`, `LeaseTooShort`, `JobsOrphaned` (and `Scaling` with
+    /// workers).
     #[serde(default)]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

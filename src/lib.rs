@@ -8,6 +8,7 @@
 //! - [`cli`]: the `jobqueue` command line.
 //! - [`duration`]: how durations are typed and printed, everywhere.
 //! - [`shutdown`]: waiting for SIGTERM or Ctrl-C.
+//! - [`telemetry`]: the logs of the long-running commands (operator, worker).
 
 pub mod cli;
 pub mod controller;
@@ -15,4 +16,5 @@ pub mod crd;
 pub mod duration;
 pub mod queue;
 pub mod shutdown;
+pub mod telemetry;
 pub mod worker;

@@ -1,8 +1,11 @@
-//! Chaos and durability: real `jobqueue worker --exec` processes SIGKILLed and restarted,
-//! two reapers at once, connections cut, Redis SIGKILLed and restarted with an AOF, the
-//! same on a 3-master Cluster, claim replies lost on the way back, and the queue's slot
-//! migrated between Cluster nodes under load. At the end every job is acked or dead and none is
-//! lost; every job run more than once is explained by an expired lease.
+//! Chaos and durability: real `jobqueue worker --exec` processes SIGKILLed and restarted
+//! (with commands that start grandchildren, too), two reapers at once, connections cut,
+//! a worker partitioned from Redis for longer than its lease, Redis SIGKILLed and
+//! restarted with an AOF, the same on a 3-master Cluster, and (through the operator
+//! binary against the stand-in API server) workers scaled up from zero for delayed and
+//! retried jobs that fall due, claim replies lost on the way back, and the queue's slot
+//! migrated between Cluster nodes under load. At the end every job is acked or dead and
+//! none is lost; every job run more than once is explained by an expired lease.
 //!
 //! CI-sized by default. `JOBQUEUE_CHAOS_SCALE=N` multiplies the jobs and the faults
 //! (`make chaos`); `JOBQUEUE_CHAOS_REPORT=FILE` appends each tally to FILE.
@@ -20,6 +23,8 @@ use std::time::Duration;
 use jobqueue::queue::{ConnectOptions, NewJob, Queue, QueueSettings, Redis};
 use rand::Rng;
 use support::eventually::Wait;
+use support::procs;
+use support::proxy::Proxy;
 use support::redis::{RedisCluster, RedisServer};
 use support::reply_dropper::ReplyDropper;
 use support::slot_migration;
@@ -34,14 +39,28 @@ const VISIBILITY: &str = "1s";
 /// `<kind> <seconds>`: `poison` exits with the dead-letter code, `flaky` fails its
 /// first attempt, anything else sleeps and succeeds.
 const HANDLER: &str = r#"
-echo "S $JOBQUEUE_JOB_ID $JOBQUEUE_ATTEMPT" >> "$CHAOS_LOG"
+echo "S $JOBQUEUE_JOB_ID $JOBQUEUE_ATTEMPT $JOBQUEUE_WORKER_ID" >> "$CHAOS_LOG"
 read kind secs
 case "$kind" in
   poison) echo "poison payload" >&2; exit 99 ;;
   flaky) if [ "$JOBQUEUE_ATTEMPT" = 1 ]; then echo "flaky first attempt" >&2; exit 1; fi ;;
 esac
 sleep "$secs"
-echo "E $JOBQUEUE_JOB_ID $JOBQUEUE_ATTEMPT" >> "$CHAOS_LOG"
+echo "E $JOBQUEUE_JOB_ID $JOBQUEUE_ATTEMPT $JOBQUEUE_WORKER_ID" >> "$CHAOS_LOG"
+"#;
+
+/// [`HANDLER`], but the work is a pipeline in the background that the shell waits for:
+/// grandchildren of the worker, none of them its direct child.
+const GRANDCHILDREN_HANDLER: &str = r#"
+echo "S $JOBQUEUE_JOB_ID $JOBQUEUE_ATTEMPT $JOBQUEUE_WORKER_ID" >> "$CHAOS_LOG"
+read kind secs
+case "$kind" in
+  poison) echo "poison payload" >&2; exit 99 ;;
+  flaky) if [ "$JOBQUEUE_ATTEMPT" = 1 ]; then echo "flaky first attempt" >&2; exit 1; fi ;;
+esac
+sleep "$secs" | cat &
+wait
+echo "E $JOBQUEUE_JOB_ID $JOBQUEUE_ATTEMPT $JOBQUEUE_WORKER_ID" >> "$CHAOS_LOG"
 "#;
 
 fn scale() -> usize {
@@ -116,30 +135,40 @@ struct Fleet {
     cluster: bool,
     dir: PathBuf,
     procs: Vec<Option<Child>>,
+    /// The worker id of each slot's current process.
+    ids: Vec<String>,
     generation: usize,
-    visibility: &'static str,
+    /// Names the log files (`NAME-i.log`) and the worker ids (`NAMEi-gN`): unique per
+    /// scenario, since scenarios run at once and processes are found by worker id.
+    name: &'static str,
+    handler: &'static str,
+    extra: Vec<String>,
 }
 
 impl Fleet {
     fn start(url: &str, cluster: bool, dir: &Path, count: usize) -> Fleet {
-        Fleet::start_with(url, cluster, dir, count, VISIBILITY)
+        Fleet::start_with(url, cluster, dir, count, "w", HANDLER, &[])
     }
 
-    /// Workers whose leases last `visibility`.
     fn start_with(
         url: &str,
         cluster: bool,
         dir: &Path,
         count: usize,
-        visibility: &'static str,
+        name: &'static str,
+        handler: &'static str,
+        extra: &[&str],
     ) -> Fleet {
         let mut fleet = Fleet {
             url: url.to_string(),
             cluster,
             dir: dir.to_path_buf(),
             procs: (0..count).map(|_| None).collect(),
+            ids: vec![String::new(); count],
             generation: 0,
-            visibility,
+            name,
+            handler,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
         };
         for i in 0..count {
             fleet.spawn(i);
@@ -152,18 +181,23 @@ impl Fleet {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(self.dir.join(format!("worker-{i}.log")))
+            .open(self.dir.join(self.log_name(i)))
             .unwrap();
+        self.ids[i] = format!("{}{i}-g{}", self.name, self.generation);
         let mut cmd = Command::new(BIN);
         cmd.args(["worker", "--redis", &self.url, "--tag", TAG])
-            .args(["--concurrency", "4", "--visibility", self.visibility])
-            .args(["--shutdown-timeout", "3s"])
-            .args(["--worker-id", &format!("w{i}-g{}", self.generation)]);
+            .args(["--concurrency", "4", "--shutdown-timeout", "3s"])
+            .args(["--worker-id", &self.ids[i]])
+            .args(&self.extra);
+        // Leases of VISIBILITY unless the scenario asks for its own.
+        if !self.extra.iter().any(|a| a == "--visibility") {
+            cmd.args(["--visibility", VISIBILITY]);
+        }
         if self.cluster {
             cmd.arg("--cluster");
         }
         let child = cmd
-            .args(["--exec", "sh", "-c", HANDLER])
+            .args(["--exec", "sh", "-c", self.handler])
             .env("CHAOS_LOG", self.dir.join("executions.log"))
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
@@ -172,6 +206,14 @@ impl Fleet {
             .spawn()
             .expect("run jobqueue worker");
         self.procs[i] = Some(child);
+    }
+
+    fn log_name(&self, i: usize) -> String {
+        if self.name == "w" {
+            format!("worker-{i}.log")
+        } else {
+            format!("{}-{i}.log", self.name)
+        }
     }
 
     /// SIGKILL one running worker; returns its slot.
@@ -216,12 +258,31 @@ impl Fleet {
         clean
     }
 
+    /// Worker processes alive (as far as the test knows).
+    fn running(&self) -> usize {
+        self.procs.iter().filter(|p| p.is_some()).count()
+    }
+
+    /// One more worker process, as a new pod would be.
+    fn grow(&mut self) {
+        self.procs.push(None);
+        self.ids.push(String::new());
+        self.spawn(self.procs.len() - 1);
+    }
+
+    /// SIGTERM the newest running worker and wait for it, as a scale-down would.
+    fn shrink(&mut self) {
+        if let Some(slot) = self.procs.iter_mut().rev().find(|p| p.is_some()) {
+            let mut child = slot.take().unwrap();
+            // SAFETY: kill has no memory effects.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let _ = child.wait();
+        }
+    }
+
     fn logs(&self) -> String {
         (0..self.procs.len())
-            .map(|i| {
-                std::fs::read_to_string(self.dir.join(format!("worker-{i}.log")))
-                    .unwrap_or_default()
-            })
+            .map(|i| std::fs::read_to_string(self.dir.join(self.log_name(i))).unwrap_or_default())
             .collect::<Vec<_>>()
             .join("\n")
     }
@@ -469,10 +530,10 @@ async fn account(
         let planned = u32::from(*kind == Kind::Flaky);
         reclaims_without_fail += u64::from(attempts.saturating_sub(1 + planned));
     }
-    if tally.extra_executions as u64 > stats.reaped + stats.retried {
+    if tally.extra_executions as u64 > stats.reaped + stats.retried + stats.released {
         problems.push(format!(
-            "{} extra runs, but only {} reaped leases and {} retries",
-            tally.extra_executions, stats.reaped, stats.retried
+            "{} extra runs, but only {} reaped leases, {} retries and {} releases",
+            tally.extra_executions, stats.reaped, stats.retried, stats.released
         ));
     }
     if reclaims_without_fail > stats.reaped {
@@ -482,14 +543,15 @@ async fn account(
         ));
     }
     // Every claim ends in exactly one way, and each job was claimed once plus once per
-    // requeue: claimed = jobs + reaped + retried.
-    if stats.claimed != kinds.len() as u64 + stats.reaped + stats.retried {
+    // requeue: claimed = jobs + reaped + retried + released.
+    if stats.claimed != kinds.len() as u64 + stats.reaped + stats.retried + stats.released {
         problems.push(format!(
-            "counters do not add up: claimed {} != jobs {} + reaped {} + retried {}",
+            "counters do not add up: claimed {} != jobs {} + reaped {} + retried {} + released {}",
             stats.claimed,
             kinds.len(),
             stats.reaped,
-            stats.retried
+            stats.retried,
+            stats.released
         ));
     }
     // Ids set aside while a slot migrated are orphans too, put back by the reaper.
@@ -805,12 +867,515 @@ async fn d_redis_sigkilled_and_restarted_with_aof_keeps_every_ack_and_every_job(
     .await;
 }
 
-/// (f) The replies of claim calls lost at random (the connection cut after the request
+/// The leases a worker holds now, read from Redis: (job id, token).
+async fn leases_of(queue: &Queue, worker: &str) -> Vec<(String, String)> {
+    let mut conn = queue.redis().clone();
+    let ids: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&queue.keys().processing)
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut held = Vec::new();
+    for id in ids {
+        let (who, token): (Option<String>, Option<String>) = redis::cmd("HMGET")
+            .arg(queue.keys().job(&id))
+            .arg("worker")
+            .arg("claim_token")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if let (Some(who), Some(token)) = (who, token)
+            && who == worker
+        {
+            held.push((id, token));
+        }
+    }
+    held
+}
+
+/// Runs started by `worker` that never ended cleanly, and whether each job then ran to
+/// its end under a later claim (on another worker, or on this one after the heal).
+fn interrupted_runs(dir: &Path, worker: &str) -> Vec<(String, u32, bool)> {
+    let text = std::fs::read_to_string(dir.join("executions.log")).unwrap_or_default();
+    let lines: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let ended = |id: &str, attempt: &str| {
+        lines
+            .iter()
+            .any(|l| l.len() == 4 && l[0] == "E" && l[1] == id && l[2] == attempt && l[3] == worker)
+    };
+    lines
+        .iter()
+        .filter(|l| l.len() == 4 && l[0] == "S" && l[3] == worker && !ended(l[1], l[2]))
+        .map(|l| {
+            let attempt: u32 = l[2].parse().unwrap();
+            let again = lines.iter().any(|m| {
+                m.len() == 4
+                    && m[0] == "E"
+                    && m[1] == l[1]
+                    && m[2].parse::<u32>().unwrap() > attempt
+            });
+            (l[1].to_string(), attempt, again)
+        })
+        .collect()
+}
+
+/// (f) One worker reaches Redis through a proxy that the test cuts, holding the traffic
+/// back without closing anything, for more than twice the lease, again and again. Each
+/// time, every process of its jobs must be gone by the lease's local deadline plus the
+/// kill grace (while still cut off), its jobs run on the other workers, and an ack with
+/// its tokens sent from its side after the heal is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f_a_partitioned_worker_stops_by_its_lease_deadline_and_its_late_acks_are_refused() {
+    let scale = scale();
+    let server = RedisServer::start();
+    let proxy = Proxy::start(([127, 0, 0, 1], server.port).into());
+    let url = server.url();
+    let lease = Duration::from_secs(1);
+    let grace = Duration::from_millis(500);
+    let n = 40 * scale;
+    let dir = tempfile::tempdir().unwrap();
+    let queue = connect(&url, false).await;
+    queue.configure(&settings()).await.unwrap();
+    // Jobs longer than the lease, so a cut always catches the cut-off worker mid-job
+    // with runs its deadline must stop.
+    let batch: Vec<(String, NewJob)> = (0..n)
+        .map(|i| {
+            let id = format!("p{i}");
+            let secs = rand::rng().random_range(1500..3000) as f64 / 1000.0;
+            (id.clone(), NewJob::new(format!("ok {secs:.3}\n")).id(id))
+        })
+        .collect();
+    let kinds: HashMap<String, Kind> = batch.iter().map(|(id, _)| (id.clone(), Kind::Ok)).collect();
+    queue
+        .enqueue_many(batch.into_iter().map(|(_, j)| j).collect())
+        .await
+        .unwrap();
+
+    let stop = CancellationToken::new();
+    let reapers = start_reapers(vec![connect(&url, false).await], &stop);
+    let checker = start_invariant_checker(connect(&url, false).await, &stop);
+    let mut healthy = Fleet::start(&url, false, dir.path(), 2);
+    let mut cut_off = Fleet::start_with(
+        &proxy.url(),
+        false,
+        dir.path(),
+        1,
+        "cut",
+        HANDLER,
+        &["--kill-grace", "500ms"],
+    );
+    let cut_id = cut_off.ids[0].clone();
+    // The cut-off side's own connection, for its late acks.
+    let far = connect(&proxy.url(), false).await;
+
+    let mut cuts = 0;
+    let mut late_acks_refused = 0;
+    let mut slowest_stop = Duration::ZERO;
+    while cuts < 2 * scale {
+        let s = queue.stats().await.unwrap();
+        if s.pending < 8 {
+            break;
+        }
+        let held = Wait::for_("the cut-off worker in the middle of jobs")
+            .within(Duration::from_secs(30))
+            .explained_by(|| cut_off.logs())
+            .until(async || {
+                let held = leases_of(&queue, &cut_id).await;
+                (!held.is_empty() && !procs::with_env("JOBQUEUE_WORKER_ID", &cut_id).is_empty())
+                    .then_some(held)
+            })
+            .await;
+        proxy.blackhole();
+        let cut_at = tokio::time::Instant::now();
+        // Its last renewal was sent before the cut: deadline <= cut + lease, SIGTERM then,
+        // SIGKILL by grace later. Checked while it is still cut off.
+        Wait::for_("every process of the cut-off worker's jobs gone")
+            .within(lease + grace + Duration::from_millis(500))
+            .every(Duration::from_millis(20))
+            .explained_by(|| {
+                format!(
+                    "left: {:?}\n{}",
+                    procs::with_env("JOBQUEUE_WORKER_ID", &cut_id),
+                    cut_off.logs()
+                )
+            })
+            .until(async || procs::with_env("JOBQUEUE_WORKER_ID", &cut_id).is_empty())
+            .await;
+        slowest_stop = slowest_stop.max(cut_at.elapsed());
+        // Stay cut for more than two leases: the reaper hands its jobs to the others.
+        tokio::time::sleep_until(cut_at + lease * 2 + grace).await;
+        proxy.heal();
+        for (job, token) in &held {
+            let accepted = far.ack((job.as_str(), token.as_str())).await.unwrap();
+            assert!(
+                !accepted,
+                "a late ack of {job} from the cut-off side was accepted"
+            );
+            late_acks_refused += 1;
+        }
+        cuts += 1;
+    }
+    wait_until_settled(
+        &queue,
+        || n,
+        Duration::from_secs(120 * scale as u64),
+        &healthy,
+    )
+    .await;
+    healthy.stop();
+    cut_off.stop();
+    stop.cancel();
+    for task in reapers {
+        task.await.unwrap();
+    }
+    let (checks, problems) = checker.await.unwrap();
+    assert!(checks > 0, "the invariant checker ran");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    let interrupted = interrupted_runs(dir.path(), &cut_id);
+    let tally = account(
+        "(f) a worker partitioned past its lease",
+        &queue,
+        dir.path(),
+        &kinds,
+        cuts,
+    )
+    .await;
+    println!(
+        "  cuts={cuts} interrupted_runs={} late_acks_refused={late_acks_refused} slowest_stop={slowest_stop:?} (lease {lease:?} + grace {grace:?})",
+        interrupted.len()
+    );
+    assert!(cuts > 0, "the worker was cut off at least once");
+    assert!(
+        !interrupted.is_empty(),
+        "cuts interrupted runs: {}",
+        std::fs::read_to_string(dir.path().join("executions.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.ends_with(cut_id.as_str()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let not_again: Vec<_> = interrupted.iter().filter(|r| !r.2).collect();
+    assert!(not_again.is_empty(), "did not run again: {not_again:?}");
+    assert!(tally.reaped > 0);
+}
+
+/// (g) Workers whose commands start grandchildren (a background pipeline), SIGKILLed at
+/// random: after each kill no process of the killed worker's jobs survives (read from
+/// the process table), and every job runs again elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn g_exec_workers_sigkilled_take_their_grandchildren_with_them() {
+    let scale = scale();
+    let server = RedisServer::start();
+    let url = server.url();
+    let n = 200 * scale;
+    let dir = tempfile::tempdir().unwrap();
+    let queue = connect(&url, false).await;
+    queue.configure(&settings()).await.unwrap();
+    let batch = jobs(0, n);
+    let kinds: HashMap<String, Kind> = batch.iter().map(|(id, k, _)| (id.clone(), *k)).collect();
+    queue
+        .enqueue_many(batch.into_iter().map(|(_, _, j)| j).collect())
+        .await
+        .unwrap();
+    let stop = CancellationToken::new();
+    let reapers = start_reapers(vec![connect(&url, false).await], &stop);
+    let mut fleet = Fleet::start_with(
+        &url,
+        false,
+        dir.path(),
+        3,
+        "grand",
+        GRANDCHILDREN_HANDLER,
+        &[],
+    );
+
+    let mut kills = 0;
+    let mut kills_mid_job = 0;
+    while kills < 6 * scale {
+        let pause = rand::rng().random_range(250..600);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        let s = queue.stats().await.unwrap();
+        if s.pending + s.processing == 0 {
+            break;
+        }
+        let running: Vec<usize> = fleet
+            .ids
+            .iter()
+            .map(|id| procs::with_env("JOBQUEUE_WORKER_ID", id).len())
+            .collect();
+        let Some(i) = fleet.kill_random() else {
+            continue;
+        };
+        kills += 1;
+        if running[i] > 0 {
+            kills_mid_job += 1;
+        }
+        let killed = fleet.ids[i].clone();
+        Wait::for_("no process of the killed worker's jobs left")
+            .within(Duration::from_secs(3))
+            .every(Duration::from_millis(20))
+            .explained_by(|| format!("left: {:?}", procs::with_env("JOBQUEUE_WORKER_ID", &killed)))
+            .until(async || procs::with_env("JOBQUEUE_WORKER_ID", &killed).is_empty())
+            .await;
+        fleet.spawn(i);
+    }
+    wait_until_settled(
+        &queue,
+        || n,
+        Duration::from_secs(120 * scale as u64),
+        &fleet,
+    )
+    .await;
+    fleet.stop();
+    stop.cancel();
+    for task in reapers {
+        task.await.unwrap();
+    }
+    let tally = account(
+        "(g) exec workers with grandchildren SIGKILLed",
+        &queue,
+        dir.path(),
+        &kinds,
+        kills,
+    )
+    .await;
+    assert!(
+        kills > 0 && kills_mid_job > 0,
+        "workers were killed mid-run"
+    );
+    assert!(tally.acked > 0);
+}
+
+/// (h) Scale-to-zero with delayed and retried jobs, through the operator binary against
+/// the stand-in API server: the workers are at zero, jobs fall due (delayed enqueues,
+/// and a job whose first attempt failed with a backoff), and nothing claims. The
+/// operator's reaper promotes them (`reaper.batchSize` 1 and `--reap-budget` 1: one per
+/// reconcile) and its backlog counts the rest as due, so the first reconcile that sees
+/// them due scales the Deployment from 0 straight to what they need. The test plays
+/// the kubelet: worker processes run while the Deployment has replicas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h_scale_to_zero_wakes_for_delayed_and_retried_jobs() {
+    use jobqueue::queue::{Backoff, FailMode, FailOutcome};
+    use serde_json::json;
+    use support::redis::{redis_now_ms, wait_past};
+    use support::standin::{OperatorProcess, StandIn};
+
+    const APPS: &str = "/apis/apps/v1";
+    const CRD: &str = "/apis/jobqueue.dev/v1alpha1";
+    const SCALE: &str = "/apis/apps/v1/namespaces/jobs/deployments/worker/scale";
+    // Enough due jobs for 3 replicas at 10 per replica; the maximum is 3.
+    let n = 29 * scale();
+    let server = RedisServer::start();
+    let queue = connect(&server.url(), false).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut conn = server.conn();
+    let due_after = Duration::from_secs(3);
+
+    // The retried job: its first attempt (the test's) failed, its retry waits a backoff.
+    let mut kinds: HashMap<String, Kind> = HashMap::new();
+    let retried = queue
+        .enqueue(NewJob::new("flaky 0.01").id("retried"))
+        .await
+        .unwrap();
+    kinds.insert(retried.id.clone(), Kind::Flaky);
+    let lease = queue.claim_one("first-try", None).await.unwrap().unwrap();
+    let outcome = queue
+        .fail(
+            &lease,
+            "first try",
+            FailMode::Retry,
+            Backoff::After(due_after),
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome, FailOutcome::Delayed);
+    // The delayed ones, due at the same time.
+    let delayed: Vec<NewJob> = (0..n)
+        .map(|i| {
+            kinds.insert(format!("later-{i}"), Kind::Ok);
+            NewJob::new("ok 0.02")
+                .id(format!("later-{i}"))
+                .delay(due_after)
+        })
+        .collect();
+    queue.enqueue_many(delayed).await.unwrap();
+    // Every job is due once Redis's clock passes this.
+    let due_at = redis_now_ms(&mut conn) + due_after.as_millis() as i64;
+
+    let api = StandIn::start().await;
+    api.put(
+        APPS,
+        "deployments",
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "worker", "namespace": "jobs"},
+            "spec": {"replicas": 0}
+        }),
+    );
+    api.put(
+        CRD,
+        "jobqueues",
+        json!({
+            "apiVersion": "jobqueue.dev/v1alpha1", "kind": "JobQueue",
+            "metadata": {"name": "chaos", "namespace": "jobs"},
+            "spec": {
+                "redis": {"url": server.url()},
+                "hashTag": TAG,
+                "completedRetention": "1h",
+                "reaper": {"interval": "1s", "batchSize": 1},
+                "workers": {
+                    "scaleTargetRef": {"name": "worker"},
+                    "minReplicas": 0,
+                    "maxReplicas": 3,
+                    "targetBacklogPerReplica": 10,
+                    "scaleDownStabilization": "2s"
+                }
+            }
+        }),
+    );
+    let op = OperatorProcess::start(
+        &api,
+        "jobs",
+        dir.path(),
+        &["--no-leader-election", "--reap-budget", "1"],
+        &[],
+    );
+    let replicas = {
+        let api = api.clone();
+        move || {
+            api.get(APPS, "deployments", "jobs", "worker").unwrap()["spec"]["replicas"]
+                .as_i64()
+                .unwrap_or(0) as usize
+        }
+    };
+
+    // The kubelet: as many worker processes as the Deployment has replicas.
+    let fleet = Arc::new(Mutex::new(Fleet::start(
+        &server.url(),
+        false,
+        dir.path(),
+        0,
+    )));
+    let stop = CancellationToken::new();
+    let kubelet = {
+        let (fleet, stop, replicas) = (fleet.clone(), stop.clone(), replicas.clone());
+        tokio::spawn(async move {
+            let mut most = 0;
+            while !stop.is_cancelled() {
+                let want = replicas();
+                most = most.max(want);
+                {
+                    let mut fleet = fleet.lock().unwrap();
+                    while fleet.running() < want {
+                        fleet.grow();
+                    }
+                    while fleet.running() > want {
+                        fleet.shrink();
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            most
+        })
+    };
+
+    // The jobs fall due with no worker running.
+    let mut poll = server.conn();
+    tokio::task::spawn_blocking(move || wait_past(&mut poll, due_at))
+        .await
+        .unwrap();
+    let due_seen = api.log().len();
+    op.wait_for("a scale-up from zero")
+        .until(async || replicas() > 0)
+        .await;
+    let log = api.log();
+    let scale_requests: Vec<(usize, String, String)> = log
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.path == SCALE)
+        .map(|(i, r)| (i, r.method.clone(), r.body.clone()))
+        .collect();
+    let (first_patch, _, body) = scale_requests
+        .iter()
+        .find(|(_, m, _)| m == "PATCH")
+        .expect("a scale patch")
+        .clone();
+    let to: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        to["spec"]["replicas"], 3,
+        "from zero straight to what all due jobs need (10 per replica), not only the \
+         promoted ones"
+    );
+    // Within one reaper interval: the reconcile in flight when the jobs fell due may
+    // have read Redis before; the next one scales. Counted in reconciles (each reads
+    // the scale once), not in wall time.
+    let reads_between = scale_requests
+        .iter()
+        .filter(|(i, m, _)| m == "GET" && *i >= due_seen && *i < first_patch)
+        .count();
+    assert!(
+        reads_between <= 2,
+        "{reads_between} reconciles after the jobs fell due before the scale-up"
+    );
+
+    // The workers run everything; then the Deployment goes back to zero.
+    let expected = kinds.len() as u64;
+    let logs_dir = dir.path().to_path_buf();
+    Wait::for_("every job acked")
+        .within(Duration::from_secs(60))
+        .every(Duration::from_millis(100))
+        .explained_by(move || {
+            let logs: Vec<String> = std::fs::read_dir(&logs_dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("worker-"))
+                .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+                .collect();
+            format!("worker logs:\n{}", logs.join("\n"))
+        })
+        .until(async || {
+            let s = queue.stats().await.unwrap();
+            s.pending == 0 && s.processing == 0 && s.delayed == 0 && s.acked == expected
+        })
+        .await;
+    op.wait_for("the workers back at zero")
+        .until(async || replicas() == 0)
+        .await;
+    stop.cancel();
+    let most = kubelet.await.unwrap();
+    assert!(most > 0, "no worker ever ran");
+    fleet.lock().unwrap().stop();
+    let stats = queue.stats().await.unwrap();
+    assert_eq!((stats.due, stats.orphaned), (0, 0));
+    let tally = account(
+        "(h) scale-to-zero with delayed and retried jobs",
+        &queue,
+        dir.path(),
+        &kinds,
+        0,
+    )
+    .await;
+    assert_eq!(tally.acked as u64, expected, "every job ran and was acked");
+    assert_eq!(
+        queue.job("retried").await.unwrap().unwrap().attempts,
+        2,
+        "the retried job ran again after its backoff"
+    );
+}
+
+/// (i) The replies of claim calls lost at random (the connection cut after the request
 /// reached Redis): each lost claim is sent again with its request id and gets the leases
 /// made for it, so none waits for the reaper (leases of 30 s would show as `reaped`),
 /// none is charged twice, and no job dies without running.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn f_lost_claim_replies_are_answered_by_their_retry() {
+async fn i_lost_claim_replies_are_answered_by_their_retry() {
     let scale = scale();
     let server = RedisServer::start();
     let n = 300 * scale;
@@ -835,7 +1400,15 @@ async fn f_lost_claim_replies_are_answered_by_their_retry() {
         .unwrap();
     let stop = CancellationToken::new();
     let reapers = start_reapers(vec![connect(&server.url(), false).await], &stop);
-    let mut fleet = Fleet::start_with(&proxy.url(), false, dir.path(), 3, "30s");
+    let mut fleet = Fleet::start_with(
+        &proxy.url(),
+        false,
+        dir.path(),
+        3,
+        "lost",
+        HANDLER,
+        &["--visibility", "30s"],
+    );
     wait_until_settled(&queue, || n, Duration::from_secs(25), &fleet).await;
     assert_eq!(
         fleet.stop(),
@@ -860,21 +1433,21 @@ async fn f_lost_claim_replies_are_answered_by_their_retry() {
         "lost claims were answered from their record: replayed {} of {cuts} cut",
         stats.replayed
     );
-    let tally = account("(f) claim replies lost", &queue, dir.path(), &kinds, cuts).await;
+    let tally = account("(i) claim replies lost", &queue, dir.path(), &kinds, cuts).await;
     println!(
-        "chaos (f) claim replies lost: claims_seen={} cut={cuts} replayed={}",
+        "chaos (i) claim replies lost: claims_seen={} cut={cuts} replayed={}",
         proxy.seen(),
         stats.replayed
     );
     assert_eq!(tally.lost, 0);
 }
 
-/// (g) The queue's slot moved to another Cluster node key by key and back while workers
+/// (j) The queue's slot moved to another Cluster node key by key and back while workers
 /// and a reaper run: job hashes and queue keys are split between two nodes for a while,
 /// ids whose hash is elsewhere are set aside and put back; nothing is lost and nothing
 /// stays set aside.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn g_slot_migration_under_load_loses_nothing() {
+async fn j_slot_migration_under_load_loses_nothing() {
     let scale = scale();
     let cluster = RedisCluster::start();
     let url = cluster.url();
@@ -890,7 +1463,7 @@ async fn g_slot_migration_under_load_loses_nothing() {
         .unwrap();
     let stop = CancellationToken::new();
     let reapers = start_reapers(vec![connect(&url, true).await], &stop);
-    let mut fleet = Fleet::start(&url, true, dir.path(), 3);
+    let mut fleet = Fleet::start_with(&url, true, dir.path(), 3, "mig", HANDLER, &[]);
     let slot = slot_migration::slot_of(&cluster, &format!("{{{TAG}}}"));
     let home = cluster.node_of(&format!("{{{TAG}}}"));
     let away = (home + 1) % 3;
@@ -937,7 +1510,7 @@ async fn g_slot_migration_under_load_loses_nothing() {
     assert!(moved > 0, "keys were migrated");
     let stats = queue.stats().await.unwrap();
     let tally = account(
-        "(g) slot migrated and back",
+        "(j) slot migrated and back",
         &queue,
         dir.path(),
         &kinds,
@@ -945,7 +1518,7 @@ async fn g_slot_migration_under_load_loses_nothing() {
     )
     .await;
     println!(
-        "chaos (g) slot migrated and back: migrations={migrations} keys_moved={moved} set_aside={} restored={} orphaned={}",
+        "chaos (j) slot migrated and back: migrations={migrations} keys_moved={moved} set_aside={} restored={} orphaned={}",
         stats.set_aside, stats.restored, stats.orphaned
     );
     assert_eq!(tally.lost, 0);

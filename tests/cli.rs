@@ -582,6 +582,109 @@ async fn dead_redrive_and_purge_by_id_oldest_and_all() {
     assert_eq!(out.stdout.trim(), "no dead jobs in jq:{dr}");
 }
 
+/// Ids whose job hash went missing: `stats` shows them with what to do, `dead purge
+/// --orphans` forgets those whose hash is still absent (and only with --yes), and
+/// leaves those whose hash came back to the reaper.
+#[tokio::test]
+async fn orphaned_ids_are_shown_and_purged_on_purpose() {
+    let server = RedisServer::start();
+    let queue = server.queue("orph").await;
+    let mut conn = server.conn();
+    for id in ["gone1", "gone2", "back", "real"] {
+        queue.enqueue(NewJob::new(id).id(id)).await.unwrap();
+    }
+    for id in ["gone1", "gone2"] {
+        let _: () = conn.del(queue.keys().job(id)).unwrap();
+    }
+    let _: () = conn
+        .rename(queue.keys().job("back"), "elsewhere:back")
+        .unwrap();
+    // A claim finds the three hashes absent and sets their ids aside.
+    let leases = queue.claim(4, "w", None).await.unwrap();
+    assert_eq!(leases.len(), 1, "only `real` has its hash");
+
+    let out = run(&server, "orph", &["stats"]).ok();
+    assert_eq!(out.value("orphaned"), "3");
+    assert_eq!(out.value("set_aside"), "3");
+    assert!(
+        out.stdout.contains("note: 3 job ids are set aside")
+            && out.stdout.contains("`jobqueue dead purge --orphans --yes`"),
+        "{}",
+        out.stdout
+    );
+    let out = run(&server, "orph", &["stats", "--json"]).ok();
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(
+        (json["orphaned"].as_u64(), json["due"].as_u64()),
+        (Some(3), Some(0))
+    );
+
+    run(&server, "orph", &["dead", "purge", "--orphans"]).fails(2, &["--yes", "jobqueue stats"]);
+    let both = run(
+        &server,
+        "orph",
+        &["dead", "purge", "--orphans", "--all", "--yes"],
+    );
+    assert_eq!(both.code, 2, "--orphans is a selection of its own");
+    assert_eq!(
+        queue.stats().await.unwrap().orphaned,
+        3,
+        "nothing forgotten"
+    );
+
+    let _: () = conn
+        .rename("elsewhere:back", queue.keys().job("back"))
+        .unwrap();
+    let out = run(&server, "orph", &["dead", "purge", "--orphans", "--yes"]).ok();
+    assert_eq!(out.stdout.trim(), "forgot 2 orphaned job ids in jq:{orph}");
+    assert!(
+        out.stderr.contains("1 set-aside ids are left"),
+        "{}",
+        out.stderr
+    );
+    let stats = queue.stats().await.unwrap();
+    assert_eq!((stats.orphaned, stats.orphans_purged), (1, 2));
+    // `back` is the reaper's to put back, and then it is claimed like any job.
+    assert_eq!(queue.reap(100).await.unwrap().restored, 1);
+    let lease = queue.claim_one("w", None).await.unwrap().expect("back");
+    assert_eq!(lease.id, "back");
+}
+
+/// Delayed jobs whose time has come: `due` beside `delayed`, in the table and the JSON.
+#[tokio::test]
+async fn stats_shows_due_delayed_jobs() {
+    let server = RedisServer::start();
+    let queue = server.queue("du").await;
+    let mut conn = server.conn();
+    queue
+        .enqueue(NewJob::new("soon").delay(Duration::from_millis(20)))
+        .await
+        .unwrap();
+    queue
+        .enqueue(NewJob::new("later").delay(Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    // Redis's clock past the first job's time (its run_at is at most now + 20 ms).
+    let now = support::redis::redis_now_ms(&mut conn);
+    wait_past(&mut conn, now + 20);
+    let out = run(&server, "du", &["stats"]).ok();
+    assert_eq!(
+        (out.value("delayed"), out.value("due")),
+        ("2".into(), "1".into())
+    );
+    assert!(
+        out.stdout.contains("note: 1 delayed jobs are due"),
+        "{}",
+        out.stdout
+    );
+    let out = run(&server, "du", &["stats", "--json"]).ok();
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(
+        (json["delayed"].as_u64(), json["due"].as_u64()),
+        (Some(2), Some(1))
+    );
+}
+
 // ---- peek ----
 
 #[tokio::test]

@@ -89,16 +89,26 @@ fn names_columns_and_subresources() {
             .is_some(),
         "status subresource"
     );
-    let columns: Vec<&str> = version
+    let columns: Vec<(&str, i32)> = version
         .additional_printer_columns
         .as_ref()
         .unwrap()
         .iter()
-        .map(|c| c.name.as_str())
+        .map(|c| (c.name.as_str(), c.priority.unwrap_or(0)))
         .collect();
+    // Due and Orphaned only in `kubectl get -o wide` (priority 1): usually zero.
     assert_eq!(
         columns,
-        ["Pending", "Processing", "Dead", "Replicas", "Ready", "Age"]
+        [
+            ("Pending", 0),
+            ("Processing", 0),
+            ("Dead", 0),
+            ("Due", 1),
+            ("Orphaned", 1),
+            ("Replicas", 0),
+            ("Ready", 0),
+            ("Age", 0)
+        ]
     );
 }
 

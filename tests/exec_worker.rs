@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use jobqueue::queue::{NewJob, Queue, QueueSettings};
 use support::eventually::eventually;
+use support::procs::alive;
 use support::redis::RedisServer;
 
 const BIN: &str = env!("CARGO_BIN_EXE_jobqueue");
@@ -80,18 +81,6 @@ async fn queue_with(server: &RedisServer, tag: &str, settings: QueueSettings) ->
 
 async fn status(queue: &Queue, id: &str) -> Option<String> {
     queue.job(id).await.unwrap().and_then(|j| j.status)
-}
-
-/// Running (a zombie waiting for its new parent to reap it counts as ended).
-fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the parenthesised command name.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X"),
-        Err(_) => false,
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -312,7 +301,6 @@ async fn sigterm_reaches_the_child_and_the_deadline_kills_what_ignores_it() {
         .trim()
         .parse()
         .unwrap();
-    let stubborn_lease = queue.job("stubborn").await.unwrap().unwrap();
 
     let (exit, log) = worker.terminate().await;
     assert!(exit.success(), "{exit:?}\n{log}");
@@ -323,15 +311,16 @@ async fn sigterm_reaches_the_child_and_the_deadline_kills_what_ignores_it() {
     );
     // It exited 0 within the deadline: acked.
     assert!(queue.job("polite").await.unwrap().is_none(), "{log}");
-    // The stubborn one was SIGKILLed at the deadline and its job left as it was.
+    // The stubborn one was SIGKILLed at the deadline and its job handed back, the
+    // attempt not charged.
     assert!(!alive(stubborn_pid), "the stubborn command was killed");
     let stubborn = queue.job("stubborn").await.unwrap().unwrap();
-    assert_eq!(stubborn.status.as_deref(), Some("processing"));
-    assert_eq!(stubborn.attempts, 1);
+    assert_eq!(stubborn.status.as_deref(), Some("pending"));
+    assert_eq!(stubborn.attempts, 0);
     assert_eq!(stubborn.last_error, None);
-    assert!(stubborn.lease_until >= stubborn_lease.lease_until);
+    assert_eq!(stubborn.lease_until, None);
     let qs = queue.stats().await.unwrap();
-    assert_eq!((qs.acked, qs.failed), (1, 0));
+    assert_eq!((qs.acked, qs.failed, qs.released), (1, 0, 1));
     assert!(log.contains("shutting down"), "{log}");
 }
 
@@ -381,4 +370,89 @@ fn unreachable_redis_is_one_line_and_exit_code_3() {
         err.starts_with("error: cannot connect to Redis at redis://127.0.0.1:"),
         "{err}"
     );
+}
+
+/// Every process a job's command started, however deep (zombies count as ended).
+fn processes_of_job(id: &str) -> Vec<i32> {
+    support::procs::with_env("JOBQUEUE_JOB_ID", id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkilled_worker_takes_every_process_of_its_job_with_it() {
+    let server = RedisServer::start();
+    let settings = QueueSettings {
+        visibility_timeout: Duration::from_millis(600),
+        ..QueueSettings::default()
+    };
+    let queue = queue_with(&server, "grand", settings).await;
+    let out = tempfile::tempdir().unwrap();
+    // A pipeline in the background and a foreground command: grandchildren of the
+    // worker, none of them its direct child.
+    let script = r#"if [ "$JOBQUEUE_ATTEMPT" = 1 ]; then
+                      sleep 300 | cat & sleep 300 & echo started > "$OUT/started"; wait
+                    else
+                      echo again > "$OUT/again"
+                    fi"#;
+    let worker = ExecWorker::start(&server, "grand", out.path(), &[], script);
+    let id = format!("grand-{}-{}", std::process::id(), rand::random::<u32>());
+    queue
+        .enqueue(NewJob::new("").id(id.as_str()))
+        .await
+        .unwrap();
+    let before = eventually("the job's processes running", async || {
+        let procs = processes_of_job(&id);
+        (out.path().join("started").exists() && procs.len() >= 4).then_some(procs)
+    })
+    .await;
+
+    worker.signal(libc::SIGKILL);
+    drop(worker);
+    support::eventually::Wait::for_("every process of the job gone")
+        .within(Duration::from_secs(5))
+        .explained_by(|| format!("before: {before:?}, left: {:?}", processes_of_job(&id)))
+        .until(async || processes_of_job(&id).is_empty())
+        .await;
+
+    // The job runs again elsewhere once its lease expires.
+    let worker = ExecWorker::start(&server, "grand", out.path(), &[], script);
+    eventually("the job ran again and was acked", async || {
+        queue.reap(100).await.unwrap();
+        out.path().join("again").exists() && queue.job(&id).await.unwrap().is_none()
+    })
+    .await;
+    worker.terminate().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_releases_an_interrupted_job_without_charging_an_attempt() {
+    let server = RedisServer::start();
+    // Its first attempt is its last: charging it would dead-letter the job.
+    let settings = QueueSettings {
+        max_attempts: 1,
+        ..QueueSettings::default()
+    };
+    let queue = queue_with(&server, "release", settings).await;
+    let out = tempfile::tempdir().unwrap();
+    let worker = ExecWorker::start(
+        &server,
+        "release",
+        out.path(),
+        &[],
+        r#"echo $$ > "$OUT/pid.tmp" && mv "$OUT/pid.tmp" "$OUT/pid"; sleep 60"#,
+    );
+    queue.enqueue(NewJob::new("").id("j")).await.unwrap();
+    eventually("the command running", async || {
+        out.path().join("pid").exists()
+    })
+    .await;
+
+    let (exit, log) = worker.terminate().await;
+    assert!(exit.success(), "{exit:?}\n{log}");
+    let job = queue.job("j").await.unwrap().unwrap();
+    assert_eq!(job.status.as_deref(), Some("pending"), "{job:?}\n{log}");
+    assert_eq!(job.attempts, 0, "the interrupted run is not charged");
+    assert_eq!(job.lease_until, None);
+    let stats = queue.stats().await.unwrap();
+    assert_eq!((stats.pending, stats.dead, stats.failed), (1, 0, 0));
+    assert_eq!(stats.released, 1);
 }

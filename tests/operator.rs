@@ -494,3 +494,56 @@ async fn stale_acks_raise_the_lease_warning() {
     assert_eq!((s, reason), ("True", "StaleAcks"));
     assert!(message.contains("visibilityTimeout (30s)"), "{message}");
 }
+
+/// An id whose job hash is absent is set aside: the status counts it, a condition and
+/// one Warning say what to do, the gauge shows it; once the hash is back the reaper puts
+/// the id back and the condition turns false.
+#[tokio::test]
+async fn orphaned_ids_reach_the_status_a_warning_and_the_metrics() {
+    use redis::Commands;
+    let redis = RedisServer::start();
+    let q = redis.queue("mig").await;
+    q.enqueue(NewJob::new("away").id("away")).await.unwrap();
+    let mut conn = redis.conn();
+    let _: () = conn.rename(q.keys().job("away"), "elsewhere").unwrap();
+    assert!(q.claim(1, "w", None).await.unwrap().is_empty());
+    assert_eq!(q.stats().await.unwrap().orphaned, 1);
+
+    let jq = queue("mig", &redis.url(), "mig");
+    let (ctx, mut api, registry) = test_context();
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Warning", "OrphanedJobs"))
+        .run(&ctx, &mut api)
+        .await;
+    result.unwrap();
+    let status = &seen.statuses[0];
+    assert_eq!((status.orphaned, status.pending), (1, 0));
+    let (s, reason, message) = condition(status, "JobsOrphaned");
+    assert_eq!((s, reason), ("True", "OrphanedJobs"));
+    assert!(
+        message.starts_with("1 job ids are set aside")
+            && message.contains("jobqueue dead purge --orphans --yes"),
+        "{message}"
+    );
+    assert_eq!(seen.events[0]["note"], message);
+    let line = r#"jobqueue_orphaned{namespace="default",name="mig"} 1"#;
+    let text = metrics_text(&registry);
+    assert!(text.contains(line), "missing {line} in\n{text}");
+
+    // The hash arrives: the reaper puts the id back, no new Warning.
+    let _: () = conn.rename("elsewhere", q.keys().job("away")).unwrap();
+    let jq = jq.with_status(status.clone());
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::StatusPatch)
+        .run(&ctx, &mut api)
+        .await;
+    result.unwrap();
+    let status = &seen.statuses[0];
+    assert_eq!((status.orphaned, status.pending), (0, 1));
+    let (s, reason, _) = condition(status, "JobsOrphaned");
+    assert_eq!((s, reason), ("False", "NoOrphanedJobs"));
+    let line = r#"jobqueue_orphaned{namespace="default",name="mig"} 0"#;
+    let text = metrics_text(&registry);
+    assert!(text.contains(line), "missing {line} in\n{text}");
+}

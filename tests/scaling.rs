@@ -761,3 +761,73 @@ async fn the_operator_binary_scales_a_deployment_over_http() {
         assert!(metrics.contains(line), "missing {line} in\n{metrics}");
     }
 }
+
+/// Enqueue `n` jobs delayed by `delay`, and wait (on Redis's clock) until they are due.
+async fn enqueue_due(q: &Queue, n: usize, delay: Duration) {
+    let jobs = (0..n)
+        .map(|i| NewJob::new(format!("later {i}")).delay(delay))
+        .collect();
+    q.enqueue_many(jobs).await.unwrap();
+    let n = n as u64;
+    support::eventually::eventually("the delayed jobs to fall due", async || {
+        q.stats().await.unwrap().due == n
+    })
+    .await;
+}
+
+/// Workers at zero, delayed jobs fall due: nothing claims, so nothing else promotes
+/// them. A reconcile promotes what its reaper budget allows (10 calls of batchSize 1)
+/// and the backlog counts the rest as due: up from zero for all 25 at once.
+#[tokio::test]
+async fn due_delayed_jobs_scale_up_from_zero() {
+    let redis = RedisServer::start();
+    let q = redis.queue("later").await;
+    enqueue_due(&q, 25, Duration::from_millis(50)).await;
+    let mut jq = queue("later", &redis.url(), "later").with_workers(workers(0, 10));
+    jq.spec.reaper.batch_size = 1;
+    let clock = TestClock::new();
+    let (ctx, mut api, _) = test_context_at(&clock);
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::TargetRead(WORKER, 0))
+        .expect(Expect::ScalePatch(WORKER, 3))
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Normal", "ScaledUp"))
+        .run(&ctx, &mut api)
+        .await;
+    result.unwrap();
+    assert_eq!(seen.scales, vec![3]);
+    let status = &seen.statuses[0];
+    assert_eq!((status.pending, status.due, status.delayed), (10, 15, 15));
+    assert_eq!(
+        scaling(status).2,
+        "scaled Deployment/worker from 0 to 3 replicas: backlog 25 (10 pending, 15 due, 0 \
+         processing) needs 3 replicas at 10 per replica"
+    );
+}
+
+/// A job scheduled an hour ahead is no work yet: at `minReplicas: 0` the workers stay
+/// at zero until it falls due.
+#[tokio::test]
+async fn a_job_scheduled_far_ahead_leaves_zero_alone() {
+    let redis = RedisServer::start();
+    let q = redis.queue("someday").await;
+    q.enqueue(NewJob::new("next hour").delay(Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    let jq = queue("someday", &redis.url(), "someday").with_workers(workers(0, 10));
+    let clock = TestClock::new();
+    let (ctx, mut api, _) = test_context_at(&clock);
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::TargetRead(WORKER, 0))
+        .expect(Expect::StatusPatch)
+        .run(&ctx, &mut api)
+        .await;
+    result.unwrap();
+    assert!(
+        seen.scales.is_empty(),
+        "no scale patch for a job not yet due"
+    );
+    let status = &seen.statuses[0];
+    assert_eq!((status.delayed, status.due, status.pending), (1, 0, 0));
+    assert_eq!(scaling(status).1, "AtMinReplicas");
+}

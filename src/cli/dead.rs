@@ -1,4 +1,5 @@
-//! `jobqueue dead`: the dead-letter set: list, show, redrive, purge.
+//! `jobqueue dead`: the dead-letter set: list, show, redrive, purge; and `purge
+//! --orphans`, which forgets the ids set aside for a missing job hash.
 
 use std::io::Write;
 
@@ -16,7 +17,8 @@ Examples:
   jobqueue dead show --tag emails 8fK2pQ0aZr1xYc3d
   jobqueue dead redrive --tag emails 8fK2pQ0aZr1xYc3d
   jobqueue dead redrive --tag emails --oldest 100
-  jobqueue dead purge --tag emails --all --yes";
+  jobqueue dead purge --tag emails --all --yes
+  jobqueue dead purge --tag emails --orphans --yes";
 
 #[derive(Debug, Args)]
 pub struct DeadArgs {
@@ -42,11 +44,13 @@ pub enum DeadCommand {
                             jobqueue dead redrive --tag emails --all"
     )]
     Redrive(SelectArgs),
-    /// Delete dead jobs and their payloads for good.
+    /// Delete dead jobs and their payloads for good; or, with --orphans, forget the ids
+    /// set aside because their job hash was absent.
     #[command(after_help = "Examples:\n  jobqueue dead purge --tag emails ID1\n  \
                             jobqueue dead purge --tag emails --oldest 1000\n  \
-                            jobqueue dead purge --tag emails --all --yes")]
-    Purge(SelectArgs),
+                            jobqueue dead purge --tag emails --all --yes\n  \
+                            jobqueue dead purge --tag emails --orphans --yes")]
+    Purge(PurgeArgs),
 }
 
 #[derive(Debug, Args)]
@@ -96,12 +100,49 @@ pub struct SelectArgs {
     pub yes: bool,
 }
 
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("purge_which").required(true).args(["ids", "oldest", "all", "orphans"])))]
+pub struct PurgeArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// Dead jobs by id.
+    pub ids: Vec<String>,
+    /// The N oldest dead jobs (by time of death).
+    #[arg(long, value_name = "N")]
+    pub oldest: Option<usize>,
+    /// Every dead job.
+    #[arg(long)]
+    pub all: bool,
+    /// Forget every id set aside because its job hash was absent (`orphaned` in
+    /// `jobqueue stats`) and whose hash is still absent. Ids whose hash came back are
+    /// left for the reaper to put back. Needs --yes.
+    #[arg(long, conflicts_with_all = ["ids", "oldest", "all"])]
+    pub orphans: bool,
+    /// Confirm `purge --all` and `purge --orphans`.
+    #[arg(long)]
+    pub yes: bool,
+}
+
+impl PurgeArgs {
+    /// The dead jobs it selects (all but --orphans).
+    fn selection(self) -> SelectArgs {
+        SelectArgs {
+            connect: self.connect,
+            ids: self.ids,
+            oldest: self.oldest,
+            all: self.all,
+            yes: self.yes,
+        }
+    }
+}
+
 pub async fn run(args: DeadArgs) -> anyhow::Result<()> {
     match args.command {
         DeadCommand::Ls(a) => ls(a).await,
         DeadCommand::Show(a) => show(a).await,
         DeadCommand::Redrive(a) => select(a, Action::Redrive).await,
-        DeadCommand::Purge(a) => select(a, Action::Purge).await,
+        DeadCommand::Purge(a) if a.orphans => purge_orphans(&a.connect, a.yes).await,
+        DeadCommand::Purge(a) => select(a.selection(), Action::Purge).await,
     }
 }
 
@@ -282,6 +323,41 @@ async fn select(args: SelectArgs, action: Action) -> anyhow::Result<()> {
         eprintln!(
             "{} of the {asked} ids given were not dead jobs: left as they are",
             asked - done as usize
+        );
+    }
+    Ok(())
+}
+
+/// `purge --orphans`: forget set-aside ids whose job hash is still absent, in batches,
+/// as many as are set aside now.
+async fn purge_orphans(connect: &ConnectArgs, yes: bool) -> anyhow::Result<()> {
+    if !yes {
+        return Err(UsageError(
+            "purge --orphans forgets every set-aside id whose job hash is still absent, for \
+             good: check `jobqueue stats` (a Cluster slot migration in progress sets ids aside \
+             for a while), then add --yes"
+                .into(),
+        )
+        .into());
+    }
+    let queue = open(connect).await?;
+    let orphaned = queue.stats().await?.orphaned;
+    let mut done = 0u64;
+    while done < orphaned {
+        let n = (orphaned - done).min(MAX_BATCH as u64) as usize;
+        let forgotten = queue.purge_orphans(n).await?;
+        done += forgotten;
+        // The rest have their hash back: the reaper puts them back, not this.
+        if forgotten == 0 {
+            break;
+        }
+    }
+    println!("forgot {done} orphaned job ids in {}", queue.name());
+    let left = queue.stats().await?.orphaned;
+    if left > 0 {
+        eprintln!(
+            "{left} set-aside ids are left: their job hash is there again (the reaper puts \
+             them back), or they were set aside meanwhile"
         );
     }
     Ok(())

@@ -7,7 +7,7 @@ use clap::Args;
 
 use crate::controller::Settings;
 use crate::controller::operator::{self, Config};
-use crate::controller::telemetry::{self, LogFormat};
+use crate::telemetry::{self, LogFormat};
 
 /// Flags of `jobqueue operator`; each can also be set by its environment variable.
 #[derive(Debug, Clone, Args)]

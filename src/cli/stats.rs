@@ -117,7 +117,9 @@ pub fn table(name: &str, endpoint: &str, s: &QueueStats) -> String {
             ("processing", s.processing),
             ("expired", s.expired),
             ("delayed", s.delayed),
+            ("due", s.due),
             ("dead", s.dead),
+            ("orphaned", s.orphaned),
         ],
     );
     section(
@@ -135,6 +137,10 @@ pub fn table(name: &str, endpoint: &str, s: &QueueStats) -> String {
             ("redriven", s.redriven),
             ("purged", s.purged),
             ("orphans", s.orphans),
+            ("set_aside", s.set_aside),
+            ("restored", s.restored),
+            ("orphans_purged", s.orphans_purged),
+            ("promoted", s.promoted),
         ],
     );
     out.push_str("processing time of acked jobs\n");
@@ -149,6 +155,22 @@ pub fn table(name: &str, endpoint: &str, s: &QueueStats) -> String {
         out.push_str(&format!(
             "note: {} leases have expired and wait for a reaper (the operator, or `jobqueue reap`)\n",
             s.expired
+        ));
+    }
+    if s.due > 0 {
+        out.push_str(&format!(
+            "note: {} delayed jobs are due and wait to be moved to pending (by a claim or a \
+             reaper: the operator, or `jobqueue reap`)\n",
+            s.due
+        ));
+    }
+    if s.orphaned > 0 {
+        out.push_str(&format!(
+            "note: {} job ids are set aside because their job hash was absent (a Cluster slot \
+             migration, or hashes deleted by hand); a reaper puts each back once its hash is \
+             there again. If they stay after any migration has ended, remove them with \
+             `jobqueue dead purge --orphans --yes`\n",
+            s.orphaned
         ));
     }
     out
@@ -189,6 +211,37 @@ mod tests {
         let text = table("jq:{emails}", "redis://h:1", &expired);
         assert!(
             text.contains("no acks yet") && text.contains("2 leases"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn due_and_orphaned_jobs_are_shown_with_what_to_do() {
+        let stats = QueueStats {
+            delayed: 5,
+            due: 2,
+            orphaned: 3,
+            set_aside: 4,
+            restored: 1,
+            promoted: 7,
+            ..QueueStats::default()
+        };
+        let text = table("jq:{emails}", "redis://h:1", &stats);
+        for (label, value) in [
+            ("delayed", "5"),
+            ("due", "2"),
+            ("orphaned", "3"),
+            ("set_aside", "4"),
+            ("restored", "1"),
+            ("promoted", "7"),
+        ] {
+            let line = format!("  {label:<16}{value:>10}");
+            assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+        }
+        assert!(text.contains("note: 2 delayed jobs are due"), "{text}");
+        assert!(
+            text.contains("note: 3 job ids are set aside")
+                && text.contains("`jobqueue dead purge --orphans --yes`"),
             "{text}"
         );
     }

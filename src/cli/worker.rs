@@ -6,8 +6,8 @@ use clap::Args;
 use tokio_util::sync::CancellationToken;
 
 use super::ConnectArgs;
-use crate::controller::telemetry::{self, LogFormat};
 use crate::queue::Error;
+use crate::telemetry::{self, LogFormat};
 use crate::worker::Worker;
 use crate::worker::exec::{DEFAULT_DEAD_EXIT_CODE, DEFAULT_STDERR_TAIL, ExecHandler};
 
@@ -30,11 +30,13 @@ What the command gets and how its exit is read:
   other exit, signal    the job is retried per the queue's backoff, until max attempts
   stderr                passed through; its last 2 KiB become the job's last_error
 
-The lease is renewed while the command runs. On SIGTERM or Ctrl-C the worker stops
-claiming, sends SIGTERM to running commands and waits up to --shutdown-timeout: a command
-that exits 0 in time is acked, one that dies of the signal is retried, and one still
-running at the deadline is killed (SIGKILL) and its job left for the reaper. A second
-SIGTERM or Ctrl-C skips the wait.";
+The lease is renewed while the command runs; if it cannot be renewed in time (Redis
+unreachable), the command gets SIGTERM when the lease may have ended and SIGKILL
+--kill-grace later, so it never runs on beside the job's next run for longer. On SIGTERM
+or Ctrl-C the worker stops claiming, sends SIGTERM to running commands and waits up to
+--shutdown-timeout: a command that exits 0 in time is acked; one that stops otherwise, or
+is still running at the deadline (then killed with SIGKILL), has its job released to run
+again without counting the attempt. A second SIGTERM or Ctrl-C skips the wait.";
 
 /// Run a command for each job of a queue.
 #[derive(Debug, Args)]
@@ -54,6 +56,11 @@ pub struct WorkerArgs {
     /// How long shutdown waits for running commands before killing them.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::duration::parse)]
     pub shutdown_timeout: Duration,
+
+    /// After a lease is lost (or may be: Redis unreachable until the lease's local
+    /// deadline), how long the command has between SIGTERM and SIGKILL.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = crate::duration::parse)]
+    pub kill_grace: Duration,
 
     /// The name recorded in each job's `worker` field [default: hostname-pid].
     #[arg(long, env = "JOBQUEUE_WORKER_ID")]
@@ -86,9 +93,14 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
             what: "--exec",
             reason: "a command is needed".into(),
         })?;
+    // Each command runs under this binary as its supervisor, so that no process of a job
+    // survives the worker (see worker::supervisor).
+    let supervisor = std::env::current_exe().ok();
     let handler = ExecHandler::new(program, rest)
         .dead_exit_code(args.dead_exit_code)
-        .stderr_tail(args.stderr_tail);
+        .stderr_tail(args.stderr_tail)
+        .kill_grace(args.kill_grace)
+        .supervisor(supervisor);
     handler.check().map_err(|reason| Error::InvalidArgument {
         what: "--exec command",
         reason,
@@ -106,12 +118,17 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         .concurrency(usize::from(args.concurrency))
         .visibility(args.visibility)
         .shutdown_deadline(args.shutdown_timeout)
+        .lease_grace(args.kill_grace)
         .handle_signals(true)
         .shutdown_token(shutdown);
     if let Some(id) = args.worker_id {
         builder = builder.worker_id(id);
     }
     let worker = builder.build()?;
+    if std::process::id() == 1 {
+        // PID 1 in a container inherits every orphan: reap them, or they stay zombies.
+        tokio::spawn(reap_strays_on_sigchld());
+    }
     let handler = std::sync::Arc::new(handler);
     worker
         .run(move |lease, ctx| {
@@ -120,4 +137,18 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         })
         .await;
     Ok(())
+}
+
+/// Reap re-parented processes each time a child ends (see [`crate::worker::exec::reap_strays`]).
+async fn reap_strays_on_sigchld() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut sigchld) = signal(SignalKind::child()) else {
+            return;
+        };
+        while sigchld.recv().await.is_some() {
+            crate::worker::exec::reap_strays();
+        }
+    }
 }

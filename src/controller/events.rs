@@ -71,6 +71,17 @@ pub fn success_events(
     obs: &Observation,
 ) -> Vec<EventSpec> {
     let mut events = Vec::new();
+    // Once, as ids start sitting in the orphans set, on first sight too (a live count,
+    // not a total); the `JobsOrphaned` condition says while it lasts.
+    let was_orphaned = prev
+        .and_then(|p| p.condition(status::types::JOBS_ORPHANED))
+        .is_some_and(|c| c.status == "True");
+    if new.orphaned > 0 && !was_orphaned {
+        events.push(EventSpec::warning(
+            reasons::ORPHANED_JOBS,
+            status::orphaned_message(new.orphaned),
+        ));
+    }
     let Some(prev) = prev else {
         return events;
     };
@@ -164,6 +175,46 @@ mod tests {
         // A status only ever written by failures is no baseline.
         let never_counted = status::failed(None, Some(1), &down, now);
         assert_eq!(reasons(Some(&never_counted), &obs(7)), vec!["Recovered"]);
+    }
+
+    #[test]
+    fn orphans_raise_one_warning_while_they_last() {
+        use k8s_openapi::jiff::Timestamp;
+        let now = Timestamp::from_second(1_700_000_000).unwrap();
+        let obs = |orphaned: u64| Observation {
+            queue: "jq:{a}".into(),
+            stats: crate::queue::QueueStats {
+                orphaned,
+                ..Default::default()
+            },
+            ..Observation::default()
+        };
+        let step = |prev: Option<&JobQueueStatus>, orphaned: u64| {
+            let o = obs(orphaned);
+            let new = status::observed(prev, Some(1), &o, now);
+            let events = success_events(prev, &new, &o);
+            (new, events)
+        };
+        // Seen at the first reconcile: a Warning that says what to do.
+        let (first, events) = step(None, 3);
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0].kind, EventType::Warning);
+        assert_eq!(events[0].reason, "OrphanedJobs");
+        assert!(events[0].note.starts_with("3 job ids are set aside"));
+        assert!(
+            events[0]
+                .note
+                .contains("jobqueue dead purge --orphans --yes")
+        );
+        // Still there (more of them): nothing new.
+        let (more, events) = step(Some(&first), 5);
+        assert!(events.is_empty(), "{events:?}");
+        // Put back by the reaper, then new ones: a new Warning.
+        let (clear, events) = step(Some(&more), 0);
+        assert!(events.is_empty(), "{events:?}");
+        assert_eq!(step(Some(&clear), 1).1[0].reason, "OrphanedJobs");
+        // None at all: nothing.
+        assert!(step(None, 0).1.is_empty());
     }
 
     #[test]

@@ -63,13 +63,20 @@ pub struct Metrics {
     pub processing: Family<QueueLabels, Gauge>,
     pub expired: Family<QueueLabels, Gauge>,
     pub delayed: Family<QueueLabels, Gauge>,
+    /// Delayed jobs whose time has come, not yet promoted (in the scaling backlog).
+    pub due: Family<QueueLabels, Gauge>,
     pub dead: Family<QueueLabels, Gauge>,
+    /// Ids set aside because their job hash was absent: nonzero after a slot migration
+    /// has ended means lost hashes (the `JobQueueOrphanedJobs` alert).
+    pub orphaned: Family<QueueLabels, Gauge>,
     /// Processing time of acked jobs (claim to ack), from the queue's histogram.
     pub processing_time: Family<QuantileLabels, Gauge<f64, AtomicU64>>,
     /// Acks, extends and fails refused since the queue began (Redis's `stale` counter).
     pub stale_acks: Family<QueueLabels, Gauge>,
     pub reaped: Family<QueueLabels, Counter>,
     pub dead_lettered: Family<QueueLabels, Counter>,
+    pub promoted: Family<QueueLabels, Counter>,
+    pub restored: Family<QueueLabels, Counter>,
     pub reconcile_runs: Family<QueueLabels, Counter>,
     pub reconcile_failures: Family<FailureLabels, Counter>,
     pub reconcile_duration: Histogram,
@@ -87,11 +94,15 @@ impl Default for Metrics {
             processing: Family::default(),
             expired: Family::default(),
             delayed: Family::default(),
+            due: Family::default(),
             dead: Family::default(),
+            orphaned: Family::default(),
             processing_time: Family::default(),
             stale_acks: Family::default(),
             reaped: Family::default(),
             dead_lettered: Family::default(),
+            promoted: Family::default(),
+            restored: Family::default(),
             reconcile_runs: Family::default(),
             reconcile_failures: Family::default(),
             reconcile_duration: Histogram::new([
@@ -125,7 +136,17 @@ impl Metrics {
             "Jobs waiting for a retry backoff or a delay",
             self.delayed.clone(),
         );
+        r.register(
+            "due",
+            "Delayed jobs whose time has come, not yet promoted to pending",
+            self.due.clone(),
+        );
         r.register("dead", "Jobs in the dead-letter set", self.dead.clone());
+        r.register(
+            "orphaned",
+            "Job ids set aside because their job hash was absent",
+            self.orphaned.clone(),
+        );
         r.register(
             "processing_time_seconds",
             "Processing time of acked jobs (claim to ack) at a quantile, from the queue's histogram",
@@ -145,6 +166,16 @@ impl Metrics {
             "dead_lettered",
             "Expired leases the operator moved to the dead-letter set",
             self.dead_lettered.clone(),
+        );
+        r.register(
+            "promoted",
+            "Due delayed jobs the operator's reaper moved to pending",
+            self.promoted.clone(),
+        );
+        r.register(
+            "restored",
+            "Set-aside ids the operator's reaper put back, their job hash being there again",
+            self.restored.clone(),
         );
         r.register(
             "reconcile_runs",
@@ -209,7 +240,9 @@ impl Metrics {
         set(&self.processing, stats.processing);
         set(&self.expired, stats.expired);
         set(&self.delayed, stats.delayed);
+        set(&self.due, stats.due);
         set(&self.dead, stats.dead);
+        set(&self.orphaned, stats.orphaned);
         set(&self.stale_acks, stats.stale);
         for (q, label) in QUANTILES {
             let labels = QuantileLabels {
@@ -232,6 +265,8 @@ impl Metrics {
         self.dead_lettered
             .get_or_create(queue)
             .inc_by(reaped.dead_lettered);
+        self.promoted.get_or_create(queue).inc_by(reaped.promoted);
+        self.restored.get_or_create(queue).inc_by(reaped.restored);
         self.known
             .lock()
             .expect("metrics lock")
@@ -277,7 +312,9 @@ impl Metrics {
                 &self.processing,
                 &self.expired,
                 &self.delayed,
+                &self.due,
                 &self.dead,
+                &self.orphaned,
                 &self.stale_acks,
                 &self.desired_replicas,
                 &self.current_replicas,
@@ -298,7 +335,13 @@ impl Metrics {
                     direction: direction.to_string(),
                 });
             }
-            for family in [&self.reaped, &self.dead_lettered, &self.reconcile_runs] {
+            for family in [
+                &self.reaped,
+                &self.dead_lettered,
+                &self.promoted,
+                &self.restored,
+                &self.reconcile_runs,
+            ] {
                 family.remove(&queue);
             }
             known.remove(&queue);
@@ -340,7 +383,9 @@ mod tests {
         }
         let mut stats = QueueStats {
             pending: 7,
+            due: 5,
             dead: 2,
+            orphaned: 4,
             stale: 3,
             ..QueueStats::default()
         };
@@ -350,8 +395,8 @@ mod tests {
             requeued: 3,
             dead_lettered: 1,
             more: false,
-            promoted: 0,
-            restored: 0,
+            promoted: 5,
+            restored: 2,
         };
         metrics.observed(&q, &stats, &reaped);
         metrics.observed(&q, &stats, &reaped);
@@ -364,6 +409,10 @@ mod tests {
         for line in [
             r#"jobqueue_pending{namespace="prod",name="emails"} 7"#,
             r#"jobqueue_dead{namespace="prod",name="emails"} 2"#,
+            r#"jobqueue_due{namespace="prod",name="emails"} 5"#,
+            r#"jobqueue_orphaned{namespace="prod",name="emails"} 4"#,
+            r#"jobqueue_promoted_total{namespace="prod",name="emails"} 10"#,
+            r#"jobqueue_restored_total{namespace="prod",name="emails"} 4"#,
             r#"jobqueue_stale_acks{namespace="prod",name="emails"} 3"#,
             r#"jobqueue_processing_time_seconds{namespace="prod",name="emails",quantile="0.5"} 0.768"#,
             r#"jobqueue_processing_time_seconds{namespace="prod",name="emails",quantile="0.99"} 1.01"#,
@@ -384,7 +433,13 @@ mod tests {
         assert!(!text.contains("jobqueue_desired_replicas{"), "{text}");
         metrics.retain(&HashSet::new());
         let text = encode(&registry);
-        assert!(!text.contains(r#"jobqueue_pending{"#), "{text}");
+        for gone in [
+            "jobqueue_pending{",
+            "jobqueue_orphaned{",
+            "jobqueue_promoted_total{",
+        ] {
+            assert!(!text.contains(gone), "{gone} in {text}");
+        }
         assert!(!text.contains("jobqueue_current_replicas{"), "{text}");
         assert!(!text.contains("jobqueue_scale_operations_total{"), "{text}");
     }

@@ -34,7 +34,6 @@ pub mod reconcile;
 pub mod redis_pool;
 pub mod scaling;
 pub mod status;
-pub mod telemetry;
 pub mod validate;
 
 pub use metrics::Metrics;

@@ -185,9 +185,7 @@ async fn lead_then_run(
         if shutdown.is_cancelled() {
             break;
         }
-        // The new leader publishes the queues now: a standby serving its last values
-        // would show two diverging series per queue.
-        ctx.metrics.retain(&HashSet::new());
+        stand_down(&ctx);
         warn!(identity = %identity, "lost the leadership: standing by");
         ready.store(true, Ordering::Release);
     }
@@ -199,6 +197,15 @@ async fn lead_then_run(
         Err(e) => warn!(error = %e, "the leader election task failed"),
     }
     Ok(())
+}
+
+/// Forget what the leader kept about the queues, once the Lease is lost: the metrics
+/// (the new leader publishes the queues now: a standby serving its last values would
+/// show two diverging series per queue) and each queue's state. The scale history and
+/// the failures are stale by the time this replica leads again (the other leader scaled
+/// meanwhile), so it starts as a replica taking over does, with a fresh window.
+fn stand_down(ctx: &Context) {
+    ctx.retain(&HashSet::new());
 }
 
 /// The controller, until `stop`: a watch filtered by generation (status writes do not
@@ -286,5 +293,54 @@ fn default_identity() -> String {
         host
     } else {
         format!("{host}-{}", &crate::queue::new_token()[..8])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ::http::{Request, Response};
+    use k8s_openapi::jiff::Timestamp;
+    use kube::Resource;
+    use kube::client::Body;
+
+    use super::*;
+    use crate::crd::JobQueueSpec;
+    use crate::queue::QueueStats;
+
+    /// A replica that loses the Lease and later leads again starts with a fresh scale
+    /// window and no backoff, as one taking over for the first time does: the other
+    /// leader scaled meanwhile, and this one's history says nothing about it.
+    #[tokio::test]
+    async fn losing_the_lease_forgets_the_queues() {
+        let (service, _) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = Client::new(service, "default");
+        let ctx = Context::new(client, Arc::default(), None, Settings::default());
+        let mut jq = JobQueue::new("emails", JobQueueSpec::new("redis://r:6379", "emails"));
+        jq.meta_mut().namespace = Some("default".into());
+        jq.meta_mut().uid = Some("uid-1".into());
+        let labels = QueueLabels::new("default", "emails");
+        let now = Timestamp::from_second(1_700_000_000).unwrap();
+        ctx.with_recommendations(&jq, |r| r.record(now, 8));
+        for _ in 0..3 {
+            ctx.failed(&jq);
+        }
+        ctx.metrics
+            .observed(&labels, &QueueStats::default(), &Default::default());
+
+        stand_down(&ctx);
+
+        assert!(
+            ctx.with_recommendations(&jq, |r| r.is_empty()),
+            "the scale recommendations of the last leadership survived"
+        );
+        assert_eq!(
+            ctx.failed(&jq),
+            ctx.settings.backoff_initial,
+            "the failures of the last leadership survived"
+        );
+        assert!(
+            ctx.metrics.pending.get(&labels).is_none(),
+            "the metrics of the last leadership survived"
+        );
     }
 }

@@ -245,8 +245,11 @@ async fn scale_workers(
     stats: &QueueStats,
 ) -> Decision {
     let state = cluster_reads::target_state(&ctx.client, &q.ns, &policy.target).await;
+    // Due delayed jobs wait like pending ones: the reaper promotes them (a bounded
+    // number per reconcile), and they must wake workers at zero.
     let backlog = Backlog {
         pending: stats.pending,
+        due: stats.due,
         processing: stats.processing,
     };
     let decision = ctx.with_recommendations(q.jq, |history| {

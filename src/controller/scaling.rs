@@ -8,10 +8,12 @@
 //!
 //! The algorithm is the HorizontalPodAutoscaler's, with the backlog as its metric:
 //!
-//! 1. **recommend** `ceil((pending + processing) / targetBacklogPerReplica)`; processing
-//!    jobs count, so running jobs keep their workers. The recommendation is 0 when the
-//!    backlog is at or below `activationBacklog` and no job is processing: the only way
-//!    to zero, and any backlog above it leaves zero at once;
+//! 1. **recommend** `ceil((pending + due + processing) / targetBacklogPerReplica)`;
+//!    due delayed jobs count as pending (the reaper promotes them, but not always all
+//!    in one reconcile), and processing jobs count, so running jobs keep their workers.
+//!    The recommendation is 0 when the backlog is at or below `activationBacklog` and
+//!    no job is processing: the only way to zero, and any backlog above it leaves zero
+//!    at once. A delayed job not yet due is no backlog: at zero it waits for its time;
 //! 2. **stabilize** a scale-down: the highest recommendation within
 //!    `scaleDownStabilization` wins (never above the current replicas), so a backlog
 //!    that comes and goes keeps its workers and the replicas do not flap. Likewise
@@ -301,28 +303,33 @@ fn before(now: Timestamp, d: Duration) -> Timestamp {
     now.checked_sub(span).unwrap_or(Timestamp::MIN)
 }
 
-/// What the workers have to do: jobs waiting, and jobs running.
+/// What the workers have to do: jobs waiting (pending, and delayed jobs whose time has
+/// come), and jobs running. Delayed jobs not yet due are not work yet.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Backlog {
     pub pending: u64,
+    /// Delayed jobs past their time, not yet promoted: waiting like pending ones, so
+    /// they count towards activation too (a retry at zero replicas must wake them).
+    pub due: u64,
     pub processing: u64,
 }
 
 impl Backlog {
     pub fn total(self) -> u64 {
-        self.pending.saturating_add(self.processing)
+        self.pending
+            .saturating_add(self.due)
+            .saturating_add(self.processing)
     }
 }
 
 impl fmt::Display for Backlog {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "backlog {} ({} pending, {} processing)",
-            self.total(),
-            self.pending,
-            self.processing
-        )
+        write!(f, "backlog {} ({} pending, ", self.total(), self.pending)?;
+        // Due jobs are named only when there are some: the usual message stays short.
+        if self.due > 0 {
+            write!(f, "{} due, ", self.due)?;
+        }
+        write!(f, "{} processing)", self.processing)
     }
 }
 
@@ -872,7 +879,7 @@ mod tests {
     fn pending(n: u64) -> Backlog {
         Backlog {
             pending: n,
-            processing: 0,
+            ..Backlog::default()
         }
     }
 
@@ -910,6 +917,7 @@ mod tests {
                 Backlog {
                     pending,
                     processing,
+                    ..Backlog::default()
                 },
             );
             assert_eq!(got, want, "pending {pending}, processing {processing}");
@@ -936,10 +944,56 @@ mod tests {
                 Backlog {
                     pending,
                     processing,
+                    ..Backlog::default()
                 },
             );
             assert_eq!(got, want, "pending {pending}, processing {processing}");
         }
+    }
+
+    #[test]
+    fn due_jobs_wait_like_pending_ones() {
+        let p = ScalePolicy {
+            activation_backlog: 5,
+            ..policy()
+        };
+        let rows: &[(u64, u64, u64, i64)] = &[
+            // (pending, due, processing, recommendation)
+            (0, 6, 0, 1), // due jobs alone cross it: up from zero with nothing pending
+            (3, 3, 0, 1), // pending and due add up past the activation backlog
+            (0, 5, 0, 0), // at it: still zero
+            (10, 25, 5, 4),
+            (u64::MAX, u64::MAX, 1, 1_844_674_407_370_955_162),
+        ];
+        // At activation 0, one due job leaves zero.
+        let zero = policy();
+        assert_eq!(
+            recommend(
+                &zero,
+                Backlog {
+                    due: 1,
+                    ..Backlog::default()
+                }
+            ),
+            1
+        );
+        for &(pending, due, processing, want) in rows {
+            let backlog = Backlog {
+                pending,
+                due,
+                processing,
+            };
+            assert_eq!(recommend(&p, backlog), want, "{backlog}");
+        }
+        assert_eq!(
+            Backlog {
+                pending: 2,
+                due: 3,
+                processing: 1
+            }
+            .to_string(),
+            "backlog 6 (2 pending, 3 due, 1 processing)"
+        );
     }
 
     /// Every reason of the `Scaling` condition, one row each (or more).
@@ -981,6 +1035,19 @@ mod tests {
                 Some(0),
                 Some(1),
                 "scaled Deployment/worker from 0 to 1 replica: backlog 1 (1 pending, 0 \
+                 processing) needs 1 replica at 10 per replica",
+            ),
+            row(
+                "up from zero on a due retry, nothing pending",
+                Backlog {
+                    due: 1,
+                    ..Backlog::default()
+                },
+                found(0),
+                Reason::ScaledUp,
+                Some(0),
+                Some(1),
+                "scaled Deployment/worker from 0 to 1 replica: backlog 1 (0 pending, 1 due, 0 \
                  processing) needs 1 replica at 10 per replica",
             ),
             row(
@@ -1136,6 +1203,7 @@ mod tests {
                 "steady between the bounds",
                 Backlog {
                     pending: 20,
+                    due: 0,
                     processing: 5,
                 },
                 found(3),

@@ -24,6 +24,8 @@ pub mod types {
     pub const LEASE_TOO_SHORT: &str = "LeaseTooShort";
     /// The operator scales the worker workload on backlog (with `spec.workers`).
     pub const SCALING: &str = "Scaling";
+    /// Ids sit in the orphans set: their job hash was absent when a script looked.
+    pub const JOBS_ORPHANED: &str = "JobsOrphaned";
 }
 
 /// Condition reasons.
@@ -41,6 +43,8 @@ pub mod reasons {
     pub const REDIS_ERROR: &str = "RedisError";
     pub const STALE_ACKS: &str = "StaleAcks";
     pub const NO_STALE_ACKS: &str = "NoRecentStaleAcks";
+    pub const ORPHANED_JOBS: &str = "OrphanedJobs";
+    pub const NO_ORPHANED_JOBS: &str = "NoOrphanedJobs";
 }
 
 /// How long `LeaseTooShort` stays true after the stale-ack count last grew.
@@ -155,7 +159,9 @@ pub fn observed(
     status.processing = stats.processing;
     status.expired = stats.expired;
     status.delayed = stats.delayed;
+    status.due = stats.due;
     status.dead = stats.dead;
+    status.orphaned = stats.orphaned;
     status.reaped = stats.reaped;
     status.dead_lettered = stats.dead_lettered;
     status.stale_acks = stats.stale;
@@ -196,7 +202,45 @@ pub fn observed(
     );
     let lease = lease_condition(&status, obs.visibility_timeout, generation, now);
     set_condition(&mut status.conditions, lease);
+    let orphans = orphans_condition(stats.orphaned, generation, now);
+    set_condition(&mut status.conditions, orphans);
     status
+}
+
+/// `JobsOrphaned`: true while ids sit in the orphans set. The reaper puts an id back as
+/// soon as its job hash is there again (the end of a slot migration); one that stays
+/// has lost its hash for good and needs a person.
+fn orphans_condition(orphaned: u64, generation: Option<i64>, now: Timestamp) -> Condition {
+    if orphaned > 0 {
+        condition(
+            types::JOBS_ORPHANED,
+            Status::True,
+            reasons::ORPHANED_JOBS,
+            orphaned_message(orphaned),
+            generation,
+            now,
+        )
+    } else {
+        condition(
+            types::JOBS_ORPHANED,
+            Status::False,
+            reasons::NO_ORPHANED_JOBS,
+            "no job id is set aside for a missing job hash",
+            generation,
+            now,
+        )
+    }
+}
+
+/// What `orphaned` ids mean, and what to do about them (the condition's message and the
+/// Warning's note).
+pub fn orphaned_message(orphaned: u64) -> String {
+    format!(
+        "{orphaned} job ids are set aside because their job hash was absent (a Redis Cluster \
+         slot migration, or hashes deleted by hand); the reaper puts each back once its hash \
+         is there again. If they stay after any migration has ended, check `jobqueue stats` \
+         and remove them with `jobqueue dead purge --orphans --yes`"
+    )
 }
 
 /// `LeaseTooShort`: true while the stale-ack count grew within [`STALE_ACK_WINDOW`].
@@ -445,6 +489,7 @@ mod tests {
         o.stats.processing = 2;
         o.stats.expired = 1;
         o.stats.delayed = 3;
+        o.stats.due = 2;
         o.stats.dead = 4;
         o.stats.reaped = 11;
         o.stats.dead_lettered = 5;
@@ -456,6 +501,7 @@ mod tests {
             (s.pending, s.processing, s.expired, s.delayed, s.dead),
             (7, 2, 1, 3, 4)
         );
+        assert_eq!((s.due, s.orphaned), (2, 0));
         assert_eq!((s.reaped, s.dead_lettered, s.stale_acks), (11, 5, 0));
         assert_eq!(s.observed_generation, Some(3));
         assert_eq!(s.p50.as_deref(), Some("12ms"));
@@ -469,7 +515,44 @@ mod tests {
         let redis = cond(&s, types::REDIS_AVAILABLE);
         assert_eq!(redis.message, "connected to Redis at redis://redis:6379");
         assert_eq!(cond(&s, types::LEASE_TOO_SHORT).status, "False");
+        let orphans = cond(&s, types::JOBS_ORPHANED);
+        assert_eq!(
+            (orphans.status.as_str(), orphans.reason.as_str()),
+            ("False", "NoOrphanedJobs")
+        );
         assert_eq!(s.last_reap_time, None, "nothing was reaped");
+    }
+
+    #[test]
+    fn orphaned_ids_are_counted_and_a_condition_says_what_to_do() {
+        let mut o = obs(0, 0);
+        o.stats.orphaned = 4;
+        let s = observed(None, Some(1), &o, t(0));
+        assert_eq!(s.orphaned, 4);
+        let c = cond(&s, types::JOBS_ORPHANED);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", "OrphanedJobs")
+        );
+        assert!(
+            c.message.starts_with("4 job ids are set aside"),
+            "{}",
+            c.message
+        );
+        assert!(
+            c.message.contains("`jobqueue dead purge --orphans --yes`"),
+            "{}",
+            c.message
+        );
+        // Put back by the reaper: false again, from that reconcile on.
+        o.stats.orphaned = 0;
+        let back = observed(Some(&s), Some(1), &o, t(10));
+        let c = cond(&back, types::JOBS_ORPHANED);
+        assert_eq!(
+            (c.status.as_str(), c.last_transition_time.clone()),
+            ("False", Time(t(10)))
+        );
+        assert_eq!(back.orphaned, 0);
     }
 
     #[test]

@@ -413,14 +413,34 @@ impl Queue {
         mode: FailMode,
         backoff: Backoff,
     ) -> Result<FailOutcome> {
-        let lease = lease.into();
+        self.end_lease(lease.into(), error, mode.as_str(), backoff.as_arg())
+            .await
+    }
+
+    /// Hand back a lease on a job this worker did not finish (it is shutting down): the
+    /// job goes to the front of pending and the attempt is not charged (attempts drops
+    /// by one), so a routine restart never dead-letters a job. True when released,
+    /// false when stale (the lease was taken away).
+    pub async fn release<'a>(&self, lease: impl Into<LeaseRef<'a>>) -> Result<bool> {
+        let outcome = self.end_lease(lease.into(), "", "release", 0).await?;
+        Ok(outcome != FailOutcome::Stale)
+    }
+
+    /// The `fail` script in any of its modes.
+    async fn end_lease(
+        &self,
+        lease: LeaseRef<'_>,
+        error: &str,
+        mode: &str,
+        backoff: i64,
+    ) -> Result<FailOutcome> {
         let job_keys = [self.keys.job(lease.id)];
         let mut cmd = self.script_cmd(&SCRIPTS.fail, &job_keys);
         cmd.arg(lease.id)
             .arg(lease.token)
             .arg(error)
-            .arg(mode.as_str())
-            .arg(backoff.as_arg());
+            .arg(mode)
+            .arg(backoff);
         let reply = self.run(&SCRIPTS.fail, &cmd).await?;
         match as_str(&reply) {
             Some("pending") => Ok(FailOutcome::Pending),

@@ -67,6 +67,8 @@ pub struct QueueStats {
     pub acked: u64,
     pub failed: u64,
     pub retried: u64,
+    /// Leases handed back unfinished by a worker shutting down (no attempt charged).
+    pub released: u64,
     pub reaped: u64,
     pub dead_lettered: u64,
     pub dead_trimmed: u64,
@@ -108,6 +110,7 @@ impl QueueStats {
                 "acked" => s.acked = v,
                 "failed" => s.failed = v,
                 "retried" => s.retried = v,
+                "released" => s.released = v,
                 "reaped" => s.reaped = v,
                 "dead_lettered" => s.dead_lettered = v,
                 "dead_trimmed" => s.dead_trimmed = v,

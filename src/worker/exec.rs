@@ -13,9 +13,15 @@
 //! The last [`DEFAULT_STDERR_TAIL`] bytes of its stderr become the job's `last_error`.
 //! The child runs in a process group of its own: when the worker shuts down the group
 //! gets SIGTERM, and SIGKILL when the shutdown deadline passes; when the job's lease is
-//! taken away it gets SIGTERM, then SIGKILL after [`ExecHandler::kill_grace`]. On Linux
-//! the child is also killed if the worker process dies, so a SIGKILLed worker leaves no
-//! job running unleased.
+//! lost it gets SIGTERM, then SIGKILL after [`ExecHandler::kill_grace`]. A command that
+//! stops after the shutdown's SIGTERM other than with exit 0 or the dead-letter code is
+//! [`JobError::Interrupted`]: its job is released, the attempt not charged.
+//!
+//! With [`ExecHandler::supervisor`] (what `jobqueue worker --exec` uses) each command runs
+//! under a per-job supervisor ([`super::supervisor`]) that SIGKILLs the command's whole
+//! process group when the worker dies, even by SIGKILL, and when the command ends. Without
+//! one, on Linux only the direct child is killed when the worker dies. [`reap_strays`]
+//! reaps the zombies a worker running as PID 1 inherits.
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -25,8 +31,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::process::Command;
-use tracing::warn;
+use tokio::process::{Child, Command};
+use tracing::{debug, warn};
 
 use super::{JobContext, JobError};
 use crate::queue::Lease;
@@ -46,6 +52,7 @@ pub struct ExecHandler {
     stderr_tail: usize,
     kill_grace: Duration,
     forward_stderr: bool,
+    supervisor: Option<PathBuf>,
 }
 
 impl ExecHandler {
@@ -60,7 +67,15 @@ impl ExecHandler {
             stderr_tail: DEFAULT_STDERR_TAIL,
             kill_grace: Duration::from_secs(5),
             forward_stderr: true,
+            supervisor: None,
         }
+    }
+
+    /// Run each command under `program __supervise` (the `jobqueue` binary: see
+    /// [`super::supervisor`]), so that no process of the job survives the worker.
+    pub fn supervisor(mut self, program: Option<PathBuf>) -> Self {
+        self.supervisor = program;
+        self
     }
 
     /// The exit code that dead-letters the job (not 0).
@@ -99,7 +114,16 @@ impl ExecHandler {
 
     /// Run the command for one job.
     pub async fn run(&self, lease: Lease, ctx: JobContext) -> Result<(), JobError> {
-        let mut cmd = Command::new(&self.program);
+        let mut cmd = match &self.supervisor {
+            Some(supervisor) => {
+                let mut cmd = Command::new(supervisor);
+                cmd.arg(super::supervisor::SUBCOMMAND)
+                    .arg(std::process::id().to_string())
+                    .arg(&self.program);
+                cmd
+            }
+            None => Command::new(&self.program),
+        };
         cmd.args(&self.args)
             .env("JOBQUEUE_JOB_ID", &lease.id)
             .env("JOBQUEUE_ATTEMPT", lease.attempts.to_string())
@@ -107,27 +131,31 @@ impl ExecHandler {
             .env("JOBQUEUE_WORKER_ID", ctx.worker_id())
             .stdin(Stdio::piped())
             .stdout(Stdio::inherit())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
+            .stderr(Stdio::piped());
         #[cfg(unix)]
         cmd.process_group(0);
+        let supervised = self.supervisor.is_some();
         #[cfg(target_os = "linux")]
-        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-        unsafe {
-            cmd.pre_exec(|| {
-                // Die with the worker: its lease would expire and the job run elsewhere.
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
+        if !supervised {
+            // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+            unsafe {
+                cmd.pre_exec(|| {
+                    // Die with the worker: its lease would expire and the job run elsewhere.
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
         }
-        let mut child = cmd
-            .spawn()
+        let mut child = spawn_registered(&mut cmd)
             .map_err(|e| JobError::Retry(format!("cannot run {}: {e}", self.program.display())))?;
-        let group = ProcessGroup(child.id());
+        let group = ProcessGroup {
+            pid: child.get().id(),
+            supervised,
+        };
 
-        let stdin = child.stdin.take();
+        let stdin = child.get().stdin.take();
         let payload = lease.payload.clone();
         let feeder = tokio::spawn(async move {
             if let Some(mut stdin) = stdin {
@@ -138,11 +166,13 @@ impl ExecHandler {
         });
         let tail = Arc::new(Mutex::new(Tail::new(self.stderr_tail)));
         let reader = child
+            .get()
             .stderr
             .take()
             .map(|stderr| tokio::spawn(read_stderr(stderr, tail.clone(), self.forward_stderr)));
 
         let mut termed = false;
+        let mut shutdown_termed = false;
         let mut kill_at: Option<tokio::time::Instant> = None;
         let status = loop {
             let kill_timer = async {
@@ -152,11 +182,12 @@ impl ExecHandler {
                 }
             };
             tokio::select! {
-                status = child.wait() => break status,
+                status = child.get().wait() => break status,
                 _ = ctx.shutdown().cancelled(), if !termed => {
                     // The worker is shutting down: ask the child to finish; the runtime
                     // kills it at the deadline by dropping this future.
                     termed = true;
+                    shutdown_termed = true;
                     group.signal(Signal::Term);
                 }
                 _ = ctx.cancelled(), if kill_at.is_none() => {
@@ -172,6 +203,10 @@ impl ExecHandler {
                 }
             }
         };
+        if let Some(pid) = group.pid {
+            unregister(pid);
+        }
+        child.take();
         group.disarm();
         feeder.abort();
         if let Some(reader) = reader {
@@ -181,7 +216,13 @@ impl ExecHandler {
         let status =
             status.map_err(|e| JobError::Retry(format!("waiting for the command: {e}")))?;
         let stderr = tail.lock().unwrap_or_else(|p| p.into_inner()).text();
-        let result = judge(status, self.dead_exit_code, &stderr);
+        let result = match judge(status, self.dead_exit_code, &stderr) {
+            // Stopped because the worker asked it to: hand the job back uncharged.
+            Err(JobError::Retry(text)) if shutdown_termed => Err(JobError::Interrupted(format!(
+                "interrupted by the worker's shutdown: {text}"
+            ))),
+            other => other,
+        };
         if let Err(err) = &result
             && ctx.lease_lost()
         {
@@ -322,14 +363,20 @@ enum Signal {
 
 /// The child's process group. Signalled while the child is alive (not yet reaped, so the
 /// group id cannot have been reused); SIGKILLed when dropped before the child ended.
-struct ProcessGroup(Option<u32>);
+/// A supervised child is alone in its group: it forwards SIGTERM to the command's group
+/// and turns [`super::supervisor::KILL_REQUEST`] into SIGKILL for it.
+struct ProcessGroup {
+    pid: Option<u32>,
+    supervised: bool,
+}
 
 impl ProcessGroup {
     fn signal(&self, signal: Signal) {
         #[cfg(unix)]
-        if let Some(pid) = self.0 {
+        if let Some(pid) = self.pid {
             let sig = match signal {
                 Signal::Term => libc::SIGTERM,
+                Signal::Kill if self.supervised => super::supervisor::KILL_REQUEST,
                 Signal::Kill => libc::SIGKILL,
             };
             // SAFETY: kill has no memory effects; a negative pid names the group.
@@ -343,7 +390,7 @@ impl ProcessGroup {
 
     /// The child ended and was reaped: its group id may be reused, never signal it again.
     fn disarm(mut self) {
-        self.0 = None;
+        self.pid = None;
     }
 }
 
@@ -352,6 +399,109 @@ impl Drop for ProcessGroup {
         // Dropped before the child ended: the job was abandoned (shutdown deadline).
         self.signal(Signal::Kill);
     }
+}
+
+/// The children this process spawned and waits for itself: [`reap_strays`] leaves them
+/// alone. Locked across each spawn, so a child that ends at once is already listed.
+static CHILDREN: Mutex<std::collections::BTreeSet<u32>> =
+    Mutex::new(std::collections::BTreeSet::new());
+
+fn children() -> std::sync::MutexGuard<'static, std::collections::BTreeSet<u32>> {
+    CHILDREN.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A spawned child, waited for in the background if the job's future is dropped first
+/// (the shutdown deadline), so that it never becomes a zombie nor a stray.
+struct Waited(Option<Child>);
+
+impl Waited {
+    fn get(&mut self) -> &mut Child {
+        self.0.as_mut().expect("taken only after the wait")
+    }
+
+    fn take(&mut self) -> Option<Child> {
+        self.0.take()
+    }
+}
+
+impl Drop for Waited {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let pid = child.id();
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move {
+                    let _ = child.wait().await;
+                    if let Some(pid) = pid {
+                        unregister(pid);
+                    }
+                });
+            }
+        }
+    }
+}
+
+fn spawn_registered(cmd: &mut Command) -> std::io::Result<Waited> {
+    let mut listed = children();
+    let child = cmd.spawn()?;
+    if let Some(pid) = child.id() {
+        listed.insert(pid);
+    }
+    Ok(Waited(Some(child)))
+}
+
+fn unregister(pid: u32) {
+    children().remove(&pid);
+}
+
+/// Reap this process's ended children that it did not spawn: processes re-parented to
+/// it because it is PID 1 (in a container) or a subreaper. Returns how many. Children
+/// spawned by [`ExecHandler::run`] are left to their own wait.
+pub fn reap_strays() -> usize {
+    #[cfg(target_os = "linux")]
+    {
+        let me = std::process::id();
+        let listed = children();
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return 0;
+        };
+        let mut reaped = 0;
+        for entry in dir.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|p| p.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if listed.contains(&pid) {
+                continue;
+            }
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            // pid (comm) state ppid ...: the comm may hold spaces and parentheses.
+            let mut rest = stat
+                .rsplit_once(')')
+                .map(|(_, r)| r)
+                .unwrap_or("")
+                .split_whitespace();
+            let (state, ppid) = (rest.next(), rest.next().and_then(|p| p.parse::<u32>().ok()));
+            if state == Some("Z") && ppid == Some(me) {
+                // SAFETY: waitpid on a zombie child of ours; the status is not needed.
+                if unsafe { libc::waitpid(pid as libc::pid_t, std::ptr::null_mut(), libc::WNOHANG) }
+                    > 0
+                {
+                    reaped += 1;
+                }
+            }
+        }
+        if reaped > 0 {
+            debug!(reaped, "reaped re-parented processes");
+        }
+        reaped
+    }
+    #[cfg(not(target_os = "linux"))]
+    0
 }
 
 /// Find `program` as the OS would: a path with a `/` as given, otherwise on `PATH`.

@@ -13,7 +13,7 @@
 //!     .run(|lease, ctx| async move {
 //!         let text = std::str::from_utf8(&lease.payload).map_err(JobError::permanent)?;
 //!         tokio::select! {
-//!             _ = ctx.cancelled() => Err(JobError::retry("interrupted")),
+//!             _ = ctx.cancelled() => Err(JobError::interrupted("stopped")),
 //!             _ = tokio::time::sleep(std::time::Duration::from_millis(10)) => {
 //!                 println!("sent {text}");
 //!                 Ok(())
@@ -31,18 +31,30 @@
 //! - Every in-flight lease is renewed in one `extend` call at a third of the visibility
 //!   timeout. A renewal that comes back stale means the lease was taken away: the
 //!   handler's [`JobContext`] is cancelled and its result is never acked.
+//! - Every lease also has a local deadline: the moment the claim or the last successful
+//!   renewal was sent, plus the lease length. When it passes (a worker cut off from
+//!   Redis cannot renew), the lease is treated as lost the same way, without waiting for
+//!   Redis to say so; a handler still running [`WorkerBuilder::lease_grace`] after that
+//!   is aborted. Another worker can only get the job after the lease ends in Redis,
+//!   which is never before the local deadline: two runs of a job overlap by at most the
+//!   grace period (plus the drift between the two clocks' rates).
 //! - `Ok` acks (acks of jobs finishing together go in one call), [`JobError::Retry`]
 //!   fails with retry, [`JobError::Permanent`] dead-letters, and a panic fails the job with
 //!   retry and the text `handler panicked: …`. The worker itself keeps running.
 //! - Shutdown (SIGTERM, Ctrl-C, or the shutdown token) stops claiming and waits for the
-//!   jobs in flight up to the shutdown deadline; what is still unfinished then is
-//!   abandoned without an ack, and its lease expires for the reaper to hand it out again.
+//!   jobs in flight up to the shutdown deadline. A job whose handler gives up because of
+//!   the shutdown ([`JobError::Interrupted`]) or that is aborted at the deadline is
+//!   released: back to the front of pending without charging the attempt, so a routine
+//!   restart never dead-letters a job on its last attempt. (When the release cannot
+//!   reach Redis, the lease expires for the reaper to hand the job out again.)
 //! - Redis failures are retried with capped, jittered exponential backoff; the worker
 //!   never spins and never exits because Redis went away.
 
 mod backoff;
 pub mod exec;
+mod lease;
 mod runtime;
+pub mod supervisor;
 
 use std::fmt;
 use std::sync::Arc;
@@ -65,6 +77,10 @@ pub enum JobError {
     Retry(String),
     /// Trying again cannot help (a malformed payload, say): dead-letter the job now.
     Permanent(String),
+    /// The handler stopped because the worker is shutting down ([`JobContext::shutdown`]):
+    /// the job is released without charging the attempt. Outside a shutdown it counts as
+    /// [`JobError::Retry`].
+    Interrupted(String),
 }
 
 impl JobError {
@@ -76,9 +92,13 @@ impl JobError {
         JobError::Permanent(error.to_string())
     }
 
+    pub fn interrupted(why: impl fmt::Display) -> JobError {
+        JobError::Interrupted(why.to_string())
+    }
+
     pub fn message(&self) -> &str {
         match self {
-            JobError::Retry(m) | JobError::Permanent(m) => m,
+            JobError::Retry(m) | JobError::Permanent(m) | JobError::Interrupted(m) => m,
         }
     }
 
@@ -119,9 +139,9 @@ pub struct JobContext {
 }
 
 impl JobContext {
-    /// Cancelled when the job must stop now: its lease was taken away (a renewal came
-    /// back stale; the result will not be acked whatever it is), or the worker's
-    /// shutdown deadline passed.
+    /// Cancelled when the job must stop now: its lease was lost (a renewal came back
+    /// stale, or the lease's local deadline passed without a renewal; the result will
+    /// not be acked whatever it is), or the worker's shutdown deadline passed.
     pub fn token(&self) -> &CancellationToken {
         &self.cancel
     }
@@ -135,7 +155,8 @@ impl JobContext {
         self.cancel.is_cancelled()
     }
 
-    /// True once a renewal has shown that this worker no longer holds the lease.
+    /// True once this worker no longer holds the lease (a stale renewal, or the local
+    /// deadline passed).
     pub fn lease_lost(&self) -> bool {
         self.lost.load(Ordering::SeqCst)
     }
@@ -173,8 +194,10 @@ pub struct WorkerStats {
     pub lost: u64,
     /// Acks or fails the queue refused as stale.
     pub stale: u64,
-    /// Jobs still running at the shutdown deadline, left for their leases to expire.
+    /// Jobs still running at the shutdown deadline (aborted, then released).
     pub abandoned: u64,
+    /// Leases handed back unfinished at shutdown, without charging an attempt.
+    pub released: u64,
     /// Renewal calls made (each covers every lease in flight).
     pub renewals: u64,
     /// Redis calls that failed (each followed by a backoff and a retry).
@@ -191,6 +214,7 @@ pub(crate) struct Counters {
     lost: AtomicU64,
     stale: AtomicU64,
     abandoned: AtomicU64,
+    released: AtomicU64,
     renewals: AtomicU64,
     redis_errors: AtomicU64,
 }
@@ -211,6 +235,7 @@ impl Counters {
             lost: get(&self.lost),
             stale: get(&self.stale),
             abandoned: get(&self.abandoned),
+            released: get(&self.released),
             renewals: get(&self.renewals),
             redis_errors: get(&self.redis_errors),
         }
@@ -235,6 +260,8 @@ pub struct WorkerConfig {
     pub visibility: Option<Duration>,
     /// How long shutdown waits for jobs in flight before abandoning them.
     pub shutdown_deadline: Duration,
+    /// After a lease is lost, how long its handler has to stop before it is aborted.
+    pub lease_grace: Duration,
     pub worker_id: String,
     /// Shut down on SIGTERM and Ctrl-C (a second signal skips the wait).
     pub handle_signals: bool,
@@ -271,6 +298,14 @@ impl WorkerBuilder {
     /// How long shutdown waits for jobs in flight (default 30 s).
     pub fn shutdown_deadline(mut self, deadline: Duration) -> Self {
         self.config.shutdown_deadline = deadline;
+        self
+    }
+
+    /// After a lease is lost (a stale renewal, or its local deadline passed), how long
+    /// the handler has to stop once its context is cancelled before the runtime aborts
+    /// it (default 5 s). Two runs of a job overlap by at most this long.
+    pub fn lease_grace(mut self, grace: Duration) -> Self {
+        self.config.lease_grace = grace;
         self
     }
 
@@ -366,6 +401,7 @@ impl Worker {
                 concurrency: 1,
                 visibility: None,
                 shutdown_deadline: Duration::from_secs(30),
+                lease_grace: Duration::from_secs(5),
                 worker_id: default_worker_id(),
                 handle_signals: true,
                 retry_backoff: Backoff::Policy,

@@ -1,6 +1,7 @@
 //! The worker's tasks: the claim loop and the wait for jobs in flight at shutdown
 //! ([`run`] strings them together), one task per job plus its supervisor, the completer
-//! (acks and fails), the renewer, and the signal listener (on [`crate::shutdown`]).
+//! (acks, fails and releases), the renewer, the deadline watcher (each lease's local
+//! deadline, see [`super::lease`]), and the signal listener (on [`crate::shutdown`]).
 //!
 //! Slots are semaphore permits. A permit travels with its job from the claim to the end
 //! of its lease (the ack or fail reply), so the worker never holds more than
@@ -8,17 +9,19 @@
 
 use std::any::Any;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::join_all;
 use redis::Value;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::AbortHandle;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
+use super::lease::{self, Step};
 use super::{Counters, JobContext, JobError, MAX_ERROR_TEXT, RetryDelay, Worker, WorkerStats};
 use crate::duration;
 use crate::queue::{
@@ -42,6 +45,23 @@ struct InFlight {
     /// means the lease already ended.
     completing: bool,
     abort: Option<AbortHandle>,
+    /// The lease's local deadline ([`lease::deadline`]), moved by each renewal.
+    deadline: Instant,
+    /// When the handler was cancelled because the lease was lost.
+    lost_at: Option<Instant>,
+}
+
+impl InFlight {
+    /// The lease is gone: cancel the handler, never ack its result.
+    fn mark_lost(&mut self, now: Instant) {
+        self.lost.store(true, Ordering::SeqCst);
+        self.lost_at = Some(now);
+        self.cancel.cancel();
+    }
+
+    fn is_lost(&self, now: Instant) -> bool {
+        self.lost.load(Ordering::SeqCst) || (!self.completing && now >= self.deadline)
+    }
 }
 
 /// Everything the worker's tasks share.
@@ -50,6 +70,13 @@ struct Shared {
     worker_id: Arc<str>,
     queue_name: Arc<str>,
     visibility: Option<Duration>,
+    /// The lease length claims and renewals ask for, in ms: the worker's own, else the
+    /// queue's setting as last read. Asked for explicitly, so the local deadlines match.
+    lease_ms: AtomicU64,
+    /// After a lost lease's handler is cancelled, how long until it is aborted.
+    lease_grace: Duration,
+    /// Poked when a lease is added or its deadline changes.
+    deadlines_changed: Notify,
     retry_backoff: crate::queue::Backoff,
     retry_initial: Duration,
     retry_max: Duration,
@@ -73,6 +100,10 @@ impl Shared {
         self.inflight.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn lease_len(&self) -> Duration {
+        Duration::from_millis(self.lease_ms.load(Ordering::Relaxed))
+    }
+
     fn delay(&self) -> RetryDelay {
         RetryDelay::new(self.retry_initial, self.retry_max)
     }
@@ -90,7 +121,7 @@ impl Shared {
 enum Outcome {
     Finished(std::result::Result<(), JobError>),
     Panicked(String),
-    /// Aborted at the shutdown deadline.
+    /// Aborted at the shutdown deadline, or after its lease was lost.
     Aborted,
 }
 
@@ -120,6 +151,9 @@ where
         queue_name: Arc::from(queue.name()),
         queue,
         visibility: config.visibility,
+        lease_ms: AtomicU64::new(0),
+        lease_grace: config.lease_grace,
+        deadlines_changed: Notify::new(),
         retry_backoff: config.retry_backoff,
         retry_initial: config.retry_initial,
         retry_max: config.retry_max,
@@ -134,6 +168,9 @@ where
         Some(v) => v,
         None => queue_visibility(&shared.queue).await,
     };
+    shared
+        .lease_ms
+        .store(visibility.as_millis().max(1) as u64, Ordering::Relaxed);
     info!(
         queue = %shared.queue_name,
         worker = %shared.worker_id,
@@ -153,6 +190,7 @@ where
         visibility,
         stop_renewing.clone(),
     ));
+    let watcher = tokio::spawn(watch_deadlines(shared.clone(), stop_renewing.clone()));
 
     let slots = Arc::new(Semaphore::new(config.concurrency));
     let max_claim = config.max_claim.min(config.concurrency);
@@ -172,6 +210,7 @@ where
         warn!(queue = %shared.queue_name, "jobs still unwinding after the shutdown deadline; leaving them");
     }
     let _ = renewer.await;
+    let _ = watcher.await;
     if let Some(signals) = signals {
         signals.abort();
     }
@@ -182,6 +221,7 @@ where
         retried = stats.retried,
         dead = stats.dead,
         abandoned = stats.abandoned,
+        released = stats.released,
         "worker stopped"
     );
     stats
@@ -218,10 +258,13 @@ async fn claim_until_shutdown<H, F>(
         }
         // A claim is never cut short by shutdown: a claimed job must reach a handler (or
         // at worst its lease runs out), and one claim is quick.
+        let lease_len = shared.lease_len();
+        let sent = Instant::now();
         let claimed = shared
             .queue
-            .claim(permits.len(), &shared.worker_id, shared.visibility)
+            .claim(permits.len(), &shared.worker_id, Some(lease_len))
             .await;
+        let deadline = lease::deadline(sent, lease_len);
         match claimed {
             Ok(leases) if leases.is_empty() => {
                 delay.reset();
@@ -247,7 +290,7 @@ async fn claim_until_shutdown<H, F>(
                 let mut permits = permits.into_iter();
                 for lease in leases {
                     let permit = permits.next().expect("claim returns at most n jobs");
-                    start_job(shared, handler, lease, permit, done);
+                    start_job(shared, handler, lease, deadline, permit, done);
                 }
             }
             Err(err) => {
@@ -301,12 +344,22 @@ fn start_job<H, F>(
     shared: &Arc<Shared>,
     handler: &Handler<H>,
     lease: Lease,
+    deadline: Instant,
     permit: OwnedSemaphorePermit,
     done: &mpsc::UnboundedSender<Completion>,
 ) where
     H: Fn(Lease, JobContext) -> F + Send + Sync + 'static,
     F: std::future::Future<Output = std::result::Result<(), JobError>> + Send + 'static,
 {
+    if Instant::now() >= deadline {
+        // The reply came later than the lease is sure to last: running the job now could
+        // overlap another worker's run of it. Its lease expires for the reaper.
+        Counters::add(&shared.counters.lost, 1);
+        warn!(queue = %shared.queue_name, job = %lease.id,
+            "the claim's reply came after the lease's local deadline; not running the job");
+        drop(permit);
+        return;
+    }
     let cancel = CancellationToken::new();
     let lost = Arc::new(AtomicBool::new(false));
     let ctx = JobContext {
@@ -332,8 +385,11 @@ fn start_job<H, F>(
             lost,
             completing: false,
             abort: Some(task.abort_handle()),
+            deadline,
+            lost_at: None,
         },
     );
+    shared.deadlines_changed.notify_one();
     let done = done.clone();
     tokio::spawn(async move {
         let outcome = match task.await {
@@ -365,12 +421,14 @@ async fn complete_jobs(shared: Arc<Shared>, mut done: mpsc::UnboundedReceiver<Co
     while done.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let mut acks: Vec<Completion> = Vec::new();
         let mut fails: Vec<(Completion, String, FailMode)> = Vec::new();
+        let mut releases: Vec<Completion> = Vec::new();
         let gate = shared.renew_gate.lock().await;
+        let now = Instant::now();
         for c in batch.drain(..) {
             let lost = {
                 let mut map = shared.inflight();
                 match map.get_mut(&c.lease.token) {
-                    Some(f) if f.lost.load(Ordering::SeqCst) => true,
+                    Some(f) if f.is_lost(now) => true,
                     Some(f) => {
                         f.completing = true;
                         false
@@ -388,6 +446,11 @@ async fn complete_jobs(shared: Arc<Shared>, mut done: mpsc::UnboundedReceiver<Co
             }
             match &c.outcome {
                 Outcome::Finished(Ok(())) => acks.push(c),
+                Outcome::Finished(Err(JobError::Interrupted(_)))
+                    if shared.shutdown.is_cancelled() =>
+                {
+                    releases.push(c)
+                }
                 Outcome::Finished(Err(err)) => {
                     let mode = if err.is_permanent() {
                         FailMode::Dead
@@ -408,8 +471,9 @@ async fn complete_jobs(shared: Arc<Shared>, mut done: mpsc::UnboundedReceiver<Co
                     fails.push((c, text, FailMode::Retry));
                 }
                 Outcome::Aborted => {
+                    // Aborted at the shutdown deadline: it no longer runs, hand it back.
                     Counters::add(&shared.counters.abandoned, 1);
-                    shared.inflight().remove(&c.lease.token);
+                    releases.push(c);
                 }
             }
         }
@@ -420,7 +484,8 @@ async fn complete_jobs(shared: Arc<Shared>, mut done: mpsc::UnboundedReceiver<Co
                 .into_iter()
                 .map(|(c, text, mode)| fail_one(&shared, c, text, mode)),
         );
-        tokio::join!(acking, failing);
+        let releasing = join_all(releases.into_iter().map(|c| release_one(&shared, c)));
+        tokio::join!(acking, failing, releasing);
     }
 }
 
@@ -473,6 +538,22 @@ async fn fail_one(shared: &Shared, c: Completion, text: String, mode: FailMode) 
     shared.inflight().remove(&c.lease.token);
 }
 
+async fn release_one(shared: &Shared, c: Completion) {
+    match with_retry(shared, "release", || shared.queue.release(&c.lease)).await {
+        Some(true) => {
+            Counters::add(&shared.counters.released, 1);
+            info!(queue = %shared.queue_name, job = %c.lease.id, attempt = c.lease.attempts,
+                "job unfinished at shutdown: released without charging the attempt");
+        }
+        Some(false) => {
+            Counters::add(&shared.counters.stale, 1);
+            warn!(queue = %shared.queue_name, job = %c.lease.id, "release refused as stale: the lease had been taken away");
+        }
+        None => {}
+    }
+    shared.inflight().remove(&c.lease.token);
+}
+
 /// Run `op` until it succeeds, retrying transient failures with backoff until the
 /// shutdown deadline. `None` when it gave up (the lease then expires and the job runs
 /// again: at-least-once).
@@ -511,9 +592,11 @@ async fn queue_visibility(queue: &Queue) -> Duration {
         .unwrap_or(crate::queue::QueueSettings::default().visibility_timeout)
 }
 
-/// Renews every lease in flight in one `extend` call, at a third of `visibility` (the
-/// queue's setting, re-read each round, unless the worker has its own); a stale answer
-/// cancels that job's context.
+/// Renews every lease in flight in one `extend` call, at a third of the lease length
+/// (the queue's setting, re-read each round, unless the worker has its own). A reply
+/// moves each renewed lease's local deadline to the call's send time + the lease length;
+/// the call waits for its reply no longer than the earliest deadline it covers. A stale
+/// answer cancels that job's context.
 async fn renew_leases(shared: Arc<Shared>, mut visibility: Duration, stop: CancellationToken) {
     let mut delay = shared.delay();
     let mut wait = visibility / 3;
@@ -522,53 +605,125 @@ async fn renew_leases(shared: Arc<Shared>, mut visibility: Duration, stop: Cance
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
         }
+        let interval = (visibility / 3).max(Duration::from_millis(10));
         if shared.visibility.is_none()
-            && let Ok(settings) = shared.queue.settings().await
+            && let Ok(Ok(settings)) = tokio::time::timeout(interval, shared.queue.settings()).await
         {
             // The operator or the CLI may change the queue's visibility timeout.
             visibility = settings.visibility_timeout;
+            shared
+                .lease_ms
+                .store(visibility.as_millis().max(1) as u64, Ordering::Relaxed);
         }
         let interval = (visibility / 3).max(Duration::from_millis(10));
+        let lease_len = shared.lease_len();
         let _gate = shared.renew_gate.lock().await;
-        let held: Vec<(String, String)> = shared
+        let sent = Instant::now();
+        // Leases past their deadline are the watcher's: a reply cannot save them.
+        let held: Vec<(String, String, Instant)> = shared
             .inflight()
             .iter()
-            .filter(|(_, f)| !f.completing && !f.lost.load(Ordering::SeqCst))
-            .map(|(token, f)| (f.id.clone(), token.clone()))
+            .filter(|(_, f)| !f.completing && !f.is_lost(sent))
+            .map(|(token, f)| (f.id.clone(), token.clone(), f.deadline))
             .collect();
-        if held.is_empty() {
+        let Some(budget) = lease::extend_timeout(sent, held.iter().map(|h| h.2)) else {
             wait = interval;
             continue;
-        }
+        };
         let refs: Vec<LeaseRef<'_>> = held
             .iter()
-            .map(|(id, token)| LeaseRef { id, token })
+            .map(|(id, token, _)| LeaseRef { id, token })
             .collect();
-        match shared.queue.extend_many(&refs, shared.visibility).await {
-            Ok(results) => {
+        let reply = tokio::time::timeout(budget, shared.queue.extend_many(&refs, Some(lease_len)));
+        match reply.await {
+            Ok(Ok(results)) => {
                 delay.reset();
                 Counters::add(&shared.counters.renewals, 1);
                 wait = interval;
+                let renewed = lease::deadline(sent, lease_len);
+                let now = Instant::now();
                 let mut map = shared.inflight();
-                for ((id, token), until) in held.iter().zip(results) {
-                    if until.is_some() {
+                for ((id, token, _), until) in held.iter().zip(results) {
+                    let Some(f) = map.get_mut(token) else {
                         continue;
-                    }
-                    if let Some(f) = map.get_mut(token)
-                        && !f.completing
-                    {
-                        f.lost.store(true, Ordering::SeqCst);
-                        f.cancel.cancel();
+                    };
+                    if until.is_some() {
+                        f.deadline = f.deadline.max(renewed);
+                    } else if !f.completing && f.lost_at.is_none() {
+                        f.mark_lost(now);
                         warn!(queue = %shared.queue_name, job = %id,
                             "lease renewal came back stale: the lease was taken away; cancelling the job");
                     }
                 }
+                drop(map);
+                shared.deadlines_changed.notify_one();
             }
-            Err(err) => {
+            Ok(Err(err)) => {
                 // Try again soon, but no later than the regular interval.
                 wait = delay.next_delay().min(interval);
                 shared.redis_error("lease renewal", &err, wait);
             }
+            Err(_) => {
+                wait = delay.next_delay().min(interval);
+                Counters::add(&shared.counters.redis_errors, 1);
+                warn!(queue = %shared.queue_name, waited = %duration::format(budget),
+                    "lease renewal got no reply before the earliest lease's local deadline; retrying");
+            }
+        }
+    }
+}
+
+/// Enforces each lease's local deadline: when it passes without a renewal the lease is
+/// lost (the handler's context is cancelled, its result never acked); a handler still
+/// running the grace period after losing its lease is aborted.
+async fn watch_deadlines(shared: Arc<Shared>, stop: CancellationToken) {
+    loop {
+        let now = Instant::now();
+        let mut next: Option<Instant> = None;
+        {
+            let mut map = shared.inflight();
+            for f in map.values_mut().filter(|f| !f.completing) {
+                match lease::step(
+                    now,
+                    f.deadline,
+                    f.lost_at,
+                    f.abort.is_some(),
+                    shared.lease_grace,
+                ) {
+                    Step::Wait(at) => {
+                        next = match (next, at) {
+                            (Some(a), Some(b)) => Some(a.min(b)),
+                            (a, b) => a.or(b),
+                        }
+                    }
+                    Step::Cancel => {
+                        f.mark_lost(now);
+                        warn!(queue = %shared.queue_name, job = %f.id,
+                            "the lease's local deadline passed without a renewal: the lease may be gone; cancelling the job");
+                        next = Some(next.map_or(now + shared.lease_grace, |n| {
+                            n.min(now + shared.lease_grace)
+                        }));
+                    }
+                    Step::Abort => {
+                        if let Some(abort) = f.abort.take() {
+                            warn!(queue = %shared.queue_name, job = %f.id,
+                                "the job still ran after its lease was lost and the grace period passed; aborting it");
+                            abort.abort();
+                        }
+                    }
+                }
+            }
+        }
+        let sleep = async {
+            match next {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = shared.deadlines_changed.notified() => {}
+            _ = sleep => {}
         }
     }
 }

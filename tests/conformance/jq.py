@@ -100,6 +100,8 @@ class Q:
         return self.ev('extend', [self.jk(p[0]) for p in pairs], ms, len(pairs), *args)
     def fail(self, id, token, err='boom', mode='retry', backoff=-1):
         return self.ev('fail', [self.jk(id)], id, token, err, mode, backoff)
+    def release_(self, id, token):
+        return self.ev('fail', [self.jk(id)], id, token, '', 'release', 0)
     def reap_reply(self, batch=100):
         """The whole reply: [requeued, dead_lettered, more, promoted, restored]."""
         return self.ev('reap', [self.orphans], batch)

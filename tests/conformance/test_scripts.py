@@ -268,6 +268,38 @@ def fail_rules():
     assert j[2] == 5 and q.fail('e', j[3]) == b'dead'
 
 @test
+def release_rules():
+    q = fresh('release')
+    r.hset(q.meta, 'max_attempts', 1)
+    q.enqueue([('a', 'p', 0), ('b', 'p', 0)])
+    j = q.claim(1)[0]
+    assert j[0] == b'a' and j[2] == 1
+    r.hset(q.jk('a'), 'last_error', 'earlier')
+    wl = r.llen(q.wake)
+    assert q.release_('a', j[3]) == b'pending'
+    h = q.job('a')
+    # back at the front, the attempt given back, the lease gone, last_error untouched
+    assert h['status'] == b'pending' and h['attempts'] == b'0', h
+    assert 'claim_token' not in h and 'lease_until' not in h and h['last_error'] == b'earlier'
+    assert r.lrange(q.pending, 0, -1) == [b'b', b'a'] and r.zscore(q.processing, 'a') is None
+    assert r.llen(q.wake) == wl + 1
+    st = q.stats()
+    assert st['released'] == 1 and 'failed' not in st and 'retried' not in st, st
+    # on its last attempt, a released job is claimed again instead of dead-lettered
+    j = q.claim(1)[0]
+    assert j[0] == b'a' and j[2] == 1
+    # a stale release changes nothing
+    assert q.release_('a', 'not-the-token') == b'stale'
+    assert q.job('a')['attempts'] == b'1' and q.stats()['stale'] == 1
+    assert q.release_('a', j[3]) == b'pending'
+    # attempts never drop below 0
+    r.hset(q.jk('b'), 'attempts', 0)
+    q.claim(1)  # takes a again (front)
+    jb = q.claim(1)[0]
+    r.hset(q.jk('b'), 'attempts', 0)
+    assert q.release_('b', jb[3]) == b'pending' and q.job('b')['attempts'] == b'0'
+
+@test
 def reap_rules():
     q = fresh('reap')
     q.enqueue([(f'j{i}', 'p', 0) for i in range(5)])
@@ -626,6 +658,8 @@ def malformed_args():
         ('n', call('extend', K + [ja], jp, 100, 1, 'a')),
         ('mode', call('fail', K + [ja], jp, 'a', tok, 'e', 'later', -1)),
         ('mode', call('fail', K + [ja], jp, 'a', tok, 'e', 'RETRY', -1)),
+        ('mode', call('fail', K + [ja], jp, 'a', tok, 'e', 'Release', -1)),
+        ('backoff', call('fail', K + [ja], jp, 'a', tok, 'e', 'release', -2)),
         ('backoff', call('fail', K + [ja], jp, 'a', tok, 'e', 'retry', -2)),
         ('backoff', call('fail', K + [ja], jp, 'a', tok, 'e', 'retry', '0.5')),
         ('backoff', call('fail', K + [ja], jp, 'a', tok, 'e', 'retry', 'x')),
