@@ -9,18 +9,28 @@
   KEYS[6] P:{T}:stats        HASH  counters claimed, orphans, set_aside
   KEYS[7] P:{T}:wake         LIST  trimmed to the length of pending (claim pushes none)
   KEYS[8] P:{T}:orphans      ZSET  id -> ms it was set aside (ids whose hash is absent)
+  KEYS[9] P:{T}:claimreq:<request>  LIST  the answer of this claim request: more, then
+                                     id, token per lease; expires with the leases
 
   ARGV[1]        job-key prefix P:{T}:job:  (job keys are built as ARGV[1]..id)
   ARGV[2]        n, the most jobs to claim, 1..1000
   ARGV[3]        worker id, stored in the job's `worker` field
   ARGV[4]        visibility in ms, 0..10^15 (0 = meta visibility_timeout_ms, default 30000)
-  ARGV[5..4+n]   exactly n tokens, one per slot, in slot order
+  ARGV[5]        request id, 1..256 bytes: the same for every retry of one claim
+  ARGV[6..5+n]   exactly n tokens, one per slot, in slot order
 
   Returns: {jobs, more}: jobs is an array of up to n jobs, each {id, payload, attempts,
            token, lease_until} (attempts and lease_until are integers), empty when nothing
            was claimed; more is the integer 1 when the call stopped at one of its bounds
            with fewer than n jobs and ready work may be left (call again at once rather
            than wait for a wake marker), else 0.
+
+  Retry-safe: a claim that leased jobs records its ids and tokens in KEYS[9] (PEXPIRE =
+  the visibility used). A call whose KEYS[9] holds a record claims nothing new: it
+  answers the recorded leases this request still holds (status processing with the
+  recorded token; current attempts and lease_until), in the recorded order, with the
+  recorded more, and counts `replayed`. So a caller whose reply was lost repeats the
+  call with the same request id and gets the same leases, with no attempt charged twice.
 
   First moves up to 100 due delayed jobs (earliest run_at first) to the back of pending.
   Then takes ids from the front of pending, at most n + 100 ids per call. An id whose
@@ -133,21 +143,48 @@ if not n then return bad('n', 'expected an integer 1..1000, got ' .. shown(ARGV[
 -- n as Redis reads a count: ARGV[2] itself unless written with leading zeros
 local nS = ARGV[2]
 if string.byte(nS, 1) == 48 then nS = S(n) end
-if #ARGV ~= 4 + n then
-  return bad('n', 'n=' .. n .. ' needs exactly ' .. n .. ' tokens after ARGV[4], got ' ..
-    math.max(#ARGV - 4, 0) .. ' tokens')
+if #ARGV ~= 5 + n then
+  return bad('n', 'n=' .. n .. ' needs a request id and exactly ' .. n ..
+    ' tokens after ARGV[4], got ' .. math.max(#ARGV - 5, 0) .. ' tokens')
 end
 local vis = int(ARGV[4], 0, MAXMS)
 if not vis then
   return bad('visibility', 'expected an integer 0..10^15 ms, got ' .. shown(ARGV[4]))
 end
-if #KEYS ~= 8 then
-  return bad('keys', 'expected the 7 queue keys and the orphans key, got ' .. #KEYS)
+if #ARGV[5] < 1 or #ARGV[5] > 256 then
+  return bad('request', 'expected a request id of 1..256 bytes, got ' .. shown(ARGV[5]))
+end
+if #KEYS ~= 9 then
+  return bad('keys', 'expected the 7 queue keys, the orphans key and the request key, got ' ..
+    #KEYS)
 end
 
 local K_PENDING, K_PROCESSING, K_DELAYED = KEYS[1], KEYS[2], KEYS[3]
 local K_META, K_STATS, K_WAKE, K_ORPHANS = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local K_REQUEST = KEYS[9]
 local prefix, worker = ARGV[1], ARGV[3]
+
+-- a retry of a request that already leased jobs: answer what it still holds ------
+local record = redis.pcall('LRANGE', K_REQUEST, '0', '-1')
+if record.err then return failure(record, K_REQUEST, 'list') end
+if #record > 0 then
+  local again = {}
+  for i = 2, #record - 1, 2 do
+    local id, token = record[i], record[i + 1]
+    local key = prefix .. id
+    local h = redis.pcall('HMGET', key, 'status', 'claim_token', 'payload', 'attempts',
+      'lease_until')
+    if h.err then return failure(h, key, 'hash') end
+    if h[1] == 'processing' and h[2] == token then
+      again[#again + 1] = { id, h[3] or '', math.floor(tonumber(h[4]) or 0), token,
+        math.floor(tonumber(h[5]) or 0) }
+    end
+  end
+  effects()
+  -- a counter holding a non-number or a wrong-typed stats key must not fail the retry
+  redis.pcall('HINCRBY', K_STATS, 'replayed', '1')
+  return { again, math.floor(tonumber(record[1]) or 0) }
+end
 
 effects()
 local now = clock()
@@ -329,7 +366,7 @@ for c = 1, nc do
     att = (tonumber(cAtt[c]) or 0) + 1
     attS = S(att)
   end
-  local token = ARGV[4 + c]
+  local token = ARGV[5 + c]
   redis.call('HSET', cKeys[c], 'status', 'processing', 'claim_token', token,
     'attempts', attS, 'claimed_at', nowS, 'lease_until', leaseS, 'worker', worker)
   out[c] = { cIds[c], cPay[c], att, token, lease }
@@ -341,6 +378,16 @@ if #aside > 0 then
     z[2 * i] = aside[i]
   end
   redis.call('ZADD', K_ORPHANS, 'NX', unpack(z))
+end
+-- the record a retry of this request is answered from (K_REQUEST was read: absent)
+if nc > 0 then
+  local rec = { S(more) }
+  for c = 1, nc do
+    rec[2 * c] = cIds[c]
+    rec[2 * c + 1] = ARGV[5 + c]
+  end
+  redis.call('RPUSH', K_REQUEST, unpack(rec))
+  redis.call('PEXPIRE', K_REQUEST, S(vis))
 end
 -- the other counters: stats is known to be a hash by now
 if nc > 0 and orphans > 0 then redis.pcall('HINCRBY', K_STATS, 'orphans', S(orphans)) end

@@ -3,8 +3,9 @@
 //! a worker partitioned from Redis for longer than its lease, Redis SIGKILLed and
 //! restarted with an AOF, the same on a 3-master Cluster, and (through the operator
 //! binary against the stand-in API server) workers scaled up from zero for delayed and
-//! retried jobs that fall due. At the end every job is acked or dead and none is
-//! lost; every job run more than once is explained by an expired lease.
+//! retried jobs that fall due, claim replies lost on the way back, and the queue's slot
+//! migrated between Cluster nodes under load. At the end every job is acked or dead and
+//! none is lost; every job run more than once is explained by an expired lease.
 //!
 //! CI-sized by default. `JOBQUEUE_CHAOS_SCALE=N` multiplies the jobs and the faults
 //! (`make chaos`); `JOBQUEUE_CHAOS_REPORT=FILE` appends each tally to FILE.
@@ -25,6 +26,8 @@ use support::eventually::Wait;
 use support::procs;
 use support::proxy::Proxy;
 use support::redis::{RedisCluster, RedisServer};
+use support::reply_dropper::ReplyDropper;
+use support::slot_migration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -183,10 +186,13 @@ impl Fleet {
         self.ids[i] = format!("{}{i}-g{}", self.name, self.generation);
         let mut cmd = Command::new(BIN);
         cmd.args(["worker", "--redis", &self.url, "--tag", TAG])
-            .args(["--concurrency", "4", "--visibility", VISIBILITY])
-            .args(["--shutdown-timeout", "3s"])
+            .args(["--concurrency", "4", "--shutdown-timeout", "3s"])
             .args(["--worker-id", &self.ids[i]])
             .args(&self.extra);
+        // Leases of VISIBILITY unless the scenario asks for its own.
+        if !self.extra.iter().any(|a| a == "--visibility") {
+            cmd.args(["--visibility", VISIBILITY]);
+        }
         if self.cluster {
             cmd.arg("--cluster");
         }
@@ -548,8 +554,15 @@ async fn account(
             stats.released
         ));
     }
-    if stats.orphans != 0 {
-        problems.push(format!("{} orphans: an id was queued twice", stats.orphans));
+    // Ids set aside while a slot migrated are orphans too, put back by the reaper.
+    if stats.orphans != stats.set_aside {
+        problems.push(format!(
+            "{} orphans, {} of them set aside: an id was queued twice",
+            stats.orphans, stats.set_aside
+        ));
+    }
+    if stats.orphaned != 0 {
+        problems.push(format!("{} ids still set aside", stats.orphaned));
     }
     let poison = kinds.values().filter(|k| **k == Kind::Poison).count();
     if tally.dead != poison {
@@ -1355,4 +1368,158 @@ async fn h_scale_to_zero_wakes_for_delayed_and_retried_jobs() {
         2,
         "the retried job ran again after its backoff"
     );
+}
+
+/// (i) The replies of claim calls lost at random (the connection cut after the request
+/// reached Redis): each lost claim is sent again with its request id and gets the leases
+/// made for it, so none waits for the reaper (leases of 30 s would show as `reaped`),
+/// none is charged twice, and no job dies without running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i_lost_claim_replies_are_answered_by_their_retry() {
+    let scale = scale();
+    let server = RedisServer::start();
+    let n = 300 * scale;
+    let dir = tempfile::tempdir().unwrap();
+    let queue = connect(&server.url(), false).await;
+    queue
+        .configure(&QueueSettings {
+            visibility_timeout: Duration::from_secs(30),
+            ..settings()
+        })
+        .await
+        .unwrap();
+    queue.load_scripts().await.unwrap();
+    let proxy =
+        ReplyDropper::start(server.port, jobqueue::queue::SCRIPTS.claim.sha.as_bytes()).await;
+    proxy.cut_at_random(150);
+    let batch = jobs(0, n);
+    let kinds: HashMap<String, Kind> = batch.iter().map(|(id, k, _)| (id.clone(), *k)).collect();
+    queue
+        .enqueue_many(batch.into_iter().map(|(_, _, j)| j).collect())
+        .await
+        .unwrap();
+    let stop = CancellationToken::new();
+    let reapers = start_reapers(vec![connect(&server.url(), false).await], &stop);
+    let mut fleet = Fleet::start_with(
+        &proxy.url(),
+        false,
+        dir.path(),
+        3,
+        "lost",
+        HANDLER,
+        &["--visibility", "30s"],
+    );
+    wait_until_settled(&queue, || n, Duration::from_secs(25), &fleet).await;
+    assert_eq!(
+        fleet.stop(),
+        3,
+        "workers survive lost replies\n{}",
+        fleet.logs()
+    );
+    stop.cancel();
+    for r in reapers {
+        r.await.unwrap();
+    }
+    let cuts = proxy.cuts() as usize;
+    let stats = queue.stats().await.unwrap();
+    assert!(
+        cuts > 0,
+        "claim replies were lost: {cuts} of {}",
+        proxy.seen()
+    );
+    assert_eq!(stats.reaped, 0, "no lease waited for the reaper: {stats:?}");
+    assert!(
+        stats.replayed > 0 && stats.replayed <= cuts as u64,
+        "lost claims were answered from their record: replayed {} of {cuts} cut",
+        stats.replayed
+    );
+    let tally = account("(i) claim replies lost", &queue, dir.path(), &kinds, cuts).await;
+    println!(
+        "chaos (i) claim replies lost: claims_seen={} cut={cuts} replayed={}",
+        proxy.seen(),
+        stats.replayed
+    );
+    assert_eq!(tally.lost, 0);
+}
+
+/// (j) The queue's slot moved to another Cluster node key by key and back while workers
+/// and a reaper run: job hashes and queue keys are split between two nodes for a while,
+/// ids whose hash is elsewhere are set aside and put back; nothing is lost and nothing
+/// stays set aside.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn j_slot_migration_under_load_loses_nothing() {
+    let scale = scale();
+    let cluster = RedisCluster::start();
+    let url = cluster.url();
+    let n = 300 * scale;
+    let dir = tempfile::tempdir().unwrap();
+    let queue = connect(&url, true).await;
+    queue.configure(&settings()).await.unwrap();
+    let batch = jobs(0, n);
+    let kinds: HashMap<String, Kind> = batch.iter().map(|(id, k, _)| (id.clone(), *k)).collect();
+    queue
+        .enqueue_many(batch.into_iter().map(|(_, _, j)| j).collect())
+        .await
+        .unwrap();
+    let stop = CancellationToken::new();
+    let reapers = start_reapers(vec![connect(&url, true).await], &stop);
+    let mut fleet = Fleet::start_with(&url, true, dir.path(), 3, "mig", HANDLER, &[]);
+    let slot = slot_migration::slot_of(&cluster, &format!("{{{TAG}}}"));
+    let home = cluster.node_of(&format!("{{{TAG}}}"));
+    let away = (home + 1) % 3;
+    let mut moved = 0;
+    let mut migrations = 0;
+    for _ in 0..scale {
+        for (src, dst) in [(home, away), (away, home)] {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            slot_migration::begin(&cluster, slot, src, dst);
+            loop {
+                let batch = slot_migration::migrate_batch(&cluster, slot, src, dst, 10);
+                if batch == 0 {
+                    break;
+                }
+                moved += batch;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            slot_migration::finish(&cluster, slot, src, dst);
+            migrations += 1;
+        }
+    }
+    wait_until_settled(
+        &queue,
+        || n,
+        Duration::from_secs(120 * scale as u64),
+        &fleet,
+    )
+    .await;
+    Wait::for_("no id left set aside")
+        .within(Duration::from_secs(10))
+        .until(async || queue.stats().await.is_ok_and(|s| s.orphaned == 0))
+        .await;
+    assert!(fleet.crashed().is_empty(), "{:?}", fleet.crashed());
+    assert_eq!(
+        fleet.stop(),
+        3,
+        "workers survive the migration\n{}",
+        fleet.logs()
+    );
+    stop.cancel();
+    for r in reapers {
+        r.await.unwrap();
+    }
+    assert!(moved > 0, "keys were migrated");
+    let stats = queue.stats().await.unwrap();
+    let tally = account(
+        "(j) slot migrated and back",
+        &queue,
+        dir.path(),
+        &kinds,
+        migrations,
+    )
+    .await;
+    println!(
+        "chaos (j) slot migrated and back: migrations={migrations} keys_moved={moved} set_aside={} restored={} orphaned={}",
+        stats.set_aside, stats.restored, stats.orphaned
+    );
+    assert_eq!(tally.lost, 0);
 }

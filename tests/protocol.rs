@@ -748,15 +748,50 @@ async fn malformed_arguments_are_named_and_change_nothing() {
                 Err(e) => e.to_string(),
             }
         };
+    const CLAIM_KEYS: &[&str] = &["jq:{args}:orphans", "jq:{args}:claimreq:r"];
     let cases: &[(&str, &[&str], &[&str], &str)] = &[
-        (&SCRIPTS.claim.sha, &[], &["0", "w", "0"], "n"),
-        (&SCRIPTS.claim.sha, &[], &["1001", "w", "0"], "n"),
-        (&SCRIPTS.claim.sha, &[], &["1.5", "w", "0", "t"], "n"),
-        (&SCRIPTS.claim.sha, &[], &["2", "w", "0", "t"], "token"),
+        (&SCRIPTS.claim.sha, CLAIM_KEYS, &["0", "w", "0", "r"], "n"),
         (
             &SCRIPTS.claim.sha,
-            &[],
-            &["1", "w", "-1", "t"],
+            CLAIM_KEYS,
+            &["1001", "w", "0", "r"],
+            "n",
+        ),
+        (
+            &SCRIPTS.claim.sha,
+            CLAIM_KEYS,
+            &["1.5", "w", "0", "r", "t"],
+            "n",
+        ),
+        (
+            &SCRIPTS.claim.sha,
+            CLAIM_KEYS,
+            &["2", "w", "0", "r", "t"],
+            "token",
+        ),
+        // the request id before the tokens is not optional
+        (
+            &SCRIPTS.claim.sha,
+            CLAIM_KEYS,
+            &["1", "w", "0", "t"],
+            "request id",
+        ),
+        (
+            &SCRIPTS.claim.sha,
+            CLAIM_KEYS,
+            &["1", "w", "0", "", "t"],
+            "request",
+        ),
+        (
+            &SCRIPTS.claim.sha,
+            &["jq:{args}:orphans"],
+            &["1", "w", "0", "r", "t"],
+            "keys",
+        ),
+        (
+            &SCRIPTS.claim.sha,
+            CLAIM_KEYS,
+            &["1", "w", "-1", "r", "t"],
             "visibility",
         ),
         (

@@ -43,10 +43,35 @@ pub struct EnqueueArgs {
     /// With --stdin: print each new job's id instead of a count.
     #[arg(long, requires = "stdin")]
     pub print_ids: bool,
+    /// Refuse payloads larger than this, before sending: bytes, or with a KiB, MiB or
+    /// GiB suffix. Redis itself takes up to 512 MiB (proto-max-bulk-len).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "64MiB")]
+    pub max_payload: usize,
+}
+
+/// `1048576`, `512KiB`, `64MiB`, `1GiB`.
+fn parse_size(text: &str) -> Result<usize, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: usize = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size such as 1048576, 512KiB or 64MiB"))?;
+    let scale: usize = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        other => return Err(format!("unknown size unit {other:?} (use KiB, MiB or GiB)")),
+    };
+    n.checked_mul(scale)
+        .ok_or_else(|| format!("{text:?} is too large"))
 }
 
 pub async fn run(args: EnqueueArgs) -> anyhow::Result<()> {
-    let queue = open(&args.connect).await?;
+    let queue = open(&args.connect).await?.max_payload(args.max_payload);
     if args.stdin {
         return enqueue_lines(&queue, std::io::stdin().lock(), &args).await;
     }
@@ -126,6 +151,7 @@ fn strip_line_end(line: &[u8]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::queue::DEFAULT_MAX_PAYLOAD;
 
     #[test]
     fn line_ends_are_stripped_once() {
@@ -133,5 +159,15 @@ mod tests {
         assert_eq!(strip_line_end(b"a\n"), b"a");
         assert_eq!(strip_line_end(b"a"), b"a");
         assert_eq!(strip_line_end(b"a\n\n"), b"a\n");
+    }
+
+    #[test]
+    fn sizes_take_binary_units() {
+        assert_eq!(parse_size("1048576"), Ok(1 << 20));
+        assert_eq!(parse_size("512KiB"), Ok(512 << 10));
+        assert_eq!(parse_size("64MiB"), Ok(DEFAULT_MAX_PAYLOAD));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert!(parse_size("64MB").is_err());
+        assert!(parse_size("MiB").is_err());
     }
 }

@@ -1,7 +1,7 @@
 //! `Queue`: every script of the protocol as a typed operation.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,12 +20,37 @@ use super::types::*;
 /// `more`: each takes 100 or more orphans out of pending.
 const CLAIM_ROUNDS: usize = 10;
 
+/// How many times one claim is sent again, with the same request id, after its reply
+/// was lost (a timeout or a broken connection), and the first wait between (doubled
+/// each time). Script calls are never repeated by the connection itself.
+const CLAIM_RETRIES: u32 = 3;
+const CLAIM_RETRY_WAIT: Duration = Duration::from_millis(100);
+
 /// A handle on one queue. Cheap to clone; clones share the Redis connection.
 #[derive(Clone, Debug)]
 pub struct Queue {
     redis: Redis,
     keys: Arc<QueueKeys>,
+    /// Per worker: the claim whose reply was lost on every try. The worker's next claim
+    /// of the same shape reuses its request id, so leases Redis made for it reach the
+    /// worker instead of waiting for the reaper.
+    unanswered: Arc<Mutex<HashMap<String, Unanswered>>>,
+    /// Payloads larger than this are refused before anything is sent.
+    max_payload: usize,
 }
+
+/// A claim request whose reply never arrived.
+#[derive(Debug)]
+struct Unanswered {
+    n: usize,
+    visibility: Option<Duration>,
+    request: String,
+}
+
+/// The default client-side payload limit: 64 MiB. Redis takes up to 512 MiB per value
+/// (`proto-max-bulk-len`), but a job that large stalls the server for every other
+/// client while it is copied; a queue carries references to big data, not the data.
+pub const DEFAULT_MAX_PAYLOAD: usize = 64 << 20;
 
 impl Queue {
     /// The queue `prefix:{tag}` on `redis`.
@@ -33,7 +58,16 @@ impl Queue {
         Ok(Queue {
             redis,
             keys: Arc::new(QueueKeys::new(prefix, tag)?),
+            unanswered: Arc::default(),
+            max_payload: DEFAULT_MAX_PAYLOAD,
         })
+    }
+
+    /// Refuse payloads larger than `bytes` (default [`DEFAULT_MAX_PAYLOAD`]) before they
+    /// are sent, with [`Error::InvalidArgument`] (`invalid payload: …`).
+    pub fn max_payload(mut self, bytes: usize) -> Queue {
+        self.max_payload = bytes;
+        self
     }
 
     pub fn keys(&self) -> &QueueKeys {
@@ -51,10 +85,11 @@ impl Queue {
 
     /// Redis's clock in milliseconds since the epoch: the clock of every lease, score and
     /// time the queue keeps (the scripts read it too).
+    /// On a Cluster it is the clock of the node that holds the queue's slot.
     pub async fn now_ms(&self) -> Result<i64> {
-        let mut conn = self.redis.clone();
-        let reply: Value = redis::cmd("TIME")
-            .query_async(&mut conn)
+        let reply: Value = self
+            .redis
+            .query_on_node_of(&self.keys.meta, redis::cmd("TIME"))
             .await
             .map_err(|e| self.err("TIME", e))?;
         time_ms(reply).map_err(|detail| self.protocol("TIME", detail))
@@ -138,6 +173,18 @@ impl Queue {
     async fn enqueue_chunk(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
         let mut ids = Vec::with_capacity(jobs.len());
         for job in &jobs {
+            if job.payload.len() > self.max_payload {
+                return Err(Error::InvalidArgument {
+                    what: "payload",
+                    reason: format!(
+                        "{} bytes is over the limit of {} bytes of queue {} (raise the \
+                         limit, or store the data elsewhere and enqueue a reference to it)",
+                        job.payload.len(),
+                        self.max_payload,
+                        self.keys.name
+                    ),
+                });
+            }
             let id = match &job.id {
                 Some(id) => {
                     validate_id(id)?;
@@ -190,7 +237,11 @@ impl Queue {
         Ok(Vec::new())
     }
 
-    /// One claim call, with its `more` flag (see [`Claimed`]).
+    /// One logical claim, with its `more` flag (see [`Claimed`]). It carries a fresh
+    /// request id, or the id of this worker's last claim of the same `n` and `visibility`
+    /// whose reply was lost. After a lost reply (a timeout or a broken connection) the
+    /// call is sent again with the same id, up to [`CLAIM_RETRIES`] times: Redis answers
+    /// a repeated id with the leases it made for it, so none is leased to nobody.
     pub async fn claim_batch(
         &self,
         n: usize,
@@ -198,10 +249,46 @@ impl Queue {
         visibility: Option<Duration>,
     ) -> Result<Claimed> {
         check_count("n", n)?;
-        let mut cmd = self.script_cmd(&SCRIPTS.claim, std::slice::from_ref(&self.keys.orphans));
+        let request = self
+            .take_unanswered(worker, n, visibility)
+            .unwrap_or_else(new_token);
+        let mut wait = CLAIM_RETRY_WAIT;
+        let mut retries = 0;
+        loop {
+            match self.claim_request(&request, n, worker, visibility).await {
+                Err(err) if err.is_transient() => {
+                    if retries == CLAIM_RETRIES {
+                        self.remember_unanswered(worker, n, visibility, request);
+                        return Err(err);
+                    }
+                    retries += 1;
+                    tokio::time::sleep(wait).await;
+                    wait *= 2;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// One claim call with the caller's request id (1 to 256 bytes, e.g. 128 random bits
+    /// in hex; see docs/protocol.md, claim). Sending the same id again, with the same `n`,
+    /// after a lost reply returns the leases the first call made (those still held)
+    /// instead of new ones, for as long as the visibility timeout.
+    pub async fn claim_request(
+        &self,
+        request: &str,
+        n: usize,
+        worker: &str,
+        visibility: Option<Duration>,
+    ) -> Result<Claimed> {
+        check_count("n", n)?;
+        validate_request(request)?;
+        let extra = [self.keys.orphans.clone(), self.keys.claim_request(request)];
+        let mut cmd = self.script_cmd(&SCRIPTS.claim, &extra);
         cmd.arg(n)
             .arg(worker)
-            .arg(visibility.map_or(0, |v| v.as_millis().max(1) as u64));
+            .arg(visibility.map_or(0, |v| v.as_millis().max(1) as u64))
+            .arg(request);
         for _ in 0..n {
             cmd.arg(new_token());
         }
@@ -221,6 +308,36 @@ impl Queue {
             })
             .collect::<Result<Vec<Lease>>>()?;
         Ok(Claimed { leases, more })
+    }
+
+    fn take_unanswered(
+        &self,
+        worker: &str,
+        n: usize,
+        visibility: Option<Duration>,
+    ) -> Option<String> {
+        let mut unanswered = self.unanswered.lock().unwrap_or_else(|e| e.into_inner());
+        let last = unanswered.remove(worker)?;
+        // Another shape is another request: the record may hold more leases than `n`.
+        (last.n == n && last.visibility == visibility).then_some(last.request)
+    }
+
+    fn remember_unanswered(
+        &self,
+        worker: &str,
+        n: usize,
+        visibility: Option<Duration>,
+        request: String,
+    ) {
+        let mut unanswered = self.unanswered.lock().unwrap_or_else(|e| e.into_inner());
+        unanswered.insert(
+            worker.to_string(),
+            Unanswered {
+                n,
+                visibility,
+                request,
+            },
+        );
     }
 
     /// Claim one job, if one is ready.
@@ -775,6 +892,17 @@ fn time_ms(reply: Value) -> std::result::Result<i64, String> {
     let (secs, micros): (i64, i64) =
         redis::from_redis_value(reply).map_err(|e| format!("TIME: {e}"))?;
     Ok(secs * 1000 + micros / 1000)
+}
+
+/// A claim request id is 1 to 256 bytes (it is part of a key name).
+fn validate_request(request: &str) -> Result<()> {
+    if request.is_empty() || request.len() > 256 {
+        return Err(Error::InvalidArgument {
+            what: "claim request id",
+            reason: format!("{} bytes is not between 1 and 256", request.len()),
+        });
+    }
+    Ok(())
 }
 
 fn check_count(what: &'static str, n: usize) -> Result<()> {

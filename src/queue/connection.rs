@@ -5,6 +5,15 @@
 //! connection (a reconnecting `ConnectionManager`, or the cluster client, which
 //! reconnects by itself). Blocking commands never use that shared connection: a
 //! [`Redis::dedicated`] connection is made for them.
+//!
+//! No command is ever sent twice behind the caller's back: a script whose connection
+//! broke after it was sent may have run, and running it again would change the answer
+//! (enqueue's "already there" for a job it created, a second claim). The
+//! `ConnectionManager` reconnects but never resends; the Cluster client is built with no
+//! retries, and this module follows only the Cluster's refusals, which say the command
+//! did not run: `MOVED` and `ASK` redirects (`ASKING` first), `TRYAGAIN`, `CLUSTERDOWN`,
+//! `MASTERDOWN` and `LOADING`. What to do after a lost reply is the caller's decision
+//! (claim repeats itself with its request id).
 
 use std::sync::{Arc, Once};
 use std::time::Duration;
@@ -14,8 +23,10 @@ use redis::aio::{
 };
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{
-    AsyncConnectionConfig, Client, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value,
+    AsyncConnectionConfig, Client, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult,
+    ServerErrorKind, Value,
 };
 
 use super::error::{Error, Result};
@@ -236,7 +247,8 @@ impl Redis {
             let mut builder = ClusterClient::builder(infos)
                 .connection_timeout(options.connect_timeout)
                 .response_timeout(options.response_timeout)
-                .retries(3);
+                // Nothing is resent by the client: see the module comment.
+                .retries(0);
             if let Some(certs) = tls_certificates(options) {
                 builder = builder.certs(certs);
             }
@@ -321,6 +333,201 @@ impl Redis {
     }
 }
 
+impl Redis {
+    /// Send `cmd` to the node that holds `key`'s slot (any command, keyless ones such as
+    /// `TIME` included); on a standalone server, to the server.
+    pub async fn query_on_node_of(&self, key: &str, cmd: Cmd) -> RedisResult<Value> {
+        match &self.target {
+            Target::Single { conn, .. } => cmd.query_async(&mut conn.clone()).await,
+            Target::Cluster { conn, .. } => {
+                let slot = slot_of(key.as_bytes());
+                let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
+                let mut conn = conn.clone();
+                let mut result = conn
+                    .route_command(cmd.clone(), RoutingInfo::SingleNode(route))
+                    .await;
+                let mut refusals = Refusals::new();
+                loop {
+                    result = match result {
+                        Err(err) if refused(&err) && refusals.left() => {
+                            resend(&mut conn, &cmd, &err, &mut refusals).await
+                        }
+                        done => return done,
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// How long one command keeps following Cluster refusals. While a slot migrates, a
+/// script whose declared keys are split between the two nodes (or absent on the
+/// importing one) gets TRYAGAIN until `SETSLOT … NODE` ends the migration; a reshard
+/// moves a slot in well under this.
+const REFUSALS_FOR: Duration = Duration::from_secs(3);
+/// The wait before sending again after TRYAGAIN and the like (doubled up to 100 ms).
+const REFUSAL_WAIT: Duration = Duration::from_millis(10);
+
+/// Follows the refusals of one command: true while it may send again.
+struct Refusals {
+    until: tokio::time::Instant,
+    wait: Duration,
+}
+
+impl Refusals {
+    fn new() -> Refusals {
+        Refusals {
+            until: tokio::time::Instant::now() + REFUSALS_FOR,
+            wait: REFUSAL_WAIT,
+        }
+    }
+
+    fn left(&self) -> bool {
+        tokio::time::Instant::now() < self.until
+    }
+
+    async fn pause(&mut self) {
+        tokio::time::sleep(self.wait).await;
+        self.wait = (self.wait * 2).min(Duration::from_millis(100));
+    }
+}
+
+/// The Cluster said the command did not run and where (or when) to send it again.
+fn refused(err: &RedisError) -> bool {
+    matches!(
+        err.kind(),
+        ErrorKind::Server(
+            ServerErrorKind::Moved
+                | ServerErrorKind::Ask
+                | ServerErrorKind::TryAgain
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::MasterDown
+                | ServerErrorKind::BusyLoading
+        )
+    )
+}
+
+/// The node a redirect names, as a route.
+fn redirect_route(err: &RedisError) -> Option<SingleNodeRoutingInfo> {
+    let (addr, _slot) = err.redirect_node()?;
+    let (host, port) = addr.rsplit_once(':')?;
+    Some(SingleNodeRoutingInfo::ByAddress {
+        host: host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string(),
+        port: port.parse().ok()?,
+    })
+}
+
+/// Send `cmd` again after the refusal `err`: to the node a MOVED names, to the node an
+/// ASK names preceded by `ASKING`, or after a short wait (TRYAGAIN while a slot's keys
+/// are split between two nodes, CLUSTERDOWN, ...; the slot map is refreshed meanwhile).
+async fn resend(
+    conn: &mut ClusterConnection,
+    cmd: &Cmd,
+    err: &RedisError,
+    refusals: &mut Refusals,
+) -> RedisResult<Value> {
+    match (err.kind(), redirect_route(err)) {
+        (ErrorKind::Server(ServerErrorKind::Ask), Some(node)) => {
+            let mut pipe = redis::pipe();
+            pipe.cmd("ASKING").ignore().add_command(cmd.clone());
+            let mut replies = conn.route_pipeline(pipe, 1, 1, node).await?;
+            match replies.pop() {
+                Some(Value::ServerError(e)) => Err(e.into()),
+                Some(v) => Ok(v),
+                None => Err((ErrorKind::Client, "no reply after ASKING").into()),
+            }
+        }
+        (ErrorKind::Server(ServerErrorKind::Moved), Some(node)) => {
+            conn.route_command(cmd.clone(), RoutingInfo::SingleNode(node))
+                .await
+        }
+        _ => {
+            refusals.pause().await;
+            conn.req_packed_command(cmd).await
+        }
+    }
+}
+
+/// A command on the Cluster: sent once, its refusals followed (see the module comment).
+async fn cluster_command(mut conn: ClusterConnection, cmd: &Cmd) -> RedisResult<Value> {
+    let mut result = conn.req_packed_command(cmd).await;
+    let mut refusals = Refusals::new();
+    loop {
+        result = match result {
+            Err(err) if refused(&err) && refusals.left() => {
+                resend(&mut conn, cmd, &err, &mut refusals).await
+            }
+            done => return done,
+        };
+    }
+}
+
+/// A pipeline on the Cluster: its commands all name the queue's slot, so a refusal
+/// refuses the whole pipeline; it is sent again as a command is.
+async fn cluster_pipeline(
+    mut conn: ClusterConnection,
+    pipeline: &Pipeline,
+    offset: usize,
+    count: usize,
+) -> RedisResult<Vec<Value>> {
+    let mut result = conn.req_packed_commands(pipeline, offset, count).await;
+    let mut refusals = Refusals::new();
+    loop {
+        let err = match result {
+            Err(err) if refused(&err) && refusals.left() => err,
+            done => return done,
+        };
+        result = match (err.kind(), redirect_route(&err)) {
+            (ErrorKind::Server(ServerErrorKind::Ask), Some(node)) => {
+                let mut asking = redis::pipe();
+                asking.cmd("ASKING");
+                for cmd in pipeline.cmd_iter() {
+                    asking.add_command(cmd.clone());
+                }
+                conn.route_pipeline(asking, offset + 1, count, node).await
+            }
+            (ErrorKind::Server(ServerErrorKind::Moved), Some(node)) => {
+                conn.route_pipeline(pipeline.clone(), offset, count, node)
+                    .await
+            }
+            _ => {
+                refusals.pause().await;
+                conn.req_packed_commands(pipeline, offset, count).await
+            }
+        };
+    }
+}
+
+/// The Cluster slot of a key (CRC16 of its hash tag, or of the key).
+fn slot_of(key: &[u8]) -> u16 {
+    let tagged = match key.iter().position(|&b| b == b'{') {
+        Some(open) => match key[open + 1..].iter().position(|&b| b == b'}') {
+            Some(len) if len > 0 => &key[open + 1..open + 1 + len],
+            _ => key,
+        },
+        None => key,
+    };
+    crc16_xmodem(tagged) % 16384
+}
+
+fn crc16_xmodem(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in data {
+        crc ^= (byte as u16) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
 fn classify_connect(endpoint: &str, source: RedisError) -> Error {
     if source.kind() == ErrorKind::AuthenticationFailed
         || matches!(source.code(), Some("NOAUTH" | "WRONGPASS"))
@@ -343,7 +550,7 @@ impl ConnectionLike for Redis {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match &mut self.target {
             Target::Single { conn, .. } => conn.req_packed_command(cmd),
-            Target::Cluster { conn, .. } => conn.req_packed_command(cmd),
+            Target::Cluster { conn, .. } => Box::pin(cluster_command(conn.clone(), cmd)),
         }
     }
 
@@ -355,7 +562,9 @@ impl ConnectionLike for Redis {
     ) -> RedisFuture<'a, Vec<Value>> {
         match &mut self.target {
             Target::Single { conn, .. } => conn.req_packed_commands(pipeline, offset, count),
-            Target::Cluster { conn, .. } => conn.req_packed_commands(pipeline, offset, count),
+            Target::Cluster { conn, .. } => {
+                Box::pin(cluster_pipeline(conn.clone(), pipeline, offset, count))
+            }
         }
     }
 
@@ -422,5 +631,15 @@ mod tests {
             "redis://a:***@h1:1,redis://a:***@h2:2"
         );
         assert!(!redact_url("redis://u:p@ss@h").contains("p@ss"));
+    }
+
+    #[test]
+    fn slots_follow_the_hash_tag() {
+        // The figures of the Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(crc16_xmodem(b"123456789"), 0x31C3);
+        assert_eq!(slot_of(b"foo"), 12182);
+        assert_eq!(slot_of(b"jq:{foo}:meta"), 12182);
+        assert_eq!(slot_of(b"{}foo"), slot_of(b"{}foo"));
+        assert_eq!(slot_of(b"a{}b"), crc16_xmodem(b"a{}b") % 16384);
     }
 }

@@ -67,6 +67,11 @@ impl QueueKeys {
         [a, b, c, d, e, f, g, &self.orphans]
     }
 
+    /// The record of claim request `request`: KEYS[9] of claim.
+    pub fn claim_request(&self, request: &str) -> String {
+        format!("{}:claimreq:{request}", self.name)
+    }
+
     /// The hash of job `id`.
     pub fn job(&self, id: &str) -> String {
         let mut key = String::with_capacity(self.job_prefix.len() + id.len());
@@ -128,6 +133,7 @@ mod tests {
         assert_eq!(keys.orphans, "jq:{emails}:orphans");
         assert_eq!(keys.job("42"), "jq:{emails}:job:42");
         assert_eq!(keys.job_prefix, "jq:{emails}:job:");
+        assert_eq!(keys.claim_request("r1"), "jq:{emails}:claimreq:r1");
         for key in keys.all_keys() {
             assert!(key.starts_with("jq:{emails}:"), "{key}");
         }

@@ -22,7 +22,7 @@ mod settings;
 mod stats;
 mod types;
 
-pub use client::{Consumer, Queue, reap_due};
+pub use client::{Consumer, DEFAULT_MAX_PAYLOAD, Queue, reap_due};
 pub use connection::{ConnectOptions, Dedicated, Redis, redact_url};
 pub use error::{Error, Result};
 pub use keys::{DEFAULT_PREFIX, QueueKeys, validate_id, validate_tag};

@@ -85,6 +85,8 @@ pub struct QueueStats {
     pub orphans_purged: u64,
     /// Due delayed jobs the reaper moved to pending.
     pub promoted: u64,
+    /// Claim calls answered from their request's record (a retry after a lost reply).
+    pub replayed: u64,
     pub histogram: Histogram,
 }
 
@@ -120,6 +122,7 @@ impl QueueStats {
                 "restored" => s.restored = v,
                 "orphans_purged" => s.orphans_purged = v,
                 "promoted" => s.promoted = v,
+                "replayed" => s.replayed = v,
                 other => {
                     if let Some(b) = other.strip_prefix("h:").and_then(|b| b.parse::<u32>().ok()) {
                         *s.histogram.buckets.entry(b).or_default() += v;

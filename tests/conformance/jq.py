@@ -79,13 +79,16 @@ class Q:
         for j in jobs:
             args += list(j)
         return self.ev('enqueue', [self.jk(j[0]) for j in jobs], len(jobs), *args)
-    def claim_reply(self, n, worker='w1', vis=0, tokens=None):
-        """The whole reply: [jobs, more]."""
+    def claimreq(self, request):
+        return self.p + 'claimreq:' + request
+    def claim_reply(self, n, worker='w1', vis=0, tokens=None, request=None):
+        """The whole reply: [jobs, more]. A fresh request id unless one is given."""
         if tokens is None: tokens = [os.urandom(16).hex() for _ in range(n)]
-        return self.ev('claim', [self.orphans], n, worker, vis, *tokens)
-    def claim(self, n, worker='w1', vis=0, tokens=None):
+        if request is None: request = os.urandom(16).hex()
+        return self.ev('claim', [self.orphans, self.claimreq(request)], n, worker, vis, request, *tokens)
+    def claim(self, n, worker='w1', vis=0, tokens=None, request=None):
         """The jobs of the reply."""
-        jobs, more = self.claim_reply(n, worker, vis, tokens)
+        jobs, more = self.claim_reply(n, worker, vis, tokens, request)
         return jobs
     def ack(self, pairs):
         args = []

@@ -618,6 +618,7 @@ def malformed_args():
     j = q.claim(1)[0]
     tok = j[3]
     K = q.K; jp = q.jp; ja = q.jk('a')
+    KC = K + [q.orphans, q.claimreq('r')]
     def call(name, keys, *args):
         return lambda: r.evalsha(SHAS[name], len(keys), *keys, *args)
     cases = [
@@ -635,14 +636,18 @@ def malformed_args():
         ('delay_ms', call('enqueue', K + [ja], jp, 1, 'b', 'p', 'soon')),
         ('delay_ms', call('enqueue', K + [ja], jp, 1, 'b', 'p', '')),
         ('delay_ms', call('enqueue', K + [ja], jp, 1, 'b', 'p', ' 5')),
-        ('n', call('claim', K, jp, 0, 'w', 0)),
-        ('n', call('claim', K, jp, 2, 'w', 0, 't1')),
-        ('n', call('claim', K, jp, 1, 'w', 0, 't1', 't2')),
-        ('n', call('claim', K, jp, 1001, 'w', 0, *(['t'] * 1001))),
-        ('visibility', call('claim', K, jp, 1, 'w', -5, 't')),
-        ('visibility', call('claim', K, jp, 1, 'w', '2.5', 't')),
-        ('visibility', call('claim', K, jp, 1, 'w', 'abc', 't')),
-        ('keys', call('claim', K[:6], jp, 1, 'w', 0, 't')),
+        ('n', call('claim', KC, jp, 0, 'w', 0, 'r')),
+        ('n', call('claim', KC, jp, 2, 'w', 0, 'r', 't1')),
+        ('n', call('claim', KC, jp, 1, 'w', 0, 'r', 't1', 't2')),
+        ('n', call('claim', KC, jp, 1, 'w', 0, 't1')),   # the request id is not optional
+        ('n', call('claim', KC, jp, 1001, 'w', 0, 'r', *(['t'] * 1001))),
+        ('visibility', call('claim', KC, jp, 1, 'w', -5, 'r', 't')),
+        ('visibility', call('claim', KC, jp, 1, 'w', '2.5', 'r', 't')),
+        ('visibility', call('claim', KC, jp, 1, 'w', 'abc', 'r', 't')),
+        ('request', call('claim', KC, jp, 1, 'w', 0, '', 't')),
+        ('request', call('claim', KC, jp, 1, 'w', 0, 'r' * 257, 't')),
+        ('keys', call('claim', K[:6], jp, 1, 'w', 0, 'r', 't')),
+        ('keys', call('claim', K + [q.orphans], jp, 1, 'w', 0, 'r', 't')),
         ('n', call('ack', K + [ja], jp, 'one', 'a', tok)),
         ('n', call('ack', K + [ja], jp, 2, 'a', tok)),
         ('n', call('ack', K + [ja], jp, 1, 'a', tok, 'x')),
@@ -689,7 +694,7 @@ def leading_zero_and_minus_zero():
     q = fresh('zero')
     assert q.enqueue([('a', 'p', '-0'), ('b', 'p', '000')]) == [1, 1]
     assert r.llen(q.pending) == 2
-    assert len(q.ev('claim', [q.orphans], '01', 'w', '00', 'tok')[0]) == 1
+    assert len(q.ev('claim', [q.orphans, q.claimreq('z')], '01', 'w', '00', 'z', 'tok')[0]) == 1
 
 @test
 def orphans_set_aside_and_restored():
@@ -759,6 +764,51 @@ def claim_says_more():
     assert [j[0] for j in jobs] == [b'real'] and more == 0
     jobs, more = q.claim_reply(1)
     assert jobs == [] and more == 0
+
+@test
+def claim_request_retry():
+    q = fresh('creq')
+    q.enqueue([('a', 'pa', 0), ('b', 'pb', 0), ('c', 'pc', 0)])
+    first = q.claim_reply(2, vis=60000, tokens=['t1', 't2'], request='req1')
+    assert [j[0] for j in first[0]] == [b'a', b'b'] and first[1] == 0
+    # the record: more, then id, token per lease; it expires with the leases
+    assert r.lrange(q.claimreq('req1'), 0, -1) == [b'0', b'a', b't1', b'b', b't2']
+    assert 0 < r.pttl(q.claimreq('req1')) <= 60000
+    # the same request again: the same leases, nothing claimed, no attempt charged
+    snap_jobs = (q.job('a'), q.job('b'), q.job('c'))
+    again = q.claim_reply(2, vis=60000, tokens=['x1', 'x2'], request='req1')
+    assert again == first, again
+    assert (q.job('a'), q.job('b'), q.job('c')) == snap_jobs
+    st = q.stats()
+    assert st['claimed'] == 2 and st['replayed'] == 1 and st['pending'] == 1, st
+    # an ended lease is left out; a renewed one comes back with its new lease_until
+    assert q.ack([('a', 't1')]) == [1]
+    until = q.extend(120000, [('b', 't2')])[0]
+    jobs, more = q.claim_reply(2, vis=60000, request='req1')
+    assert jobs == [[b'b', b'pb', 1, b't2', until]] and more == 0, jobs
+    # a lease taken away (reaped, then claimed by another request) is left out
+    q2 = fresh('creq2')
+    q2.enqueue([('x', 'p', 0)])
+    q2.claim(1, vis=1, tokens=['old'], request='rq')
+    wait_ms(5); assert q2.reap() == [1, 0, 0]
+    assert q2.claim(1, tokens=['new'], request='other')[0][3] == b'new'
+    assert q2.claim_reply(1, request='rq') == [[], 0]
+    assert q2.job('x')['attempts'] == b'2'
+    # an empty claim records nothing; another request claims anew
+    q3 = fresh('creq3')
+    assert q3.claim_reply(1, request='e') == [[], 0] and not r.exists(q3.claimreq('e'))
+    q3.enqueue([('y', 'p', 0)])
+    assert q3.claim(1, request='e')[0][0] == b'y'
+    # once the record has expired, the same id claims anew
+    q3.enqueue([('z', 'p', 0)])
+    r.delete(q3.claimreq('e'))
+    assert q3.claim(1, request='e')[0][0] == b'z'
+    # a wrong-typed record fails the call, changing nothing
+    r.set(q3.claimreq('bad'), 'x')
+    q3.enqueue([('w', 'p', 0)])
+    snap = q3.snapshot()
+    m = err_of(lambda: q3.claim(1, request='bad'))
+    assert q3.claimreq('bad') in m and 'wrong type' in m and q3.snapshot() == snap, m
 
 def main():
     failed = 0

@@ -1,0 +1,89 @@
+//! Moving one Cluster slot between the nodes of a [`RedisCluster`] key by key, as
+//! `redis-cli --cluster reshard` does: `SETSLOT IMPORTING` on the target, `SETSLOT
+//! MIGRATING` on the source, `MIGRATE … KEYS` in small batches, then `SETSLOT NODE` on
+//! every node. Between the steps the slot's keys are split between two nodes.
+
+use super::redis::RedisCluster;
+
+fn my_id(cluster: &RedisCluster, node: usize) -> String {
+    redis::cmd("CLUSTER")
+        .arg("MYID")
+        .query(&mut cluster.nodes[node].conn())
+        .expect("CLUSTER MYID")
+}
+
+/// The slot of `key`.
+pub fn slot_of(cluster: &RedisCluster, key: &str) -> u16 {
+    redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query(&mut cluster.nodes[0].conn())
+        .unwrap()
+}
+
+/// Mark `slot` as moving from node `src` to node `dst`.
+pub fn begin(cluster: &RedisCluster, slot: u16, src: usize, dst: usize) {
+    let (src_id, dst_id) = (my_id(cluster, src), my_id(cluster, dst));
+    let _: () = redis::cmd("CLUSTER")
+        .arg("SETSLOT")
+        .arg(slot)
+        .arg("IMPORTING")
+        .arg(&src_id)
+        .query(&mut cluster.nodes[dst].conn())
+        .expect("SETSLOT IMPORTING");
+    let _: () = redis::cmd("CLUSTER")
+        .arg("SETSLOT")
+        .arg(slot)
+        .arg("MIGRATING")
+        .arg(&dst_id)
+        .query(&mut cluster.nodes[src].conn())
+        .expect("SETSLOT MIGRATING");
+}
+
+/// Move up to `batch` keys of `slot` from `src` to `dst`; returns how many moved (0 when
+/// the source holds none of the slot's keys any more).
+pub fn migrate_batch(
+    cluster: &RedisCluster,
+    slot: u16,
+    src: usize,
+    dst: usize,
+    batch: usize,
+) -> usize {
+    let mut conn = cluster.nodes[src].conn();
+    let keys: Vec<String> = redis::cmd("CLUSTER")
+        .arg("GETKEYSINSLOT")
+        .arg(slot)
+        .arg(batch)
+        .query(&mut conn)
+        .unwrap();
+    if keys.is_empty() {
+        return 0;
+    }
+    let _: redis::Value = redis::cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(cluster.nodes[dst].port)
+        .arg("")
+        .arg(0)
+        .arg(5000)
+        .arg("KEYS")
+        .arg(&keys)
+        .query(&mut conn)
+        .expect("MIGRATE");
+    keys.len()
+}
+
+/// Give `slot` to `dst` on every node (the target first, as redis-cli does).
+pub fn finish(cluster: &RedisCluster, slot: u16, src: usize, dst: usize) {
+    let dst_id = my_id(cluster, dst);
+    let mut order = vec![dst, src];
+    order.extend((0..cluster.nodes.len()).filter(|n| *n != src && *n != dst));
+    for node in order {
+        let _: () = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg("NODE")
+            .arg(&dst_id)
+            .query(&mut cluster.nodes[node].conn())
+            .expect("SETSLOT NODE");
+    }
+}
