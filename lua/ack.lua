@@ -112,6 +112,17 @@ local function clock()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+-- keepAside(key, ids, nowS): ids whose job hash is absent go to the orphans zset, scored
+-- the time they were set aside (NX: an id set aside earlier keeps its first time)
+local function keepAside(key, ids, nowS)
+  if #ids == 0 then return end
+  local z = {}
+  for i = 1, #ids do
+    z[2 * i - 1] = nowS
+    z[2 * i] = ids[i]
+  end
+  redis.call('ZADD', key, 'NX', unpack(z))
+end
 -- END include/prelude.lua
 
 -- floor(log2(max(ms, 1))) in exact arithmetic: halving a double is exact, so no

@@ -132,6 +132,17 @@ local function clock()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+-- keepAside(key, ids, nowS): ids whose job hash is absent go to the orphans zset, scored
+-- the time they were set aside (NX: an id set aside earlier keeps its first time)
+local function keepAside(key, ids, nowS)
+  if #ids == 0 then return end
+  local z = {}
+  for i = 1, #ids do
+    z[2 * i - 1] = nowS
+    z[2 * i] = ids[i]
+  end
+  redis.call('ZADD', key, 'NX', unpack(z))
+end
 -- END include/prelude.lua
 
 -- arguments ------------------------------------------------------------------
@@ -441,14 +452,7 @@ if #back > 0 then
   if #backDelayed > 0 then redis.call('ZADD', K_DELAYED, unpack(backDelayed)) end
   if #backDead > 0 then redis.call('ZADD', K_DEAD, unpack(backDead)) end
 end
-if #aside > 0 then
-  local z = {}
-  for i = 1, #aside do
-    z[2 * i - 1] = nowS
-    z[2 * i] = aside[i]
-  end
-  redis.call('ZADD', K_ORPHANS, 'NX', unpack(z))
-end
+keepAside(K_ORPHANS, aside, nowS)
 -- one wake marker per job put in pending
 local marks = np + nb
 if marks > 0 then

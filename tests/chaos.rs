@@ -1067,7 +1067,8 @@ async fn f_a_partitioned_worker_stops_by_its_lease_deadline_and_its_late_acks_ar
 
 /// (g) Workers whose commands start grandchildren (a background pipeline), SIGKILLed at
 /// random: after each kill no process of the killed worker's jobs survives (read from
-/// the process table), and every job runs again elsewhere.
+/// the process table), and every job runs again elsewhere. The first jobs run 5 s, so
+/// a surviving grandchild cannot end by itself within the check's 3 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn g_exec_workers_sigkilled_take_their_grandchildren_with_them() {
     let scale = scale();
@@ -1077,7 +1078,17 @@ async fn g_exec_workers_sigkilled_take_their_grandchildren_with_them() {
     let dir = tempfile::tempdir().unwrap();
     let queue = connect(&url, false).await;
     queue.configure(&settings()).await.unwrap();
-    let batch = jobs(0, n);
+    // Long jobs first: their pipelines outlive the 3 s the check below allows, so a
+    // grandchild left behind by a killed worker is seen, not gone by itself.
+    let long = 24 * scale;
+    let mut batch: Vec<(String, Kind, NewJob)> = (0..long)
+        .map(|i| {
+            let id = format!("long{i}");
+            (id.clone(), Kind::Ok, NewJob::new("ok 5\n").id(id))
+        })
+        .collect();
+    batch.extend(jobs(0, n));
+    let n = n + long;
     let kinds: HashMap<String, Kind> = batch.iter().map(|(id, k, _)| (id.clone(), *k)).collect();
     queue
         .enqueue_many(batch.into_iter().map(|(_, _, j)| j).collect())
@@ -1409,7 +1420,7 @@ async fn i_lost_claim_replies_are_answered_by_their_retry() {
         HANDLER,
         &["--visibility", "30s"],
     );
-    wait_until_settled(&queue, || n, Duration::from_secs(25), &fleet).await;
+    wait_until_settled(&queue, || n, Duration::from_secs(25 * scale as u64), &fleet).await;
     assert_eq!(
         fleet.stop(),
         3,
@@ -1473,6 +1484,10 @@ async fn j_slot_migration_under_load_loses_nothing() {
         for (src, dst) in [(home, away), (away, home)] {
             tokio::time::sleep(Duration::from_millis(300)).await;
             slot_migration::begin(&cluster, slot, src, dst);
+            // The queue's own keys first, then its job hashes ten at a time: for the
+            // whole migration, scripts run where the queue keys are and find the
+            // hashes of the ids they hold missing.
+            moved += slot_migration::migrate_present(&cluster, src, dst, &queue.keys().all_keys());
             loop {
                 let batch = slot_migration::migrate_batch(&cluster, slot, src, dst, 10);
                 if batch == 0 {

@@ -242,3 +242,62 @@ fn markers_are_read_strictly() {
         assert!(got.contains(want), "{text:?}: got {got:?}, want {want:?}");
     }
 }
+
+/// The names a text declares at the start of a line: `local function f` and `local a, b`.
+fn declared(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("local ") else {
+            continue;
+        };
+        let rest = rest.strip_prefix("function ").unwrap_or(rest);
+        let head = rest.split(['=', '(']).next().unwrap_or_default();
+        names.extend(
+            head.split(',')
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .map(str::to_string),
+        );
+    }
+    names
+}
+
+#[test]
+fn no_script_shadows_a_shared_name() {
+    // A script that declares a name its blocks already declare silently replaces the
+    // shared code for the rest of the script.
+    let includes: Vec<(String, String)> = lua_files(&lua_dir().join("include"));
+    let mut shadowed = Vec::new();
+    for (name, text) in lua_files(&lua_dir()) {
+        let mut own = String::new();
+        let mut inside = false;
+        for line in text.lines() {
+            if line.starts_with(BEGIN) {
+                inside = true;
+            } else if line.starts_with(END) {
+                inside = false;
+            } else if !inside {
+                own.push_str(line);
+                own.push('\n');
+            }
+        }
+        let own = declared(&own);
+        for (include, shared) in &includes {
+            if !text.contains(&begin_marker(include)) {
+                continue;
+            }
+            for n in declared(shared) {
+                if own.contains(&n) {
+                    shadowed.push(format!(
+                        "lua/{name} declares {n}, already in include/{include}"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(shadowed.is_empty(), "{}", shadowed.join("\n"));
+    assert_eq!(
+        declared("local function f(a)\nlocal x, y = 1, 2\n  local inner = 3\n"),
+        vec!["f", "x", "y"]
+    );
+}

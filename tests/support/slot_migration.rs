@@ -56,9 +56,38 @@ pub fn migrate_batch(
         .arg(batch)
         .query(&mut conn)
         .unwrap();
+    migrate_keys(cluster, src, dst, &keys)
+}
+
+/// Move those of `keys` that `src` holds to `dst` in one `MIGRATE`; returns how many
+/// moved. Moving a queue's own keys before its job hashes is the order in which a
+/// script finds the hashes of ids it holds missing for the longest time.
+pub fn migrate_present(cluster: &RedisCluster, src: usize, dst: usize, keys: &[&str]) -> usize {
+    let mut conn = cluster.nodes[src].conn();
+    let present: Vec<&str> = keys
+        .iter()
+        .copied()
+        .filter(|k| {
+            redis::cmd("EXISTS")
+                .arg(k)
+                .query::<i64>(&mut conn)
+                .unwrap_or(0)
+                == 1
+        })
+        .collect();
+    migrate_keys(cluster, src, dst, &present)
+}
+
+fn migrate_keys<K: redis::ToRedisArgs>(
+    cluster: &RedisCluster,
+    src: usize,
+    dst: usize,
+    keys: &[K],
+) -> usize {
     if keys.is_empty() {
         return 0;
     }
+    let mut conn = cluster.nodes[src].conn();
     let _: redis::Value = redis::cmd("MIGRATE")
         .arg("127.0.0.1")
         .arg(cluster.nodes[dst].port)
@@ -66,7 +95,7 @@ pub fn migrate_batch(
         .arg(0)
         .arg(5000)
         .arg("KEYS")
-        .arg(&keys)
+        .arg(keys)
         .query(&mut conn)
         .expect("MIGRATE");
     keys.len()
