@@ -6,8 +6,8 @@ use clap::Args;
 use tokio_util::sync::CancellationToken;
 
 use super::ConnectArgs;
-use crate::telemetry::{self, LogFormat};
 use crate::queue::Error;
+use crate::telemetry::{self, LogFormat};
 use crate::worker::Worker;
 use crate::worker::exec::{DEFAULT_DEAD_EXIT_CODE, DEFAULT_STDERR_TAIL, ExecHandler};
 
