@@ -1160,7 +1160,7 @@ async fn main() {
         fill(&q, n).await;
         let per_job = (used(&mut s) - before) as f64 / n as f64;
         let id = q.pending_ids(1).await.unwrap().remove(0);
-        let key = q.keys().job(&id);
+        let key = q.keys().job(id.as_str().unwrap());
         let encoding: String = redis::cmd("OBJECT")
             .arg("ENCODING")
             .arg(&key)

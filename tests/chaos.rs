@@ -1194,7 +1194,7 @@ async fn h_scale_to_zero_wakes_for_delayed_and_retried_jobs() {
         .enqueue(NewJob::new("flaky 0.01").id("retried"))
         .await
         .unwrap();
-    kinds.insert(retried.id.clone(), Kind::Flaky);
+    kinds.insert(retried.id.to_string(), Kind::Flaky);
     let lease = queue.claim_one("first-try", None).await.unwrap().unwrap();
     let outcome = queue
         .fail(

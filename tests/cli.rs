@@ -278,7 +278,7 @@ async fn enqueue_stdin_sends_one_job_per_line_1000_per_call() {
     let ids = queue.pending_ids(1000).await.unwrap();
     assert_eq!(queue.stats().await.unwrap().pending, 2502);
     for (id, want) in ids.iter().zip(&expected) {
-        let got = payload_of(&mut conn, &queue, id).unwrap();
+        let got = payload_of(&mut conn, &queue, id.as_str().unwrap()).unwrap();
         assert_eq!(String::from_utf8(got).unwrap(), *want);
     }
     let mut all: Vec<String> = Vec::new();

@@ -38,7 +38,10 @@ async fn scenario(cluster: &RedisCluster, queue: Queue, node: usize) {
     assert!(created.iter().all(|e| e.created));
     let leases = queue.claim(4, "w", None).await.unwrap();
     assert_eq!(
-        leases.iter().map(|l| l.id.as_str()).collect::<Vec<_>>(),
+        leases
+            .iter()
+            .map(|l| l.id.as_str().unwrap())
+            .collect::<Vec<_>>(),
         ["j0", "j1", "j2", "j3"]
     );
     let refs: Vec<_> = leases.iter().map(|l| l.lease_ref()).collect();
@@ -109,7 +112,7 @@ async fn scenario(cluster: &RedisCluster, queue: Queue, node: usize) {
     );
     assert_eq!(
         queue
-            .redrive(&Selection::Ids(vec![c2.id.clone()]))
+            .redrive(&Selection::Ids(vec![c2.id.to_string()]))
             .await
             .unwrap(),
         1

@@ -81,7 +81,7 @@ async fn claimers_dying_claimers_and_a_reaper_lose_nothing() {
                     let mut acked = acked.lock().unwrap();
                     for (lease, ok) in to_ack.iter().zip(flags) {
                         if ok {
-                            acked.push(lease.id.to_string());
+                            acked.push(String::from_utf8(lease.id.to_vec()).unwrap());
                         } else {
                             // Only possible when this claimer was slower than its lease.
                             *rejected.lock().unwrap() += 1;

@@ -5,7 +5,7 @@ mod support;
 
 use std::time::Duration;
 
-use jobqueue::queue::{Backoff, Error, FailMode, NewJob, Queue, QueueSettings, QueueStats};
+use jobqueue::queue::{Backoff, Error, FailMode, JobId, NewJob, Queue, QueueSettings, QueueStats};
 use redis::Commands;
 use support::redis::{RedisServer, wait_past};
 
@@ -153,7 +153,7 @@ async fn dead_jobs_past_retention_are_trimmed() {
     };
     q.maintain(&settings, 100, 10).await.unwrap();
     kill(&q, 2, &mut c).await;
-    let died: Vec<(String, i64)> = q.dead_ids(0, 10).await.unwrap();
+    let died: Vec<(JobId, i64)> = q.dead_ids(0, 10).await.unwrap();
     let newest = died.iter().map(|d| d.1).max().unwrap();
     wait_past(&mut c, newest + 50);
     let pass = q.maintain(&settings, 100, 10).await.unwrap();

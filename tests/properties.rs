@@ -158,8 +158,12 @@ async fn step(run: &mut Run, op: Op) {
                 Duration::from_secs(3600)
             };
             for lease in q.claim(n, "w", Some(visibility)).await.unwrap() {
-                assert_eq!(run.status(&lease.id).as_deref(), Some("processing"));
-                run.current.insert(lease.id.clone(), lease.token.clone());
+                assert_eq!(
+                    run.status(lease.id.as_str().unwrap()).as_deref(),
+                    Some("processing")
+                );
+                run.current
+                    .insert(lease.id.to_string(), lease.token.clone());
                 run.leases.push(lease);
             }
         }
@@ -167,19 +171,19 @@ async fn step(run: &mut Run, op: Op) {
             let Some(lease) = run.leases.get(lease % run.leases.len().max(1)).cloned() else {
                 return;
             };
-            let holds = run.current.get(&lease.id) == Some(&lease.token);
+            let holds = run.current.get(lease.id.as_str().unwrap()) == Some(&lease.token);
             let ok = q.ack(&lease).await.unwrap();
             assert_eq!(ok, holds, "ack accepted iff the token holds the lease");
             if ok {
-                run.current.remove(&lease.id);
-                *run.acks.entry(lease.id.clone()).or_default() += 1;
+                run.current.remove(lease.id.as_str().unwrap());
+                *run.acks.entry(lease.id.to_string()).or_default() += 1;
             }
         }
         Op::Extend { lease } => {
             let Some(lease) = run.leases.get(lease % run.leases.len().max(1)).cloned() else {
                 return;
             };
-            let holds = run.current.get(&lease.id) == Some(&lease.token);
+            let holds = run.current.get(lease.id.as_str().unwrap()) == Some(&lease.token);
             let until = q
                 .extend(&lease, Some(Duration::from_secs(3600)))
                 .await
@@ -194,7 +198,7 @@ async fn step(run: &mut Run, op: Op) {
             let Some(lease) = run.leases.get(lease % run.leases.len().max(1)).cloned() else {
                 return;
             };
-            let holds = run.current.get(&lease.id) == Some(&lease.token);
+            let holds = run.current.get(lease.id.as_str().unwrap()) == Some(&lease.token);
             let mode = if dead {
                 FailMode::Dead
             } else {
@@ -208,7 +212,7 @@ async fn step(run: &mut Run, op: Op) {
             let out = q.fail(&lease, "e", mode, backoff).await.unwrap();
             assert_eq!(out != FailOutcome::Stale, holds);
             if holds {
-                run.current.remove(&lease.id);
+                run.current.remove(lease.id.as_str().unwrap());
             }
             if dead && holds {
                 assert_eq!(out, FailOutcome::Dead);

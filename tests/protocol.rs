@@ -6,8 +6,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use jobqueue::queue::{
-    Backoff, ConnectOptions, Error, FailMode, FailOutcome, NewJob, Queue, QueueSettings, Redis,
-    SCRIPTS, Selection,
+    Backoff, ConnectOptions, Error, FailMode, FailOutcome, JobId, NewJob, Queue, QueueSettings,
+    Redis, SCRIPTS, Selection,
 };
 use redis::Commands;
 use support::redis::{RedisServer, redis_now_ms, wait_past};
@@ -49,7 +49,7 @@ async fn jobs_are_claimed_in_fifo_order() {
 async fn batch_claim_takes_up_to_n_in_order() {
     let (_s, q, mut c) = setup("batch").await;
     let jobs = (0..5).map(|i| job(&i.to_string())).collect();
-    let ids: Vec<String> = q
+    let ids: Vec<JobId> = q
         .enqueue_many(jobs)
         .await
         .unwrap()
@@ -70,7 +70,7 @@ async fn batch_claim_takes_up_to_n_in_order() {
     assert_eq!(processing, 5);
     // Each lease is recorded in its hash and in the processing set.
     for lease in first.iter().chain(&rest) {
-        let key = q.keys().job(&lease.id);
+        let key = q.keys().job(lease.id.as_str().unwrap());
         assert_eq!(hget(&mut c, &key, "status").as_deref(), Some("processing"));
         assert_eq!(
             hget(&mut c, &key, "claim_token").as_deref(),
@@ -273,7 +273,12 @@ async fn extend_moves_both_the_score_and_the_hash() {
         assert!(until >= now + 599_000 && until <= now + 601_000);
         let score: i64 = c.zscore(&q.keys().processing, &lease.id).unwrap();
         assert_eq!(score, until);
-        let field = hget(&mut c, &q.keys().job(&lease.id), "lease_until").unwrap();
+        let field = hget(
+            &mut c,
+            &q.keys().job(lease.id.as_str().unwrap()),
+            "lease_until",
+        )
+        .unwrap();
         assert_eq!(field.parse::<i64>().unwrap(), until);
     }
     // Mixed batch: one good, one stale.
@@ -331,7 +336,7 @@ async fn fail_with_backoff_delays_and_a_later_claim_promotes() {
         .await
         .unwrap()
         .expect("promoted by claim");
-    assert_eq!((again.id.as_str(), again.attempts), ("a", 2));
+    assert_eq!((again.id.as_str(), again.attempts), (Some("a"), 2));
     let delayed: usize = c.zcard(&q.keys().delayed).unwrap();
     assert_eq!(delayed, 0);
 }
@@ -424,7 +429,7 @@ async fn max_attempts_sends_failures_and_expiries_to_dead() {
     let b1 = q.claim_one("w", Some(MS)).await.unwrap().unwrap();
     assert_eq!(b1.id, "b");
     let a2 = q.claim_one("w", None).await.unwrap().unwrap();
-    assert_eq!((a2.id.as_str(), a2.attempts), ("a", 2));
+    assert_eq!((a2.id.as_str(), a2.attempts), (Some("a"), 2));
     assert_eq!(
         q.fail(&a2, "second", FailMode::Retry, Backoff::Immediate)
             .await
@@ -481,7 +486,7 @@ async fn reaped_jobs_are_served_before_older_pending_ones() {
     assert_eq!(q.reap(10).await.unwrap().requeued, 1);
     let next = q.claim(3, "w", None).await.unwrap();
     assert_eq!(
-        next.iter().map(|l| l.id.as_str()).collect::<Vec<_>>(),
+        next.iter().map(|l| l.id.clone()).collect::<Vec<_>>(),
         ["old", "p1", "p2"]
     );
 }

@@ -46,7 +46,7 @@ async fn a_lost_claim_reply_is_answered_by_the_retry_with_the_same_lease() {
         1,
         "the job leased by the first call reaches the caller"
     );
-    assert_eq!((leases[0].id.as_str(), leases[0].attempts), ("a", 1));
+    assert_eq!((leases[0].id.as_str(), leases[0].attempts), (Some("a"), 1));
     let info = direct.job("a").await.unwrap().unwrap();
     assert_eq!(info.attempts, 1, "a retry charges no attempt");
     assert_eq!(info.status.as_deref(), Some("processing"));

@@ -33,7 +33,7 @@ async fn batched_claim_keeps_the_protocol(q: &Queue, c: &mut redis::Connection) 
     let _: () = c.rpush(&q.keys().pending, "e").unwrap();
     // Pending from the front: e (the copy), a, b, c, d, e, f.
     let leases = q.claim(4, "w", None).await.unwrap();
-    let ids: Vec<&str> = leases.iter().map(|l| l.id.as_str()).collect();
+    let ids: Vec<&str> = leases.iter().map(|l| l.id.as_str().unwrap()).collect();
     assert_eq!(ids, ["e", "a", "c", "f"]);
     for l in &leases {
         assert_eq!(l.attempts, 1);

@@ -237,7 +237,7 @@ async fn stale_renewal_cancels_the_handler_and_its_result_is_not_acked() {
     let outcome = queue
         .fail(
             LeaseRef {
-                id: "x",
+                id: b"x",
                 token: &token,
             },
             "taken away",
@@ -430,7 +430,7 @@ async fn shutdown_acks_what_finishes_in_time_and_releases_the_rest_uncharged() {
     let running = spawn(worker, move |lease, ctx| {
         let (started, rel, sc) = (started_tx.clone(), rel.clone(), sc.clone());
         async move {
-            started.send(lease.id.clone()).unwrap();
+            started.send(lease.id.to_string()).unwrap();
             if lease.id == "slow" {
                 let release = rel.lock().unwrap().take().unwrap();
                 release.await.unwrap();
@@ -534,7 +534,7 @@ async fn the_worker_recovers_from_killed_connections_and_a_restarted_server() {
         let ids = ids.clone();
         async move {
             tokio::time::sleep(Duration::from_millis(5)).await;
-            *ids.lock().unwrap().entry(lease.id).or_default() += 1;
+            *ids.lock().unwrap().entry(lease.id.to_string()).or_default() += 1;
             Ok(())
         }
     });

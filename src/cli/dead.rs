@@ -8,8 +8,8 @@ use clap::{ArgGroup, Args, Subcommand};
 
 use super::ConnectArgs;
 use super::common::{UsageError, open};
-use super::format::{escape, format_epoch_ms, preview};
-use crate::queue::{Error, MAX_BATCH, Queue, Selection};
+use super::format::{add_id_hex, escape, format_epoch_ms, preview};
+use crate::queue::{Error, JobInfo, MAX_BATCH, Queue, Selection};
 
 pub const EXAMPLES: &str = "\
 Examples:
@@ -170,12 +170,13 @@ async fn ls(args: LsArgs) -> anyhow::Result<()> {
     for (id, died_at) in &entries {
         let info = job(&queue, id).await?;
         if args.json {
-            let value = serde_json::json!({
+            let mut value = serde_json::json!({
                 "id": id,
                 "died_at": died_at,
                 "attempts": info.as_ref().map(|i| i.attempts),
                 "last_error": info.as_ref().and_then(|i| i.last_error.clone()),
             });
+            add_id_hex(&mut value, id);
             writeln!(out, "{value}")?;
         } else {
             let attempts = info.as_ref().map_or(0, |i| i.attempts);
@@ -201,7 +202,9 @@ async fn ls(args: LsArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn job(queue: &Queue, id: &str) -> anyhow::Result<Option<crate::queue::JobInfo>> {
+/// Ids are read as Redis holds them: one written by another client (with a space, or
+/// not UTF-8) is listed, escaped, instead of failing the listing.
+async fn job(queue: &Queue, id: impl AsRef<[u8]>) -> anyhow::Result<Option<JobInfo>> {
     Ok(queue.job(id).await?)
 }
 
@@ -229,6 +232,7 @@ async fn show(args: ShowArgs) -> anyhow::Result<()> {
     }
     if args.json {
         let mut value = serde_json::to_value(&info)?;
+        add_id_hex(&mut value, &info.id);
         if let Some(obj) = value.as_object_mut() {
             obj.insert("died_at".into(), died_at.into());
         }
@@ -237,7 +241,7 @@ async fn show(args: ShowArgs) -> anyhow::Result<()> {
     }
     let time = |t: Option<i64>| t.map_or_else(|| "-".to_string(), format_epoch_ms);
     let rows = [
-        ("id", info.id.clone()),
+        ("id", info.id.to_string()),
         ("status", info.status.clone().unwrap_or_else(|| "-".into())),
         ("attempts", info.attempts.to_string()),
         ("enqueued", time(info.enqueued_at)),

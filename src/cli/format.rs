@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::queue::JobId;
+
 /// A latency for reading: `740µs`, `12ms`, `1.24s`.
 pub fn format_latency(d: Duration) -> String {
     let us = d.as_micros();
@@ -89,6 +91,16 @@ pub fn escape(payload: &[u8], keep_lines: bool) -> String {
         }
     }
     out
+}
+
+/// A job as JSON names its id as escaped text (`"id"`); an id that is not UTF-8 also
+/// gets its exact bytes as hex (`"id_hex"`), since the escaped text can be ambiguous.
+pub fn add_id_hex(value: &mut serde_json::Value, id: &JobId) {
+    if id.as_str().is_none()
+        && let Some(obj) = value.as_object_mut()
+    {
+        obj.insert("id_hex".into(), hex::encode(id.as_bytes()).into());
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use clap::Args;
 
 use super::ConnectArgs;
 use super::common::open;
-use super::format::{format_age, preview};
+use super::format::{add_id_hex, format_age, preview};
 
 pub const EXAMPLES: &str = "\
 Examples:
@@ -59,7 +59,9 @@ pub async fn run(args: PeekArgs) -> anyhow::Result<()> {
         // Claimed or deleted between the two reads: no longer next in line.
         let Some(info) = info else { continue };
         if args.json {
-            writeln!(out, "{}", serde_json::to_value(&info)?)?;
+            let mut value = serde_json::to_value(&info)?;
+            add_id_hex(&mut value, id);
+            writeln!(out, "{value}")?;
             continue;
         }
         let age = info

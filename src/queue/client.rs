@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use redis::{Cmd, Value};
+use redis::{Cmd, ToRedisArgs, Value};
 
 use super::MAX_BATCH;
 use super::connection::{Dedicated, Redis};
@@ -132,7 +132,7 @@ impl Queue {
         }
     }
 
-    fn script_cmd(&self, script: &Script, job_keys: &[String]) -> Cmd {
+    fn script_cmd<K: ToRedisArgs>(&self, script: &Script, job_keys: &[K]) -> Cmd {
         let mut cmd = script.cmd(7 + job_keys.len());
         for key in self.keys.queue_keys() {
             cmd.arg(key);
@@ -212,7 +212,7 @@ impl Queue {
             .into_iter()
             .zip(flags)
             .map(|(id, flag)| Enqueued {
-                id,
+                id: id.into(),
                 created: flag == 1,
             })
             .collect())
@@ -301,12 +301,7 @@ impl Queue {
             },
             other => return Err(self.protocol("claim", format!("{other:?}"))),
         };
-        let leases = jobs
-            .into_iter()
-            .map(|job| {
-                parse_lease(job).ok_or_else(|| self.protocol("claim", "malformed job entry"))
-            })
-            .collect::<Result<Vec<Lease>>>()?;
+        let leases = self.take_leases(jobs).await;
         Ok(Claimed { leases, more })
     }
 
@@ -340,6 +335,56 @@ impl Queue {
         );
     }
 
+    /// The leases of a claim reply. An entry this client cannot read as a lease is
+    /// ended on its own, so it never costs the jobs claimed beside it (see
+    /// [`Queue::refuse_entry`]).
+    async fn take_leases(&self, jobs: Vec<Value>) -> Vec<Lease> {
+        let mut leases = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            match parse_lease(job) {
+                Ok(lease) => leases.push(lease),
+                Err(entry) => self.refuse_entry(entry).await,
+            }
+        }
+        leases
+    }
+
+    /// End the lease of a claim entry the client cannot use with `fail` in mode `retry`
+    /// (the queue's backoff): the attempt is charged, so an entry no client can read
+    /// ends in the dead-letter set with the reason as its last error, where people see
+    /// it. `release` would charge nothing and put the job at the front of pending, to be
+    /// claimed and refused again at once, forever. An entry without a readable id and
+    /// token cannot be addressed: its lease expires for the reaper.
+    async fn refuse_entry(&self, entry: Unreadable) {
+        let Some((id, token)) = entry.lease else {
+            tracing::warn!(queue = %self.keys.name, reason = %entry.reason,
+                "a claim entry could not be read and has no id and token to end it by; its lease will expire");
+            return;
+        };
+        let error = format!(
+            "the client could not read its claim entry: {}",
+            entry.reason
+        );
+        let lease = LeaseRef {
+            id: id.as_bytes(),
+            token: &token,
+        };
+        let ended = self
+            .end_lease(
+                lease,
+                &error,
+                FailMode::Retry.as_str(),
+                Backoff::Policy.as_arg(),
+            )
+            .await;
+        match ended {
+            Ok(outcome) => tracing::warn!(queue = %self.keys.name, job = %id, ?outcome,
+                reason = %entry.reason, "a claim entry could not be read; its lease was failed"),
+            Err(err) => tracing::warn!(queue = %self.keys.name, job = %id, error = %err,
+                reason = %entry.reason, "a claim entry could not be read nor failed; its lease will expire"),
+        }
+    }
+
     /// Claim one job, if one is ready.
     pub async fn claim_one(
         &self,
@@ -358,7 +403,7 @@ impl Queue {
     pub async fn ack_many(&self, leases: &[LeaseRef<'_>]) -> Result<Vec<bool>> {
         let mut out = Vec::with_capacity(leases.len());
         for chunk in leases.chunks(MAX_BATCH) {
-            let job_keys: Vec<String> = chunk.iter().map(|l| self.keys.job(l.id)).collect();
+            let job_keys: Vec<Vec<u8>> = chunk.iter().map(|l| self.keys.job_key(l.id)).collect();
             let mut cmd = self.script_cmd(&SCRIPTS.ack, &job_keys);
             cmd.arg(chunk.len());
             for lease in chunk {
@@ -391,7 +436,7 @@ impl Queue {
         let ms = by.map_or(0, |d| d.as_millis().max(1) as u64);
         let mut out = Vec::with_capacity(leases.len());
         for chunk in leases.chunks(MAX_BATCH) {
-            let job_keys: Vec<String> = chunk.iter().map(|l| self.keys.job(l.id)).collect();
+            let job_keys: Vec<Vec<u8>> = chunk.iter().map(|l| self.keys.job_key(l.id)).collect();
             let mut cmd = self.script_cmd(&SCRIPTS.extend, &job_keys);
             cmd.arg(ms).arg(chunk.len());
             for lease in chunk {
@@ -434,7 +479,7 @@ impl Queue {
         mode: &str,
         backoff: i64,
     ) -> Result<FailOutcome> {
-        let job_keys = [self.keys.job(lease.id)];
+        let job_keys = [self.keys.job_key(lease.id)];
         let mut cmd = self.script_cmd(&SCRIPTS.fail, &job_keys);
         cmd.arg(lease.id)
             .arg(lease.token)
@@ -532,7 +577,7 @@ impl Queue {
         match selection {
             Selection::Oldest(n) => {
                 check_count("n", *n)?;
-                let mut cmd = self.script_cmd(script, &[]);
+                let mut cmd = self.script_cmd::<String>(script, &[]);
                 cmd.arg("oldest").arg(*n);
                 total += self.count_reply(script, &cmd).await?;
             }
@@ -718,16 +763,23 @@ impl Queue {
         })
     }
 
-    /// Read one job's hash; `None` when it does not exist.
-    pub async fn job(&self, id: &str) -> Result<Option<JobInfo>> {
-        validate_id(id)?;
+    /// Read one job's hash; `None` when it does not exist. Any id is read as it is,
+    /// whoever wrote it (only the ids this client makes are checked).
+    pub async fn job(&self, id: impl AsRef<[u8]>) -> Result<Option<JobInfo>> {
+        let id = id.as_ref();
+        if id.is_empty() {
+            return Err(Error::InvalidArgument {
+                what: "job id",
+                reason: "must not be empty".into(),
+            });
+        }
         let mut conn = self.redis.clone();
-        let key = self.keys.job(id);
+        let key = self.keys.job_key(id);
         let fields: HashMap<String, Vec<u8>> = redis::cmd("HGETALL")
             .arg(&key)
             .query_async(&mut conn)
             .await
-            .map_err(|e| self.err_on("HGETALL job", &key, e))?;
+            .map_err(|e| self.err_on("HGETALL job", &String::from_utf8_lossy(&key), e))?;
         if fields.is_empty() {
             return Ok(None);
         }
@@ -738,7 +790,7 @@ impl Queue {
         };
         let int = |name: &str| text(name).and_then(|v| v.parse::<i64>().ok());
         Ok(Some(JobInfo {
-            id: id.to_string(),
+            id: id.into(),
             payload: fields
                 .get("payload")
                 .map(|p| Bytes::from(p.clone()))
@@ -754,9 +806,9 @@ impl Queue {
     }
 
     /// Ids of dead jobs, oldest death first, with their time of death (ms).
-    pub async fn dead_ids(&self, offset: usize, count: usize) -> Result<Vec<(String, i64)>> {
+    pub async fn dead_ids(&self, offset: usize, count: usize) -> Result<Vec<(JobId, i64)>> {
         let mut conn = self.redis.clone();
-        let items: Vec<(String, f64)> = redis::cmd("ZRANGE")
+        let items: Vec<(JobId, f64)> = redis::cmd("ZRANGE")
             .arg(&self.keys.dead)
             .arg(offset)
             .arg(offset + count.max(1) - 1)
@@ -768,10 +820,10 @@ impl Queue {
     }
 
     /// Ids next in line to be claimed, the next one first.
-    pub async fn pending_ids(&self, count: usize) -> Result<Vec<String>> {
+    pub async fn pending_ids(&self, count: usize) -> Result<Vec<JobId>> {
         let mut conn = self.redis.clone();
         let count = count.max(1) as i64;
-        let ids: Vec<String> = redis::cmd("LRANGE")
+        let ids: Vec<JobId> = redis::cmd("LRANGE")
             .arg(&self.keys.pending)
             .arg(-count)
             .arg(-1)
@@ -937,30 +989,56 @@ fn int_array(v: &Value) -> Option<Vec<i64>> {
     }
 }
 
-fn parse_lease(v: Value) -> Option<Lease> {
-    let Value::Array(fields) = v else { return None };
-    let mut it = fields.into_iter();
-    let id = match it.next()? {
-        Value::BulkString(b) => String::from_utf8(b).ok()?,
-        _ => return None,
+/// A claim entry that is not a lease the client can use; `lease` holds its id and token
+/// when those could be read, so the lease can still be ended.
+#[derive(Debug, PartialEq)]
+struct Unreadable {
+    lease: Option<(JobId, String)>,
+    reason: String,
+}
+
+/// One claim entry, `{id, payload, attempts, token, lease_until}`. The id is bytes, as
+/// Redis holds it: any id makes a lease.
+fn parse_lease(v: Value) -> std::result::Result<Lease, Unreadable> {
+    let unreadable = |lease, reason: &str| Unreadable {
+        lease,
+        reason: reason.to_string(),
     };
-    let payload = match it.next()? {
-        Value::BulkString(b) => Bytes::from(b),
-        _ => return None,
+    let Value::Array(fields) = v else {
+        return Err(unreadable(None, "not an array"));
     };
-    let attempts = match it.next()? {
+    let id = match fields.first() {
+        Some(Value::BulkString(b)) => Some(JobId::from(b.as_slice())),
+        _ => None,
+    };
+    let token = match fields.get(3) {
+        Some(Value::BulkString(b)) => String::from_utf8(b.clone()).ok(),
+        Some(Value::SimpleString(s)) => Some(s.clone()),
+        _ => None,
+    };
+    let (Some(id), Some(token)) = (id, token) else {
+        return Err(unreadable(None, "no id or token"));
+    };
+    let lease = Some((id.clone(), token.clone()));
+    if fields.len() != 5 {
+        return Err(unreadable(
+            lease,
+            &format!("{} fields, not 5", fields.len()),
+        ));
+    }
+    let payload = match &fields[1] {
+        Value::BulkString(b) => Bytes::from(b.clone()),
+        _ => return Err(unreadable(lease, "the payload is not a string")),
+    };
+    let attempts = match fields[2] {
         Value::Int(n) => n.max(0) as u32,
-        _ => return None,
+        _ => return Err(unreadable(lease, "attempts is not an integer")),
     };
-    let token = match it.next()? {
-        Value::BulkString(b) => String::from_utf8(b).ok()?,
-        _ => return None,
-    };
-    let lease_until = match it.next()? {
+    let lease_until = match fields[4] {
         Value::Int(n) => n,
-        _ => return None,
+        _ => return Err(unreadable(lease, "lease_until is not an integer")),
     };
-    Some(Lease {
+    Ok(Lease {
         id,
         payload,
         attempts,
@@ -987,5 +1065,54 @@ mod tests {
         );
         assert_eq!(time_ms(reply("0", "999")), Ok(0));
         assert!(time_ms(Value::Nil).unwrap_err().starts_with("TIME: "));
+    }
+
+    fn bulk(b: &[u8]) -> Value {
+        Value::BulkString(b.to_vec())
+    }
+
+    #[test]
+    fn claim_entries_with_any_id_are_leases() {
+        let entry = |id: &[u8]| {
+            Value::Array(vec![
+                bulk(id),
+                bulk(b"payload"),
+                Value::Int(2),
+                bulk(b"t0ken"),
+                Value::Int(1_700_000_000_000),
+            ])
+        };
+        let lease = parse_lease(entry(b"a\xff b")).unwrap();
+        assert_eq!(lease.id.as_bytes(), b"a\xff b");
+        assert_eq!(lease.token, "t0ken");
+        assert_eq!((lease.attempts, lease.lease_until), (2, 1_700_000_000_000));
+        assert_eq!(&lease.payload[..], b"payload");
+    }
+
+    #[test]
+    fn unreadable_claim_entries_keep_what_ends_their_lease() {
+        // id and token readable: the lease can be failed on its own
+        let bad = parse_lease(Value::Array(vec![
+            bulk(b"j1"),
+            Value::Int(7),
+            Value::Int(1),
+            bulk(b"tok"),
+            Value::Int(5),
+        ]))
+        .unwrap_err();
+        assert_eq!(bad.lease, Some((JobId::from("j1"), "tok".to_string())));
+        assert!(bad.reason.contains("payload"), "{}", bad.reason);
+        let short = parse_lease(Value::Array(vec![
+            bulk(b"j2"),
+            bulk(b"p"),
+            Value::Int(1),
+            bulk(b"tok"),
+        ]))
+        .unwrap_err();
+        assert_eq!(short.lease, Some((JobId::from("j2"), "tok".to_string())));
+        // neither: nothing to address
+        assert_eq!(parse_lease(Value::Nil).unwrap_err().lease, None);
+        let no_token = Value::Array(vec![bulk(b"j3"), bulk(b"p"), Value::Int(1)]);
+        assert_eq!(parse_lease(no_token).unwrap_err().lease, None);
     }
 }

@@ -79,6 +79,14 @@ impl QueueKeys {
         key.push_str(id);
         key
     }
+
+    /// The hash of job `id` as bytes: ids written by other clients need not be UTF-8.
+    pub fn job_key(&self, id: &[u8]) -> Vec<u8> {
+        let mut key = Vec::with_capacity(self.job_prefix.len() + id.len());
+        key.extend_from_slice(self.job_prefix.as_bytes());
+        key.extend_from_slice(id);
+        key
+    }
 }
 
 /// A hash tag is non-empty text without braces (the braces are added by the key layout).
@@ -132,6 +140,7 @@ mod tests {
         assert_eq!(keys.wake, "jq:{emails}:wake");
         assert_eq!(keys.orphans, "jq:{emails}:orphans");
         assert_eq!(keys.job("42"), "jq:{emails}:job:42");
+        assert_eq!(keys.job_key(b"4\xff"), b"jq:{emails}:job:4\xff");
         assert_eq!(keys.job_prefix, "jq:{emails}:job:");
         assert_eq!(keys.claim_request("r1"), "jq:{emails}:claimreq:r1");
         for key in keys.all_keys() {

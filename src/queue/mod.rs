@@ -30,7 +30,7 @@ pub use scripts::{SCRIPTS, Script, Scripts};
 pub use settings::QueueSettings;
 pub use stats::{Histogram, QueueStats};
 pub use types::{
-    Backoff, Claimed, Enqueued, FailMode, FailOutcome, JobInfo, JobStatus, Lease, LeaseRef,
+    Backoff, Claimed, Enqueued, FailMode, FailOutcome, JobId, JobInfo, JobStatus, Lease, LeaseRef,
     Maintenance, NewJob, ReapOutcome, Selection, new_job_id, new_token,
 };
 

@@ -1,5 +1,7 @@
 //! The values the client hands out and takes in.
 
+use std::borrow::Borrow;
+use std::fmt;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -35,10 +37,169 @@ impl NewJob {
     }
 }
 
+/// A job id as Redis holds it: bytes. Ids this client makes are checked text
+/// ([`validate_id`](super::validate_id)), but other clients may write any bytes, and one
+/// id the client could not hold must not cost the jobs claimed beside it. Displayed
+/// escaped (control characters as `\n`, `\u{1b}`, bytes that are not UTF-8 as `\xNN`);
+/// [`JobId::as_bytes`] is the id itself.
+#[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JobId(Bytes);
+
+impl JobId {
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// The id as text, when it is UTF-8.
+    pub fn as_str(&self) -> Option<&str> {
+        std::str::from_utf8(&self.0).ok()
+    }
+
+    pub fn into_bytes(self) -> Bytes {
+        self.0
+    }
+
+    /// Whether the id reads the same escaped: UTF-8 without control characters.
+    fn is_plain(&self) -> bool {
+        self.as_str()
+            .is_some_and(|s| !s.chars().any(char::is_control))
+    }
+}
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(s) = self.as_str().filter(|_| self.is_plain()) {
+            return f.pad(s);
+        }
+        let mut out = String::with_capacity(self.0.len() + 8);
+        for chunk in self.0.utf8_chunks() {
+            for c in chunk.valid().chars() {
+                if c.is_control() {
+                    out.extend(c.escape_default());
+                } else {
+                    out.push(c);
+                }
+            }
+            for b in chunk.invalid() {
+                out.push_str(&format!("\\x{b:02x}"));
+            }
+        }
+        f.pad(&out)
+    }
+}
+
+impl fmt::Debug for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.as_str() {
+            Some(s) => fmt::Debug::fmt(s, f),
+            None => write!(f, "b\"{}\"", self.0.escape_ascii()),
+        }
+    }
+}
+
+impl AsRef<[u8]> for JobId {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl Borrow<[u8]> for JobId {
+    fn borrow(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl From<&str> for JobId {
+    fn from(id: &str) -> Self {
+        JobId(Bytes::copy_from_slice(id.as_bytes()))
+    }
+}
+
+impl From<String> for JobId {
+    fn from(id: String) -> Self {
+        JobId(Bytes::from(id))
+    }
+}
+
+impl From<&[u8]> for JobId {
+    fn from(id: &[u8]) -> Self {
+        JobId(Bytes::copy_from_slice(id))
+    }
+}
+
+impl From<Vec<u8>> for JobId {
+    fn from(id: Vec<u8>) -> Self {
+        JobId(Bytes::from(id))
+    }
+}
+
+impl From<Bytes> for JobId {
+    fn from(id: Bytes) -> Self {
+        JobId(id)
+    }
+}
+
+impl PartialEq<str> for JobId {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other.as_bytes()
+    }
+}
+
+impl PartialEq<&str> for JobId {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == other.as_bytes()
+    }
+}
+
+impl PartialEq<String> for JobId {
+    fn eq(&self, other: &String) -> bool {
+        self.0 == other.as_bytes()
+    }
+}
+
+impl PartialEq<JobId> for str {
+    fn eq(&self, other: &JobId) -> bool {
+        other == self
+    }
+}
+
+impl PartialEq<JobId> for &str {
+    fn eq(&self, other: &JobId) -> bool {
+        other == self
+    }
+}
+
+impl PartialEq<JobId> for String {
+    fn eq(&self, other: &JobId) -> bool {
+        other == self
+    }
+}
+
+impl redis::ToRedisArgs for JobId {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        out.write_arg(&self.0);
+    }
+}
+
+impl redis::ToSingleRedisArg for JobId {}
+
+impl redis::FromRedisValue for JobId {
+    fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
+        Vec::<u8>::from_redis_value(v).map(JobId::from)
+    }
+}
+
+/// The escaped text: JSON strings are UTF-8.
+impl serde::Serialize for JobId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
 /// What became of one enqueued job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Enqueued {
-    pub id: String,
+    pub id: JobId,
     /// False when a job with this id already existed; nothing was changed then.
     pub created: bool,
 }
@@ -46,7 +207,7 @@ pub struct Enqueued {
 /// A claimed job: the worker holds it until `lease_until`, and proves it with `token`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
-    pub id: String,
+    pub id: JobId,
     pub payload: Bytes,
     /// Claims since enqueue (or since the last redrive), this one included.
     pub attempts: u32,
@@ -60,7 +221,7 @@ impl Lease {
     /// `extend_many`). Not `as_ref`: that name belongs to `AsRef`.
     pub fn lease_ref(&self) -> LeaseRef<'_> {
         LeaseRef {
-            id: &self.id,
+            id: self.id.as_bytes(),
             token: &self.token,
         }
     }
@@ -69,7 +230,7 @@ impl Lease {
 /// Id and token: all that acking, extending or failing a lease needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaseRef<'a> {
-    pub id: &'a str,
+    pub id: &'a [u8],
     pub token: &'a str,
 }
 
@@ -81,7 +242,19 @@ impl<'a> From<&'a Lease> for LeaseRef<'a> {
 
 impl<'a> From<(&'a str, &'a str)> for LeaseRef<'a> {
     fn from((id, token): (&'a str, &'a str)) -> Self {
-        LeaseRef { id, token }
+        LeaseRef {
+            id: id.as_bytes(),
+            token,
+        }
+    }
+}
+
+impl<'a> From<(&'a JobId, &'a str)> for LeaseRef<'a> {
+    fn from((id, token): (&'a JobId, &'a str)) -> Self {
+        LeaseRef {
+            id: id.as_bytes(),
+            token,
+        }
     }
 }
 
@@ -230,7 +403,7 @@ impl std::fmt::Display for JobStatus {
 /// A job's hash, read for inspection (`jobqueue dead show`, `peek`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct JobInfo {
-    pub id: String,
+    pub id: JobId,
     #[serde(serialize_with = "serialize_payload")]
     pub payload: Bytes,
     pub status: Option<String>,
@@ -290,6 +463,28 @@ mod tests {
         assert!(
             ids.iter()
                 .all(|i| i.len() == 16 && i.chars().all(|c| c.is_ascii_alphanumeric()))
+        );
+    }
+
+    #[test]
+    fn job_ids_show_escaped_and_compare_with_text() {
+        let plain = JobId::from("order-7 b");
+        assert_eq!(plain.to_string(), "order-7 b");
+        assert_eq!(plain.as_str(), Some("order-7 b"));
+        assert_eq!(plain, "order-7 b");
+        assert_eq!(format!("{plain:?}"), "\"order-7 b\"");
+        assert_eq!(format!("[{:<6}]", JobId::from("ab")), "[ab    ]");
+
+        let bytes = JobId::from(b"a\xff\tb\\".to_vec());
+        assert_eq!(bytes.as_str(), None);
+        assert_eq!(bytes.to_string(), "a\\xff\\tb\\");
+        assert_eq!(format!("{bytes:?}"), "b\"a\\xff\\tb\\\\\"");
+        assert_eq!(format!("[{bytes:<10}]"), "[a\\xff\\tb\\ ]");
+        assert_ne!(bytes, "a\u{fffd}\tb\\");
+        assert_eq!(JobId::from("nul\0").to_string(), "nul\\u{0}");
+        assert_eq!(
+            serde_json::to_string(&bytes).unwrap(),
+            "\"a\\\\xff\\\\tb\\\\\""
         );
     }
 

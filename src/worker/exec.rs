@@ -35,7 +35,7 @@ use tokio::process::{Child, Command};
 use tracing::{debug, warn};
 
 use super::{JobContext, JobError};
-use crate::queue::Lease;
+use crate::queue::{JobId, Lease};
 
 /// The exit code that dead-letters a job instead of retrying it.
 pub const DEFAULT_DEAD_EXIT_CODE: u8 = 99;
@@ -114,6 +114,7 @@ impl ExecHandler {
 
     /// Run the command for one job.
     pub async fn run(&self, lease: Lease, ctx: JobContext) -> Result<(), JobError> {
+        let job_id = job_id_env(&lease.id)?;
         let mut cmd = match &self.supervisor {
             Some(supervisor) => {
                 let mut cmd = Command::new(supervisor);
@@ -125,7 +126,7 @@ impl ExecHandler {
             None => Command::new(&self.program),
         };
         cmd.args(&self.args)
-            .env("JOBQUEUE_JOB_ID", &lease.id)
+            .env("JOBQUEUE_JOB_ID", job_id)
             .env("JOBQUEUE_ATTEMPT", lease.attempts.to_string())
             .env("JOBQUEUE_QUEUE", ctx.queue())
             .env("JOBQUEUE_WORKER_ID", ctx.worker_id())
@@ -230,6 +231,26 @@ impl ExecHandler {
         }
         result
     }
+}
+
+/// `JOBQUEUE_JOB_ID`: on unix the id's bytes as they are (ids written by other clients
+/// need not be UTF-8). An id with a NUL byte cannot be an environment value, so no
+/// command can ever run its job: it is dead-lettered, with the reason.
+fn job_id_env(id: &JobId) -> Result<OsString, JobError> {
+    if id.as_bytes().contains(&0) {
+        return Err(JobError::Permanent(format!(
+            "job id {id} holds a NUL byte, which JOBQUEUE_JOB_ID cannot carry"
+        )));
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStringExt;
+        Ok(OsString::from_vec(id.as_bytes().to_vec()))
+    }
+    #[cfg(not(unix))]
+    Ok(OsString::from(
+        String::from_utf8_lossy(id.as_bytes()).into_owned(),
+    ))
 }
 
 /// What a child's exit means for its job.
@@ -545,6 +566,16 @@ fn is_executable(path: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_job_id_reaches_the_child_as_its_bytes() {
+        use std::os::unix::ffi::OsStrExt;
+        let id = JobId::from(b"a\xff b".to_vec());
+        assert_eq!(job_id_env(&id).unwrap().as_bytes(), b"a\xff b");
+        let err = job_id_env(&JobId::from("a\0b")).unwrap_err();
+        assert!(err.is_permanent(), "no retry can pass it");
+        assert!(err.message().contains("a\\u{0}b"), "{err}");
+    }
 
     #[cfg(unix)]
     fn exited(code: i32) -> ExitStatus {

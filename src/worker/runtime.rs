@@ -25,7 +25,7 @@ use super::lease::{self, Step};
 use super::{Counters, JobContext, JobError, MAX_ERROR_TEXT, RetryDelay, Worker, WorkerStats};
 use crate::duration;
 use crate::queue::{
-    Dedicated, Error, FailMode, FailOutcome, Lease, LeaseRef, MAX_BATCH, Queue, Result,
+    Dedicated, Error, FailMode, FailOutcome, JobId, Lease, LeaseRef, MAX_BATCH, Queue, Result,
 };
 use crate::shutdown::Signals;
 
@@ -38,7 +38,7 @@ const ABORT_GRACE: Duration = Duration::from_secs(2);
 
 /// A lease this worker holds.
 struct InFlight {
-    id: String,
+    id: JobId,
     cancel: CancellationToken,
     lost: Arc<AtomicBool>,
     /// The handler finished and its ack or fail is on its way: a stale renewal now only
@@ -326,7 +326,7 @@ async fn wait_for_jobs(shared: &Shared, slots: &Semaphore, concurrency: usize, d
         return;
     }
     shared.hard_stop.cancel();
-    let left: Vec<(String, Option<AbortHandle>, CancellationToken)> = shared
+    let left: Vec<(JobId, Option<AbortHandle>, CancellationToken)> = shared
         .inflight()
         .values()
         .map(|f| (f.id.clone(), f.abort.clone(), f.cancel.clone()))
@@ -620,7 +620,7 @@ async fn renew_leases(shared: Arc<Shared>, mut visibility: Duration, stop: Cance
         let _gate = shared.renew_gate.lock().await;
         let sent = Instant::now();
         // Leases past their deadline are the watcher's: a reply cannot save them.
-        let held: Vec<(String, String, Instant)> = shared
+        let held: Vec<(JobId, String, Instant)> = shared
             .inflight()
             .iter()
             .filter(|(_, f)| !f.completing && !f.is_lost(sent))
@@ -632,7 +632,7 @@ async fn renew_leases(shared: Arc<Shared>, mut visibility: Duration, stop: Cance
         };
         let refs: Vec<LeaseRef<'_>> = held
             .iter()
-            .map(|(id, token, _)| LeaseRef { id, token })
+            .map(|(id, token, _)| LeaseRef::from((id, token.as_str())))
             .collect();
         let reply = tokio::time::timeout(budget, shared.queue.extend_many(&refs, Some(lease_len)));
         match reply.await {
