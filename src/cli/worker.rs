@@ -36,7 +36,12 @@ unreachable), the command gets SIGTERM when the lease may have ended and SIGKILL
 or Ctrl-C the worker stops claiming, sends SIGTERM to running commands and waits up to
 --shutdown-timeout: a command that exits 0 in time is acked; one that stops otherwise, or
 is still running at the deadline (then killed with SIGKILL), has its job released to run
-again without counting the attempt. A second SIGTERM or Ctrl-C skips the wait.";
+again without counting the attempt. A second SIGTERM or Ctrl-C skips the wait.
+
+The worker also reaps the queue about every half lease: a job whose worker was killed
+goes back in line once its lease ends, with no `jobqueue reap` running. --no-reaper
+turns that off when something else reaps (on Kubernetes the operator does; leaving the
+workers' reapers on there too is safe and keeps the queue healing if the operator is down).";
 
 /// Run a command for each job of a queue.
 #[derive(Debug, Args)]
@@ -73,6 +78,12 @@ pub struct WorkerArgs {
     /// Bytes of the end of the command's stderr kept as the job's last_error.
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_STDERR_TAIL)]
     pub stderr_tail: usize,
+
+    /// Do not reap the queue from this worker. By default every worker reaps now and
+    /// then (expired leases of crashed workers back in line, due delayed jobs promoted,
+    /// the dead set trimmed), so a queue heals without the operator or `jobqueue reap`.
+    #[arg(long, env = "JOBQUEUE_NO_REAPER", value_parser = clap::builder::FalseyValueParser::new())]
+    pub no_reaper: bool,
 
     /// The command and its arguments: everything after --exec (so put other flags first).
     #[arg(
@@ -120,6 +131,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         .shutdown_deadline(args.shutdown_timeout)
         .lease_grace(args.kill_grace)
         .handle_signals(true)
+        .reaper(!args.no_reaper)
         .shutdown_token(shutdown);
     if let Some(id) = args.worker_id {
         builder = builder.worker_id(id);

@@ -819,6 +819,28 @@ impl Queue {
         Ok(items.into_iter().map(|(id, at)| (id, at as i64)).collect())
     }
 
+    /// How long until the earliest delayed job is due, by Redis's clock: `None` when no
+    /// job is delayed, zero when one is due already. Read-only (two reads: the delayed
+    /// set's first entry, then `TIME`); an idle worker uses it to wake when a delay or a
+    /// backoff ends instead of at its next poll.
+    pub async fn next_due_in(&self) -> Result<Option<Duration>> {
+        let mut conn = self.redis.clone();
+        let first: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGE")
+            .arg(&self.keys.delayed)
+            .arg(0)
+            .arg(0)
+            .arg("WITHSCORES")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err_on("ZRANGE delayed", &self.keys.delayed, e))?;
+        let Some(&(_, run_at)) = first.first() else {
+            return Ok(None);
+        };
+        let now = self.now_ms().await?;
+        let left = (run_at as i64).saturating_sub(now).max(0);
+        Ok(Some(Duration::from_millis(left as u64)))
+    }
+
     /// Ids next in line to be claimed, the next one first.
     pub async fn pending_ids(&self, count: usize) -> Result<Vec<JobId>> {
         let mut conn = self.redis.clone();

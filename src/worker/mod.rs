@@ -27,7 +27,13 @@
 //! What the runtime promises (see `docs/reliability.md`):
 //! - At most `concurrency` leases are held at once; claims ask for as many jobs as there
 //!   are free slots, and an idle worker waits on the queue's `wake` list on a connection
-//!   of its own.
+//!   of its own, no longer than its poll interval or until the earliest delayed job is
+//!   due (so delays and retry backoffs end on time, to within tens of milliseconds).
+//! - Unless turned off ([`WorkerBuilder::reaper`]), every worker also reaps the queue now
+//!   and then: expired leases of crashed workers go back to pending (or to dead), due
+//!   delayed jobs are promoted, the dead set is trimmed. A queue whose workers all run
+//!   this heals itself without the operator or `jobqueue reap`; reapers side by side are
+//!   safe (each reap call is one atomic script).
 //! - Every in-flight lease is renewed in one `extend` call at a third of the visibility
 //!   timeout. A renewal that comes back stale means the lease was taken away: the
 //!   handler's [`JobContext`] is cancelled and its result is never acked.
@@ -202,6 +208,8 @@ pub struct WorkerStats {
     pub renewals: u64,
     /// Redis calls that failed (each followed by a backoff and a retry).
     pub redis_errors: u64,
+    /// Expired leases (of any worker) this worker's reaper requeued or dead-lettered.
+    pub reaped: u64,
 }
 
 #[derive(Debug, Default)]
@@ -217,6 +225,7 @@ pub(crate) struct Counters {
     released: AtomicU64,
     renewals: AtomicU64,
     redis_errors: AtomicU64,
+    reaped: AtomicU64,
 }
 
 impl Counters {
@@ -238,6 +247,7 @@ impl Counters {
             released: get(&self.released),
             renewals: get(&self.renewals),
             redis_errors: get(&self.redis_errors),
+            reaped: get(&self.reaped),
         }
     }
 }
@@ -272,6 +282,10 @@ pub struct WorkerConfig {
     /// First and longest wait after a Redis failure.
     pub retry_initial: Duration,
     pub retry_max: Duration,
+    /// Reap the queue now and then (see [`WorkerBuilder::reaper`]).
+    pub reaper: bool,
+    /// The longest an idle worker waits for a wake marker before claiming again.
+    pub poll_interval: Duration,
 }
 
 /// Builds a [`Worker`].
@@ -346,6 +360,23 @@ impl WorkerBuilder {
         self
     }
 
+    /// Reap the queue (expired leases back to pending or dead, due delayed jobs promoted,
+    /// the dead set trimmed) every half lease or so, with jitter (default true). Leave it
+    /// on unless something else reaps and you want the fewest Redis calls: on Kubernetes
+    /// the operator reaps too, and reapers side by side are safe.
+    pub fn reaper(mut self, on: bool) -> Self {
+        self.config.reaper = on;
+        self
+    }
+
+    /// The longest an idle worker waits for a wake marker before claiming again
+    /// (default 1 s). Wake markers and the earliest delayed job's due time end the wait
+    /// sooner, so this only bounds how late a job is seen when its marker was missed.
+    pub fn poll_interval(mut self, every: Duration) -> Self {
+        self.config.poll_interval = every;
+        self
+    }
+
     pub fn build(self) -> Result<Worker> {
         let c = &self.config;
         let bad = |what: &'static str, reason: String| Error::InvalidArgument { what, reason };
@@ -367,6 +398,12 @@ impl WorkerBuilder {
             return Err(bad(
                 "visibility timeout",
                 format!("{v:?} is too short (at least 30ms: leases are renewed at a third of it)"),
+            ));
+        }
+        if c.poll_interval < Duration::from_millis(10) {
+            return Err(bad(
+                "poll interval",
+                format!("{:?} is too short (at least 10ms)", c.poll_interval),
             ));
         }
         if c.worker_id.is_empty() || c.worker_id.chars().any(char::is_control) {
@@ -408,6 +445,8 @@ impl Worker {
                 max_claim: 100,
                 retry_initial: Duration::from_millis(100),
                 retry_max: Duration::from_secs(10),
+                reaper: true,
+                poll_interval: Duration::from_secs(1),
             },
             shutdown: None,
         }

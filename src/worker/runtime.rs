@@ -1,7 +1,8 @@
 //! The worker's tasks: the claim loop and the wait for jobs in flight at shutdown
 //! ([`run`] strings them together), one task per job plus its supervisor, the completer
 //! (acks, fails and releases), the renewer, the deadline watcher (each lease's local
-//! deadline, see [`super::lease`]), and the signal listener (on [`crate::shutdown`]).
+//! deadline, see [`super::lease`]), the reaper (unless turned off), and the signal
+//! listener (on [`crate::shutdown`]).
 //!
 //! Slots are semaphore permits. A permit travels with its job from the claim to the end
 //! of its lease (the ack or fail reply), so the worker never holds more than
@@ -29,9 +30,14 @@ use crate::queue::{
 };
 use crate::shutdown::Signals;
 
-/// The longest an idle worker blocks on `wake` before claiming again: delayed jobs
-/// become due without a marker.
-const WAKE_WAIT: Duration = Duration::from_secs(1);
+/// The shortest idle wait for a delayed job that is due (or nearly): a job the claim
+/// could not promote never turns the wait into a busy loop.
+const MIN_DUE_WAIT: Duration = Duration::from_millis(5);
+
+/// One reaper pass: at most this many script calls of this many entries each, so a
+/// worker's reaper never holds Redis for long (the next pass goes on).
+const REAP_BATCH: usize = 100;
+const REAP_CALLS: usize = 10;
 
 /// After the shutdown deadline, how long to wait for aborted jobs to unwind.
 const ABORT_GRACE: Duration = Duration::from_secs(2);
@@ -80,6 +86,11 @@ struct Shared {
     retry_backoff: crate::queue::Backoff,
     retry_initial: Duration,
     retry_max: Duration,
+    /// The longest idle wait on `wake`.
+    poll: Duration,
+    /// Poked when this worker's fail put a job in `delayed`: an idle claim loop reads
+    /// the earliest due time again.
+    delayed_changed: Notify,
     /// In-flight leases by claim token (a job can come back to this worker under a new
     /// token while an old attempt still unwinds).
     inflight: Mutex<HashMap<String, InFlight>>,
@@ -157,6 +168,8 @@ where
         retry_backoff: config.retry_backoff,
         retry_initial: config.retry_initial,
         retry_max: config.retry_max,
+        poll: config.poll_interval,
+        delayed_changed: Notify::new(),
         inflight: Mutex::new(HashMap::new()),
         renew_gate: tokio::sync::Mutex::new(()),
         counters: counters.clone(),
@@ -176,6 +189,7 @@ where
         worker = %shared.worker_id,
         concurrency = config.concurrency,
         visibility = %duration::format(visibility),
+        reaper = config.reaper,
         "worker started"
     );
 
@@ -191,6 +205,9 @@ where
         stop_renewing.clone(),
     ));
     let watcher = tokio::spawn(watch_deadlines(shared.clone(), stop_renewing.clone()));
+    let reaper = config
+        .reaper
+        .then(|| tokio::spawn(reap_now_and_then(shared.clone())));
 
     let slots = Arc::new(Semaphore::new(config.concurrency));
     let max_claim = config.max_claim.min(config.concurrency);
@@ -211,6 +228,9 @@ where
     }
     let _ = renewer.await;
     let _ = watcher.await;
+    if let Some(reaper) = reaper {
+        let _ = reaper.await;
+    }
     if let Some(signals) = signals {
         signals.abort();
     }
@@ -229,7 +249,8 @@ where
 
 /// The claim loop: as many jobs as there are free slots (at most `max_claim` per call),
 /// each started with its slot, until shutdown begins. Between claims of an empty queue
-/// it waits on the wake list; Redis failures are retried with backoff.
+/// it waits on the wake list, up to the poll interval or until the earliest delayed job
+/// is due (or this worker delays one); Redis failures are retried with backoff.
 async fn claim_until_shutdown<H, F>(
     shared: &Arc<Shared>,
     handler: &Handler<H>,
@@ -269,10 +290,16 @@ async fn claim_until_shutdown<H, F>(
             Ok(leases) if leases.is_empty() => {
                 delay.reset();
                 drop(permits);
+                // Unreadable: wait the poll interval, the claim will say what is wrong.
+                let due_in = shared.queue.next_due_in().await.ok().flatten();
+                let until = due_in
+                    .map(|d| (d + Duration::from_millis(1)).max(MIN_DUE_WAIT))
+                    .filter(|d| *d < shared.poll);
                 let woke = tokio::select! {
                     biased;
                     _ = shutdown.cancelled() => return,
-                    woke = waker.wait(&shared.queue, WAKE_WAIT) => woke,
+                    _ = shared.delayed_changed.notified() => Ok(()),
+                    woke = waker.wait(&shared.queue, shared.poll, until) => woke,
                 };
                 if let Err(err) = woke {
                     let wait = delay.next_delay();
@@ -525,7 +552,10 @@ async fn fail_one(shared: &Shared, c: Completion, text: String, mode: FailMode) 
             Counters::add(&shared.counters.dead, 1);
             warn!(queue = %shared.queue_name, job = %c.lease.id, attempt = c.lease.attempts, error = %text, "job dead-lettered");
         }
-        Some(FailOutcome::Pending | FailOutcome::Delayed) => {
+        Some(outcome @ (FailOutcome::Pending | FailOutcome::Delayed)) => {
+            if outcome == FailOutcome::Delayed {
+                shared.delayed_changed.notify_one();
+            }
             Counters::add(&shared.counters.retried, 1);
             info!(queue = %shared.queue_name, job = %c.lease.id, attempt = c.lease.attempts, error = %text, "job failed; will retry");
         }
@@ -728,6 +758,42 @@ async fn watch_deadlines(shared: Arc<Shared>, stop: CancellationToken) {
     }
 }
 
+/// The worker's reaper: a bounded reap pass (expired leases, due delayed jobs, the dead
+/// set) every [`reap_interval`] of the lease length in force, until shutdown begins. A
+/// failed pass is logged and tried again at the next one. The first pass comes at a
+/// random point of the first interval, so a fleet started at once does not reap in step,
+/// and a worker restarted after a crash soon frees the jobs its predecessor held.
+async fn reap_now_and_then(shared: Arc<Shared>) {
+    let mut wait = reap_interval(shared.lease_len()).mul_f64(rand::random::<f64>());
+    loop {
+        tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        wait = reap_interval(shared.lease_len());
+        match shared.queue.reap_expired(REAP_BATCH, REAP_CALLS).await {
+            Ok(o) => {
+                let reaped = o.requeued + o.dead_lettered;
+                Counters::add(&shared.counters.reaped, reaped);
+                if reaped > 0 {
+                    info!(queue = %shared.queue_name, requeued = o.requeued, dead_lettered = o.dead_lettered,
+                        "reaped expired leases of workers that stopped renewing them");
+                }
+                debug!(queue = %shared.queue_name, promoted = o.promoted, restored = o.restored, more = o.more, "reap pass");
+            }
+            Err(err) => shared.redis_error("reap", &err, wait),
+        }
+    }
+}
+
+/// Half the lease length (at least 100 ms, at most a minute), ±25 % at random: a job
+/// whose worker died is back in line at most about 1.6 leases after its last renewal,
+/// and a fleet's reapers drift apart instead of reaping in step.
+fn reap_interval(lease: Duration) -> Duration {
+    let base = (lease / 2).clamp(Duration::from_millis(100), Duration::from_secs(60));
+    base.mul_f64(rand::random_range(0.75..1.25))
+}
+
 /// First SIGTERM or Ctrl-C: graceful shutdown. A second one: skip the wait.
 async fn listen_for_signals(shared: Arc<Shared>) {
     let mut signals = Signals::new();
@@ -740,28 +806,45 @@ async fn listen_for_signals(shared: Arc<Shared>) {
 }
 
 /// Waits for wake markers on a connection of its own, made on first use and dropped
-/// when it fails.
+/// when it fails or a wait is cut short.
 #[derive(Default)]
 struct Waker {
     conn: Option<Dedicated>,
 }
 
 impl Waker {
-    async fn wait(&mut self, queue: &Queue, wait: Duration) -> Result<()> {
-        if self.conn.is_none() {
-            self.conn = Some(queue.redis().dedicated(wait).await?);
-        }
-        let conn = self.conn.as_mut().expect("set above");
-        let secs = format!("{:.3}", wait.as_secs_f64().max(0.001));
-        let result: redis::RedisResult<Value> = redis::cmd("BLPOP")
-            .arg(&queue.keys().wake)
-            .arg(secs)
-            .query_async(conn)
-            .await;
+    /// BLPOP `wake` for up to `block`, or only `until` when given. Redis ends a blocking
+    /// command's timeout on its own timer (to within ~100 ms), too coarse for a due time,
+    /// so `until` is kept here: when it passes first, the connection is dropped with its
+    /// BLPOP. A marker that BLPOP took before the drop was pushed before the claim that
+    /// follows, so that claim sees its job: no wake-up is lost.
+    async fn wait(
+        &mut self,
+        queue: &Queue,
+        block: Duration,
+        until: Option<Duration>,
+    ) -> Result<()> {
+        // Taken out for the wait: a wait dropped halfway (shutdown, a poke) drops the
+        // connection, whose reply would otherwise come to the next BLPOP.
+        let mut conn = match self.conn.take() {
+            Some(conn) => conn,
+            None => queue.redis().dedicated(block).await?,
+        };
+        let secs = format!("{:.3}", block.as_secs_f64().max(0.001));
+        let mut cmd = redis::cmd("BLPOP");
+        cmd.arg(&queue.keys().wake).arg(secs);
+        let blpop = cmd.query_async::<Value>(&mut conn);
+        let result = match until {
+            Some(until) => match tokio::time::timeout(until, blpop).await {
+                Ok(result) => result,
+                Err(_) => return Ok(()),
+            },
+            None => blpop.await,
+        };
         if let Err(err) = result {
-            self.conn = None;
             return Err(Error::from_redis(queue.name(), "BLPOP wake", err));
         }
+        self.conn = Some(conn);
         Ok(())
     }
 }

@@ -176,7 +176,8 @@ fn print_intro(args: &DemoArgs, version: &str, port: u16, jobs: &[DemoJob], reap
         );
     }
     println!(
-        "  leases last {}: the reaper (every {}) puts the jobs of dead workers back",
+        "  leases last {}: the reaper (every {}) puts the jobs of dead workers back\n  \
+         (these workers are bare protocol clients; `jobqueue worker` reaps by itself)",
         duration::format(args.visibility),
         duration::format(reap_every)
     );
@@ -255,7 +256,9 @@ async fn watch(
     }
 }
 
-/// The reaper, in this process, like the operator would run it. Dropping it stops it.
+/// The reaper, in this process, like the operator or `jobqueue reap --every` would run
+/// it: the demo's workers are bare protocol clients that do not reap (`jobqueue worker`
+/// and the Rust runtime reap by themselves). Dropping it stops it.
 struct Reaper {
     task: JoinHandle<crate::queue::Result<()>>,
     _stop: DropGuard,

@@ -3,7 +3,9 @@
 //! Deliberately small and self-contained over the queue client, so the demo shows the
 //! protocol itself: a lease is held by its token, renewed with `extend` while the work
 //! runs, and ended by `ack` or `fail`. The demo SIGKILLs these processes mid-job; what
-//! they held comes back through the reaper once the lease expires.
+//! they held comes back through the reaper once the lease expires. Being bare protocol
+//! clients, they do not reap (`jobqueue worker` and the Rust runtime do): the demo runs
+//! the reaper itself, as `jobqueue reap --every` would.
 
 use std::time::Duration;
 
