@@ -599,7 +599,9 @@ async fn killed_workers(scenario: &'static str, url: &str, cluster: bool, reaper
     }
     let reaper_tasks = start_reapers(reaper_queues, &stop);
     let checker = start_invariant_checker(connect(url, cluster).await, &stop);
-    let mut fleet = Fleet::start(url, cluster, dir.path(), 3);
+    // The scenario's reapers are the only ones (the workers' own are off), so every
+    // reaped lease is counted by one of them and the counts below must match.
+    let mut fleet = Fleet::start_with(url, cluster, dir.path(), 3, "w", HANDLER, &["--no-reaper"]);
 
     // Kill a worker every 250–600 ms (while jobs remain), restart it 100–300 ms later.
     let kills_planned = 6 * scale;
