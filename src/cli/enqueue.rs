@@ -38,7 +38,7 @@ pub struct EnqueueArgs {
     #[arg(long, conflicts_with = "stdin")]
     pub id: Option<String>,
     /// Run no earlier than this from now, e.g. `30s`, `5m`.
-    #[arg(long, value_parser = crate::duration::parse, default_value = "0")]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::duration::parse, default_value = "0")]
     pub delay: Duration,
     /// With --stdin: print each new job's id instead of a count.
     #[arg(long, requires = "stdin")]
@@ -86,7 +86,11 @@ pub async fn run(args: EnqueueArgs) -> anyhow::Result<()> {
     if let Some(id) = &args.id {
         job = job.id(id.clone());
     }
-    let out = queue.enqueue(job).await?;
+    let size = job.payload.len();
+    let out = match queue.enqueue(job).await {
+        Ok(out) => out,
+        Err(err) => return Err(explain_size(&queue, size, err).await),
+    };
     println!("{}", out.id);
     if !out.created {
         eprintln!(
@@ -96,6 +100,32 @@ pub async fn run(args: EnqueueArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The server's `proto-max-bulk-len` (Redis: 1 MiB to 512 MiB) is the likely cause when a
+/// large payload failed: the server refuses it or drops the connection mid-send.
+/// Say so when the server tells its limit and the payload is above it.
+async fn explain_size(queue: &Queue, size: usize, err: crate::queue::Error) -> anyhow::Error {
+    if size < 1 << 20 {
+        return err.into();
+    }
+    let mut conn = queue.redis().clone();
+    let reply: redis::RedisResult<Vec<String>> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("proto-max-bulk-len")
+        .query_async(&mut conn)
+        .await;
+    match reply
+        .ok()
+        .and_then(|r| r.get(1).and_then(|v| v.parse::<usize>().ok()))
+    {
+        Some(limit) if size > limit => anyhow::anyhow!(
+            "queue {}: the payload ({size} bytes) is above the server's proto-max-bulk-len \
+             ({limit} bytes): raise it on the server, or send a reference to the data instead",
+            queue.name()
+        ),
+        _ => err.into(),
+    }
 }
 
 /// Bulk: read lines, send them 1000 per script call, so memory stays bounded.

@@ -89,12 +89,21 @@ impl QueueKeys {
     }
 }
 
-/// A hash tag is non-empty text without braces (the braces are added by the key layout).
+/// The longest hash tag, in bytes: it is part of every key name and log line.
+const MAX_TAG_LEN: usize = 256;
+
+/// A hash tag is non-empty text, at most [`MAX_TAG_LEN`] bytes, without braces (the braces are added by the key layout).
 pub fn validate_tag(tag: &str) -> Result<()> {
     if tag.is_empty() {
         return Err(Error::InvalidArgument {
             what: "hash tag",
             reason: "must not be empty".into(),
+        });
+    }
+    if tag.len() > MAX_TAG_LEN {
+        return Err(Error::InvalidArgument {
+            what: "hash tag",
+            reason: format!("{} bytes: at most {MAX_TAG_LEN}", tag.len()),
         });
     }
     if tag.contains(['{', '}']) {
