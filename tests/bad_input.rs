@@ -125,6 +125,116 @@ const ROWS: &[Row] = &[
     row("unknown-flag", &["stats", "--redis", "{url}", "--tag", "bi", "--colour"], 2, "unexpected argument '--colour'"),
 ];
 
+/// Rows of the library and the protocol (no process, no exit code: the doc says `-`):
+/// id, text the error or outcome must contain, and whether Redis must be unchanged
+/// (acks and extends with a stale token count themselves in `stats`).
+const LIB_ROWS: &[(&str, &str, bool)] = &[
+    ("lib-ack-stale-token", "acked: Ok(false)", false),
+    ("lib-extend-stale-token", "extended: None", false),
+    ("lib-fail-stale-token", "Stale", false),
+    ("lib-id-empty", "must be 1 to 256 bytes", true),
+    ("lib-tag-braces", "must not contain braces", true),
+    ("lib-delay-huge", "must be at most 10^15 ms", true),
+    ("script-n-zero", "jobqueue: invalid n", true),
+    ("script-delay-negative", "delay_ms", true),
+];
+
+/// Run one library or protocol row against queue `lb` (p1 claimed: `lease`).
+async fn lib_case(id: &str, server: &RedisServer, lease: &jobqueue::queue::Lease) -> String {
+    use jobqueue::queue::{Backoff, FailMode, NewJob, Queue, QueueSettings, SCRIPTS};
+    let queue = server.queue("lb").await;
+    let stale = (
+        std::str::from_utf8(lease.id.as_bytes()).unwrap(),
+        "not-the-token",
+    );
+    let keys = [
+        "pending",
+        "processing",
+        "delayed",
+        "dead",
+        "meta",
+        "stats",
+        "wake",
+    ]
+    .map(|k| format!("jq:{{lb}}:{k}"));
+    let script = |source: &str, extra_keys: &[&str], args: &[&str]| {
+        let mut conn = server.conn();
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(source)
+            .arg(7 + extra_keys.len())
+            .arg(&keys)
+            .arg(extra_keys)
+            .arg(args);
+        match cmd.query::<redis::Value>(&mut conn) {
+            Ok(v) => format!("{v:?}"),
+            Err(e) => e.to_string(),
+        }
+    };
+    match id {
+        "lib-ack-stale-token" => format!("acked: {:?}", queue.ack(stale).await),
+        "lib-extend-stale-token" => match queue.extend(stale, None).await {
+            Ok(v) => format!("extended: {v:?}"),
+            Err(e) => e.to_string(),
+        },
+        "lib-fail-stale-token" => {
+            format!(
+                "{:?}",
+                queue
+                    .fail(stale, "x", FailMode::Retry, Backoff::Policy)
+                    .await
+            )
+        }
+        "lib-id-empty" => match queue.enqueue(NewJob::new(&b"x"[..]).id("")).await {
+            Ok(v) => format!("{v:?}"),
+            Err(e) => e.to_string(),
+        },
+        "lib-tag-braces" => match Queue::new(server.redis().await, "jq", "{lb}") {
+            Ok(_) => "accepted".into(),
+            Err(e) => e.to_string(),
+        },
+        "lib-delay-huge" => {
+            let settings = QueueSettings {
+                dead_retention: Duration::from_secs(u64::MAX / 1000),
+                ..QueueSettings::default()
+            };
+            match queue.configure(&settings).await {
+                Ok(v) => format!("{v:?}"),
+                Err(e) => e.to_string(),
+            }
+        }
+        "script-n-zero" => script(SCRIPTS.enqueue.source, &[], &["jq:{lb}:job:", "0"]),
+        "script-delay-negative" => script(
+            SCRIPTS.enqueue.source,
+            &["jq:{lb}:job:n1"],
+            &["jq:{lb}:job:", "1", "n1", "x", "-1"],
+        ),
+        other => panic!("no case for {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_bad_library_and_protocol_call_is_refused_or_counted() {
+    use jobqueue::queue::NewJob;
+    let server = RedisServer::start();
+    let queue = server.queue("lb").await;
+    queue
+        .enqueue(NewJob::new(&b"x"[..]).id("p1"))
+        .await
+        .unwrap();
+    let lease = queue.claim(1, "w", None).await.unwrap().remove(0);
+    let mut conn = server.conn();
+    let mut failures = Vec::new();
+    for (id, says, unchanged) in LIB_ROWS {
+        let before = snapshot(&mut conn);
+        let got = lib_case(id, &server, &lease).await;
+        let changed = before != snapshot(&mut conn);
+        if !got.contains(says) || (*unchanged && changed) {
+            failures.push(format!("{id}: got {got:?}, changed: {changed}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 /// The doc's rows: id → (what you see, exit code).
 fn doc_rows() -> BTreeMap<String, (String, i32)> {
     let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/bad-input.md"))
@@ -138,9 +248,11 @@ fn doc_rows() -> BTreeMap<String, (String, i32)> {
             "a row has id, input, what you see, exit: {line}"
         );
         let id = cells[0].trim_matches('`').to_string();
-        let code = cells[3]
-            .parse()
-            .unwrap_or_else(|_| panic!("exit code of {line}"));
+        // `-`: a library or script row, with no process and no exit code.
+        let code = match cells[3] {
+            "-" => -1,
+            c => c.parse().unwrap_or_else(|_| panic!("exit code of {line}")),
+        };
         assert!(
             rows.insert(id, (cells[2].to_string(), code)).is_none(),
             "duplicate {line}"
@@ -167,6 +279,20 @@ fn the_doc_table_and_the_test_table_name_the_same_rows() {
             r.says
         );
     }
+    for (id, says, _) in LIB_ROWS {
+        let (message, code) = doc
+            .get(*id)
+            .unwrap_or_else(|| panic!("{id} has no doc row"));
+        assert_eq!(*code, -1, "{id}: a library row has exit `-`");
+        assert!(
+            message.replace('`', "").contains(says),
+            "{id}: the doc lacks {says:?}"
+        );
+    }
+    let ids: Vec<&str> = ids
+        .into_iter()
+        .chain(LIB_ROWS.iter().map(|r| r.0))
+        .collect();
     for id in doc.keys() {
         assert!(ids.contains(&id.as_str()), "doc row {id} has no test row");
     }

@@ -110,15 +110,21 @@ async fn explain_size(queue: &Queue, size: usize, err: crate::queue::Error) -> a
         return err.into();
     }
     let mut conn = queue.redis().clone();
-    let reply: redis::RedisResult<Vec<String>> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("proto-max-bulk-len")
-        .query_async(&mut conn)
-        .await;
-    match reply
-        .ok()
-        .and_then(|r| r.get(1).and_then(|v| v.parse::<usize>().ok()))
-    {
+    let mut limit = None;
+    // The server closed the connection that sent the payload: the first tries may land
+    // on it while it reconnects.
+    for _ in 0..3 {
+        let reply: redis::RedisResult<Vec<String>> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("proto-max-bulk-len")
+            .query_async(&mut conn)
+            .await;
+        if let Ok(reply) = reply {
+            limit = reply.get(1).and_then(|v| v.parse::<usize>().ok());
+            break;
+        }
+    }
+    match limit {
         Some(limit) if size > limit => anyhow::anyhow!(
             "queue {}: the payload ({size} bytes) is above the server's proto-max-bulk-len \
              ({limit} bytes): raise it on the server, or send a reference to the data instead",
