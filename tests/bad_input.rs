@@ -491,3 +491,46 @@ fn every_bad_input_is_answered_with_its_code_and_message_and_changes_nothing() {
         failures.join("\n")
     );
 }
+
+/// `jobqueue worker` on a tag with no queue says so at start, then keeps waiting for
+/// jobs (a note, not an error) and still stops on SIGTERM with success.
+#[test]
+fn a_worker_on_a_tag_with_no_queue_notes_it_and_keeps_running() {
+    use std::io::BufRead;
+    let server = RedisServer::start();
+    let mut child = Command::new(BIN)
+        .args([
+            "worker",
+            "--redis",
+            &server.url(),
+            "--tag",
+            "nosuch",
+            "--exec",
+            "true",
+        ])
+        .env_remove("JOBQUEUE_TAG")
+        .env_remove("JOBQUEUE_PREFIX")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    assert!(first.contains("no queue exists at jq:{nosuch}"), "{first}");
+    // Started after the note: the worker runs, it did not exit.
+    let started = lines.next().unwrap().unwrap();
+    assert!(started.contains("worker started"), "{started}");
+    assert!(child.try_wait().unwrap().is_none());
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    for _ in lines.by_ref() {}
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}

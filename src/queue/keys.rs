@@ -142,6 +142,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn tags_are_bounded() {
+        assert!(validate_tag(&"t".repeat(MAX_TAG_LEN)).is_ok());
+        let err = validate_tag(&"t".repeat(MAX_TAG_LEN + 1)).unwrap_err();
+        assert!(err.to_string().contains("257 bytes: at most 256"), "{err}");
+    }
+
+    #[test]
     fn keys_share_one_hash_tag() {
         let keys = QueueKeys::new("jq", "emails").unwrap();
         assert_eq!(keys.name, "jq:{emails}");
