@@ -30,6 +30,8 @@ enum Target {
     Http,
     /// A port nobody listens on.
     Closed,
+    /// A redis-server with `requirepass s3cret-pw`; `{url}` carries no password.
+    Auth,
 }
 
 struct Row {
@@ -122,6 +124,12 @@ const ROWS: &[Row] = &[
     row("redrive-oldest-zero", &["dead", "redrive", "--redis", "{url}", "--tag", "bi", "--oldest", "0"], 2, "--oldest needs a number above 0"),
     row("redrive-nothing", &["dead", "redrive", "--redis", "{url}", "--tag", "bi"], 2, "required"),
     row("dead-show-unknown", &["dead", "show", "--redis", "{url}", "--tag", "bi", "nosuch"], 1, "no job \"nosuch\""),
+    row("url-empty", &["stats", "--redis", "", "--tag", "bi"], 6, "no URL given"),
+    on(Target::Auth, row("auth-missing", &["stats", "--redis", "{url}", "--tag", "bi"], 4, "refused authentication")),
+    on(Target::Auth, row("auth-wrong", &["stats", "--redis", "{auth_url}", "--tag", "bi"], 4, "refused authentication")),
+    row("id-with-stdin", &["enqueue", "--redis", "{url}", "--tag", "bi", "--stdin", "--id", "a"], 2, "cannot be used with"),
+    row("print-ids-without-stdin", &["enqueue", "--redis", "{url}", "--tag", "bi", "--print-ids", "x"], 2, "--print-ids needs --stdin"),
+    row("dead-show-raw-json", &["dead", "show", "--redis", "{url}", "--tag", "bi", "d1", "--raw", "--json"], 2, "cannot be used with"),
     row("unknown-flag", &["stats", "--redis", "{url}", "--tag", "bi", "--colour"], 2, "unexpected argument '--colour'"),
 ];
 
@@ -430,6 +438,7 @@ fn every_bad_input_is_answered_with_its_code_and_message_and_changes_nothing() {
     let http =
         stand_in(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
     let closed = free_port();
+    let auth = RedisServer::start_with(&["--requirepass", "s3cret-pw"]);
     let mut conn = server.conn();
     seed(&mut conn);
     let dir = tempfile::tempdir().unwrap();
@@ -445,6 +454,7 @@ fn every_bad_input_is_answered_with_its_code_and_message_and_changes_nothing() {
             Target::Garbage => format!("redis://127.0.0.1:{garbage}"),
             Target::Http => format!("redis://127.0.0.1:{http}"),
             Target::Closed => format!("redis://127.0.0.1:{closed}"),
+            Target::Auth => auth.url(),
         };
         let args: Vec<String> = r
             .args
@@ -455,6 +465,10 @@ fn every_bad_input_is_answered_with_its_code_and_message_and_changes_nothing() {
                     .replace("{dir}", &dir.path().display().to_string())
                     .replace("{long_tag}", &long_tag)
                     .replace("{long_id}", &long_id)
+                    .replace(
+                        "{auth_url}",
+                        &auth.url().replace("redis://", "redis://:wrong-pw@"),
+                    )
             })
             .collect();
         let before = snapshot(&mut conn);
@@ -472,6 +486,9 @@ fn every_bad_input_is_answered_with_its_code_and_message_and_changes_nothing() {
         }
         if before != after {
             wrong.push("Redis changed".into());
+        }
+        if out.stderr.contains("wrong-pw") || out.stderr.contains("s3cret-pw") {
+            wrong.push("a password is shown".into());
         }
         if !wrong.is_empty() {
             let stderr: String = out.stderr.chars().take(400).collect();
@@ -519,10 +536,21 @@ fn a_worker_on_a_tag_with_no_queue_notes_it_and_keeps_running() {
     let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
     let first = lines.next().unwrap().unwrap();
     assert!(first.contains("no queue exists at jq:{nosuch}"), "{first}");
-    // Started after the note: the worker runs, it did not exit.
-    let started = lines.next().unwrap().unwrap();
-    assert!(started.contains("worker started"), "{started}");
-    assert!(child.try_wait().unwrap().is_none());
+    // After the note the worker runs: a job enqueued now is done, and only then is the
+    // worker told to stop (its signal handlers are in place once it works).
+    let drain = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
+    let mut conn = server.conn();
+    let _: () = conn.hset("jq:{nosuch}:job:j1", "payload", "x").unwrap();
+    let _: () = conn
+        .hset("jq:{nosuch}:job:j1", "status", "pending")
+        .unwrap();
+    let _: () = conn.lpush("jq:{nosuch}:pending", "j1").unwrap();
+    support::eventually::Wait::for_("the worker to ack j1")
+        .within(Duration::from_secs(20))
+        .until_blocking(|| {
+            let acked: Option<u64> = conn.hget("jq:{nosuch}:stats", "acked").unwrap();
+            acked == Some(1)
+        });
     let pid = child.id().to_string();
     assert!(
         Command::new("kill")
@@ -531,6 +559,6 @@ fn a_worker_on_a_tag_with_no_queue_notes_it_and_keeps_running() {
             .unwrap()
             .success()
     );
-    for _ in lines.by_ref() {}
+    drain.join().unwrap();
     assert_eq!(child.wait().unwrap().code(), Some(0));
 }

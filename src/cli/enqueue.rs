@@ -71,6 +71,13 @@ fn parse_size(text: &str) -> Result<usize, String> {
 }
 
 pub async fn run(args: EnqueueArgs) -> anyhow::Result<()> {
+    // clap's `requires` does not see a flag that is false by default: check here.
+    if args.print_ids && !args.stdin {
+        return Err(UsageError(
+            "--print-ids needs --stdin (one payload prints its id anyway)".into(),
+        )
+        .into());
+    }
     let queue = open(&args.connect).await?.max_payload(args.max_payload);
     if args.stdin {
         return enqueue_lines(&queue, std::io::stdin().lock(), &args).await;
