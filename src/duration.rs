@@ -20,6 +20,9 @@ const NANOS_PER_UNIT: [(&str, u128); 7] = [
 
 const EXAMPLES: &str = "write e.g. 500ms, 5s, 2m, 1h";
 
+/// The longest duration that fits (`u64::MAX` ns, about 584 years), said in days.
+const LONGEST: &str = "213503d";
+
 /// Parse a duration such as `500ms`, `1m30s`, `1.5s`, `2h` or `7d`; `0` alone is zero.
 /// The error says what is wrong and how to write it.
 pub fn parse(text: &str) -> Result<Duration, String> {
@@ -29,6 +32,9 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     }
     if s == "0" {
         return Ok(Duration::ZERO);
+    }
+    if s.starts_with('-') {
+        return Err(format!("{text:?}: negative durations are not allowed"));
     }
     let mut total: u128 = 0;
     let mut rest = s;
@@ -64,7 +70,7 @@ pub fn parse(text: &str) -> Result<Duration, String> {
                 ));
             }
         };
-        let too_long = || format!("{text:?} is too long");
+        let too_long = || format!("{text:?} is too long (the longest is {LONGEST})");
         let whole: u128 = if whole.is_empty() {
             0
         } else {
@@ -83,7 +89,8 @@ pub fn parse(text: &str) -> Result<Duration, String> {
             .and_then(|n| n.checked_add(total))
             .ok_or_else(too_long)?;
     }
-    let nanos = u64::try_from(total).map_err(|_| format!("{text:?} is too long"))?;
+    let nanos = u64::try_from(total)
+        .map_err(|_| format!("{text:?} is too long (the longest is {LONGEST})"))?;
     Ok(Duration::from_nanos(nanos))
 }
 
@@ -180,19 +187,19 @@ mod tests {
                 "\"5ns\": unknown unit \"ns\" (use ms, s, m, h, d or µs)",
             ),
             ("s", "\"s\" is not a duration: write e.g. 500ms, 5s, 2m, 1h"),
-            (
-                "-5s",
-                "\"-5s\" is not a duration: write e.g. 500ms, 5s, 2m, 1h",
-            ),
+            ("-5s", "\"-5s\": negative durations are not allowed"),
             (
                 "1.2.3s",
                 "\"1.2.3s\" is not a duration: bad number \"1.2.3\"",
             ),
             (".s", "\".s\" is not a duration: bad number \".\""),
-            ("18446744074s", "\"18446744074s\" is too long"),
+            (
+                "18446744074s",
+                "\"18446744074s\" is too long (the longest is 213503d)",
+            ),
             (
                 "999999999999999999999999999999999999999d",
-                "\"999999999999999999999999999999999999999d\" is too long",
+                "\"999999999999999999999999999999999999999d\" is too long (the longest is 213503d)",
             ),
         ];
         for (text, want) in cases {

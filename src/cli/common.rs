@@ -22,6 +22,18 @@ pub async fn open(connect: &ConnectArgs) -> anyhow::Result<Queue> {
     Ok(queue)
 }
 
+/// A note on stderr when none of the queue's keys exist (a mistyped tag or prefix reads
+/// as an empty queue otherwise); not an error: a new queue is empty too.
+pub async fn note_if_absent(queue: &Queue) -> anyhow::Result<()> {
+    if !queue.exists().await? {
+        eprintln!(
+            "note: no queue exists at {} (none of its keys are in Redis): check --tag and --prefix",
+            queue.name()
+        );
+    }
+    Ok(())
+}
+
 /// Resolves on Ctrl-C or SIGTERM, naming which as a person at the terminal says it.
 pub async fn stop_signal() -> &'static str {
     match crate::shutdown::shutdown_signal().await {

@@ -25,28 +25,28 @@ pub struct ConfigureArgs {
     #[command(flatten)]
     pub connect: ConnectArgs,
     /// How long a claimed job is leased before the reaper may take it back.
-    #[arg(long, value_parser = duration::parse)]
+    #[arg(long, allow_hyphen_values = true, value_parser = duration::parse)]
     pub visibility_timeout: Option<Duration>,
     /// Claims before a failing (or abandoned) job goes to the dead-letter set.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub max_attempts: Option<u32>,
     /// Retry backoff after the first failure.
-    #[arg(long, value_parser = duration::parse)]
+    #[arg(long, allow_hyphen_values = true, value_parser = duration::parse)]
     pub backoff_initial: Option<Duration>,
     /// The longest retry backoff.
-    #[arg(long, value_parser = duration::parse)]
+    #[arg(long, allow_hyphen_values = true, value_parser = duration::parse)]
     pub backoff_max: Option<Duration>,
     /// Each retry waits this many times longer than the previous one (≥ 1).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub backoff_multiplier: Option<f64>,
     /// Keep acked jobs this long (ids stay taken: a dedup window); 0 deletes on ack.
-    #[arg(long, value_parser = duration::parse)]
+    #[arg(long, allow_hyphen_values = true, value_parser = duration::parse)]
     pub completed_retention: Option<Duration>,
     /// The reaper trims dead jobs older than this; 0: no age limit.
-    #[arg(long, value_parser = duration::parse)]
+    #[arg(long, allow_hyphen_values = true, value_parser = duration::parse)]
     pub dead_retention: Option<Duration>,
     /// The reaper keeps at most this many dead jobs; 0: no limit.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub dead_max_len: Option<u64>,
     /// Print JSON (the `meta` fields).
     #[arg(long)]

@@ -147,13 +147,12 @@ pub async fn run(args: DeadArgs) -> anyhow::Result<()> {
 }
 
 async fn ls(args: LsArgs) -> anyhow::Result<()> {
+    if args.limit == 0 {
+        return Err(UsageError("--limit must be above 0 (e.g. --limit 20)".into()).into());
+    }
     let queue = open(&args.connect).await?;
     let total = queue.stats().await?.dead;
-    let entries = if args.limit == 0 {
-        Vec::new()
-    } else {
-        queue.dead_ids(args.offset, args.limit).await?
-    };
+    let entries = queue.dead_ids(args.offset, args.limit).await?;
     let mut out = std::io::stdout().lock();
     if !args.json {
         if total == 0 {
@@ -293,6 +292,8 @@ async fn select(args: SelectArgs, action: Action) -> anyhow::Result<()> {
             Action::Purge => queue.purge(&selection).await?,
         })
     };
+    // Read before acting: once redriven or purged, a job no longer says why it was not.
+    let skipped = not_dead(&queue, &args.ids).await?;
     let (done, asked) = if !args.ids.is_empty() {
         (
             apply(Selection::Ids(args.ids.clone())).await?,
@@ -321,6 +322,9 @@ async fn select(args: SelectArgs, action: Action) -> anyhow::Result<()> {
         Action::Purge => "from",
     };
     println!("{verb} {done} dead jobs {whither} {}", queue.name());
+    for (id, why) in &skipped {
+        eprintln!("skipped {id}: {why}");
+    }
     if let Some(asked) = asked
         && (done as usize) < asked
     {
@@ -330,6 +334,37 @@ async fn select(args: SelectArgs, action: Action) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The ids among `ids` that are not in the dead set, each with why: no such job, or its
+/// status.
+async fn not_dead(queue: &Queue, ids: &[String]) -> anyhow::Result<Vec<(String, String)>> {
+    let mut skipped = Vec::new();
+    for id in ids {
+        let mut conn = queue.redis().clone();
+        let score: Option<f64> = redis::cmd("ZSCORE")
+            .arg(&queue.keys().dead)
+            .arg(id)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| Error::Redis {
+                queue: queue.name().to_string(),
+                op: "ZSCORE dead",
+                source: e,
+            })?;
+        if score.is_some() {
+            continue;
+        }
+        let why = match job(queue, id).await? {
+            None => "no such job".to_string(),
+            Some(info) => format!(
+                "not dead (status {})",
+                info.status.as_deref().unwrap_or("unknown")
+            ),
+        };
+        skipped.push((id.clone(), why));
+    }
+    Ok(skipped)
 }
 
 /// `purge --orphans`: forget set-aside ids whose job hash is still absent, in batches,

@@ -38,7 +38,7 @@ pub struct EnqueueArgs {
     #[arg(long, conflicts_with = "stdin")]
     pub id: Option<String>,
     /// Run no earlier than this from now, e.g. `30s`, `5m`.
-    #[arg(long, value_parser = crate::duration::parse, default_value = "0")]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::duration::parse, default_value = "0")]
     pub delay: Duration,
     /// With --stdin: print each new job's id instead of a count.
     #[arg(long, requires = "stdin")]
@@ -71,6 +71,13 @@ fn parse_size(text: &str) -> Result<usize, String> {
 }
 
 pub async fn run(args: EnqueueArgs) -> anyhow::Result<()> {
+    // clap's `requires` does not see a flag that is false by default: check here.
+    if args.print_ids && !args.stdin {
+        return Err(UsageError(
+            "--print-ids needs --stdin (one payload prints its id anyway)".into(),
+        )
+        .into());
+    }
     let queue = open(&args.connect).await?.max_payload(args.max_payload);
     if args.stdin {
         return enqueue_lines(&queue, std::io::stdin().lock(), &args).await;
@@ -86,7 +93,11 @@ pub async fn run(args: EnqueueArgs) -> anyhow::Result<()> {
     if let Some(id) = &args.id {
         job = job.id(id.clone());
     }
-    let out = queue.enqueue(job).await?;
+    let size = job.payload.len();
+    let out = match queue.enqueue(job).await {
+        Ok(out) => out,
+        Err(err) => return Err(explain_size(&queue, size, err).await),
+    };
     println!("{}", out.id);
     if !out.created {
         eprintln!(
@@ -96,6 +107,38 @@ pub async fn run(args: EnqueueArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The server's `proto-max-bulk-len` (Redis: 1 MiB to 512 MiB) is the likely cause when a
+/// large payload failed: the server refuses it or drops the connection mid-send.
+/// Say so when the server tells its limit and the payload is above it.
+async fn explain_size(queue: &Queue, size: usize, err: crate::queue::Error) -> anyhow::Error {
+    if size < 1 << 20 {
+        return err.into();
+    }
+    let mut conn = queue.redis().clone();
+    let mut limit = None;
+    // The server closed the connection that sent the payload: the first tries may land
+    // on it while it reconnects.
+    for _ in 0..3 {
+        let reply: redis::RedisResult<Vec<String>> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("proto-max-bulk-len")
+            .query_async(&mut conn)
+            .await;
+        if let Ok(reply) = reply {
+            limit = reply.get(1).and_then(|v| v.parse::<usize>().ok());
+            break;
+        }
+    }
+    match limit {
+        Some(limit) if size > limit => anyhow::anyhow!(
+            "queue {}: the payload ({size} bytes) is above the server's proto-max-bulk-len \
+             ({limit} bytes): raise it on the server, or send a reference to the data instead",
+            queue.name()
+        ),
+        _ => err.into(),
+    }
 }
 
 /// Bulk: read lines, send them 1000 per script call, so memory stays bounded.

@@ -117,14 +117,7 @@ pub struct ConnectArgs {
 impl ConnectArgs {
     pub fn options(&self) -> crate::queue::Result<ConnectOptions> {
         let ca = match &self.tls_ca {
-            Some(path) => {
-                Some(
-                    std::fs::read(path).map_err(|e| crate::queue::Error::InvalidArgument {
-                        what: "--tls-ca",
-                        reason: format!("cannot read {}: {e}", path.display()),
-                    })?,
-                )
-            }
+            Some(path) => Some(read_pem(path)?),
             None => None,
         };
         Ok(ConnectOptions::new(self.redis.clone())
@@ -139,6 +132,25 @@ impl ConnectArgs {
         let redis = Redis::connect(&self.options()?).await?;
         Queue::new(redis, &self.prefix, &self.tag)
     }
+}
+
+/// Read a `--tls-ca` file and check that it holds a PEM certificate, so a wrong file is
+/// named at start instead of failing the TLS handshake later.
+fn read_pem(path: &std::path::Path) -> crate::queue::Result<Vec<u8>> {
+    let invalid = |reason: String| crate::queue::Error::InvalidArgument {
+        what: "--tls-ca",
+        reason,
+    };
+    let pem =
+        std::fs::read(path).map_err(|e| invalid(format!("cannot read {}: {e}", path.display())))?;
+    let marker = b"-----BEGIN CERTIFICATE-----";
+    if !pem.windows(marker.len()).any(|w| w == marker) {
+        return Err(invalid(format!(
+            "{} is not a PEM certificate (no -----BEGIN CERTIFICATE----- line)",
+            path.display()
+        )));
+    }
+    Ok(pem)
 }
 
 /// The exit code for a failure, by what failed.

@@ -5,7 +5,7 @@ use std::io::Write;
 use clap::Args;
 
 use super::ConnectArgs;
-use super::common::open;
+use super::common::{note_if_absent, open};
 use super::format::{add_id_hex, format_age, preview};
 
 pub const EXAMPLES: &str = "\
@@ -32,6 +32,7 @@ pub struct PeekArgs {
 
 pub async fn run(args: PeekArgs) -> anyhow::Result<()> {
     let queue = open(&args.connect).await?;
+    note_if_absent(&queue).await?;
     let stats = queue.stats().await?;
     let ids = queue.pending_ids(args.count as usize).await?;
     let now = queue.now_ms().await?;

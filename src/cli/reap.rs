@@ -27,7 +27,7 @@ pub struct ReapArgs {
     #[command(flatten)]
     pub connect: ConnectArgs,
     /// Keep reaping at this interval until Ctrl-C or SIGTERM.
-    #[arg(long, value_parser = duration::parse)]
+    #[arg(long, allow_hyphen_values = true, value_parser = duration::parse)]
     pub every: Option<Duration>,
     /// Expired leases handled per script call (1 to 1000).
     #[arg(long, default_value_t = 250,
@@ -36,6 +36,9 @@ pub struct ReapArgs {
 }
 
 pub async fn run(args: ReapArgs) -> anyhow::Result<()> {
+    if args.every.is_some_and(|every| every.is_zero()) {
+        return Err(super::common::UsageError("--every must be above 0".into()).into());
+    }
     let queue = open(&args.connect).await?;
     let batch = args.batch as usize;
     let Some(every) = args.every else {
@@ -43,9 +46,6 @@ pub async fn run(args: ReapArgs) -> anyhow::Result<()> {
         println!("{}", describe(&queue, outcome));
         return Ok(());
     };
-    if every.is_zero() {
-        return Err(super::common::UsageError("--every must be above 0".into()).into());
-    }
     println!(
         "reaping {} every {} (Ctrl-C or SIGTERM to stop)",
         queue.name(),

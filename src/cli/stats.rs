@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::ConnectArgs;
-use super::common::{open, stop_signal};
+use super::common::{UsageError, note_if_absent, open, stop_signal};
 use super::format::format_latency;
 use crate::queue::{Queue, QueueStats};
 
@@ -31,7 +31,11 @@ pub struct StatsArgs {
 }
 
 pub async fn run(args: StatsArgs) -> anyhow::Result<()> {
+    if args.watch.is_some_and(|every| every.is_zero()) {
+        return Err(UsageError("--watch must be above 0 (e.g. --watch 2s)".into()).into());
+    }
     let queue = open(&args.connect).await?;
+    note_if_absent(&queue).await?;
     let Some(every) = args.watch else {
         let stats = queue.stats().await?;
         print!("{}", render(&queue, &stats, args.json));

@@ -124,6 +124,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     };
     telemetry::init(format, "info")?;
     let queue = args.connect.queue().await?;
+    super::common::note_if_absent(&queue).await?;
     let shutdown = CancellationToken::new();
     let mut builder = Worker::builder(queue)
         .concurrency(usize::from(args.concurrency))

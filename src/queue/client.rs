@@ -651,6 +651,18 @@ impl Queue {
         self.check_types(&types)
     }
 
+    /// False when none of the queue's keys exist: nothing was ever enqueued, configured
+    /// or counted under this name (often a mistyped tag or prefix).
+    pub async fn exists(&self) -> Result<bool> {
+        let mut conn = self.redis.clone();
+        let n: u64 = redis::cmd("EXISTS")
+            .arg(&self.keys.all_keys()[..])
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err("EXISTS", e))?;
+        Ok(n > 0)
+    }
+
     fn check_types(&self, types: &[String]) -> Result<()> {
         let expected = [
             "list", "zset", "zset", "zset", "hash", "hash", "list", "zset",

@@ -160,6 +160,14 @@ fn describe_url_error(url: &str, err: &RedisError) -> String {
     if host_port.is_empty() {
         return "no host given".to_string();
     }
+    let path = rest[authority.len()..]
+        .split('?')
+        .next()
+        .unwrap_or_default();
+    let db = path.trim_start_matches('/');
+    if !db.is_empty() && db.parse::<u16>().is_err() {
+        return format!("the database {db:?} is not a number (write e.g. redis://host:6379/0)");
+    }
     match err.detail() {
         Some(detail) => format!("cannot parse ({detail})"),
         None => format!("cannot parse ({})", err.category()),
@@ -542,8 +550,28 @@ fn classify_connect(endpoint: &str, source: RedisError) -> Error {
     }
     Error::Connect {
         endpoint: endpoint.to_string(),
+        hint: connect_hint(endpoint, &source).to_string(),
         source,
     }
+}
+
+/// The likely cause of a failed connection, said after the error itself.
+fn connect_hint(endpoint: &str, err: &RedisError) -> &'static str {
+    let unparsable = matches!(
+        err.kind(),
+        ErrorKind::Parse | ErrorKind::UnexpectedReturnType
+    ) || err.to_string().contains("Parse error");
+    if endpoint.starts_with("rediss://") && (unparsable || err.is_timeout() || err.is_io_error()) {
+        return " (is the server using TLS? rediss:// needs a port that speaks TLS; use \
+                 redis:// for a plain one)";
+    }
+    if unparsable {
+        return " (the service on that port does not answer as Redis: check the host and port)";
+    }
+    if err.is_timeout() {
+        return " (is the host reachable, and is it Redis on that port?)";
+    }
+    ""
 }
 
 impl ConnectionLike for Redis {

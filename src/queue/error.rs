@@ -14,11 +14,14 @@ pub enum Error {
     InvalidUrl { url: String, reason: String },
 
     /// No connection could be made to the endpoint.
-    #[error("cannot connect to Redis at {endpoint}: {source}")]
+    #[error("cannot connect to Redis at {endpoint}: {source}{hint}")]
     Connect {
         endpoint: String,
         #[source]
         source: RedisError,
+        /// The likely cause, when the failure suggests one (` (is the server using
+        /// TLS? ...)`); empty otherwise.
+        hint: String,
     },
 
     /// The server refused the credentials.

@@ -89,12 +89,21 @@ impl QueueKeys {
     }
 }
 
-/// A hash tag is non-empty text without braces (the braces are added by the key layout).
+/// The longest hash tag, in bytes: it is part of every key name and log line.
+const MAX_TAG_LEN: usize = 256;
+
+/// A hash tag is non-empty text, at most [`MAX_TAG_LEN`] bytes, without braces (the braces are added by the key layout).
 pub fn validate_tag(tag: &str) -> Result<()> {
     if tag.is_empty() {
         return Err(Error::InvalidArgument {
             what: "hash tag",
             reason: "must not be empty".into(),
+        });
+    }
+    if tag.len() > MAX_TAG_LEN {
+        return Err(Error::InvalidArgument {
+            what: "hash tag",
+            reason: format!("{} bytes: at most {MAX_TAG_LEN}", tag.len()),
         });
     }
     if tag.contains(['{', '}']) {
@@ -131,6 +140,13 @@ pub fn validate_id(id: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tags_are_bounded() {
+        assert!(validate_tag(&"t".repeat(MAX_TAG_LEN)).is_ok());
+        let err = validate_tag(&"t".repeat(MAX_TAG_LEN + 1)).unwrap_err();
+        assert!(err.to_string().contains("257 bytes: at most 256"), "{err}");
+    }
 
     #[test]
     fn keys_share_one_hash_tag() {

@@ -36,6 +36,13 @@ impl Default for QueueSettings {
     }
 }
 
+/// The largest time in ms any argument or setting of the protocol takes (10^15).
+const MAX_MS: u128 = 1_000_000_000_000_000;
+/// The largest integer a Lua number holds exactly (2^53).
+const MAX_INTEGER: u64 = 1 << 53;
+/// Beyond this a backoff reaches its cap on the second retry anyway.
+const MAX_MULTIPLIER: f64 = 1000.0;
+
 fn ms(d: Duration) -> String {
     d.as_millis().to_string()
 }
@@ -55,8 +62,23 @@ impl QueueSettings {
         if self.max_attempts < 1 {
             return bad("max attempts", "must be at least 1");
         }
-        if !self.backoff_multiplier.is_finite() || self.backoff_multiplier < 1.0 {
-            return bad("backoff multiplier", "must be a number ≥ 1");
+        if !(1.0..=MAX_MULTIPLIER).contains(&self.backoff_multiplier) {
+            return bad("backoff multiplier", "must be a number from 1 to 1000");
+        }
+        // The scripts read every time in ms as a Lua number and cap it at 10^15.
+        for (what, d) in [
+            ("visibility timeout", self.visibility_timeout),
+            ("backoff initial", self.backoff_initial),
+            ("backoff max", self.backoff_max),
+            ("completed retention", self.completed_retention),
+            ("dead retention", self.dead_retention),
+        ] {
+            if d.as_millis() > MAX_MS {
+                return bad(what, "must be at most 10^15 ms (about 31 700 years)");
+            }
+        }
+        if self.dead_max_len > MAX_INTEGER {
+            return bad("dead max len", "must be at most 2^53 (9007199254740992)");
         }
         if self.backoff_max < self.backoff_initial {
             return bad("backoff max", "must not be below the initial backoff");
@@ -229,5 +251,38 @@ mod tests {
         .unwrap_err();
         assert!(err.to_string().contains("max attempts"), "{err}");
         assert!(QueueSettings::default().validate().is_ok());
+    }
+
+    #[test]
+    fn settings_above_the_protocol_limits_are_refused() {
+        let refused = |s: QueueSettings| s.validate().unwrap_err().to_string();
+        let base = QueueSettings::default;
+        for m in [0.5, 1000.5, f64::NAN, f64::INFINITY] {
+            let err = refused(QueueSettings {
+                backoff_multiplier: m,
+                ..base()
+            });
+            assert!(err.contains("from 1 to 1000"), "{m}: {err}");
+        }
+        let err = refused(QueueSettings {
+            dead_retention: Duration::from_millis(MAX_MS as u64 + 1),
+            ..base()
+        });
+        assert!(
+            err.contains("dead retention: must be at most 10^15 ms"),
+            "{err}"
+        );
+        let err = refused(QueueSettings {
+            dead_max_len: MAX_INTEGER + 1,
+            ..base()
+        });
+        assert!(err.contains("2^53"), "{err}");
+        let edge = QueueSettings {
+            backoff_multiplier: 1000.0,
+            dead_max_len: MAX_INTEGER,
+            dead_retention: Duration::from_millis(MAX_MS as u64),
+            ..base()
+        };
+        assert!(edge.validate().is_ok());
     }
 }

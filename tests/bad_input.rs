@@ -1,0 +1,564 @@
+//! The bad-input table of `docs/bad-input.md`, row by row: each mistake is run as a user
+//! runs it (the built binary, against a private redis-server or a stand-in service), and
+//! must exit with the documented code, say what is wrong (the row's quoted text) and,
+//! against Redis, leave every key as it was. The doc and [`ROWS`] name the same ids.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use redis::Commands;
+use support::redis::{RedisServer, free_port};
+
+const BIN: &str = env!("CARGO_BIN_EXE_jobqueue");
+
+/// Where a row's `{url}` points.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Target {
+    /// The seeded redis-server.
+    Redis,
+    /// A redis-server with `proto-max-bulk-len 1mb`.
+    SmallBulk,
+    /// A TCP listener that answers every connection with a line of garbage.
+    Garbage,
+    /// A TCP listener that answers like an HTTP server.
+    Http,
+    /// A port nobody listens on.
+    Closed,
+    /// A redis-server with `requirepass s3cret-pw`; `{url}` carries no password.
+    Auth,
+}
+
+struct Row {
+    id: &'static str,
+    args: &'static [&'static str],
+    target: Target,
+    code: i32,
+    /// Text the message (stderr) must contain; also quoted in the doc's row.
+    says: &'static str,
+}
+
+const fn row(
+    id: &'static str,
+    args: &'static [&'static str],
+    code: i32,
+    says: &'static str,
+) -> Row {
+    Row {
+        id,
+        args,
+        target: Target::Redis,
+        code,
+        says,
+    }
+}
+
+const fn on(target: Target, r: Row) -> Row {
+    Row { target, ..r }
+}
+
+// Placeholders: {url} the target's URL, {tls_url} rediss:// to the seeded server,
+// {dir} a scratch directory holding `big.bin` (2 MiB), `notpem.crt` and `ca.pem`,
+// {long_tag} 100 000 characters, {long_id} 300 characters.
+#[rustfmt::skip]
+const ROWS: &[Row] = &[
+    row("delay-huge", &["enqueue", "--redis", "{url}", "--tag", "bi", "--delay", "99999999999d", "x"], 2, "is too long"),
+    row("delay-negative", &["enqueue", "--redis", "{url}", "--tag", "bi", "--delay", "-5s", "x"], 2, "negative durations are not allowed"),
+    row("delay-negative-eq", &["enqueue", "--redis", "{url}", "--tag", "bi", "--delay=-5s", "x"], 2, "negative durations are not allowed"),
+    row("delay-no-unit", &["enqueue", "--redis", "{url}", "--tag", "bi", "--delay", "5", "x"], 2, "has no unit"),
+    row("delay-bad-unit", &["enqueue", "--redis", "{url}", "--tag", "bi", "--delay", "5y", "x"], 2, "unknown unit"),
+    row("visibility-zero", &["configure", "--redis", "{url}", "--tag", "bi", "--visibility-timeout", "0"], 2, "must be at least 1ms"),
+    row("visibility-negative", &["configure", "--redis", "{url}", "--tag", "bi", "--visibility-timeout", "-1s"], 2, "negative durations are not allowed"),
+    row("max-attempts-zero", &["configure", "--redis", "{url}", "--tag", "bi", "--max-attempts", "0"], 2, "must be at least 1"),
+    row("max-attempts-negative", &["configure", "--redis", "{url}", "--tag", "bi", "--max-attempts", "-3"], 2, "--max-attempts"),
+    row("max-attempts-huge", &["configure", "--redis", "{url}", "--tag", "bi", "--max-attempts", "4294967296"], 2, "--max-attempts"),
+    row("multiplier-below-one", &["configure", "--redis", "{url}", "--tag", "bi", "--backoff-multiplier", "0.5"], 2, "must be a number from 1 to 1000"),
+    row("multiplier-negative", &["configure", "--redis", "{url}", "--tag", "bi", "--backoff-multiplier", "-1"], 2, "must be a number from 1 to 1000"),
+    row("multiplier-huge", &["configure", "--redis", "{url}", "--tag", "bi", "--backoff-multiplier", "1e300"], 2, "must be a number from 1 to 1000"),
+    row("multiplier-nan", &["configure", "--redis", "{url}", "--tag", "bi", "--backoff-multiplier", "NaN"], 2, "must be a number from 1 to 1000"),
+    row("backoff-max-below-initial", &["configure", "--redis", "{url}", "--tag", "bi", "--backoff-initial", "10s", "--backoff-max", "1s"], 2, "must not be below the initial backoff"),
+    row("dead-max-len-huge", &["configure", "--redis", "{url}", "--tag", "bi", "--dead-max-len", "18446744073709551615"], 2, "must be at most 2^53"),
+    row("stats-watch-zero", &["stats", "--redis", "{url}", "--tag", "bi", "--watch", "0"], 2, "--watch must be above 0"),
+    row("reap-every-zero", &["reap", "--redis", "{url}", "--tag", "bi", "--every", "0"], 2, "--every must be above 0"),
+    row("dead-ls-limit-zero", &["dead", "ls", "--redis", "{url}", "--tag", "bi", "--limit", "0"], 2, "--limit must be above 0"),
+    row("dead-ls-offset-huge", &["dead", "ls", "--redis", "{url}", "--tag", "bi", "--offset", "99999999999999999999"], 2, "--offset"),
+    row("peek-count-zero", &["peek", "--redis", "{url}", "--tag", "bi", "-n", "0"], 2, "1..=1000"),
+    row("reap-batch-huge", &["reap", "--redis", "{url}", "--tag", "bi", "--batch", "5000"], 2, "1..=1000"),
+    row("tag-empty", &["stats", "--redis", "{url}", "--tag", ""], 2, "must not be empty"),
+    row("tag-braces", &["stats", "--redis", "{url}", "--tag", "{emails}"], 2, "must not contain braces"),
+    row("tag-huge", &["stats", "--redis", "{url}", "--tag", "{long_tag}"], 2, "100000 bytes: at most 256"),
+    row("prefix-braces", &["stats", "--redis", "{url}", "--tag", "bi", "--prefix", "a{b"], 2, "key prefix"),
+    row("id-space", &["enqueue", "--redis", "{url}", "--tag", "bi", "--id", "a b", "x"], 2, "job id"),
+    row("id-long", &["enqueue", "--redis", "{url}", "--tag", "bi", "--id", "{long_id}", "x"], 2, "1 to 256 bytes"),
+    row("enqueue-no-payload", &["enqueue", "--redis", "{url}", "--tag", "bi"], 2, "required"),
+    row("enqueue-file-missing", &["enqueue", "--redis", "{url}", "--tag", "bi", "--file", "/nonexistent"], 1, "cannot read"),
+    row("payload-over-max", &["enqueue", "--redis", "{url}", "--tag", "bi", "--max-payload", "10", "a longer payload"], 2, "payload"),
+    row("max-payload-unit", &["enqueue", "--redis", "{url}", "--tag", "bi", "--max-payload", "64MB", "x"], 2, "unknown size unit"),
+    on(Target::SmallBulk, row("payload-over-server-limit", &["enqueue", "--redis", "{url}", "--tag", "bi", "--file", "{dir}/big.bin"], 1, "proto-max-bulk-len")),
+    row("url-scheme", &["stats", "--redis", "http://127.0.0.1:6379", "--tag", "bi"], 6, "scheme must be redis:// or rediss://"),
+    row("url-port", &["stats", "--redis", "redis://127.0.0.1:99999", "--tag", "bi"], 6, "port \"99999\" is not a number"),
+    row("url-db-name", &["stats", "--redis", "{url}/abc", "--tag", "bi"], 6, "the database \"abc\" is not a number"),
+    row("url-db-range", &["stats", "--redis", "{url}/99", "--tag", "bi"], 3, "out of range"),
+    on(Target::Closed, row("connection-refused", &["stats", "--redis", "{url}", "--tag", "bi"], 3, "refused")),
+    row("tls-against-plain", &["stats", "--redis", "{tls_url}", "--tag", "bi"], 3, "is the server using TLS?"),
+    on(Target::Garbage, row("not-redis-garbage", &["stats", "--redis", "{url}", "--tag", "bi"], 3, "does not answer as Redis")),
+    on(Target::Http, row("not-redis-http", &["stats", "--redis", "{url}", "--tag", "bi"], 3, "does not answer as Redis")),
+    row("tls-ca-missing", &["stats", "--redis", "{tls_url}", "--tag", "bi", "--tls-ca", "/nonexistent/ca.pem"], 2, "--tls-ca"),
+    row("tls-ca-not-pem", &["stats", "--redis", "{tls_url}", "--tag", "bi", "--tls-ca", "{dir}/notpem.crt"], 2, "is not a PEM certificate"),
+    row("tls-ca-plain-url", &["stats", "--redis", "{url}", "--tag", "bi", "--tls-ca", "{dir}/ca.pem"], 6, "not rediss://"),
+    row("wrong-type-stats", &["stats", "--redis", "{url}", "--tag", "wt"], 5, "holds the wrong type"),
+    row("wrong-type-enqueue", &["enqueue", "--redis", "{url}", "--tag", "wt", "x"], 5, "jq:{wt}:pending"),
+    row("wrong-type-redrive", &["dead", "redrive", "--redis", "{url}", "--tag", "wt", "--all"], 5, "holds the wrong type"),
+    row("unknown-tag-stats", &["stats", "--redis", "{url}", "--tag", "bj"], 0, "no queue exists at jq:{bj}"),
+    row("unknown-tag-peek", &["peek", "--redis", "{url}", "--tag", "bj"], 0, "no queue exists at jq:{bj}"),
+    row("redrive-unknown-id", &["dead", "redrive", "--redis", "{url}", "--tag", "bi", "nosuch"], 0, "skipped nosuch: no such job"),
+    row("redrive-pending-id", &["dead", "redrive", "--redis", "{url}", "--tag", "bi", "p1"], 0, "skipped p1: not dead (status pending)"),
+    row("purge-unknown-id", &["dead", "purge", "--redis", "{url}", "--tag", "bi", "nosuch"], 0, "skipped nosuch: no such job"),
+    row("purge-all-without-yes", &["dead", "purge", "--redis", "{url}", "--tag", "bi", "--all"], 2, "add --yes"),
+    row("purge-orphans-without-yes", &["dead", "purge", "--redis", "{url}", "--tag", "bi", "--orphans"], 2, "add --yes"),
+    row("redrive-oldest-zero", &["dead", "redrive", "--redis", "{url}", "--tag", "bi", "--oldest", "0"], 2, "--oldest needs a number above 0"),
+    row("redrive-nothing", &["dead", "redrive", "--redis", "{url}", "--tag", "bi"], 2, "required"),
+    row("dead-show-unknown", &["dead", "show", "--redis", "{url}", "--tag", "bi", "nosuch"], 1, "no job \"nosuch\""),
+    row("url-empty", &["stats", "--redis", "", "--tag", "bi"], 6, "no URL given"),
+    on(Target::Auth, row("auth-missing", &["stats", "--redis", "{url}", "--tag", "bi"], 4, "refused authentication")),
+    on(Target::Auth, row("auth-wrong", &["stats", "--redis", "{auth_url}", "--tag", "bi"], 4, "refused authentication")),
+    row("id-with-stdin", &["enqueue", "--redis", "{url}", "--tag", "bi", "--stdin", "--id", "a"], 2, "cannot be used with"),
+    row("print-ids-without-stdin", &["enqueue", "--redis", "{url}", "--tag", "bi", "--print-ids", "x"], 2, "--print-ids needs --stdin"),
+    row("dead-show-raw-json", &["dead", "show", "--redis", "{url}", "--tag", "bi", "d1", "--raw", "--json"], 2, "cannot be used with"),
+    row("unknown-flag", &["stats", "--redis", "{url}", "--tag", "bi", "--colour"], 2, "unexpected argument '--colour'"),
+];
+
+/// Rows of the library and the protocol (no process, no exit code: the doc says `-`):
+/// id, text the error or outcome must contain, and whether Redis must be unchanged
+/// (acks and extends with a stale token count themselves in `stats`).
+const LIB_ROWS: &[(&str, &str, bool)] = &[
+    ("lib-ack-stale-token", "acked: Ok(false)", false),
+    ("lib-extend-stale-token", "extended: None", false),
+    ("lib-fail-stale-token", "Stale", false),
+    ("lib-id-empty", "must be 1 to 256 bytes", true),
+    ("lib-tag-braces", "must not contain braces", true),
+    ("lib-delay-huge", "must be at most 10^15 ms", true),
+    ("script-n-zero", "jobqueue: invalid n", true),
+    ("script-delay-negative", "delay_ms", true),
+];
+
+/// Run one library or protocol row against queue `lb` (p1 claimed: `lease`).
+async fn lib_case(id: &str, server: &RedisServer, lease: &jobqueue::queue::Lease) -> String {
+    use jobqueue::queue::{Backoff, FailMode, NewJob, Queue, QueueSettings, SCRIPTS};
+    let queue = server.queue("lb").await;
+    let stale = (
+        std::str::from_utf8(lease.id.as_bytes()).unwrap(),
+        "not-the-token",
+    );
+    let keys = [
+        "pending",
+        "processing",
+        "delayed",
+        "dead",
+        "meta",
+        "stats",
+        "wake",
+    ]
+    .map(|k| format!("jq:{{lb}}:{k}"));
+    let script = |source: &str, extra_keys: &[&str], args: &[&str]| {
+        let mut conn = server.conn();
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(source)
+            .arg(7 + extra_keys.len())
+            .arg(&keys)
+            .arg(extra_keys)
+            .arg(args);
+        match cmd.query::<redis::Value>(&mut conn) {
+            Ok(v) => format!("{v:?}"),
+            Err(e) => e.to_string(),
+        }
+    };
+    match id {
+        "lib-ack-stale-token" => format!("acked: {:?}", queue.ack(stale).await),
+        "lib-extend-stale-token" => match queue.extend(stale, None).await {
+            Ok(v) => format!("extended: {v:?}"),
+            Err(e) => e.to_string(),
+        },
+        "lib-fail-stale-token" => {
+            format!(
+                "{:?}",
+                queue
+                    .fail(stale, "x", FailMode::Retry, Backoff::Policy)
+                    .await
+            )
+        }
+        "lib-id-empty" => match queue.enqueue(NewJob::new(&b"x"[..]).id("")).await {
+            Ok(v) => format!("{v:?}"),
+            Err(e) => e.to_string(),
+        },
+        "lib-tag-braces" => match Queue::new(server.redis().await, "jq", "{lb}") {
+            Ok(_) => "accepted".into(),
+            Err(e) => e.to_string(),
+        },
+        "lib-delay-huge" => {
+            let settings = QueueSettings {
+                dead_retention: Duration::from_secs(u64::MAX / 1000),
+                ..QueueSettings::default()
+            };
+            match queue.configure(&settings).await {
+                Ok(v) => format!("{v:?}"),
+                Err(e) => e.to_string(),
+            }
+        }
+        "script-n-zero" => script(SCRIPTS.enqueue.source, &[], &["jq:{lb}:job:", "0"]),
+        "script-delay-negative" => script(
+            SCRIPTS.enqueue.source,
+            &["jq:{lb}:job:n1"],
+            &["jq:{lb}:job:", "1", "n1", "x", "-1"],
+        ),
+        other => panic!("no case for {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_bad_library_and_protocol_call_is_refused_or_counted() {
+    use jobqueue::queue::NewJob;
+    let server = RedisServer::start();
+    let queue = server.queue("lb").await;
+    queue
+        .enqueue(NewJob::new(&b"x"[..]).id("p1"))
+        .await
+        .unwrap();
+    let lease = queue.claim(1, "w", None).await.unwrap().remove(0);
+    let mut conn = server.conn();
+    let mut failures = Vec::new();
+    for (id, says, unchanged) in LIB_ROWS {
+        let before = snapshot(&mut conn);
+        let got = lib_case(id, &server, &lease).await;
+        let changed = before != snapshot(&mut conn);
+        if !got.contains(says) || (*unchanged && changed) {
+            failures.push(format!("{id}: got {got:?}, changed: {changed}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The doc's rows: id → (what you see, exit code).
+fn doc_rows() -> BTreeMap<String, (String, i32)> {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/bad-input.md"))
+        .expect("docs/bad-input.md");
+    let mut rows = BTreeMap::new();
+    for line in doc.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = line.trim_matches('|').split(" | ").map(str::trim).collect();
+        assert_eq!(
+            cells.len(),
+            4,
+            "a row has id, input, what you see, exit: {line}"
+        );
+        let id = cells[0].trim_matches('`').to_string();
+        // `-`: a library or script row, with no process and no exit code.
+        let code = match cells[3] {
+            "-" => -1,
+            c => c.parse().unwrap_or_else(|_| panic!("exit code of {line}")),
+        };
+        assert!(
+            rows.insert(id, (cells[2].to_string(), code)).is_none(),
+            "duplicate {line}"
+        );
+    }
+    rows
+}
+
+#[test]
+fn the_doc_table_and_the_test_table_name_the_same_rows() {
+    let doc = doc_rows();
+    assert!(doc.len() >= 40, "{} rows", doc.len());
+    let ids: Vec<&str> = ROWS.iter().map(|r| r.id).collect();
+    for r in ROWS {
+        let (message, code) = doc
+            .get(r.id)
+            .unwrap_or_else(|| panic!("{} has no doc row", r.id));
+        assert_eq!(*code, r.code, "{}: the doc says exit {code}", r.id);
+        let quoted = message.replace('`', "");
+        assert!(
+            quoted.contains(r.says),
+            "{}: the doc's message {message:?} lacks {:?}",
+            r.id,
+            r.says
+        );
+    }
+    for (id, says, _) in LIB_ROWS {
+        let (message, code) = doc
+            .get(*id)
+            .unwrap_or_else(|| panic!("{id} has no doc row"));
+        assert_eq!(*code, -1, "{id}: a library row has exit `-`");
+        assert!(
+            message.replace('`', "").contains(says),
+            "{id}: the doc lacks {says:?}"
+        );
+    }
+    let ids: Vec<&str> = ids
+        .into_iter()
+        .chain(LIB_ROWS.iter().map(|r| r.0))
+        .collect();
+    for id in doc.keys() {
+        assert!(ids.contains(&id.as_str()), "doc row {id} has no test row");
+    }
+    assert_eq!(ids.len(), doc.len(), "duplicate test rows");
+}
+
+/// A stand-in service on a loopback port that answers each connection with `reply`.
+fn stand_in(reply: &'static [u8]) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 1024];
+                let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+                let _ = conn.read(&mut buf);
+                let _ = conn.write_all(reply);
+            });
+        }
+    });
+    port
+}
+
+/// Every key of the server with its DUMP: equal before and after means nothing changed.
+fn snapshot(conn: &mut redis::Connection) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
+    let keys: Vec<Vec<u8>> = conn.keys("*").unwrap();
+    keys.into_iter()
+        .map(|k| {
+            let dump: Option<Vec<u8>> = redis::cmd("DUMP").arg(&k).query(conn).unwrap();
+            (k, dump)
+        })
+        .collect()
+}
+
+struct Outcome {
+    code: i32,
+    stderr: String,
+    stdout: String,
+}
+
+fn run(args: &[String]) -> Outcome {
+    let mut cmd = Command::new(BIN);
+    for var in [
+        "JOBQUEUE_REDIS_URL",
+        "JOBQUEUE_CLUSTER",
+        "JOBQUEUE_TAG",
+        "JOBQUEUE_PREFIX",
+        "JOBQUEUE_TLS_CA",
+    ] {
+        cmd.env_remove(var);
+    }
+    let mut child = cmd
+        .args(args)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A guard against a row that hangs, not a wait for anything: well-behaved rows
+    // end in well under a second.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            return Outcome {
+                code: -1,
+                stderr: format!(
+                    "(still running after 10s) {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ),
+                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            };
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    Outcome {
+        code: out.status.code().expect("exited by a signal"),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+    }
+}
+
+fn seed(conn: &mut redis::Connection) {
+    // A queue with two pending jobs and one dead one, written the way the scripts do.
+    let now: i64 = 1_700_000_000_000;
+    for id in ["p1", "p2"] {
+        let _: () = conn
+            .hset_multiple(
+                format!("jq:{{bi}}:job:{id}"),
+                &[
+                    ("payload", "x"),
+                    ("status", "pending"),
+                    ("enqueued_at", &now.to_string()),
+                ],
+            )
+            .unwrap();
+        let _: () = conn.lpush("jq:{bi}:pending", id).unwrap();
+    }
+    let _: () = conn
+        .hset_multiple(
+            "jq:{bi}:job:d1",
+            &[
+                ("payload", "x"),
+                ("status", "dead"),
+                ("attempts", "5"),
+                ("last_error", "boom"),
+            ],
+        )
+        .unwrap();
+    let _: () = conn.zadd("jq:{bi}:dead", "d1", now).unwrap();
+    let _: () = conn.hset("jq:{bi}:meta", "max_attempts", 5).unwrap();
+    // A queue whose pending list was overwritten by something else.
+    let _: () = conn.set("jq:{wt}:pending", "not a list").unwrap();
+}
+
+fn write_files(dir: &Path) {
+    std::fs::write(dir.join("big.bin"), vec![b'x'; 2 << 20]).unwrap();
+    std::fs::write(dir.join("notpem.crt"), "this is not a certificate\n").unwrap();
+    std::fs::write(
+        dir.join("ca.pem"),
+        "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+}
+
+#[test]
+fn every_bad_input_is_answered_with_its_code_and_message_and_changes_nothing() {
+    let server = RedisServer::start();
+    let small = RedisServer::start_with(&["--proto-max-bulk-len", "1mb"]);
+    let garbage = stand_in(b"hello, this is not redis\r\n");
+    let http =
+        stand_in(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    let closed = free_port();
+    let auth = RedisServer::start_with(&["--requirepass", "s3cret-pw"]);
+    let mut conn = server.conn();
+    seed(&mut conn);
+    let dir = tempfile::tempdir().unwrap();
+    write_files(dir.path());
+    let long_tag = "a".repeat(100_000);
+    let long_id = "i".repeat(300);
+
+    let mut failures = Vec::new();
+    for r in ROWS {
+        let url = match r.target {
+            Target::Redis => server.url(),
+            Target::SmallBulk => small.url(),
+            Target::Garbage => format!("redis://127.0.0.1:{garbage}"),
+            Target::Http => format!("redis://127.0.0.1:{http}"),
+            Target::Closed => format!("redis://127.0.0.1:{closed}"),
+            Target::Auth => auth.url(),
+        };
+        let args: Vec<String> = r
+            .args
+            .iter()
+            .map(|a| {
+                a.replace("{url}", &url)
+                    .replace("{tls_url}", &server.url().replace("redis://", "rediss://"))
+                    .replace("{dir}", &dir.path().display().to_string())
+                    .replace("{long_tag}", &long_tag)
+                    .replace("{long_id}", &long_id)
+                    .replace(
+                        "{auth_url}",
+                        &auth.url().replace("redis://", "redis://:wrong-pw@"),
+                    )
+            })
+            .collect();
+        let before = snapshot(&mut conn);
+        let out = run(&args);
+        let after = snapshot(&mut conn);
+        let mut wrong = Vec::new();
+        if out.code != r.code {
+            wrong.push(format!("exit {} (expected {})", out.code, r.code));
+        }
+        if !out.stderr.contains(r.says) {
+            wrong.push(format!("stderr lacks {:?}", r.says));
+        }
+        if r.code != 0 && !out.stderr.lines().any(|l| l.starts_with("error: ")) {
+            wrong.push("no `error:` line".into());
+        }
+        if before != after {
+            wrong.push("Redis changed".into());
+        }
+        if out.stderr.contains("wrong-pw") || out.stderr.contains("s3cret-pw") {
+            wrong.push("a password is shown".into());
+        }
+        if !wrong.is_empty() {
+            let stderr: String = out.stderr.chars().take(400).collect();
+            let stdout: String = out.stdout.chars().take(200).collect();
+            failures.push(format!(
+                "{}: {}\n    stderr: {stderr}\n    stdout: {stdout}",
+                r.id,
+                wrong.join("; ")
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} rows failed:\n{}",
+        failures.len(),
+        ROWS.len(),
+        failures.join("\n")
+    );
+}
+
+/// `jobqueue worker` on a tag with no queue says so at start, then keeps waiting for
+/// jobs (a note, not an error) and still stops on SIGTERM with success.
+#[test]
+fn a_worker_on_a_tag_with_no_queue_notes_it_and_keeps_running() {
+    use std::io::BufRead;
+    let server = RedisServer::start();
+    let mut child = Command::new(BIN)
+        .args([
+            "worker",
+            "--redis",
+            &server.url(),
+            "--tag",
+            "nosuch",
+            "--exec",
+            "true",
+        ])
+        .env_remove("JOBQUEUE_TAG")
+        .env_remove("JOBQUEUE_PREFIX")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    assert!(first.contains("no queue exists at jq:{nosuch}"), "{first}");
+    // After the note the worker runs: a job enqueued now is done, and only then is the
+    // worker told to stop (its signal handlers are in place once it works).
+    let drain = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
+    let mut conn = server.conn();
+    let _: () = conn.hset("jq:{nosuch}:job:j1", "payload", "x").unwrap();
+    let _: () = conn
+        .hset("jq:{nosuch}:job:j1", "status", "pending")
+        .unwrap();
+    let _: () = conn.lpush("jq:{nosuch}:pending", "j1").unwrap();
+    support::eventually::Wait::for_("the worker to ack j1")
+        .within(Duration::from_secs(20))
+        .until_blocking(|| {
+            let acked: Option<u64> = conn.hget("jq:{nosuch}:stats", "acked").unwrap();
+            acked == Some(1)
+        });
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    drain.join().unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
