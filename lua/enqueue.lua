@@ -8,7 +8,8 @@
   KEYS[5] P:{T}:meta         (not touched)
   KEYS[6] P:{T}:stats        HASH  counter enqueued
   KEYS[7] P:{T}:wake         LIST  one marker per job ready now, trimmed to 1024
-  KEYS[7+i]                  job key of the i-th triple (ARGV[1]..id), i = 1..n
+  KEYS[7+i]                  job key of the i-th triple: exactly ARGV[1]..id, i = 1..n
+                             (another key is refused: `invalid keys`, nothing written)
 
   ARGV[1]        job-key prefix P:{T}:job:
   ARGV[2]        n, 1..1000
@@ -134,6 +135,11 @@ for i = 1, n do
     return bad('delay_ms', 'triple ' .. i .. ': expected an integer 0..10^15, got ' .. shown(ARGV[2 + 3 * i]))
   end
   delays[i] = d
+  -- a key other than prefix..id would leave an id in pending with no hash to claim
+  if KEYS[7 + i] ~= ARGV[1] .. ARGV[3 * i] then
+    return bad('keys', 'triple ' .. i .. ': job key ' .. shown(KEYS[7 + i]) ..
+      ' is not the prefix followed by the id ' .. shown(ARGV[3 * i]))
+  end
 end
 
 local K_PENDING, K_DELAYED, K_STATS, K_WAKE = KEYS[1], KEYS[3], KEYS[6], KEYS[7]

@@ -13,6 +13,10 @@ fn main() {
     runtime.block_on(async {
         let cli = jobqueue::cli::Cli::parse();
         if let Err(err) = jobqueue::cli::run(cli).await {
+            if jobqueue::cli::stdout_closed(&err) {
+                // `jobqueue peek | head -1`: the reader has what it wanted.
+                std::process::exit(jobqueue::cli::exit::OK);
+            }
             // One clear line: what failed, and why.
             eprintln!("error: {}", jobqueue::cli::error_line(&err));
             std::process::exit(jobqueue::cli::exit_code(&err));

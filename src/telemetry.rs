@@ -1,5 +1,7 @@
 //! Logs of every long-running command (`jobqueue operator`, `jobqueue worker`): tracing to
 //! stderr, as text for people or JSON for log pipelines, coloured only on a terminal.
+//! A log line that cannot be written (stderr closed, a full pipe's reader gone) is
+//! dropped: logging never stops work or shutdown.
 
 use std::io::IsTerminal;
 
@@ -23,7 +25,8 @@ pub fn init(format: LogFormat, filter: &str) -> anyhow::Result<()> {
     };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| LossyStderr)
+        .log_internal_errors(false)
         .with_ansi(colour(
             std::io::stderr().is_terminal(),
             std::env::var_os("NO_COLOR"),
@@ -37,6 +40,26 @@ pub fn init(format: LogFormat, filter: &str) -> anyhow::Result<()> {
             .try_init(),
     };
     result.map_err(|e| anyhow::anyhow!("cannot install the logger: {e}"))
+}
+
+/// Stderr that drops what it cannot write. tracing-subscriber reports a failed write with
+/// `eprintln!`, which panics when stderr is a closed pipe: in whatever task was logging,
+/// so a worker whose log reader went away (`… 2>&1 | head -1`) froze with jobs in flight
+/// and ignored SIGTERM.
+struct LossyStderr;
+
+impl std::io::Write for LossyStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // Whatever the error, the line is lost, and claiming it written is what keeps
+        // the caller going.
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
 }
 
 /// Colour codes only for a person at a terminal: a file, a pipe or a log collector gets

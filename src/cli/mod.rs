@@ -177,6 +177,22 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
     }
 }
 
+/// True when the command failed only because its stdout was closed (`jobqueue peek | head
+/// -1`): the reader has what it wanted, so the command ends quietly with success, as
+/// `cat` and `ls` do. A broken pipe to Redis is a queue error and does not count.
+pub fn stdout_closed(err: &anyhow::Error) -> bool {
+    let mut broken = false;
+    for cause in err.chain() {
+        if cause.downcast_ref::<crate::queue::Error>().is_some() {
+            return false;
+        }
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            broken |= io.kind() == std::io::ErrorKind::BrokenPipe;
+        }
+    }
+    broken
+}
+
 /// A failure as one line: each cause appended once (a cause whose text the message
 /// already contains is not repeated).
 pub fn error_line(err: &anyhow::Error) -> String {
@@ -236,6 +252,20 @@ mod tests {
         );
         let err = anyhow::anyhow!("two\nlines");
         assert_eq!(error_line(&err), "two lines");
+    }
+
+    #[test]
+    fn only_a_closed_stdout_ends_quietly() {
+        let pipe = || std::io::Error::from(std::io::ErrorKind::BrokenPipe);
+        assert!(stdout_closed(&pipe().into()));
+        assert!(stdout_closed(
+            &anyhow::Error::from(pipe()).context("printing")
+        ));
+        assert!(!stdout_closed(&anyhow::anyhow!("other")));
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert!(!stdout_closed(&reset.into()));
+        let redis = crate::queue::Error::Unavailable("broken pipe".into());
+        assert!(!stdout_closed(&redis.into()));
     }
 
     #[test]

@@ -138,6 +138,7 @@ pub fn table(name: &str, endpoint: &str, s: &QueueStats) -> String {
             ("dead_lettered", s.dead_lettered),
             ("dead_trimmed", s.dead_trimmed),
             ("stale", s.stale),
+            ("unknown", s.unknown),
             ("redriven", s.redriven),
             ("purged", s.purged),
             ("orphans", s.orphans),

@@ -112,6 +112,8 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         .stderr_tail(args.stderr_tail)
         .kill_grace(args.kill_grace)
         .supervisor(supervisor);
+    let shutdown = CancellationToken::new();
+    let handler = handler.stop_on_start_failure(shutdown.clone());
     handler.check().map_err(|reason| Error::InvalidArgument {
         what: "--exec command",
         reason,
@@ -123,9 +125,9 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         _ => LogFormat::Text,
     };
     telemetry::init(format, "info")?;
-    let queue = args.connect.queue().await?;
+    // A wrong-typed key is named at start (exit 5), not retried by every claim.
+    let queue = super::common::open(&args.connect).await?;
     super::common::note_if_absent(&queue).await?;
-    let shutdown = CancellationToken::new();
     let mut builder = Worker::builder(queue)
         .concurrency(usize::from(args.concurrency))
         .visibility(args.visibility)
@@ -143,12 +145,21 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         tokio::spawn(reap_strays_on_sigchld());
     }
     let handler = std::sync::Arc::new(handler);
+    let ran = handler.clone();
     worker
         .run(move |lease, ctx| {
             let handler = handler.clone();
             async move { handler.run(lease, ctx).await }
         })
         .await;
+    if let Some(reason) = ran.start_failure() {
+        // No job was charged: each was handed back as it failed to start.
+        return Err(Error::InvalidArgument {
+            what: "--exec command",
+            reason: reason.to_string(),
+        }
+        .into());
+    }
     Ok(())
 }
 

@@ -73,6 +73,9 @@ pub struct QueueStats {
     pub dead_lettered: u64,
     pub dead_trimmed: u64,
     pub stale: u64,
+    /// Acks and extends refused because no job hash exists for the id (a wrong id, or a
+    /// job finished and deleted): apart from `stale`, which means a lease taken away.
+    pub unknown: u64,
     pub redriven: u64,
     pub purged: u64,
     /// Ids found in a list whose job hash was absent or disagreed (set aside or dropped).
@@ -115,6 +118,7 @@ impl QueueStats {
                 "dead_lettered" => s.dead_lettered = v,
                 "dead_trimmed" => s.dead_trimmed = v,
                 "stale" => s.stale = v,
+                "unknown" => s.unknown = v,
                 "redriven" => s.redriven = v,
                 "purged" => s.purged = v,
                 "orphans" => s.orphans = v,

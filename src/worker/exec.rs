@@ -27,11 +27,12 @@ use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::{JobContext, JobError};
@@ -53,6 +54,8 @@ pub struct ExecHandler {
     kill_grace: Duration,
     forward_stderr: bool,
     supervisor: Option<PathBuf>,
+    stop_on_start_failure: Option<CancellationToken>,
+    start_failure: Arc<OnceLock<String>>,
 }
 
 impl ExecHandler {
@@ -68,6 +71,8 @@ impl ExecHandler {
             kill_grace: Duration::from_secs(5),
             forward_stderr: true,
             supervisor: None,
+            stop_on_start_failure: None,
+            start_failure: Arc::default(),
         }
     }
 
@@ -76,6 +81,37 @@ impl ExecHandler {
     pub fn supervisor(mut self, program: Option<PathBuf>) -> Self {
         self.supervisor = program;
         self
+    }
+
+    /// When the command cannot be started (not found, not executable, a missing `#!`
+    /// interpreter), cancel `shutdown` (the worker's shutdown token) and hand the job
+    /// back uncharged, instead of failing every job until each is dead-lettered; the
+    /// reason is then [`ExecHandler::start_failure`]. Without it such a job fails with
+    /// [`JobError::Retry`].
+    pub fn stop_on_start_failure(mut self, shutdown: CancellationToken) -> Self {
+        self.stop_on_start_failure = Some(shutdown);
+        self
+    }
+
+    /// Why the command could not be started, once that happened (see
+    /// [`ExecHandler::stop_on_start_failure`]).
+    pub fn start_failure(&self) -> Option<&str> {
+        self.start_failure.get().map(String::as_str)
+    }
+
+    /// The command could not be started: with [`ExecHandler::stop_on_start_failure`],
+    /// stop the worker and release the job; otherwise fail it for a retry.
+    fn cannot_start(&self, reason: String) -> JobError {
+        match &self.stop_on_start_failure {
+            Some(shutdown) => {
+                let _ = self.start_failure.set(reason.clone());
+                // Cancelled before the job's outcome reaches the runtime, which then
+                // releases an interrupted job without charging the attempt.
+                shutdown.cancel();
+                JobError::Interrupted(reason)
+            }
+            None => JobError::Retry(reason),
+        }
     }
 
     /// The exit code that dead-letters the job (not 0).
@@ -149,8 +185,13 @@ impl ExecHandler {
                 });
             }
         }
-        let mut child = spawn_registered(&mut cmd)
-            .map_err(|e| JobError::Retry(format!("cannot run {}: {e}", self.program.display())))?;
+        let mut child = spawn_registered(&mut cmd).map_err(|e| {
+            let program = match &self.supervisor {
+                Some(supervisor) => supervisor,
+                None => &self.program,
+            };
+            self.cannot_start(format!("cannot start {}: {e}", program.display()))
+        })?;
         let group = ProcessGroup {
             pid: child.get().id(),
             supervised,
@@ -216,7 +257,16 @@ impl ExecHandler {
         }
         let status =
             status.map_err(|e| JobError::Retry(format!("waiting for the command: {e}")))?;
-        let stderr = tail.lock().unwrap_or_else(|p| p.into_inner()).text();
+        let stderr = {
+            let tail = tail.lock().unwrap_or_else(|p| p.into_inner());
+            if supervised
+                && status.code() == Some(super::supervisor::CANNOT_START_EXIT)
+                && let Some(reason) = tail.whole_text_after(super::supervisor::CANNOT_START)
+            {
+                return Err(self.cannot_start(format!("cannot start {reason}")));
+            }
+            tail.text()
+        };
         let result = match judge(status, self.dead_exit_code, &stderr) {
             // Stopped because the worker asked it to: hand the job back uncharged.
             Err(JobError::Retry(text)) if shutdown_termed => Err(JobError::Interrupted(format!(
@@ -358,6 +408,16 @@ impl Tail {
             self.bytes.drain(..overflow);
         }
         self.bytes.extend(data);
+    }
+
+    /// The whole stream as text after `prefix` when it starts with it (nothing dropped).
+    fn whole_text_after(&self, prefix: &str) -> Option<String> {
+        if self.dropped {
+            return None;
+        }
+        let all: Vec<u8> = self.bytes.iter().copied().collect();
+        let rest = all.strip_prefix(prefix.as_bytes())?;
+        Some(String::from_utf8_lossy(rest).trim().to_string())
     }
 
     /// The tail as text: invalid UTF-8 (a character cut in two) replaced, trimmed, and

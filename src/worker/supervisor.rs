@@ -23,6 +23,15 @@ use std::path::PathBuf;
 /// The hidden first argument that makes `jobqueue` a supervisor.
 pub const SUBCOMMAND: &str = "__supervise";
 
+/// The supervisor's exit code when the command could not be started (not found, not
+/// executable, a missing `#!` interpreter); its stderr then starts with
+/// [`CANNOT_START`]. Both together tell the worker the command never ran, which a
+/// command's own exit 127 (`sh: foo: not found`) cannot imitate by accident.
+pub(crate) const CANNOT_START_EXIT: i32 = 127;
+
+/// The start of the supervisor's stderr when the command could not be started.
+pub(crate) const CANNOT_START: &str = "jobqueue: cannot start ";
+
 /// The signal that asks the supervisor to SIGKILL the job's group.
 #[cfg(unix)]
 pub(crate) const KILL_REQUEST: i32 = libc::SIGUSR1;
@@ -101,8 +110,15 @@ fn supervise(args: Vec<OsString>) -> i32 {
     let child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => {
-            eprintln!("cannot run {}: {e}", program.display());
-            return 127;
+            use std::io::Write;
+            // Written whole or not at all: the worker reads this line to tell a command
+            // that never ran from one that failed.
+            let _ = writeln!(
+                std::io::stderr(),
+                "{CANNOT_START}{}: {e}",
+                program.display()
+            );
+            return CANNOT_START_EXIT;
         }
     };
     let pid = child.id() as libc::pid_t;

@@ -109,11 +109,12 @@ def ack_rules():
     assert q.ack([('a', tok['a']), ('a', tok['a']), ('zz', 'x'), ('b', tok['b'])]) == [1, 0, 0, 1]
     assert not r.exists(q.jk('a')) and r.zscore(q.processing, 'a') is None
     st = q.stats()
-    assert st['acked'] == 2 and st['stale'] == 3, st
+    # 'zz' has no job hash: unknown, not stale
+    assert st['acked'] == 2 and st['stale'] == 2 and st['unknown'] == 1, st
     assert sum(v for k, v in st.items() if k.startswith('h:')) == 2
     # stale ack only counts stale
     snap = q.snapshot()
-    assert q.ack([('b', tok['b'])]) == [0]
+    assert q.ack([('c', 'wrong')]) == [0]
     snap2 = q.snapshot()
     diff = [k for k in set(snap) | set(snap2) if snap.get(k) != snap2.get(k)]
     assert diff == [q.stats_key.encode()], diff
@@ -128,6 +129,45 @@ def ack_rules():
         before = q.stats().get(f'h:{b}', 0)
         assert q.ack([('h', j[3])]) == [1]
         assert q.stats().get(f'h:{b}', 0) == before + 1, (off, b, q.stats())
+
+@test
+def unknown_ids_are_not_stale():
+    # an ack or extend for an id with no job hash (a typo, or a job finished and deleted)
+    # counts `unknown`; one for a job that exists under another lease counts `stale`
+    q = fresh('unk')
+    q.enqueue([('a', 'p', 0)])
+    t = q.claim(1)[0][3]
+    snap = q.snapshot()
+    assert q.ack([('typo', t)]) == [0]
+    assert q.extend(1000, [('typo', t), ('other', t)]) == [0, 0]
+    snap2 = q.snapshot()
+    diff = [k for k in set(snap) | set(snap2) if snap.get(k) != snap2.get(k)]
+    assert diff == [q.stats_key.encode()], diff
+    st = q.stats()
+    assert st['unknown'] == 3 and st.get('stale', 0) == 0, st
+    assert q.ack([('a', 'wrong')]) == [0]
+    assert q.extend(1000, [('a', 'wrong')]) == [0]
+    st = q.stats()
+    assert st['unknown'] == 3 and st['stale'] == 2, st
+    # a wrong-typed stats key is still named when the only change is `unknown`
+    r.delete(q.stats_key); r.set(q.stats_key, 'x')
+    assert 'holds the wrong type' in err_of(lambda: q.ack([('typo', t)]))
+    assert 'holds the wrong type' in err_of(lambda: q.extend(1000, [('typo', t)]))
+    assert r.get(q.stats_key) == b'x'
+
+@test
+def enqueue_refuses_a_job_key_that_is_not_prefix_and_id():
+    q = fresh('ekey')
+    before = q.snapshot()
+    e = err_of(lambda: q.ev('enqueue', [q.jk('a'), q.jk('x')], 2, 'a', 'p', 0, 'b', 'p', 0))
+    assert e.startswith('jobqueue: invalid keys: triple 2'), e
+    assert q.jp + 'x' in e and 'b' in e, e
+    e = err_of(lambda: q.ev('enqueue', ['other:job:a'], 1, 'a', 'p', 0))
+    assert e.startswith('jobqueue: invalid keys: triple 1'), e
+    assert q.snapshot() == before
+    assert not r.exists(q.jk('x')) and not r.exists('other:job:a')
+    # the right keys still work, binary ids included
+    assert q.enqueue([('a', 'p', 0), (b'\xff b', 'p', 5)]) == [1, 1]
 
 @test
 def log2_exact():
@@ -169,7 +209,8 @@ def extend_rules():
     t0 = now_ms(); res = q.extend(0, [('b', t['b'])]); t1 = now_ms()
     assert t0 + 7777 <= res[0] <= t1 + 7777
     assert q.extend(1000, [('nope', 'x')]) == [0]
-    assert q.stats()['stale'] == 2
+    st = q.stats()
+    assert st['stale'] == 1 and st['unknown'] == 1, st
 
 @test
 def expired_unreaped_accepted():
