@@ -3,13 +3,13 @@
 
 use std::io::Write;
 
-use anyhow::anyhow;
 use clap::{ArgGroup, Args, Subcommand};
 
 use super::ConnectArgs;
 use super::common::{UsageError, open};
-use super::format::{add_id_hex, escape, format_epoch_ms, preview};
-use crate::queue::{Error, JobInfo, MAX_BATCH, Queue, Selection};
+use super::format::{add_id_hex, format_epoch_ms, preview};
+use super::show::Payload;
+use crate::queue::{Error, JobInfo, JobStatus, MAX_BATCH, Queue, Selection};
 
 pub const EXAMPLES: &str = "\
 Examples:
@@ -209,61 +209,22 @@ async fn job(queue: &Queue, id: impl AsRef<[u8]>) -> anyhow::Result<Option<JobIn
 
 async fn show(args: ShowArgs) -> anyhow::Result<()> {
     let queue = open(&args.connect).await?;
-    let info = job(&queue, &args.id)
-        .await?
-        .ok_or_else(|| anyhow!("no job {:?} in queue {}", args.id, queue.name()))?;
-    let mut conn = queue.redis().clone();
-    let died_at: Option<f64> = redis::cmd("ZSCORE")
-        .arg(&queue.keys().dead)
-        .arg(&args.id)
-        .query_async(&mut conn)
-        .await
-        .map_err(|e| Error::Redis {
-            queue: queue.name().to_string(),
-            op: "ZSCORE dead",
-            source: e,
-        })?;
-    let died_at = died_at.map(|t| t as i64);
+    let view = super::show::load(&queue, args.id.as_bytes()).await?;
     let mut out = std::io::stdout().lock();
     if args.raw {
-        out.write_all(&info.payload)?;
+        out.write_all(&view.info.payload)?;
         return Ok(());
     }
     if args.json {
-        let mut value = serde_json::to_value(&info)?;
-        add_id_hex(&mut value, &info.id);
-        if let Some(obj) = value.as_object_mut() {
-            obj.insert("died_at".into(), died_at.into());
-        }
-        writeln!(out, "{value}")?;
-        return Ok(());
+        writeln!(out, "{}", view.json(Payload::Whole)?)?;
+    } else {
+        view.write_text(&mut out, Payload::Whole)?;
     }
-    let time = |t: Option<i64>| t.map_or_else(|| "-".to_string(), format_epoch_ms);
-    let rows = [
-        ("id", info.id.to_string()),
-        ("status", info.status.clone().unwrap_or_else(|| "-".into())),
-        ("attempts", info.attempts.to_string()),
-        ("enqueued", time(info.enqueued_at)),
-        ("last claimed", time(info.claimed_at)),
-        ("died", time(died_at)),
-        ("worker", info.worker.clone().unwrap_or_else(|| "-".into())),
-        (
-            "last error",
-            info.last_error
-                .as_deref()
-                .map_or_else(|| "-".into(), |e| escape(e.as_bytes(), false)),
-        ),
-    ];
-    for (label, value) in rows {
-        writeln!(out, "{label:<14}{value}")?;
-    }
-    writeln!(out, "payload ({} bytes):", info.payload.len())?;
-    writeln!(out, "{}", escape(&info.payload, true))?;
-    if info.status.as_deref() != Some("dead") {
+    if view.status() != Some(JobStatus::Dead) {
         eprintln!(
             "note: job {} is not dead (status {})",
-            info.id,
-            info.status.as_deref().unwrap_or("unknown")
+            view.info.id,
+            view.info.status.as_deref().unwrap_or("unknown")
         );
     }
     Ok(())

@@ -14,6 +14,7 @@ mod enqueue;
 pub mod format;
 mod peek;
 mod reap;
+mod show;
 mod stats;
 pub mod worker;
 
@@ -70,9 +71,12 @@ pub enum Command {
     /// Inspect, redrive or purge the dead-letter set.
     #[command(after_help = dead::EXAMPLES)]
     Dead(dead::DeadArgs),
-    /// Show the jobs next in line, with a preview of their payloads.
+    /// Show the jobs next in line (or delayed, or claimed), with a preview of their payloads.
     #[command(after_help = peek::EXAMPLES)]
     Peek(peek::PeekArgs),
+    /// Show one job in any status: where it is, attempts, timing, last error, payload.
+    #[command(after_help = show::EXAMPLES)]
+    Show(show::ShowArgs),
     /// Show or change a queue's settings (visibility timeout, retries, retention).
     #[command(after_help = configure::EXAMPLES)]
     Configure(configure::ConfigureArgs),
@@ -221,6 +225,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Stats(args) => stats::run(args).await,
         Command::Dead(args) => dead::run(args).await,
         Command::Peek(args) => peek::run(args).await,
+        Command::Show(args) => show::run(args).await,
         Command::Configure(args) => configure::run(args).await,
         Command::Reap(args) => reap::run(args).await,
         Command::Demo(args) => demo::run(args).await,

@@ -1,4 +1,5 @@
-//! `jobqueue peek`: the jobs next in line, without claiming them.
+//! `jobqueue peek`: the jobs next in line, without claiming them; or the delayed jobs
+//! next due, or the claimed jobs whose leases end first. Read-only.
 
 use std::io::Write;
 
@@ -7,12 +8,16 @@ use clap::Args;
 use super::ConnectArgs;
 use super::common::{note_if_absent, open};
 use super::format::{add_id_hex, format_age, preview};
+use super::show::{self, Payload};
+use crate::queue::{JobStatus, Queue};
 
 pub const EXAMPLES: &str = "\
 Examples:
   jobqueue peek --tag emails              # the next 10 jobs
   jobqueue peek --tag emails -n 50 --width 120
-  jobqueue peek --tag emails --json";
+  jobqueue peek --tag emails --json
+  jobqueue peek --tag emails --delayed       # next due first, with the time to due
+  jobqueue peek --tag emails --processing    # claimed: lease time left and worker";
 
 #[derive(Debug, Args)]
 pub struct PeekArgs {
@@ -28,11 +33,21 @@ pub struct PeekArgs {
     /// Print JSON, one object per job (whole payloads).
     #[arg(long)]
     pub json: bool,
+    /// Show delayed jobs instead, the next due first, with the time to due.
+    #[arg(long, conflicts_with = "processing")]
+    pub delayed: bool,
+    /// Show claimed jobs instead, the first lease to end first, with the time left on
+    /// the lease and the worker.
+    #[arg(long)]
+    pub processing: bool,
 }
 
 pub async fn run(args: PeekArgs) -> anyhow::Result<()> {
     let queue = open(&args.connect).await?;
     note_if_absent(&queue).await?;
+    if args.delayed || args.processing {
+        return filed(&queue, &args).await;
+    }
     let stats = queue.stats().await?;
     let ids = queue.pending_ids(args.count as usize).await?;
     let now = queue.now_ms().await?;
@@ -80,6 +95,86 @@ pub async fn run(args: PeekArgs) -> anyhow::Result<()> {
     }
     if !args.json && stats.delayed > 0 {
         writeln!(out, "(and {} delayed)", stats.delayed)?;
+    }
+    Ok(())
+}
+
+/// `--delayed` / `--processing`: a sorted set's first entries, each with its time left.
+async fn filed(queue: &Queue, args: &PeekArgs) -> anyhow::Result<()> {
+    let count = args.count as usize;
+    let stats = queue.stats().await?;
+    let (wanted, total, entries) = if args.delayed {
+        let entries = queue.delayed_ids(count).await?;
+        (JobStatus::Delayed, stats.delayed, entries)
+    } else {
+        let entries = queue.processing_ids(count).await?;
+        (JobStatus::Processing, stats.processing, entries)
+    };
+    let what = wanted.as_str();
+    let mut out = std::io::stdout().lock();
+    if !args.json {
+        if total == 0 {
+            writeln!(out, "no {what} jobs in {}", queue.name())?;
+            return Ok(());
+        }
+        let order = if args.delayed {
+            "next due"
+        } else {
+            "leases ending first"
+        };
+        writeln!(
+            out,
+            "{total} {what} in {}; the {} {order}:",
+            queue.name(),
+            entries.len()
+        )?;
+        if args.delayed {
+            writeln!(
+                out,
+                "{:>4}  {:<24}  {:>8}  {:>10}  PAYLOAD",
+                "#", "ID", "ATTEMPTS", "DUE IN"
+            )?;
+        } else {
+            writeln!(
+                out,
+                "{:>4}  {:<24}  {:>8}  {:>10}  {:<20}  PAYLOAD",
+                "#", "ID", "ATTEMPTS", "LEASE LEFT", "WORKER"
+            )?;
+        }
+    }
+    for (i, (id, _)) in entries.iter().enumerate() {
+        // Claimed, acked or deleted between the reads: no longer filed there.
+        let Some(view) = show::find(queue, id.as_bytes()).await? else {
+            continue;
+        };
+        if view.status() != Some(wanted) {
+            continue;
+        }
+        if args.json {
+            writeln!(out, "{}", view.json(Payload::Whole)?)?;
+            continue;
+        }
+        let payload = preview(&view.info.payload, args.width);
+        if args.delayed {
+            writeln!(
+                out,
+                "{:>4}  {:<24}  {:>8}  {:>10}  {payload}",
+                i + 1,
+                id,
+                view.info.attempts,
+                view.time_left()
+            )?;
+        } else {
+            let worker = view.info.worker.as_deref().unwrap_or("-");
+            writeln!(
+                out,
+                "{:>4}  {:<24}  {:>8}  {:>10}  {worker:<20}  {payload}",
+                i + 1,
+                id,
+                view.info.attempts,
+                view.time_left()
+            )?;
+        }
     }
     Ok(())
 }

@@ -819,15 +819,57 @@ impl Queue {
 
     /// Ids of dead jobs, oldest death first, with their time of death (ms).
     pub async fn dead_ids(&self, offset: usize, count: usize) -> Result<Vec<(JobId, i64)>> {
+        self.scored_ids(&self.keys.dead, "ZRANGE dead", offset, count)
+            .await
+    }
+
+    /// Ids of delayed jobs, the next due first, with the time each is due (ms).
+    pub async fn delayed_ids(&self, count: usize) -> Result<Vec<(JobId, i64)>> {
+        self.scored_ids(&self.keys.delayed, "ZRANGE delayed", 0, count)
+            .await
+    }
+
+    /// Ids of claimed jobs, the first lease to end first, with the time it ends (ms).
+    pub async fn processing_ids(&self, count: usize) -> Result<Vec<(JobId, i64)>> {
+        self.scored_ids(&self.keys.processing, "ZRANGE processing", 0, count)
+            .await
+    }
+
+    /// Where job `id` is filed in the sorted set `key` (run-at, lease end or time of
+    /// death, ms), or `None` when it is not there.
+    pub async fn score_of(
+        &self,
+        key: &str,
+        op: &'static str,
+        id: impl AsRef<[u8]>,
+    ) -> Result<Option<i64>> {
+        let mut conn = self.redis.clone();
+        let score: Option<f64> = redis::cmd("ZSCORE")
+            .arg(key)
+            .arg(id.as_ref())
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err_on(op, key, e))?;
+        Ok(score.map(|s| s as i64))
+    }
+
+    /// A range of the sorted set `key`, lowest score first, with the scores (ms).
+    async fn scored_ids(
+        &self,
+        key: &str,
+        op: &'static str,
+        offset: usize,
+        count: usize,
+    ) -> Result<Vec<(JobId, i64)>> {
         let mut conn = self.redis.clone();
         let items: Vec<(JobId, f64)> = redis::cmd("ZRANGE")
-            .arg(&self.keys.dead)
+            .arg(key)
             .arg(offset)
             .arg(offset + count.max(1) - 1)
             .arg("WITHSCORES")
             .query_async(&mut conn)
             .await
-            .map_err(|e| self.err_on("ZRANGE dead", &self.keys.dead, e))?;
+            .map_err(|e| self.err_on(op, key, e))?;
         Ok(items.into_iter().map(|(id, at)| (id, at as i64)).collect())
     }
 
