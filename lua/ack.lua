@@ -124,6 +124,24 @@ local function keepAside(key, ids, nowS)
   end
   redis.call('ZADD', key, 'NX', unpack(z))
 end
+-- earliest(key): the run-at (ms) of the delayed zset's first entry, nil when it is empty;
+-- as a second value the error reply when key holds another type
+local function earliest(key)
+  local r = redis.pcall('ZRANGE', key, '0', '0', 'WITHSCORES')
+  local e = failure(r, key, 'zset')
+  if e then return nil, e end
+  if #r == 0 then return nil end
+  return tonumber(r[2])
+end
+-- wakeEarlier(kWake, before, at): one wake marker when a job just delayed until at runs
+-- before every job delayed earlier (before: their earliest run-at, nil when none), so a
+-- waiting worker re-reads the earliest run-at instead of sleeping to its next poll
+local function wakeEarlier(kWake, before, at)
+  if at and (before == nil or at < before) then
+    redis.call('LPUSH', kWake, '1')
+    redis.call('LTRIM', kWake, '0', '1023')
+  end
+end
 -- END include/prelude.lua
 
 -- floor(log2(max(ms, 1))) in exact arithmetic: halving a double is exact, so no

@@ -7,7 +7,9 @@
   KEYS[4] P:{T}:dead         (not touched)
   KEYS[5] P:{T}:meta         (not touched)
   KEYS[6] P:{T}:stats        HASH  counter enqueued
-  KEYS[7] P:{T}:wake         LIST  one marker per job ready now, trimmed to 1024
+  KEYS[7] P:{T}:wake         LIST  one marker per job ready now, plus one when a delayed job
+                                   added runs before every job delayed earlier (or
+                                   delayed was empty); trimmed to 1024
   KEYS[7+i]                  job key of the i-th triple: exactly ARGV[1]..id, i = 1..n
                              (another key is refused: `invalid keys`, nothing written)
 
@@ -121,6 +123,24 @@ local function keepAside(key, ids, nowS)
   end
   redis.call('ZADD', key, 'NX', unpack(z))
 end
+-- earliest(key): the run-at (ms) of the delayed zset's first entry, nil when it is empty;
+-- as a second value the error reply when key holds another type
+local function earliest(key)
+  local r = redis.pcall('ZRANGE', key, '0', '0', 'WITHSCORES')
+  local e = failure(r, key, 'zset')
+  if e then return nil, e end
+  if #r == 0 then return nil end
+  return tonumber(r[2])
+end
+-- wakeEarlier(kWake, before, at): one wake marker when a job just delayed until at runs
+-- before every job delayed earlier (before: their earliest run-at, nil when none), so a
+-- waiting worker re-reads the earliest run-at instead of sleeping to its next poll
+local function wakeEarlier(kWake, before, at)
+  if at and (before == nil or at < before) then
+    redis.call('LPUSH', kWake, '1')
+    redis.call('LTRIM', kWake, '0', '1023')
+  end
+end
 -- END include/prelude.lua
 
 -- arguments ------------------------------------------------------------------
@@ -177,11 +197,14 @@ effects()
 local now = clock()
 local nowS = S(now)
 
+local firstAt -- the earliest run-at among the delayed jobs added
 for j = 1, nn do
   local i = newIdx[j]
   local id = ARGV[3 * i]
   if delays[i] > 0 then
-    later[#later + 1] = S(now + delays[i])
+    local at = now + delays[i]
+    if firstAt == nil or at < firstAt then firstAt = at end
+    later[#later + 1] = S(at)
     later[#later + 1] = id
   else
     ready[#ready + 1] = id
@@ -192,13 +215,15 @@ end
 -- reveals a wrong type for its key
 e = expect(K_STATS, 'hash')
 if e then return e end
-if #ready > 0 then
+if #ready > 0 or #later > 0 then
   e = expect(K_WAKE, 'list')
   if e then return e end
-  if #later > 0 then
-    e = expect(K_DELAYED, 'zset')
-    if e then return e end
-  end
+end
+-- the earliest run-at before this call (reading it checks delayed's type)
+local before
+if #later > 0 then
+  before, e = earliest(K_DELAYED)
+  if e then return e end
 end
 
 -- write phase ----------------------------------------------------------------
@@ -225,6 +250,7 @@ if #ready > 0 then
   redis.call('LPUSH', K_WAKE, unpack(marks))
   redis.call('LTRIM', K_WAKE, '0', '1023')
 end
+wakeEarlier(K_WAKE, before, firstAt)
 -- counters use pcall: stats was type-checked before the first write, and a counter
 -- holding a non-number must not fail a call whose changes are already made
 redis.pcall('HINCRBY', K_STATS, 'enqueued', S(nn))

@@ -11,7 +11,9 @@
   KEYS[5] P:{T}:meta         HASH  max_attempts, backoff_initial_ms, backoff_max_ms,
                                    backoff_multiplier
   KEYS[6] P:{T}:stats        HASH  counters failed, retried, dead_lettered, released, stale
-  KEYS[7] P:{T}:wake         LIST  one marker when the job goes straight back to pending
+  KEYS[7] P:{T}:wake         LIST  one marker when the job goes straight back to pending, or
+                                   goes to delayed and runs before every job there
+                                   (or delayed was empty)
   KEYS[8]                    the job key (ARGV[1]..id)
 
   ARGV[1]  job-key prefix P:{T}:job:
@@ -135,6 +137,24 @@ local function keepAside(key, ids, nowS)
   end
   redis.call('ZADD', key, 'NX', unpack(z))
 end
+-- earliest(key): the run-at (ms) of the delayed zset's first entry, nil when it is empty;
+-- as a second value the error reply when key holds another type
+local function earliest(key)
+  local r = redis.pcall('ZRANGE', key, '0', '0', 'WITHSCORES')
+  local e = failure(r, key, 'zset')
+  if e then return nil, e end
+  if #r == 0 then return nil end
+  return tonumber(r[2])
+end
+-- wakeEarlier(kWake, before, at): one wake marker when a job just delayed until at runs
+-- before every job delayed earlier (before: their earliest run-at, nil when none), so a
+-- waiting worker re-reads the earliest run-at instead of sleeping to its next poll
+local function wakeEarlier(kWake, before, at)
+  if at and (before == nil or at < before) then
+    redis.call('LPUSH', kWake, '1')
+    redis.call('LTRIM', kWake, '0', '1023')
+  end
+end
 -- END include/prelude.lua
 
 -- arguments ------------------------------------------------------------------
@@ -212,12 +232,15 @@ elseif mode == 'retry' then
 end
 
 -- type checks for keys written without having been read
+local before
 e = expect(K_STATS, 'hash')
 if e then return e end
 if outcome == 'pending' then
   e = expect(K_PENDING, 'list') or expect(K_WAKE, 'list')
 elseif outcome == 'delayed' then
-  e = expect(K_DELAYED, 'zset')
+  -- the earliest run-at before this call (reading it checks delayed's type)
+  before, e = earliest(K_DELAYED)
+  e = e or expect(K_WAKE, 'list')
 else
   e = expect(K_DEAD, 'zset')
 end
@@ -251,6 +274,7 @@ if outcome == 'pending' then
   redis.pcall('HINCRBY', K_STATS, 'retried', 1)
 elseif outcome == 'delayed' then
   redis.call('ZADD', K_DELAYED, S(now + backoff), id)
+  wakeEarlier(K_WAKE, before, now + backoff)
   redis.pcall('HINCRBY', K_STATS, 'retried', 1)
 else
   redis.call('ZADD', K_DEAD, S(now), id)

@@ -96,6 +96,12 @@ async fn a_delayed_job_that_falls_due_is_promoted_by_reap_alone() {
         .unwrap();
     let run_at: i64 = c.zscore(&q.keys().delayed, "later").unwrap();
     assert_eq!(q.stats().await.unwrap().due, 0, "not due yet");
+    // The enqueue's marker (the earliest delayed job changed) is taken by a waiting worker.
+    let woke: Option<(String, String)> = c.blpop(&q.keys().wake, 0.1).unwrap();
+    assert!(
+        woke.is_some(),
+        "a delayed job that becomes the earliest pushes a marker"
+    );
     wait_past(&mut c, run_at);
     let stats = q.stats().await.unwrap();
     assert_eq!((stats.delayed, stats.due), (1, 1));

@@ -894,8 +894,10 @@ async fn acks_fill_the_histogram_and_retention_keeps_a_dedup_window() {
     );
 }
 
+/// A delayed job waits; it pushes one wake marker when it becomes the earliest delayed
+/// job (a waiting worker re-reads the due time), none when one already runs before it.
 #[tokio::test]
-async fn delayed_enqueue_waits_and_sends_no_wake_marker() {
+async fn delayed_enqueue_waits_and_wakes_only_when_it_runs_first() {
     let (_s, q, mut c) = setup("delay").await;
     let now = redis_now_ms(&mut c);
     q.enqueue(job("a").id("a").delay(Duration::from_millis(50)))
@@ -907,7 +909,15 @@ async fn delayed_enqueue_waits_and_sends_no_wake_marker() {
     );
     let run_at: i64 = c.zscore(&q.keys().delayed, "a").unwrap();
     assert!(run_at >= now + 50);
-    assert_eq!(c.llen::<_, usize>(&q.keys().wake).unwrap(), 0);
+    assert_eq!(c.llen::<_, usize>(&q.keys().wake).unwrap(), 1);
+    q.enqueue(job("b").id("b").delay(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(
+        c.llen::<_, usize>(&q.keys().wake).unwrap(),
+        1,
+        "b runs after a"
+    );
     wait_past(&mut c, run_at);
     assert_eq!(q.claim_one("w", None).await.unwrap().unwrap().id, "a");
 }

@@ -928,8 +928,13 @@ pub struct Consumer {
     wake: Option<Dedicated>,
 }
 
-/// How long one BLPOP on `wake` waits at most: delayed jobs become due without a marker.
+/// How long one BLPOP on `wake` waits at most, a safety net: a delayed job that becomes
+/// the earliest pushes a marker, and the wait ends when the earliest one is due.
 const WAKE_WAIT: Duration = Duration::from_secs(1);
+
+/// The shortest wait for a due time, so a job due now that a claim could not take yet
+/// does not turn the wait into a busy loop.
+const MIN_DUE_WAIT: Duration = Duration::from_millis(5);
 
 impl Consumer {
     /// Use this visibility timeout for the leases it claims instead of the queue's.
@@ -959,23 +964,40 @@ impl Consumer {
             if left.is_zero() {
                 return Ok(leases);
             }
-            self.wait_for_wake(left.min(WAKE_WAIT)).await?;
+            // Unreadable: wait the full time, the next claim will say what is wrong.
+            let due_in = self.queue.next_due_in().await.ok().flatten();
+            let until = due_in
+                .map(|d| (d + Duration::from_millis(1)).max(MIN_DUE_WAIT))
+                .filter(|d| *d < left.min(WAKE_WAIT));
+            self.wait_for_wake(left.min(WAKE_WAIT), until).await?;
         }
     }
 
-    /// BLPOP `wake` on this consumer's own connection.
-    async fn wait_for_wake(&mut self, wait: Duration) -> Result<()> {
+    /// BLPOP `wake` on this consumer's own connection for up to `wait`, or only `until`
+    /// when given. Redis times a blocking command out on its own coarse timer, so `until`
+    /// is kept here: when it passes first the connection is dropped with its BLPOP (a
+    /// marker that BLPOP took was pushed before the claim that follows, which sees it).
+    async fn wait_for_wake(&mut self, wait: Duration, until: Option<Duration>) -> Result<()> {
         if self.wake.is_none() {
             self.wake = Some(self.queue.redis.dedicated(WAKE_WAIT).await?);
         }
         let conn = self.wake.as_mut().expect("set above");
         // BLPOP takes seconds; fractions are accepted since Redis 6.
         let secs = format!("{:.3}", wait.as_secs_f64().max(0.001));
-        let result: redis::RedisResult<Value> = redis::cmd("BLPOP")
-            .arg(&self.queue.keys.wake)
-            .arg(secs)
-            .query_async(conn)
-            .await;
+        let mut cmd = redis::cmd("BLPOP");
+        cmd.arg(&self.queue.keys.wake).arg(secs);
+        let blpop = cmd.query_async::<Value>(conn);
+        let result = match until {
+            Some(until) => match tokio::time::timeout(until, blpop).await {
+                Ok(result) => result,
+                Err(_) => {
+                    // Its reply would otherwise come to the next BLPOP.
+                    self.wake = None;
+                    return Ok(());
+                }
+            },
+            None => blpop.await,
+        };
         if let Err(e) = result {
             // A broken connection is made anew next time.
             self.wake = None;

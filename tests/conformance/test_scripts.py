@@ -507,7 +507,7 @@ def claim_orphans_and_promotion():
     assert q2.job('d001')['status'] == b'pending' and q2.job('d120')['status'] == b'delayed'
     assert q2.stats()['orphans'] == 1
     assert r.lindex(q2.pending, -1) == b'd001' and r.lindex(q2.pending, 0) == b'd098'
-    wl = r.llen(q2.wake); assert wl == 2  # promotion pushes no markers
+    wl = r.llen(q2.wake); assert wl == 3  # the enqueues' 1 + 2; promotion pushes none
     # status not delayed in delayed zset -> orphan, hash left alone
     q3 = fresh('promo3')
     q3.enqueue([('x', 'p', 0)])
@@ -536,7 +536,38 @@ def wake_markers():
     assert r.llen(q.wake) == 1024 and set(r.lrange(q.wake, 0, -1)) == {b'1'}
     q2 = fresh('wake2')
     q2.enqueue([('d', 'p', 1000), ('e', 'p', 0)])
+    assert r.llen(q2.wake) == 2   # e's, and d's: d is the earliest delayed job
+
+@test
+def delayed_job_that_becomes_earliest_pushes_one_marker():
+    q = fresh('wakedl')
+    assert q.enqueue([('a', 'p', 100000), ('b', 'p', 50000)]) == [1, 1]
+    assert r.llen(q.wake) == 1        # delayed was empty: one marker for the call
+    q.enqueue([('c', 'p', 200000)])
+    assert r.llen(q.wake) == 1        # not earliest: none
+    q.enqueue([('d', 'p', 10000), ('e', 'p', 20000)])
+    assert r.llen(q.wake) == 2        # d is earliest: exactly one for the call
+    sc = r.zscore(q.delayed, 'd')
+    r.zadd(q.delayed, {'d': sc + 100000})   # d's run-at moved past e's
+    r.zadd(q.delayed, {'e': 0})
+    q.enqueue([('f', 'p', 0), ('g', 'p', 1)])
+    assert r.llen(q.wake) == 3        # f's only: g runs after e (score 0)
+    q.enqueue([('a', 'p', 1)])
+    assert r.llen(q.wake) == 3        # a duplicate adds nothing, pushes nothing
+    # fail: a backoff that becomes the earliest pushes one, one that does not, none
+    q2 = fresh('wakefl')
+    q2.enqueue([('x', 'p', 0), ('y', 'p', 0)])
+    jx, jy = q2.claim(2)
+    assert r.llen(q2.wake) == 0
+    assert q2.fail('x', jx[3], 'e', 'retry', 5000) == b'delayed'
     assert r.llen(q2.wake) == 1
+    assert q2.fail('y', jy[3], 'e', 'retry', 9000) == b'delayed'
+    assert r.llen(q2.wake) == 1
+    q2.enqueue([('z', 'p', 0)]); r.delete(q2.wake)
+    jz = q2.claim(1)[0]
+    assert q2.fail('z', jz[3], 'e', 'retry', 1000) == b'delayed'
+    assert r.llen(q2.wake) == 1
+    assert q2.fail('z', 'bad', 'e', 'retry', 1) == b'stale' and r.llen(q2.wake) == 1
 
 @test
 def stats_shape():
@@ -572,13 +603,13 @@ def wrong_types():
         return {j[0].decode(): j[3] for j in js}
     cases = [
         ('enqueue ready', lambda q, t: q.enqueue([('n1', 'p', 0)]), [0, 5, 6]),
-        ('enqueue delayed', lambda q, t: q.enqueue([('n1', 'p', 10)]), [2, 5]),
+        ('enqueue delayed', lambda q, t: q.enqueue([('n1', 'p', 10)]), [2, 5, 6]),
         ('enqueue both', lambda q, t: q.enqueue([('n1', 'p', 10), ('n2', 'p', 0)]), [0, 2, 5, 6]),
         ('claim', lambda q, t: q.claim(2), [0, 1, 2, 4, 5]),
         ('ack', lambda q, t: q.ack([('a', t['a']), ('b', 'bad')]), [1, 4, 5]),
         ('ack stale', lambda q, t: q.ack([('b', 'bad')]), [5]),
         ('extend', lambda q, t: q.extend(0, [('a', t['a']), ('b', 'bad')]), [1, 4, 5]),
-        ('fail retry', lambda q, t: q.fail('a', t['a']), [1, 2, 4, 5]),
+        ('fail retry', lambda q, t: q.fail('a', t['a']), [1, 2, 4, 5, 6]),
         ('fail now', lambda q, t: q.fail('a', t['a'], 'e', 'retry', 0), [0, 1, 4, 5, 6]),
         ('fail dead', lambda q, t: q.fail('a', t['a'], 'e', 'dead', 0), [1, 3, 5]),
         ('fail stale', lambda q, t: q.fail('a', 'bad'), [5]),
