@@ -520,7 +520,7 @@ async fn dead_redrive_and_purge_by_id_oldest_and_all() {
     let out = run(&server, "dr", &["dead", "redrive", "c"]).ok();
     assert_eq!(
         out.stdout.trim(),
-        "redrove 1 dead jobs back to pending in jq:{dr}"
+        "redrove 1 dead job back to pending in jq:{dr}"
     );
     assert_eq!(status(&mut conn, "c").as_deref(), Some("pending"));
     let attempts: u32 = conn.hget(queue.keys().job("c"), "attempts").unwrap();
@@ -530,7 +530,8 @@ async fn dead_redrive_and_purge_by_id_oldest_and_all() {
     let out = run(&server, "dr", &["dead", "redrive", "c", "d"]).ok();
     assert!(out.stdout.starts_with("redrove 1 "), "{}", out.stdout);
     assert!(
-        out.stderr.contains("1 of the 2 ids given were not dead"),
+        out.stderr
+            .contains("1 of the 2 ids given was not a dead job"),
         "{}",
         out.stderr
     );
@@ -545,7 +546,7 @@ async fn dead_redrive_and_purge_by_id_oldest_and_all() {
     assert_eq!(status(&mut conn, "b").as_deref(), Some("dead"));
 
     let out = run(&server, "dr", &["dead", "purge", "b"]).ok();
-    assert_eq!(out.stdout.trim(), "purged 1 dead jobs from jq:{dr}");
+    assert_eq!(out.stdout.trim(), "purged 1 dead job from jq:{dr}");
     assert_eq!(status(&mut conn, "b"), None, "the hash is gone");
 
     run(&server, "dr", &["dead", "purge", "--all"]).fails(2, &["--yes"]);
@@ -638,7 +639,7 @@ async fn orphaned_ids_are_shown_and_purged_on_purpose() {
     let out = run(&server, "orph", &["dead", "purge", "--orphans", "--yes"]).ok();
     assert_eq!(out.stdout.trim(), "forgot 2 orphaned job ids in jq:{orph}");
     assert!(
-        out.stderr.contains("1 set-aside ids are left"),
+        out.stderr.contains("1 set-aside id is left"),
         "{}",
         out.stderr
     );

@@ -7,7 +7,8 @@ use clap::{ArgGroup, Args, Subcommand};
 
 use super::ConnectArgs;
 use super::common::{UsageError, open};
-use super::format::{add_id_hex, format_epoch_ms, preview};
+use super::format::{add_id_hex, count, format_epoch_ms, preview_end};
+use super::progress::Progress;
 use super::show::Payload;
 use crate::queue::{Error, JobInfo, JobStatus, MAX_BATCH, Queue, Selection};
 
@@ -159,7 +160,7 @@ async fn ls(args: LsArgs) -> anyhow::Result<()> {
             writeln!(out, "no dead jobs in {}", queue.name())?;
             return Ok(());
         }
-        writeln!(out, "{total} dead jobs in {}", queue.name())?;
+        writeln!(out, "{} in {}", count(total, "dead job"), queue.name())?;
         writeln!(
             out,
             "{:<24}  {:<19}  {:>8}  LAST ERROR",
@@ -182,7 +183,8 @@ async fn ls(args: LsArgs) -> anyhow::Result<()> {
             let error = info
                 .as_ref()
                 .and_then(|i| i.last_error.as_deref())
-                .map_or_else(|| "-".to_string(), |e| preview(e.as_bytes(), 60));
+                // The end of a stderr tail is where the error is.
+                .map_or_else(|| "-".to_string(), |e| preview_end(e, 60));
             writeln!(
                 out,
                 "{id:<24}  {:<19}  {attempts:>8}  {error}",
@@ -266,12 +268,19 @@ async fn select(args: SelectArgs, action: Action) -> anyhow::Result<()> {
             Some(n) => n as u64,
             None => queue.stats().await?.dead,
         };
+        let doing = match action {
+            Action::Redrive => "redriving",
+            Action::Purge => "purging",
+        };
+        let mut progress = Progress::on_stderr(doing, "dead job", Some(left));
         let mut done = 0;
         while left > 0 {
             let n = left.min(MAX_BATCH as u64);
             done += apply(Selection::Oldest(n as usize)).await?;
             left -= n;
+            progress.update(done);
         }
+        progress.finish();
         (done, None)
     };
     let verb = match action {
@@ -282,18 +291,30 @@ async fn select(args: SelectArgs, action: Action) -> anyhow::Result<()> {
         Action::Redrive => "back to pending in",
         Action::Purge => "from",
     };
-    println!("{verb} {done} dead jobs {whither} {}", queue.name());
+    // Skips first: a closed stdout ends the command at the summary.
     for (id, why) in &skipped {
         eprintln!("skipped {id}: {why}");
     }
     if let Some(asked) = asked
         && (done as usize) < asked
     {
+        let missed = asked - done as usize;
+        let (was, job, it) = if missed == 1 {
+            ("was", "a dead job", "it is")
+        } else {
+            ("were", "dead jobs", "they are")
+        };
         eprintln!(
-            "{} of the {asked} ids given were not dead jobs: left as they are",
-            asked - done as usize
+            "{missed} of the {} given {was} not {job}: left as {it}",
+            count(asked as u64, "id")
         );
     }
+    writeln!(
+        std::io::stdout().lock(),
+        "{verb} {} {whither} {}",
+        count(done, "dead job"),
+        queue.name()
+    )?;
     Ok(())
 }
 
@@ -352,13 +373,23 @@ async fn purge_orphans(connect: &ConnectArgs, yes: bool) -> anyhow::Result<()> {
             break;
         }
     }
-    println!("forgot {done} orphaned job ids in {}", queue.name());
     let left = queue.stats().await?.orphaned;
-    if left > 0 {
+    if left == 1 {
+        eprintln!(
+            "1 set-aside id is left: its job hash is there again (the reaper puts it back), \
+             or it was set aside meanwhile"
+        );
+    } else if left > 1 {
         eprintln!(
             "{left} set-aside ids are left: their job hash is there again (the reaper puts \
              them back), or they were set aside meanwhile"
         );
     }
+    writeln!(
+        std::io::stdout().lock(),
+        "forgot {} in {}",
+        count(done, "orphaned job id"),
+        queue.name()
+    )?;
     Ok(())
 }

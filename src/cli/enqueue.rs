@@ -1,6 +1,6 @@
 //! `jobqueue enqueue`: one payload, a file, or one payload per line of stdin.
 
-use std::io::BufRead;
+use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -9,6 +9,8 @@ use clap::{ArgGroup, Args};
 
 use super::ConnectArgs;
 use super::common::{UsageError, open};
+use super::format::count;
+use super::progress::Progress;
 use crate::queue::{MAX_BATCH, NewJob, Queue};
 
 pub const EXAMPLES: &str = "\
@@ -98,7 +100,7 @@ pub async fn run(args: EnqueueArgs) -> anyhow::Result<()> {
         Ok(out) => out,
         Err(err) => return Err(explain_size(&queue, size, err).await),
     };
-    println!("{}", out.id);
+    writeln!(std::io::stdout().lock(), "{}", out.id)?;
     if !out.created {
         eprintln!(
             "job {} already exists in {}: nothing changed",
@@ -142,6 +144,9 @@ async fn explain_size(queue: &Queue, size: usize, err: crate::queue::Error) -> a
 }
 
 /// Bulk: read lines, send them 1000 per script call, so memory stays bounded.
+///
+/// A closed stdout (`--print-ids | head -1`) stops the printing, not the enqueueing:
+/// every line is still sent, then the broken pipe ends the command quietly.
 async fn enqueue_lines(
     queue: &Queue,
     mut input: impl BufRead,
@@ -150,6 +155,9 @@ async fn enqueue_lines(
     let (mut created, mut existed) = (0u64, 0u64);
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut line = Vec::new();
+    let mut out = std::io::stdout().lock();
+    let mut closed: Option<std::io::Error> = None;
+    let mut progress = Progress::on_stderr("enqueueing", "job", None);
     loop {
         line.clear();
         let n = input
@@ -165,23 +173,42 @@ async fn enqueue_lines(
             for job in queue.enqueue_many(std::mem::take(&mut batch)).await? {
                 if job.created {
                     created += 1;
-                    if args.print_ids {
-                        println!("{}", job.id);
+                    if args.print_ids && closed.is_none() {
+                        match writeln!(out, "{}", job.id) {
+                            Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => {
+                                closed = Some(err)
+                            }
+                            other => other?,
+                        }
                     }
                 } else {
                     existed += 1;
                 }
             }
+            progress.update(created + existed);
         }
         if n == 0 {
             break;
         }
     }
-    if !args.print_ids {
-        println!("enqueued {created} jobs to {}", queue.name());
-    }
+    progress.finish();
     if existed > 0 {
-        eprintln!("{existed} ids already existed: nothing changed for them");
+        eprintln!(
+            "{} already existed: nothing changed for {}",
+            count(existed, "id"),
+            if existed == 1 { "it" } else { "them" }
+        );
+    }
+    if let Some(err) = closed {
+        return Err(err.into());
+    }
+    if !args.print_ids {
+        writeln!(
+            out,
+            "enqueued {} to {}",
+            count(created, "job"),
+            queue.name()
+        )?;
     }
     Ok(())
 }

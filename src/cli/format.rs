@@ -70,6 +70,69 @@ pub fn preview(payload: &[u8], width: usize) -> String {
     cut
 }
 
+/// An error text on one line, its end kept rather than its start: a command's stderr
+/// tail ends with the error (`exit code 1; stderr: …Traceback … ValueError: bad id`).
+/// A `; stderr: ` head stays whole when it fits, so the exit code is still seen.
+pub fn preview_end(text: &str, width: usize) -> String {
+    let text = text.trim_end();
+    let full = escape(text.as_bytes(), false);
+    if full.chars().count() <= width {
+        return full;
+    }
+    let (head, rest) = match text.split_once("; stderr: ") {
+        Some((head, rest)) => (
+            format!("{}; stderr: ", escape(head.as_bytes(), false)),
+            rest,
+        ),
+        None => (String::new(), text),
+    };
+    let head_len = head.chars().count();
+    // Keep room for at least half the width of the tail.
+    let (head, room) = if head_len + width / 2 <= width {
+        (head, width - head_len)
+    } else {
+        (String::new(), width)
+    };
+    let rest = escape(rest.trim_start_matches('…').as_bytes(), false);
+    let chars: Vec<char> = rest.chars().collect();
+    let keep = room.saturating_sub(1);
+    let tail: String = chars[chars.len().saturating_sub(keep)..].iter().collect();
+    format!("{head}…{tail}")
+}
+
+/// `1 dead job`, `2 dead jobs`: a count and its noun in the right number (the nouns
+/// the CLI counts all take a plain `s`).
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+/// A long operation's progress line: `redriving: 12000/50000 dead jobs (24%), 8400/s`,
+/// or without a known total `enqueueing: 12000 jobs, 8400/s`.
+pub fn progress_line(
+    doing: &str,
+    done: u64,
+    total: Option<u64>,
+    noun: &str,
+    elapsed: Duration,
+) -> String {
+    let mut line = match total {
+        Some(total) => {
+            let pct = (done.saturating_mul(100)).checked_div(total).unwrap_or(100);
+            format!("{doing}: {done}/{} ({pct}%)", count(total, noun))
+        }
+        None => format!("{doing}: {}", count(done, noun)),
+    };
+    let secs = elapsed.as_secs_f64();
+    if secs >= 0.001 {
+        line.push_str(&format!(", {:.0}/s", done as f64 / secs));
+    }
+    line
+}
+
 /// A payload for a terminal: invalid UTF-8 bytes as `\xNN`, control characters escaped
 /// (newlines and tabs kept when `keep_lines`).
 pub fn escape(payload: &[u8], keep_lines: bool) -> String {
@@ -137,5 +200,44 @@ mod tests {
         assert_eq!(preview(b"\xff\xfeok", 20), "\\xff\\xfeok");
         assert_eq!(preview(b"abcdefghij", 5), "abcd…");
         assert_eq!(escape(b"line1\nline2\t\x1b", true), "line1\nline2\t\\u{1b}");
+    }
+
+    #[test]
+    fn error_previews_keep_the_end() {
+        assert_eq!(preview_end("exit code 1\n", 40), "exit code 1");
+        let long = format!(
+            "exit code 1; stderr: …{}\nValueError: bad id",
+            "x".repeat(200)
+        );
+        let shown = preview_end(&long, 50);
+        assert_eq!(shown.chars().count(), 50, "{shown}");
+        assert!(shown.starts_with("exit code 1; stderr: …"), "{shown}");
+        assert!(shown.ends_with("x\\nValueError: bad id"), "{shown}");
+        let plain = format!("{}the end", "y".repeat(100));
+        assert_eq!(preview_end(&plain, 10), "…yythe end");
+    }
+
+    #[test]
+    fn counts_agree_with_their_noun() {
+        assert_eq!(count(0, "dead job"), "0 dead jobs");
+        assert_eq!(count(1, "dead job"), "1 dead job");
+        assert_eq!(count(2, "id"), "2 ids");
+    }
+
+    #[test]
+    fn progress_lines_show_done_total_and_rate() {
+        let two = Duration::from_secs(2);
+        assert_eq!(
+            progress_line("redriving", 500, Some(2000), "dead job", two),
+            "redriving: 500/2000 dead jobs (25%), 250/s"
+        );
+        assert_eq!(
+            progress_line("enqueueing", 1, None, "job", two),
+            "enqueueing: 1 job, 0/s"
+        );
+        assert_eq!(
+            progress_line("purging", 0, Some(0), "dead job", Duration::ZERO),
+            "purging: 0/0 dead jobs (100%)"
+        );
     }
 }

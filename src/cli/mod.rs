@@ -13,6 +13,7 @@ mod demo;
 mod enqueue;
 pub mod format;
 mod peek;
+mod progress;
 mod reap;
 mod show;
 mod stats;

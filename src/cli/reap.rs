@@ -3,6 +3,7 @@
 //! Under Kubernetes the operator reaps; a queue run without it needs `reap --every`
 //! somewhere (the reaper is also what trims the dead-letter set).
 
+use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
@@ -41,16 +42,19 @@ pub async fn run(args: ReapArgs) -> anyhow::Result<()> {
     }
     let queue = open(&args.connect).await?;
     let batch = args.batch as usize;
+    // Written through one lock, errors returned: a closed stdout ends the command quietly.
+    let mut out = std::io::stdout().lock();
     let Some(every) = args.every else {
         let outcome = pass(&queue, batch).await?;
-        println!("{}", describe(&queue, outcome));
+        writeln!(out, "{}", describe(&queue, outcome))?;
         return Ok(());
     };
-    println!(
+    writeln!(
+        out,
         "reaping {} every {} (Ctrl-C or SIGTERM to stop)",
         queue.name(),
         duration::format(every)
-    );
+    )?;
     let stop = stop_signal();
     tokio::pin!(stop);
     let mut tick = tokio::time::interval(every);
@@ -65,7 +69,7 @@ pub async fn run(args: ReapArgs) -> anyhow::Result<()> {
             Ok(outcome) => {
                 total += outcome;
                 if outcome.requeued + outcome.dead_lettered > 0 {
-                    println!("{}  {}", clock(), describe(&queue, outcome));
+                    writeln!(out, "{}  {}", clock(), describe(&queue, outcome))?;
                 }
             }
             // Redis away for a moment: say so, try again next tick.
@@ -75,10 +79,11 @@ pub async fn run(args: ReapArgs) -> anyhow::Result<()> {
             Err(err) => return Err(err.into()),
         }
     };
-    println!(
+    writeln!(
+        out,
         "stopped by {signal}: requeued {} and dead-lettered {} in total",
         total.requeued, total.dead_lettered
-    );
+    )?;
     Ok(())
 }
 

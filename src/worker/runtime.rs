@@ -139,6 +139,8 @@ enum Outcome {
 struct Completion {
     lease: Lease,
     outcome: Outcome,
+    /// How long the handler ran, for the per-job log line.
+    took: Duration,
     _permit: OwnedSemaphorePermit,
 }
 
@@ -418,6 +420,7 @@ fn start_job<H, F>(
     );
     shared.deadlines_changed.notify_one();
     let done = done.clone();
+    let started = Instant::now();
     tokio::spawn(async move {
         let outcome = match task.await {
             Ok(result) => Outcome::Finished(result),
@@ -427,6 +430,7 @@ fn start_job<H, F>(
         let _ = done.send(Completion {
             lease,
             outcome,
+            took: started.elapsed(),
             _permit: permit,
         });
     });
@@ -526,7 +530,8 @@ async fn ack_all(shared: &Shared, acks: Vec<Completion>) {
         for (c, ok) in acks.iter().zip(flags) {
             if ok {
                 Counters::add(&shared.counters.acked, 1);
-                debug!(queue = %shared.queue_name, job = %c.lease.id, "acked");
+                debug!(queue = %shared.queue_name, job = %c.lease.id, attempt = c.lease.attempts,
+                    took = %crate::duration::format(c.took), "acked");
             } else {
                 Counters::add(&shared.counters.stale, 1);
                 warn!(queue = %shared.queue_name, job = %c.lease.id,
