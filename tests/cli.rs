@@ -674,7 +674,7 @@ async fn stats_shows_due_delayed_jobs() {
         ("2".into(), "1".into())
     );
     assert!(
-        out.stdout.contains("note: 1 delayed jobs are due"),
+        out.stdout.contains("note: 1 delayed job is due"),
         "{}",
         out.stdout
     );

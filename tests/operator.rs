@@ -522,7 +522,7 @@ async fn orphaned_ids_reach_the_status_a_warning_and_the_metrics() {
     let (s, reason, message) = condition(status, "JobsOrphaned");
     assert_eq!((s, reason), ("True", "OrphanedJobs"));
     assert!(
-        message.starts_with("1 job ids are set aside")
+        message.starts_with("1 job id is set aside")
             && message.contains("jobqueue dead purge --orphans --yes"),
         "{message}"
     );

@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::ConnectArgs;
 use super::common::{UsageError, note_if_absent, open, stop_signal};
-use super::format::format_latency;
+use super::format::{count, format_latency};
 use crate::queue::{Queue, QueueStats};
 
 pub const EXAMPLES: &str = "\
@@ -156,26 +156,35 @@ pub fn table(name: &str, endpoint: &str, s: &QueueStats) -> String {
         }
         _ => out.push_str("  (no acks yet)\n"),
     }
+    // "1 lease has expired and waits", "2 leases have expired and wait".
+    let one = |n: u64, one: &'static str, many: &'static str| if n == 1 { one } else { many };
     if s.expired > 0 {
         out.push_str(&format!(
-            "note: {} leases have expired and wait for a reaper (the operator, or `jobqueue reap`)\n",
-            s.expired
+            "note: {} {} expired and {} for a reaper (a worker's, the operator's, or \
+             `jobqueue reap`)\n",
+            count(s.expired, "lease"),
+            one(s.expired, "has", "have"),
+            one(s.expired, "waits", "wait"),
         ));
     }
     if s.due > 0 {
         out.push_str(&format!(
-            "note: {} delayed jobs are due and wait to be moved to pending (by a claim or a \
-             reaper: the operator, or `jobqueue reap`)\n",
-            s.due
+            "note: {} {} due and {} to be moved to pending (by a claim or a reaper: a \
+             worker's, the operator's, or `jobqueue reap`)\n",
+            count(s.due, "delayed job"),
+            one(s.due, "is", "are"),
+            one(s.due, "waits", "wait"),
         ));
     }
     if s.orphaned > 0 {
         out.push_str(&format!(
-            "note: {} job ids are set aside because their job hash was absent (a Cluster slot \
+            "note: {} {} set aside because {} job hash was absent (a Cluster slot \
              migration, or hashes deleted by hand); a reaper puts each back once its hash is \
              there again. If they stay after any migration has ended, remove them with \
              `jobqueue dead purge --orphans --yes`\n",
-            s.orphaned
+            count(s.orphaned, "job id"),
+            one(s.orphaned, "is", "are"),
+            one(s.orphaned, "its", "their"),
         ));
     }
     out
@@ -244,6 +253,20 @@ mod tests {
             assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
         }
         assert!(text.contains("note: 2 delayed jobs are due"), "{text}");
+        let one = QueueStats {
+            expired: 1,
+            due: 1,
+            orphaned: 1,
+            ..QueueStats::default()
+        };
+        let singular = table("jq:{emails}", "redis://h:1", &one);
+        for note in [
+            "note: 1 lease has expired and waits for a reaper",
+            "note: 1 delayed job is due and waits",
+            "note: 1 job id is set aside because its job hash",
+        ] {
+            assert!(singular.contains(note), "no {note:?} in\n{singular}");
+        }
         assert!(
             text.contains("note: 3 job ids are set aside")
                 && text.contains("`jobqueue dead purge --orphans --yes`"),

@@ -235,11 +235,16 @@ fn orphans_condition(orphaned: u64, generation: Option<i64>, now: Timestamp) -> 
 /// What `orphaned` ids mean, and what to do about them (the condition's message and the
 /// Warning's note).
 pub fn orphaned_message(orphaned: u64) -> String {
+    let (ids, are, their) = if orphaned == 1 {
+        ("job id", "is", "its")
+    } else {
+        ("job ids", "are", "their")
+    };
     format!(
-        "{orphaned} job ids are set aside because their job hash was absent (a Redis Cluster \
-         slot migration, or hashes deleted by hand); the reaper puts each back once its hash \
-         is there again. If they stay after any migration has ended, check `jobqueue stats` \
-         and remove them with `jobqueue dead purge --orphans --yes`"
+        "{orphaned} {ids} {are} set aside because {their} job hash was absent (a Redis \
+         Cluster slot migration, or hashes deleted by hand); the reaper puts each back once \
+         its hash is there again. If they stay after any migration has ended, check \
+         `jobqueue stats` and remove them with `jobqueue dead purge --orphans --yes`"
     )
 }
 
