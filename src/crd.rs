@@ -33,7 +33,6 @@ const NON_NEGATIVE: &str = "duration(self) >= duration('0s')";
     namespaced,
     shortname = "jq",
     category = "jobqueue",
-    category = "all",
     status = "JobQueueStatus",
     derive = "PartialEq",
     doc = "A Redis reliable job queue with visibility timeouts, kept healthy by the jobqueue operator.",

@@ -75,10 +75,8 @@ fn names_columns_and_subresources() {
     assert_eq!(crd.spec.names.kind, "JobQueue");
     assert_eq!(crd.spec.names.short_names, Some(vec!["jq".to_string()]));
     let categories = crd.spec.names.categories.clone().unwrap_or_default();
-    assert!(
-        categories.contains(&"jobqueue".to_string()),
-        "{categories:?}"
-    );
+    // Not in `all`: `kubectl delete all --all` must not delete queues.
+    assert_eq!(categories, vec!["jobqueue".to_string()]);
     let version = &crd.spec.versions[0];
     assert_eq!(version.name, "v1alpha1");
     assert!(
