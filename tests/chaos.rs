@@ -117,6 +117,16 @@ fn jobs(from: usize, to: usize) -> Vec<(String, Kind, NewJob)> {
         .collect()
 }
 
+/// Enqueue `batch`; returns each job's kind, for the final accounting.
+async fn enqueue(queue: &Queue, batch: Vec<(String, Kind, NewJob)>) -> HashMap<String, Kind> {
+    let kinds = batch.iter().map(|(id, k, _)| (id.clone(), *k)).collect();
+    queue
+        .enqueue_many(batch.into_iter().map(|(_, _, j)| j).collect())
+        .await
+        .unwrap();
+    kinds
+}
+
 async fn connect(url: &str, cluster: bool) -> Queue {
     let redis = Redis::connect(
         &ConnectOptions::new(url)
@@ -585,12 +595,7 @@ async fn killed_workers(scenario: &'static str, url: &str, cluster: bool, reaper
     let dir = tempfile::tempdir().unwrap();
     let queue = connect(url, cluster).await;
     queue.configure(&settings()).await.unwrap();
-    let batch = jobs(0, n);
-    let kinds: HashMap<String, Kind> = batch.iter().map(|(id, k, _)| (id.clone(), *k)).collect();
-    queue
-        .enqueue_many(batch.into_iter().map(|(_, _, j)| j).collect())
-        .await
-        .unwrap();
+    let kinds = enqueue(&queue, jobs(0, n)).await;
 
     let stop = CancellationToken::new();
     let mut reaper_queues = Vec::new();
@@ -675,12 +680,7 @@ async fn c_workers_recover_from_cut_connections_by_themselves() {
     let dir = tempfile::tempdir().unwrap();
     let queue = connect(&url, false).await;
     queue.configure(&settings()).await.unwrap();
-    let batch = jobs(0, n);
-    let kinds: HashMap<String, Kind> = batch.iter().map(|(id, k, _)| (id.clone(), *k)).collect();
-    queue
-        .enqueue_many(batch.into_iter().map(|(_, _, j)| j).collect())
-        .await
-        .unwrap();
+    let kinds = enqueue(&queue, jobs(0, n)).await;
     let stop = CancellationToken::new();
     let reapers = start_reapers(vec![connect(&url, false).await], &stop);
     let mut fleet = Fleet::start(&url, false, dir.path(), 3);
@@ -1091,11 +1091,7 @@ async fn g_exec_workers_sigkilled_take_their_grandchildren_with_them() {
         .collect();
     batch.extend(jobs(0, n));
     let n = n + long;
-    let kinds: HashMap<String, Kind> = batch.iter().map(|(id, k, _)| (id.clone(), *k)).collect();
-    queue
-        .enqueue_many(batch.into_iter().map(|(_, _, j)| j).collect())
-        .await
-        .unwrap();
+    let kinds = enqueue(&queue, batch).await;
     let stop = CancellationToken::new();
     let reapers = start_reapers(vec![connect(&url, false).await], &stop);
     let mut fleet = Fleet::start_with(
@@ -1405,12 +1401,7 @@ async fn i_lost_claim_replies_are_answered_by_their_retry() {
     let proxy =
         ReplyDropper::start(server.port, jobqueue::queue::SCRIPTS.claim.sha.as_bytes()).await;
     proxy.cut_at_random(150);
-    let batch = jobs(0, n);
-    let kinds: HashMap<String, Kind> = batch.iter().map(|(id, k, _)| (id.clone(), *k)).collect();
-    queue
-        .enqueue_many(batch.into_iter().map(|(_, _, j)| j).collect())
-        .await
-        .unwrap();
+    let kinds = enqueue(&queue, jobs(0, n)).await;
     let stop = CancellationToken::new();
     let reapers = start_reapers(vec![connect(&server.url(), false).await], &stop);
     let mut fleet = Fleet::start_with(
@@ -1468,12 +1459,7 @@ async fn j_slot_migration_under_load_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let queue = connect(&url, true).await;
     queue.configure(&settings()).await.unwrap();
-    let batch = jobs(0, n);
-    let kinds: HashMap<String, Kind> = batch.iter().map(|(id, k, _)| (id.clone(), *k)).collect();
-    queue
-        .enqueue_many(batch.into_iter().map(|(_, _, j)| j).collect())
-        .await
-        .unwrap();
+    let kinds = enqueue(&queue, jobs(0, n)).await;
     let stop = CancellationToken::new();
     let reapers = start_reapers(vec![connect(&url, true).await], &stop);
     let mut fleet = Fleet::start_with(&url, true, dir.path(), 3, "mig", HANDLER, &[]);
