@@ -86,6 +86,39 @@ async fn a_claim_whose_every_try_was_lost_is_answered_on_the_next_call() {
     assert_eq!(direct.stats().await.unwrap().claimed, 1);
 }
 
+/// A worker's next claim can ask for more jobs than the lost one (slots freed while it
+/// waited to try again): it still gets the leases made for the lost one, not new ones
+/// beside leases that only the reaper would end.
+#[tokio::test]
+async fn a_lost_claim_is_answered_on_a_next_call_that_asks_for_more() {
+    let server = RedisServer::start();
+    let direct = server.queue("wider").await;
+    for id in ["a", "b", "c"] {
+        direct
+            .enqueue(NewJob::new(id.as_bytes().to_vec()).id(id))
+            .await
+            .unwrap();
+    }
+    let proxy = ReplyDropper::start(server.port, SCRIPTS.claim.sha.as_bytes()).await;
+    let through = queue_at(&proxy.url(), "wider").await;
+    through.load_scripts().await.unwrap();
+    proxy.cut_next(100);
+    let err = through.claim(1, "w", None).await.unwrap_err();
+    assert!(err.is_transient(), "{err}");
+    proxy.cut_next(0);
+    let leases = through.claim(3, "w", None).await.unwrap();
+    let ids: Vec<_> = leases.iter().map(|l| l.id.to_string()).collect();
+    assert_eq!(
+        ids,
+        ["a"],
+        "the next claim returns the lease made for the lost one"
+    );
+    let stats = direct.stats().await.unwrap();
+    assert_eq!(stats.claimed, 1, "no job is leased beside it: {stats:?}");
+    assert_eq!(stats.processing, 1);
+    assert_eq!(stats.pending, 2);
+}
+
 #[tokio::test]
 async fn a_repeated_claim_request_returns_the_leases_it_still_holds() {
     let server = RedisServer::start();

@@ -32,7 +32,7 @@ pub struct Queue {
     redis: Redis,
     keys: Arc<QueueKeys>,
     /// Per worker: the claim whose reply was lost on every try. The worker's next claim
-    /// of the same shape reuses its request id, so leases Redis made for it reach the
+    /// of the same visibility and at least as many jobs reuses its request id, so leases Redis made for it reach the
     /// worker instead of waiting for the reaper.
     unanswered: Arc<Mutex<HashMap<String, Unanswered>>>,
     /// Payloads larger than this are refused before anything is sent.
@@ -238,8 +238,8 @@ impl Queue {
     }
 
     /// One logical claim, with its `more` flag (see [`Claimed`]). It carries a fresh
-    /// request id, or the id of this worker's last claim of the same `n` and `visibility`
-    /// whose reply was lost. After a lost reply (a timeout or a broken connection) the
+    /// request id, or the id of this worker's last claim (of the same `visibility`, for
+    /// at most `n` jobs) whose reply was lost. After a lost reply (a timeout or a broken connection) the
     /// call is sent again with the same id, up to [`CLAIM_RETRIES`] times: Redis answers
     /// a repeated id with the leases it made for it, so none is leased to nobody.
     pub async fn claim_batch(
@@ -271,9 +271,9 @@ impl Queue {
     }
 
     /// One claim call with the caller's request id (1 to 256 bytes, e.g. 128 random bits
-    /// in hex; see docs/protocol.md, claim). Sending the same id again, with the same `n`,
-    /// after a lost reply returns the leases the first call made (those still held)
-    /// instead of new ones, for as long as the visibility timeout.
+    /// in hex; see docs/protocol.md, claim). Sending the same id again, with the same or
+    /// a larger `n`, after a lost reply returns the leases the first call made (those
+    /// still held) instead of new ones, for as long as the visibility timeout.
     pub async fn claim_request(
         &self,
         request: &str,
@@ -313,8 +313,11 @@ impl Queue {
     ) -> Option<String> {
         let mut unanswered = self.unanswered.lock().unwrap_or_else(|e| e.into_inner());
         let last = unanswered.remove(worker)?;
-        // Another shape is another request: the record may hold more leases than `n`.
-        (last.n == n && last.visibility == visibility).then_some(last.request)
+        // A replay answers at most the `last.n` leases recorded, so any claim of the same
+        // visibility asking for as many or more can carry the lost request's id (a
+        // worker's free slots only grow while it waits to try again). A smaller claim
+        // could not take them all: it is another request.
+        (last.n <= n && last.visibility == visibility).then_some(last.request)
     }
 
     fn remember_unanswered(
