@@ -94,20 +94,24 @@ async fn default_visibility_comes_from_meta_and_can_be_overridden() {
     .await
     .unwrap();
     q.enqueue_many(vec![job("a"), job("b")]).await.unwrap();
-    let now = redis_now_ms(&mut c);
+    // Each claim reads Redis's clock between the readings around it.
+    let before = redis_now_ms(&mut c);
     let a = q.claim_one("w", None).await.unwrap().unwrap();
+    let after = redis_now_ms(&mut c);
     assert!(
-        (now + 119_000..=now + 121_000).contains(&a.lease_until),
+        (before + 120_000..=after + 120_000).contains(&a.lease_until),
         "{}",
         a.lease_until
     );
+    let before = redis_now_ms(&mut c);
     let b = q
         .claim_one("w", Some(Duration::from_secs(5)))
         .await
         .unwrap()
         .unwrap();
+    let after = redis_now_ms(&mut c);
     assert!(
-        (now + 4_000..=now + 6_000).contains(&b.lease_until),
+        (before + 5_000..=after + 5_000).contains(&b.lease_until),
         "{}",
         b.lease_until
     );
@@ -265,15 +269,19 @@ async fn extend_moves_both_the_score_and_the_hash() {
         .await
         .unwrap();
     let leases = q.claim(2, "w", Some(Duration::from_secs(1))).await.unwrap();
-    let now = redis_now_ms(&mut c);
+    let before = redis_now_ms(&mut c);
     let refs: Vec<_> = leases.iter().map(|l| l.lease_ref()).collect();
     let until = q
         .extend_many(&refs, Some(Duration::from_secs(600)))
         .await
         .unwrap();
+    let after = redis_now_ms(&mut c);
     for (lease, until) in leases.iter().zip(&until) {
         let until = until.expect("extended");
-        assert!(until >= now + 599_000 && until <= now + 601_000);
+        assert!(
+            (before + 600_000..=after + 600_000).contains(&until),
+            "{until} not 600 s after {before}..={after}"
+        );
         let score: i64 = c.zscore(&q.keys().processing, &lease.id).unwrap();
         assert_eq!(score, until);
         let field = hget(
@@ -367,18 +375,19 @@ async fn fail_with_the_meta_policy_uses_initial_times_multiplier() {
             .query(&mut c)
             .unwrap();
         let lease = q.claim_one("w", None).await.unwrap().unwrap();
-        let now = redis_now_ms(&mut c);
+        // The script reads Redis's clock between these two readings.
+        let before = redis_now_ms(&mut c);
         assert_eq!(
             q.fail(&lease, "e", FailMode::Retry, Backoff::Policy)
                 .await
                 .unwrap(),
             FailOutcome::Delayed
         );
+        let after = redis_now_ms(&mut c);
         let run_at: i64 = c.zscore(&q.keys().delayed, "a").unwrap();
-        let delay = run_at - now;
         assert!(
-            (want - 5..=want + 5).contains(&delay),
-            "want {want}, got {delay}"
+            (before + want..=after + want).contains(&run_at),
+            "want {want} ms after the fail ({before}..={after}), got {run_at}"
         );
     }
 }
