@@ -588,37 +588,18 @@ mod tests {
         let mut registry = Registry::default();
         let metrics = Metrics::default().register(&mut registry);
         let q = QueueLabels::new("prod", "gone");
-        {
-            let _timer = metrics.reconcile_started(&q);
-        }
-        metrics.reconcile_failed(&q, "redis_unreachable");
-        metrics.reconcile_failed(&q, "invalid_spec");
-        let mut stats = QueueStats {
-            stale: 1,
-            ..QueueStats::default()
-        };
-        stats.histogram.buckets.insert(9, 10);
-        metrics.observed(&q, &stats, &ReapOutcome::default());
-        metrics.replicas(&q, Some(2), Some(1));
-        metrics.scaled(&q, 1, 2);
-        metrics.scaled(&q, 2, 1);
-        metrics.outcome(
-            &q,
-            &status_with(&[("Ready", "True"), ("LeaseTooShort", "True")]),
-            Some(Timestamp::UNIX_EPOCH),
-        );
+        populate(&metrics, &q);
         // Every family of the registry has a series of the queue (but the reconcile
         // duration, which has no queue label): a family added without a way here fails.
         let text = encode(&registry);
-        for family in text.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {
-            let name = family.split(' ').next().unwrap_or_default();
-            if name == "jobqueue_reconcile_duration_seconds" {
+        for (family, series) in families(&text) {
+            if family == "jobqueue_reconcile_duration_seconds" {
                 continue;
             }
             assert!(
                 text.lines()
-                    .any(|l| l.starts_with(name) && l.contains(r#"name="gone""#)),
-                "no series of the queue in {name}: the test misses a family\n{text}"
+                    .any(|l| l.starts_with(&format!("{series}{{")) && l.contains(r#"name="gone""#)),
+                "no series of the queue in {family}: the test misses a family\n{text}"
             );
         }
         metrics.retain(&HashSet::from([QueueLabels::new("prod", "kept")]));
@@ -630,6 +611,75 @@ mod tests {
         assert!(
             left.is_empty(),
             "series of a deleted queue remain: {left:?}"
+        );
+    }
+
+    /// Give `q` a series in every family it can have one in.
+    fn populate(metrics: &Metrics, q: &QueueLabels) {
+        {
+            let _timer = metrics.reconcile_started(q);
+        }
+        metrics.reconcile_failed(q, "redis_unreachable");
+        metrics.reconcile_failed(q, "invalid_spec");
+        let mut stats = QueueStats {
+            stale: 1,
+            ..QueueStats::default()
+        };
+        stats.histogram.buckets.insert(9, 10);
+        metrics.observed(q, &stats, &ReapOutcome::default());
+        metrics.replicas(q, Some(2), Some(1));
+        metrics.scaled(q, 1, 2);
+        metrics.scaled(q, 2, 1);
+        metrics.outcome(
+            q,
+            &status_with(&[("Ready", "True"), ("LeaseTooShort", "True")]),
+            Some(Timestamp::UNIX_EPOCH),
+        );
+    }
+
+    /// `(family, series name)` of every `# TYPE` line: a counter's series end in
+    /// `_total`; a histogram is named by its family (as the guide's table does).
+    fn families(text: &str) -> Vec<(String, String)> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .map(|l| {
+                let mut parts = l.split(' ');
+                let name = parts.next().unwrap_or_default().to_string();
+                let series = match parts.next() {
+                    Some("counter") => format!("{name}_total"),
+                    _ => name.clone(),
+                };
+                (name, series)
+            })
+            .collect()
+    }
+
+    /// The metrics table of docs/operations.md (which the chart check holds the alerts
+    /// and the dashboard to) lists exactly what the registry exports.
+    #[test]
+    fn the_operations_guide_lists_every_exported_series() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::default().register(&mut registry);
+        populate(&metrics, &QueueLabels::new("prod", "emails"));
+        let exported: BTreeSet<String> = families(&encode(&registry))
+            .into_iter()
+            .map(|(_, s)| s)
+            .collect();
+        let guide = include_str!("../../docs/operations.md");
+        let documented: BTreeSet<String> = guide
+            .lines()
+            .filter_map(|l| {
+                // | `jobqueue_name` | type | labels | meaning |
+                let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+                let name = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+                let kind = *cells.get(2)?;
+                (name.starts_with("jobqueue_") && ["gauge", "counter", "histogram"].contains(&kind))
+                    .then(|| name.to_string())
+            })
+            .collect();
+        assert_eq!(
+            exported, documented,
+            "the registry (left) and the metrics table of docs/operations.md (right) differ"
         );
     }
 
