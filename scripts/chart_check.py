@@ -197,7 +197,12 @@ def exported_metrics() -> tuple[set[str], set[str]]:
     prefix = re.search(r'sub_registry_with_prefix\("(\w+)"\)', text)
     expect(prefix is not None, "no metric prefix in src/controller/metrics.rs")
     series, bases = set(), set()
-    for name, field in re.findall(r'\.register\(\s*"(\w+)",\s*"[^"]*",\s*self\.(\w+)\.clone\(\)', text):
+    registrations = re.findall(r'\.register\(\s*"(\w+)",\s*"[^"]*",\s*self\.(\w+)\.clone\(\)', text)
+    # A registration this pattern cannot read would leave a real metric unknown (and an
+    # alert on it refused) or, worse, hide a removed one: count them all.
+    calls = len(re.findall(r"\br\.register\(", text))
+    expect(len(registrations) == calls, f"read {len(registrations)} of {calls} registrations in src/controller/metrics.rs")
+    for name, field in registrations:
         base = f"{prefix.group(1)}_{name}"
         bases.add(base)
         kind = kinds.get(field)
@@ -537,8 +542,20 @@ def check_metric_names(tools: Tools) -> str:
         for rule in group["rules"]:
             alerts.append(rule["alert"])
             used_alerts |= promql_metrics(rule["expr"])
-    for required in ("JobQueueDeadLettersGrowing", "JobQueueExpiredLeasesPilingUp", "JobQueueOrphanedJobs", "JobQueueRedisUnavailable", "JobQueueReconcileErrors"):
+    for required in ("JobQueueDeadLettersGrowing", "JobQueueExpiredLeasesPilingUp", "JobQueueOrphanedJobs", "JobQueueRedisUnavailable", "JobQueueReconcileErrors", "JobQueueNotReady", "JobQueueLeaseTooShort", "JobQueueCountsStale"):
         expect(required in alerts, f"no alert {required}")
+    rules = {r["alert"]: r for g in rule_obj["spec"]["groups"] for r in g["rules"] if "alert" in r}
+    for alert, rule in rules.items():
+        expect(rule.get("annotations", {}).get("runbook_url", "").count("#") == 1, f"{alert} has no runbook_url with a section")
+    # The alerts that watch one health series each watch the right one.
+    for alert, metric in (
+        ("JobQueueNotReady", "jobqueue_queue_ready"),
+        ("JobQueueRedisUnavailable", "jobqueue_redis_up"),
+        ("JobQueueLeaseTooShort", "jobqueue_lease_too_short"),
+        ("JobQueueCountsStale", "jobqueue_last_observed_timestamp_seconds"),
+    ):
+        expect(promql_metrics(rules[alert]["expr"]) == {metric}, f"{alert} does not watch {metric}: {rules[alert]['expr']}")
+        expect(rules[alert].get("for"), f"{alert} fires on a single evaluation (no `for`)")
     orphaned = [r for g in rule_obj["spec"]["groups"] for r in g["rules"] if r.get("alert") == "JobQueueOrphanedJobs"]
     expect(promql_metrics(orphaned[0]["expr"]) == {"jobqueue_orphaned"}, f"JobQueueOrphanedJobs does not watch jobqueue_orphaned: {orphaned[0]['expr']}")
     expect(orphaned[0].get("for") == "1h", f"JobQueueOrphanedJobs does not wait orphanedJobs.for (1h in the all-on values): {orphaned[0].get('for')}")

@@ -1,8 +1,8 @@
 //! The operator's Prometheus metrics (prometheus-client), served on `/metrics`.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -12,6 +12,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use k8s_openapi::jiff::Timestamp;
+
+use super::status::types;
+use crate::crd::JobQueueStatus;
 use crate::queue::{QueueStats, ReapOutcome};
 
 /// One JobQueue.
@@ -71,8 +75,22 @@ pub struct Metrics {
     pub orphaned: Family<QueueLabels, Gauge>,
     /// Processing time of acked jobs (claim to ack), from the queue's histogram.
     pub processing_time: Family<QuantileLabels, Gauge<f64, AtomicU64>>,
-    /// Acks, extends and fails refused since the queue began (Redis's `stale` counter).
-    pub stale_acks: Family<QueueLabels, Gauge>,
+    /// Acks, extends and fails refused since the queue began (Redis's `stale` counter,
+    /// mirrored: it resets only when the queue's stats do).
+    pub stale_acks: Family<QueueLabels, Counter>,
+    /// Acks and extends refused because no job hash exists for the id (Redis's
+    /// `unknown` counter, mirrored).
+    pub unknown_acks: Family<QueueLabels, Counter>,
+    /// 1 while the queue's `Ready` condition is `True`, else 0.
+    pub queue_ready: Family<QueueLabels, Gauge>,
+    /// 1 when the last reconcile read the queue's Redis, 0 when it could not (or did not
+    /// get that far: an invalid spec).
+    pub redis_up: Family<QueueLabels, Gauge>,
+    /// 1 while the queue's `LeaseTooShort` condition is `True`, else 0.
+    pub lease_too_short: Family<QueueLabels, Gauge>,
+    /// When the counts were last read from Redis (Unix seconds): during an outage the
+    /// count gauges keep their last value, and this says how old it is.
+    pub last_observed: Family<QueueLabels, Gauge>,
     pub reaped: Family<QueueLabels, Counter>,
     pub dead_lettered: Family<QueueLabels, Counter>,
     pub promoted: Family<QueueLabels, Counter>,
@@ -83,8 +101,9 @@ pub struct Metrics {
     pub desired_replicas: Family<QueueLabels, Gauge>,
     pub current_replicas: Family<QueueLabels, Gauge>,
     pub scale_operations: Family<ScaleLabels, Counter>,
-    /// Queues with series, so deleted queues can be forgotten.
-    known: Mutex<HashSet<QueueLabels>>,
+    /// Queues with series, and the `error` labels each has failed with, so every series
+    /// of a deleted queue can be forgotten.
+    known: Mutex<HashMap<QueueLabels, BTreeSet<String>>>,
 }
 
 impl Default for Metrics {
@@ -99,6 +118,11 @@ impl Default for Metrics {
             orphaned: Family::default(),
             processing_time: Family::default(),
             stale_acks: Family::default(),
+            unknown_acks: Family::default(),
+            queue_ready: Family::default(),
+            redis_up: Family::default(),
+            lease_too_short: Family::default(),
+            last_observed: Family::default(),
             reaped: Family::default(),
             dead_lettered: Family::default(),
             promoted: Family::default(),
@@ -158,6 +182,31 @@ impl Metrics {
             self.stale_acks.clone(),
         );
         r.register(
+            "unknown_acks",
+            "Acks and extends refused because no job exists for the id, since the queue began",
+            self.unknown_acks.clone(),
+        );
+        r.register(
+            "queue_ready",
+            "1 while the JobQueue's Ready condition is True, else 0",
+            self.queue_ready.clone(),
+        );
+        r.register(
+            "redis_up",
+            "1 when the last reconcile read the queue's Redis, else 0",
+            self.redis_up.clone(),
+        );
+        r.register(
+            "lease_too_short",
+            "1 while the JobQueue's LeaseTooShort condition is True (acks after their lease expired), else 0",
+            self.lease_too_short.clone(),
+        );
+        r.register(
+            "last_observed_timestamp_seconds",
+            "When the queue's counts were last read from Redis (Unix time)",
+            self.last_observed.clone(),
+        );
+        r.register(
             "reaped",
             "Expired leases the operator put back to pending",
             self.reaped.clone(),
@@ -212,6 +261,7 @@ impl Metrics {
 
     /// Count a reconcile and time it until the guard drops.
     pub fn reconcile_started(&self, queue: &QueueLabels) -> ReconcileTimer<'_> {
+        self.touch(queue, None);
         self.reconcile_runs.get_or_create(queue).inc();
         ReconcileTimer {
             start: Instant::now(),
@@ -220,6 +270,7 @@ impl Metrics {
     }
 
     pub fn reconcile_failed(&self, queue: &QueueLabels, error: &str) {
+        self.touch(queue, Some(error));
         self.reconcile_failures
             .get_or_create(&FailureLabels {
                 namespace: queue.namespace.clone(),
@@ -243,7 +294,17 @@ impl Metrics {
         set(&self.due, stats.due);
         set(&self.dead, stats.dead);
         set(&self.orphaned, stats.orphaned);
-        set(&self.stale_acks, stats.stale);
+        // Counters mirroring Redis's own: set, not added to (a reset of the queue's stats
+        // reads as a counter reset, which rate() and increase() handle).
+        for (family, v) in [
+            (&self.stale_acks, stats.stale),
+            (&self.unknown_acks, stats.unknown),
+        ] {
+            family
+                .get_or_create(queue)
+                .inner()
+                .store(v, Ordering::Relaxed);
+        }
         for (q, label) in QUANTILES {
             let labels = QuantileLabels {
                 namespace: queue.namespace.clone(),
@@ -267,14 +328,47 @@ impl Metrics {
             .inc_by(reaped.dead_lettered);
         self.promoted.get_or_create(queue).inc_by(reaped.promoted);
         self.restored.get_or_create(queue).inc_by(reaped.restored);
-        self.known
-            .lock()
-            .expect("metrics lock")
-            .insert(queue.clone());
+        self.touch(queue, None);
+    }
+
+    /// Mirror one reconcile's outcome, whatever it was: `queue_ready` and
+    /// `lease_too_short` from the conditions of the status it decided, `redis_up` from
+    /// whether it read the queue's Redis (`read_at`, the reconcile's time, which
+    /// `last_observed_timestamp_seconds` then takes). A reconcile that could not read
+    /// Redis leaves the counts as they were: their observation time shows their age.
+    pub fn outcome(
+        &self,
+        queue: &QueueLabels,
+        status: &JobQueueStatus,
+        read_at: Option<Timestamp>,
+    ) {
+        self.touch(queue, None);
+        for (family, type_) in [
+            (&self.queue_ready, types::READY),
+            (&self.lease_too_short, types::LEASE_TOO_SHORT),
+        ] {
+            match status.condition(type_) {
+                Some(c) => {
+                    family
+                        .get_or_create(queue)
+                        .set(i64::from(c.status == "True"));
+                }
+                None => {
+                    family.remove(queue);
+                }
+            }
+        }
+        self.redis_up
+            .get_or_create(queue)
+            .set(i64::from(read_at.is_some()));
+        if let Some(t) = read_at {
+            self.last_observed.get_or_create(queue).set(t.as_second());
+        }
     }
 
     /// Publish the scaler's replicas; `None` drops the series (nothing to show).
     pub fn replicas(&self, queue: &QueueLabels, desired: Option<i32>, current: Option<i32>) {
+        self.touch(queue, None);
         for (family, value) in [
             (&self.desired_replicas, desired),
             (&self.current_replicas, current),
@@ -292,6 +386,7 @@ impl Metrics {
 
     /// Count one scale patch from `from` to `to` replicas.
     pub fn scaled(&self, queue: &QueueLabels, from: i32, to: i32) {
+        self.touch(queue, None);
         let direction = if to > from { "up" } else { "down" };
         self.scale_operations
             .get_or_create(&ScaleLabels {
@@ -302,49 +397,89 @@ impl Metrics {
             .inc();
     }
 
+    /// Remember that `queue` has series (and, with `error`, a failure series).
+    fn touch(&self, queue: &QueueLabels, error: Option<&str>) {
+        let mut known = self.known.lock().expect("metrics lock");
+        let errors = known.entry(queue.clone()).or_default();
+        if let Some(error) = error
+            && !errors.contains(error)
+        {
+            errors.insert(error.to_string());
+        }
+    }
+
     /// Drop the series of queues that no longer exist.
     pub fn retain(&self, alive: &HashSet<QueueLabels>) {
-        let mut known = self.known.lock().expect("metrics lock");
-        let gone: Vec<QueueLabels> = known.difference(alive).cloned().collect();
+        let gone: Vec<QueueLabels> = {
+            let known = self.known.lock().expect("metrics lock");
+            known
+                .keys()
+                .filter(|q| !alive.contains(q))
+                .cloned()
+                .collect()
+        };
         for queue in gone {
-            for family in [
-                &self.pending,
-                &self.processing,
-                &self.expired,
-                &self.delayed,
-                &self.due,
-                &self.dead,
-                &self.orphaned,
-                &self.stale_acks,
-                &self.desired_replicas,
-                &self.current_replicas,
-            ] {
-                family.remove(&queue);
-            }
-            for (_, label) in QUANTILES {
-                self.processing_time.remove(&QuantileLabels {
-                    namespace: queue.namespace.clone(),
-                    name: queue.name.clone(),
-                    quantile: label.to_string(),
-                });
-            }
-            for direction in ["up", "down"] {
-                self.scale_operations.remove(&ScaleLabels {
-                    namespace: queue.namespace.clone(),
-                    name: queue.name.clone(),
-                    direction: direction.to_string(),
-                });
-            }
-            for family in [
-                &self.reaped,
-                &self.dead_lettered,
-                &self.promoted,
-                &self.restored,
-                &self.reconcile_runs,
-            ] {
-                family.remove(&queue);
-            }
-            known.remove(&queue);
+            self.forget(&queue);
+        }
+    }
+
+    /// Drop every series of one queue at once: its gauges, its counters, its failures
+    /// by error, its processing-time quantiles and its scale operations.
+    pub fn forget(&self, queue: &QueueLabels) {
+        let errors = self
+            .known
+            .lock()
+            .expect("metrics lock")
+            .remove(queue)
+            .unwrap_or_default();
+        for family in [
+            &self.pending,
+            &self.processing,
+            &self.expired,
+            &self.delayed,
+            &self.due,
+            &self.dead,
+            &self.orphaned,
+            &self.queue_ready,
+            &self.redis_up,
+            &self.lease_too_short,
+            &self.last_observed,
+            &self.desired_replicas,
+            &self.current_replicas,
+        ] {
+            family.remove(queue);
+        }
+        for family in [
+            &self.stale_acks,
+            &self.unknown_acks,
+            &self.reaped,
+            &self.dead_lettered,
+            &self.promoted,
+            &self.restored,
+            &self.reconcile_runs,
+        ] {
+            family.remove(queue);
+        }
+        for (_, label) in QUANTILES {
+            self.processing_time.remove(&QuantileLabels {
+                namespace: queue.namespace.clone(),
+                name: queue.name.clone(),
+                quantile: label.to_string(),
+            });
+        }
+        for direction in ["up", "down"] {
+            self.scale_operations.remove(&ScaleLabels {
+                namespace: queue.namespace.clone(),
+                name: queue.name.clone(),
+                direction: direction.to_string(),
+            });
+        }
+        for error in errors {
+            self.reconcile_failures.remove(&FailureLabels {
+                namespace: queue.namespace.clone(),
+                name: queue.name.clone(),
+                error,
+            });
         }
     }
 }
@@ -387,6 +522,7 @@ mod tests {
             dead: 2,
             orphaned: 4,
             stale: 3,
+            unknown: 6,
             ..QueueStats::default()
         };
         // 10 acks in [512, 1024) ms.
@@ -413,7 +549,8 @@ mod tests {
             r#"jobqueue_orphaned{namespace="prod",name="emails"} 4"#,
             r#"jobqueue_promoted_total{namespace="prod",name="emails"} 10"#,
             r#"jobqueue_restored_total{namespace="prod",name="emails"} 4"#,
-            r#"jobqueue_stale_acks{namespace="prod",name="emails"} 3"#,
+            r#"jobqueue_stale_acks_total{namespace="prod",name="emails"} 3"#,
+            r#"jobqueue_unknown_acks_total{namespace="prod",name="emails"} 6"#,
             r#"jobqueue_processing_time_seconds{namespace="prod",name="emails",quantile="0.5"} 0.768"#,
             r#"jobqueue_processing_time_seconds{namespace="prod",name="emails",quantile="0.99"} 1.01"#,
             r#"jobqueue_reaped_total{namespace="prod",name="emails"} 6"#,
@@ -442,5 +579,192 @@ mod tests {
         }
         assert!(!text.contains("jobqueue_current_replicas{"), "{text}");
         assert!(!text.contains("jobqueue_scale_operations_total{"), "{text}");
+    }
+
+    /// Every family with a series of the queue, then the queue deleted: nothing of it
+    /// may remain in the exposition.
+    #[test]
+    fn a_deleted_queue_leaves_no_series() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::default().register(&mut registry);
+        let q = QueueLabels::new("prod", "gone");
+        populate(&metrics, &q);
+        // Every family of the registry has a series of the queue (but the reconcile
+        // duration, which has no queue label): a family added without a way here fails.
+        let text = encode(&registry);
+        for (family, series) in families(&text) {
+            if family == "jobqueue_reconcile_duration_seconds" {
+                continue;
+            }
+            assert!(
+                text.lines()
+                    .any(|l| l.starts_with(&format!("{series}{{")) && l.contains(r#"name="gone""#)),
+                "no series of the queue in {family}: the test misses a family\n{text}"
+            );
+        }
+        metrics.retain(&HashSet::from([QueueLabels::new("prod", "kept")]));
+        let text = encode(&registry);
+        let left: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains(r#"name="gone""#))
+            .collect();
+        assert!(
+            left.is_empty(),
+            "series of a deleted queue remain: {left:?}"
+        );
+    }
+
+    /// Give `q` a series in every family it can have one in.
+    fn populate(metrics: &Metrics, q: &QueueLabels) {
+        {
+            let _timer = metrics.reconcile_started(q);
+        }
+        metrics.reconcile_failed(q, "redis_unreachable");
+        metrics.reconcile_failed(q, "invalid_spec");
+        let mut stats = QueueStats {
+            stale: 1,
+            ..QueueStats::default()
+        };
+        stats.histogram.buckets.insert(9, 10);
+        metrics.observed(q, &stats, &ReapOutcome::default());
+        metrics.replicas(q, Some(2), Some(1));
+        metrics.scaled(q, 1, 2);
+        metrics.scaled(q, 2, 1);
+        metrics.outcome(
+            q,
+            &status_with(&[("Ready", "True"), ("LeaseTooShort", "True")]),
+            Some(Timestamp::UNIX_EPOCH),
+        );
+    }
+
+    /// `(family, series name)` of every `# TYPE` line: a counter's series end in
+    /// `_total`; a histogram is named by its family (as the guide's table does).
+    fn families(text: &str) -> Vec<(String, String)> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .map(|l| {
+                let mut parts = l.split(' ');
+                let name = parts.next().unwrap_or_default().to_string();
+                let series = match parts.next() {
+                    Some("counter") => format!("{name}_total"),
+                    _ => name.clone(),
+                };
+                (name, series)
+            })
+            .collect()
+    }
+
+    /// The metrics table of docs/operations.md (which the chart check holds the alerts
+    /// and the dashboard to) lists exactly what the registry exports.
+    #[test]
+    fn the_operations_guide_lists_every_exported_series() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::default().register(&mut registry);
+        populate(&metrics, &QueueLabels::new("prod", "emails"));
+        let exported: BTreeSet<String> = families(&encode(&registry))
+            .into_iter()
+            .map(|(_, s)| s)
+            .collect();
+        let guide = include_str!("../../docs/operations.md");
+        let documented: BTreeSet<String> = guide
+            .lines()
+            .filter_map(|l| {
+                // | `jobqueue_name` | type | labels | meaning |
+                let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+                let name = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+                let kind = *cells.get(2)?;
+                (name.starts_with("jobqueue_") && ["gauge", "counter", "histogram"].contains(&kind))
+                    .then(|| name.to_string())
+            })
+            .collect();
+        assert_eq!(
+            exported, documented,
+            "the registry (left) and the metrics table of docs/operations.md (right) differ"
+        );
+    }
+
+    fn status_with(conditions: &[(&str, &str)]) -> JobQueueStatus {
+        JobQueueStatus {
+            conditions: conditions
+                .iter()
+                .map(|(type_, status)| {
+                    crate::controller::status::condition(
+                        type_,
+                        if *status == "True" {
+                            crate::controller::status::Status::True
+                        } else {
+                            crate::controller::status::Status::False
+                        },
+                        "Test",
+                        "",
+                        None,
+                        Timestamp::UNIX_EPOCH,
+                    )
+                })
+                .collect(),
+            ..JobQueueStatus::default()
+        }
+    }
+
+    /// The health gauges mirror the conditions and whether Redis was read; a reconcile
+    /// that could not read Redis keeps the last observation time.
+    #[test]
+    fn health_gauges_follow_each_outcome() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::default().register(&mut registry);
+        let q = QueueLabels::new("prod", "emails");
+        let t = Timestamp::from_second(1_700_000_000).unwrap();
+        metrics.outcome(
+            &q,
+            &status_with(&[("Ready", "True"), ("LeaseTooShort", "False")]),
+            Some(t),
+        );
+        let text = encode(&registry);
+        for line in [
+            r#"jobqueue_queue_ready{namespace="prod",name="emails"} 1"#,
+            r#"jobqueue_redis_up{namespace="prod",name="emails"} 1"#,
+            r#"jobqueue_lease_too_short{namespace="prod",name="emails"} 0"#,
+            r#"jobqueue_last_observed_timestamp_seconds{namespace="prod",name="emails"} 1700000000"#,
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+        // Redis down: Ready False, nothing read; the observation time stays.
+        metrics.outcome(
+            &q,
+            &status_with(&[("Ready", "False"), ("LeaseTooShort", "True")]),
+            None,
+        );
+        let text = encode(&registry);
+        for line in [
+            r#"jobqueue_queue_ready{namespace="prod",name="emails"} 0"#,
+            r#"jobqueue_redis_up{namespace="prod",name="emails"} 0"#,
+            r#"jobqueue_lease_too_short{namespace="prod",name="emails"} 1"#,
+            r#"jobqueue_last_observed_timestamp_seconds{namespace="prod",name="emails"} 1700000000"#,
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+        // A status without the condition: no series rather than a guess.
+        metrics.outcome(&q, &status_with(&[("Ready", "False")]), None);
+        assert!(!encode(&registry).contains("jobqueue_lease_too_short{"));
+    }
+
+    /// `forget` drops one queue and leaves the others.
+    #[test]
+    fn forget_drops_one_queue() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::default().register(&mut registry);
+        let (a, b) = (QueueLabels::new("prod", "a"), QueueLabels::new("prod", "b"));
+        for q in [&a, &b] {
+            metrics.observed(q, &QueueStats::default(), &ReapOutcome::default());
+            metrics.reconcile_failed(q, "redis_error");
+        }
+        metrics.forget(&a);
+        let text = encode(&registry);
+        assert!(!text.contains(r#"name="a""#), "{text}");
+        assert!(text.contains(r#"jobqueue_reconcile_failures_total{namespace="prod",name="b",error="redis_error"} 1"#), "{text}");
+        assert!(
+            text.contains(r#"jobqueue_pending{namespace="prod",name="b"} 0"#),
+            "{text}"
+        );
     }
 }

@@ -92,6 +92,7 @@ pub async fn reconcile(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
     };
 
     // 6. Write the status, count, publish.
+    ctx.metrics.outcome(&q.labels, &new, Some(q.now));
     write_status(&q, &new).await?;
     ctx.metrics.observed(&q.labels, &obs.stats, &obs.reaped);
     ctx.metrics.replicas(
@@ -204,6 +205,8 @@ async fn report_setback(ctx: &Context, q: &Subject<'_>, setback: Setback) -> Res
     if q.jq.spec.workers.is_some() {
         status::scaling_paused(&mut status, reason, scaling, q.generation, q.now);
     }
+    // Redis was not read: not ready, not up, the counts as old as they were.
+    ctx.metrics.outcome(&q.labels, &status, None);
     write_status(q, &status).await?;
     publish(&ctx.recorder, q.jq, &EventSpec::warning(reason, note)).await;
     Ok(())
