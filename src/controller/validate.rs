@@ -594,8 +594,13 @@ mod tests {
             (reaping.interval, reaping.batch),
             (Duration::from_secs(10), 250)
         );
-        assert_eq!(reaping.workers, None, "no scaling on a refused workers part");
-        let problem = reaping.invalid_workers.expect("the workers' problem is kept");
+        assert_eq!(
+            reaping.workers, None,
+            "no scaling on a refused workers part"
+        );
+        let problem = reaping
+            .invalid_workers
+            .expect("the workers' problem is kept");
         assert_eq!(problem.field, "spec.workers.minReplicas");
         assert!(problem.reason.contains("exceeds maxReplicas"), "{problem}");
 
