@@ -282,9 +282,9 @@ pub struct RetrySpec {
     #[x_kube(validation = Rule::new(POSITIVE).message("retry.max must be a positive duration"))]
     #[schemars(length(max = 32))]
     pub max: String,
-    /// Growth factor per attempt (≥ 1).
+    /// Growth factor per attempt (1 to 1000).
     #[serde(default = "default_retry_multiplier")]
-    #[schemars(range(min = 1.0))]
+    #[schemars(range(min = 1.0, max = 1000.0))]
     pub multiplier: f64,
 }
 
@@ -299,6 +299,7 @@ pub struct DeadLetterSpec {
     pub retention: String,
     /// At most this many dead jobs are kept; 0 means no limit.
     #[serde(default = "default_dead_max_length")]
+    #[schemars(range(max = 9_007_199_254_740_992_u64))]
     pub max_length: u64,
 }
 

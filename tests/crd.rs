@@ -918,3 +918,42 @@ fn the_keys_location_is_immutable() {
     assert_eq!(cel(&new, Some(&old)), Ok(()));
     assert_eq!(cel(&old_secret, Some(&old_secret)), Ok(()));
 }
+
+#[test]
+fn the_queue_settings_bounds_of_the_client_are_in_the_schema() {
+    // QueueSettings::validate refuses these; the API server now does too.
+    for (patch, words) in [
+        (json!({"retry": {"multiplier": 1001.0}}), "above 1000"),
+        (
+            json!({"deadLetter": {"maxLength": 100_000_000_000_000_000_u64}}),
+            "above 9007199254740992",
+        ),
+    ] {
+        let obj = minimal_with(patch.clone());
+        let mut problems = Vec::new();
+        conform(
+            &obj["spec"],
+            &schema()["properties"]["spec"],
+            "spec",
+            &mut problems,
+        );
+        assert!(
+            problems.iter().any(|p| p.contains(words)),
+            "{patch}: {problems:?}"
+        );
+        let jq: JobQueue = serde_json::from_value(obj).unwrap();
+        assert!(validate::plan(&jq.spec).is_err(), "{patch}");
+    }
+    // The bounds themselves pass.
+    let obj = minimal_with(
+        json!({"retry": {"multiplier": 1000.0}, "deadLetter": {"maxLength": 9_007_199_254_740_992_u64}}),
+    );
+    let mut problems = Vec::new();
+    conform(
+        &obj["spec"],
+        &schema()["properties"]["spec"],
+        "spec",
+        &mut problems,
+    );
+    assert!(problems.is_empty(), "{problems:?}");
+}
