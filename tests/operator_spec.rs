@@ -209,3 +209,22 @@ async fn without_a_last_good_spec_an_invalid_one_is_not_reaped() {
     assert!(message.contains("spec.retry.max"), "{message}");
     assert_eq!(q.stats().await.unwrap().processing, 1, "not reaped");
 }
+
+#[tokio::test]
+async fn an_invalid_workers_part_is_reported_while_redis_is_down_too() {
+    let jq = queue("down", "redis://127.0.0.1:1", "down").with_workers(crossed_workers());
+    let (ctx, mut api, _) = test_context();
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Warning", "RedisUnreachable"))
+        .expect(Expect::Event("Warning", "InvalidWorkers"))
+        .run(&ctx, &mut api)
+        .await;
+    assert_eq!(result.unwrap_err().metric_label(), "redis_unreachable");
+    let status = &seen.statuses[0];
+    assert_eq!(condition(status, "Ready").1, "RedisUnreachable");
+    let (s, reason, _) = condition(status, "SpecValid");
+    assert_eq!((s, reason), ("False", "InvalidWorkers"));
+    let (s, reason, _) = condition(status, "Scaling");
+    assert_eq!((s, reason), ("Unknown", "RedisUnreachable"));
+}
