@@ -3,7 +3,9 @@
 //! The schema carries defaults and CEL rules (`x-kubernetes-validations`) so the API
 //! server refuses what it can; what slips past (an old API server, a CRD installed
 //! without its rules) is caught again by the controller's own validation and reported
-//! as `Ready=False, reason InvalidSpec`.
+//! with the `SpecValid` condition (see `docs/operator.md`). The fields that say where the
+//! queue's keys are (`hashTag`, `keyPrefix`, `redis.url`, `redis.urlSecretRef`,
+//! `redis.cluster`) are immutable: a change would orphan the keys.
 //!
 //! Durations are Go-style strings (`60s`, `1m30s`, `500ms`) as everywhere in Kubernetes.
 //! They are kept as strings in the types so one malformed value never stops the whole
@@ -20,8 +22,46 @@ pub const VERSION: &str = "v1alpha1";
 /// `group/version`, as in `apiVersion`.
 pub const API_VERSION: &str = "jobqueue.dev/v1alpha1";
 
-const POSITIVE: &str = "duration(self) > duration('0s')";
-const NON_NEGATIVE: &str = "duration(self) >= duration('0s')";
+/// A Go duration as CEL's `duration()` reads it (`60s`, `1m30s`, `500ms`, `-5s`, `0`): a
+/// value checked against it first is refused with its rule's message, not with a CEL
+/// runtime error, and a comparison of two durations is only made when both read.
+macro_rules! go_duration {
+    () => {
+        "^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$"
+    };
+}
+
+/// Why the fields that say where the queue's keys are may not change.
+macro_rules! keys_stay {
+    ($field:literal) => {
+        concat!(
+            $field,
+            " is immutable: changing it would orphan the queue's keys in Redis (its jobs, \
+             leases and dead letters stay where they are). To move a queue, create a new \
+             JobQueue and drain the old one"
+        )
+    };
+}
+
+const POSITIVE: &str = concat!(
+    "self.matches('",
+    go_duration!(),
+    "') && duration(self) > duration('0s')"
+);
+const NON_NEGATIVE: &str = concat!(
+    "self.matches('",
+    go_duration!(),
+    "') && duration(self) >= duration('0s')"
+);
+/// `retry.max >= retry.initial`, compared only when both are durations CEL reads (the
+/// fields' own rules refuse the others, with their own messages).
+const RETRY_BOUNDS: &str = concat!(
+    "!has(self.initial) || !has(self.max) || !self.initial.matches('",
+    go_duration!(),
+    "') || !self.max.matches('",
+    go_duration!(),
+    "') || duration(self.max) >= duration(self.initial)"
+);
 
 // Several printer columns repeat `type_`, which this lint mistakes for a repeated attribute.
 #[allow(clippy::duplicated_attributes)]
@@ -100,7 +140,7 @@ pub struct JobQueueSpec {
         validation = Rule::new("self.size() > 0").message("hashTag must not be empty"),
         validation = Rule::new("!self.contains('{') && !self.contains('}')")
             .message("hashTag must not contain braces: write `emails`, not `{emails}`"),
-        validation = Rule::new("self == oldSelf").message("hashTag is immutable")
+        validation = Rule::new("self == oldSelf").message(keys_stay!("hashTag"))
     )]
     #[schemars(length(max = 128))]
     pub hash_tag: String,
@@ -109,7 +149,8 @@ pub struct JobQueueSpec {
     #[serde(default = "default_key_prefix")]
     #[x_kube(
         validation = Rule::new("self.size() > 0 && !self.contains('{') && !self.contains('}')")
-            .message("keyPrefix must be non-empty and contain no braces")
+            .message("keyPrefix must be non-empty and contain no braces"),
+        validation = Rule::new("self == oldSelf").message(keys_stay!("keyPrefix"))
     )]
     #[schemars(length(max = 64))]
     pub key_prefix: String,
@@ -155,7 +196,20 @@ pub struct JobQueueSpec {
 #[serde(rename_all = "camelCase")]
 #[x_kube(
     validation = Rule::new("has(self.url) != has(self.urlSecretRef)")
-        .message("exactly one of url and urlSecretRef must be set")
+        .message("exactly one of url and urlSecretRef must be set"),
+    validation = Rule::new(
+        "has(self.url) == has(oldSelf.url) && (!has(self.url) || self.url == oldSelf.url)"
+    )
+    .message(keys_stay!("redis.url")),
+    validation = Rule::new(
+        "has(self.urlSecretRef) == has(oldSelf.urlSecretRef) && \
+         (!has(self.urlSecretRef) || self.urlSecretRef == oldSelf.urlSecretRef)"
+    )
+    .message(keys_stay!("redis.urlSecretRef")),
+    validation = Rule::new(
+        "(has(self.cluster) && self.cluster) == (has(oldSelf.cluster) && oldSelf.cluster)"
+    )
+    .message(keys_stay!("redis.cluster"))
 )]
 pub struct RedisSpec {
     /// `redis://host:port[/db]`, or `rediss://` for TLS. For a Cluster, seed nodes
@@ -163,7 +217,11 @@ pub struct RedisSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(
         validation = Rule::new("self.startsWith('redis://') || self.startsWith('rediss://')")
-            .message("url must start with redis:// or rediss://")
+            .message("url must start with redis:// or rediss://"),
+        validation = Rule::new(
+            "self.matches('^[[:space:]]*rediss?://[^,]*(,[[:space:]]*rediss?://[^,]*)*$')"
+        )
+        .message("every seed node of url must start with redis:// or rediss://")
     )]
     #[schemars(length(max = 4096))]
     pub url: Option<String>,
@@ -212,6 +270,7 @@ pub struct TlsSpec {
 /// Exponential backoff between retries: `initial × multiplier^(attempt-1)`, capped at `max`.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(RETRY_BOUNDS).message("retry.max must not be below retry.initial"))]
 pub struct RetrySpec {
     /// The first retry's delay.
     #[serde(default = "default_retry_initial")]
@@ -223,9 +282,9 @@ pub struct RetrySpec {
     #[x_kube(validation = Rule::new(POSITIVE).message("retry.max must be a positive duration"))]
     #[schemars(length(max = 32))]
     pub max: String,
-    /// Growth factor per attempt (≥ 1).
+    /// Growth factor per attempt (1 to 1000).
     #[serde(default = "default_retry_multiplier")]
-    #[schemars(range(min = 1.0))]
+    #[schemars(range(min = 1.0, max = 1000.0))]
     pub multiplier: f64,
 }
 
@@ -240,6 +299,7 @@ pub struct DeadLetterSpec {
     pub retention: String,
     /// At most this many dead jobs are kept; 0 means no limit.
     #[serde(default = "default_dead_max_length")]
+    #[schemars(range(max = 9_007_199_254_740_992_u64))]
     pub max_length: u64,
 }
 
@@ -389,9 +449,19 @@ impl Default for ScaleUpRules {
 pub struct ScaleTargetRef {
     /// The target's API version, e.g. `apps/v1`.
     #[serde(default = "default_target_api_version")]
+    #[x_kube(
+        validation = Rule::new("self.matches('^([^/ ]+/)?[^/ ]+$')").message(
+            "scaleTargetRef.apiVersion must be group/version (e.g. apps/v1) or a core \
+             version (v1)"
+        )
+    )]
     pub api_version: String,
     /// The target's kind, e.g. `Deployment` or `StatefulSet`.
     #[serde(default = "default_target_kind")]
+    #[x_kube(
+        validation = Rule::new("self.matches('^[A-Za-z0-9]+$')")
+            .message("scaleTargetRef.kind must be a kind name (e.g. Deployment)")
+    )]
     pub kind: String,
     /// The target's name, in the JobQueue's namespace.
     #[x_kube(validation = Rule::new("self.size() > 0").message("scaleTargetRef.name must not be empty"))]

@@ -744,3 +744,216 @@ fn the_deprecated_step_is_still_accepted() {
         jobqueue::controller::scaling::ScaleUp::per_reconcile(2)
     );
 }
+
+/// `minimal()` with `patch` merged in, as an object.
+fn minimal_with(patch: Value) -> Value {
+    let mut spec = minimal();
+    json_patch_merge(&mut spec, &patch);
+    object(spec)
+}
+
+#[test]
+fn the_rules_of_the_controller_that_cel_can_express_are_in_the_crd() {
+    // Each refused by the API server now, with the controller's words.
+    let cases = [
+        (
+            json!({"retry": {"initial": "10s", "max": "5s"}}),
+            "retry.max must not be below retry.initial",
+        ),
+        (
+            json!({"retry": {"initial": "1m30s", "max": "90s", "multiplier": 2.0}}),
+            "",
+        ),
+        (
+            json!({"redis": {"url": "redis://a:6379,http://b:6379"}}),
+            "every seed node of url must start with redis:// or rediss://",
+        ),
+        (
+            json!({"workers": {"scaleTargetRef": {"apiVersion": "apps/v1/x", "name": "w"},
+                               "maxReplicas": 2}}),
+            "scaleTargetRef.apiVersion must be group/version",
+        ),
+        (
+            json!({"workers": {"scaleTargetRef": {"apiVersion": "apps/", "name": "w"},
+                               "maxReplicas": 2}}),
+            "scaleTargetRef.apiVersion must be group/version",
+        ),
+        (
+            json!({"workers": {"scaleTargetRef": {"apiVersion": "", "name": "w"},
+                               "maxReplicas": 2}}),
+            "scaleTargetRef.apiVersion must be group/version",
+        ),
+        (
+            json!({"workers": {"scaleTargetRef": {"kind": "Deploy-ment", "name": "w"},
+                               "maxReplicas": 2}}),
+            "scaleTargetRef.kind must be a kind",
+        ),
+    ];
+    for (patch, message) in cases {
+        let obj = minimal_with(patch.clone());
+        // The controller's verdict first: CEL must agree with it.
+        let jq: JobQueue = serde_json::from_value(obj.clone()).unwrap();
+        let controller = validate::plan(&jq.spec).map(|p| p.invalid_workers);
+        if message.is_empty() {
+            assert_eq!(cel(&obj, None), Ok(()), "{patch}");
+            assert_eq!(controller, Ok(None), "{patch}");
+            continue;
+        }
+        assert!(
+            !matches!(controller, Ok(None)),
+            "{patch}: the controller accepts it"
+        );
+        let errors = cel(&obj, None).expect_err(&format!("{patch} must be refused"));
+        assert!(
+            errors.iter().any(|e| e.contains(message)),
+            "{patch}: expected {message:?}, got {errors:?}"
+        );
+    }
+    // Good ones pass: equal bounds, the core group, a custom resource, Cluster seeds.
+    for patch in [
+        json!({"retry": {"initial": "2s", "max": "2s"}}),
+        json!({"retry": {"initial": "500ms", "max": "168h"}}),
+        json!({"redis": {"url": "redis://a:6379, rediss://b:6379"}}),
+        json!({"workers": {"scaleTargetRef": {"apiVersion": "v1", "kind": "ReplicationController",
+                                              "name": "w"}, "maxReplicas": 2}}),
+        json!({"workers": {"scaleTargetRef": {"apiVersion": "argoproj.io/v1alpha1",
+                                              "kind": "Rollout", "name": "w"}, "maxReplicas": 2}}),
+    ] {
+        let obj = minimal_with(patch.clone());
+        assert_eq!(cel(&obj, None), Ok(()), "{patch}");
+        let jq: JobQueue = serde_json::from_value(obj).unwrap();
+        let plan = validate::plan(&jq.spec).unwrap_or_else(|e| panic!("{patch}: {e}"));
+        assert_eq!(plan.invalid_workers, None, "{patch}");
+    }
+}
+
+#[test]
+fn a_duration_cel_cannot_read_fails_its_own_rule_not_the_comparison() {
+    // `7d` is not a Go duration: refused by the field's own rule, which names it, as the
+    // controller refuses it; the retry bounds' comparison stays out of it (no CEL runtime
+    // error on the object).
+    for (retry, field) in [
+        (json!({"initial": "7d"}), "retry.initial"),
+        (json!({"max": "soon"}), "retry.max"),
+    ] {
+        let obj = minimal_with(json!({ "retry": retry }));
+        let errors = cel(&obj, None).expect_err("an unreadable duration is refused");
+        assert!(
+            errors
+                .iter()
+                .all(|e| e.contains(&format!("{field} must be a positive duration"))),
+            "{retry}: {errors:?}"
+        );
+        let jq: JobQueue = serde_json::from_value(obj).unwrap();
+        assert_eq!(validate::plan(&jq.spec).unwrap_err().field, {
+            if field == "retry.initial" {
+                "spec.retry.initial"
+            } else {
+                "spec.retry.max"
+            }
+        });
+    }
+}
+
+#[test]
+fn the_keys_location_is_immutable() {
+    let old = object(json!({
+        "redis": {"url": "redis://redis:6379"},
+        "hashTag": "emails",
+        "keyPrefix": "jq",
+    }));
+    let changes = [
+        (json!({"keyPrefix": "app"}), "keyPrefix is immutable"),
+        (
+            json!({"redis": {"url": "redis://other:6379"}}),
+            "redis.url is immutable",
+        ),
+        (
+            json!({"redis": {"url": null, "urlSecretRef": {"name": "r", "key": "url"}}}),
+            "redis.url is immutable",
+        ),
+        (
+            json!({"redis": {"cluster": true}}),
+            "redis.cluster is immutable",
+        ),
+    ];
+    for (patch, message) in changes {
+        let mut new = old.clone();
+        json_patch_merge(&mut new["spec"], &patch);
+        let errors = cel(&new, Some(&old)).expect_err(&format!("{patch} must be refused"));
+        assert!(
+            errors.iter().any(|e| e.contains(message)),
+            "{patch}: expected {message:?}, got {errors:?}"
+        );
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains("orphan") && e.contains("new JobQueue")),
+            "{patch}: the message says why and what to do: {errors:?}"
+        );
+    }
+    // The URL's Secret reference too.
+    let old_secret = object(json!({
+        "redis": {"urlSecretRef": {"name": "redis", "key": "url"}},
+        "hashTag": "emails",
+    }));
+    let mut new = old_secret.clone();
+    new["spec"]["redis"]["urlSecretRef"]["name"] = json!("redis-2");
+    let errors = cel(&new, Some(&old_secret)).expect_err("a new Secret reference is refused");
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("redis.urlSecretRef is immutable")),
+        "{errors:?}"
+    );
+    // What does not move the keys may change: the password, TLS, the settings.
+    let mut new = old.clone();
+    json_patch_merge(
+        &mut new["spec"],
+        &json!({
+            "redis": {"passwordSecretRef": {"name": "redis", "key": "password"}, "tls": {}},
+            "visibilityTimeout": "2m",
+        }),
+    );
+    assert_eq!(cel(&new, Some(&old)), Ok(()));
+    assert_eq!(cel(&old_secret, Some(&old_secret)), Ok(()));
+}
+
+#[test]
+fn the_queue_settings_bounds_of_the_client_are_in_the_schema() {
+    // QueueSettings::validate refuses these; the API server now does too.
+    for (patch, words) in [
+        (json!({"retry": {"multiplier": 1001.0}}), "above 1000"),
+        (
+            json!({"deadLetter": {"maxLength": 100_000_000_000_000_000_u64}}),
+            "above 9007199254740992",
+        ),
+    ] {
+        let obj = minimal_with(patch.clone());
+        let mut problems = Vec::new();
+        conform(
+            &obj["spec"],
+            &schema()["properties"]["spec"],
+            "spec",
+            &mut problems,
+        );
+        assert!(
+            problems.iter().any(|p| p.contains(words)),
+            "{patch}: {problems:?}"
+        );
+        let jq: JobQueue = serde_json::from_value(obj).unwrap();
+        assert!(validate::plan(&jq.spec).is_err(), "{patch}");
+    }
+    // The bounds themselves pass.
+    let obj = minimal_with(
+        json!({"retry": {"multiplier": 1000.0}, "deadLetter": {"maxLength": 9_007_199_254_740_992_u64}}),
+    );
+    let mut problems = Vec::new();
+    conform(
+        &obj["spec"],
+        &schema()["properties"]["spec"],
+        "spec",
+        &mut problems,
+    );
+    assert!(problems.is_empty(), "{problems:?}");
+}

@@ -88,7 +88,11 @@ pub fn success_events(
     let was_ready = prev
         .condition(status::types::READY)
         .map(|c| c.status.as_str());
-    if was_ready == Some("False") {
+    // Ready only: a queue reaped with its last good spec is reaped, not recovered.
+    let is_ready = new
+        .condition(status::types::READY)
+        .map(|c| c.status.as_str());
+    if was_ready == Some("False") && is_ready == Some("True") {
         events.push(EventSpec::normal(
             "Recovered",
             format!("queue {} is healthy again", obs.queue),

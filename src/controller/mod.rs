@@ -133,6 +133,17 @@ struct QueueState {
     failures: u32,
     /// Recent scale recommendations, for the scale-down stabilization.
     recommendations: scaling::Recommendations,
+    /// The last plan its spec passed validation with, to go on reaping when a later spec
+    /// is invalid as a whole. Kept in memory only: an operator that starts on an
+    /// invalid spec has none.
+    last_good: Option<LastGoodPlan>,
+}
+
+/// A plan a spec of the queue passed validation with, and that spec's generation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LastGoodPlan {
+    pub plan: validate::QueuePlan,
+    pub generation: Option<i64>,
 }
 
 /// What every reconcile shares.
@@ -216,6 +227,20 @@ impl Context {
     /// Forget the scale recommendations of `queue` (it no longer scales).
     pub(crate) fn forget_recommendations(&self, queue: &JobQueue) {
         self.with_state(queue, |state| state.recommendations.clear());
+    }
+
+    /// Remember `plan` as the last good one of `queue` (its spec passed validation).
+    pub(crate) fn remember_plan(&self, queue: &JobQueue, plan: &validate::QueuePlan) {
+        let good = LastGoodPlan {
+            plan: plan.clone(),
+            generation: queue.metadata.generation,
+        };
+        self.with_state(queue, |state| state.last_good = Some(good));
+    }
+
+    /// The last plan a spec of `queue` (this object) passed validation with, if any.
+    pub(crate) fn last_good_plan(&self, queue: &JobQueue) -> Option<LastGoodPlan> {
+        self.with_state(queue, |state| state.last_good.clone())
     }
 
     /// Forget what is kept about queues that no longer exist: their metrics and their
@@ -351,6 +376,23 @@ mod tests {
             "the failures of a kept queue"
         );
         assert_eq!(ctx.with_recommendations(&kept, |r| r.highest()), Some(3));
+    }
+
+    #[tokio::test]
+    async fn the_last_good_plan_is_forgotten_with_the_rest_of_the_state() {
+        let ctx = context();
+        let first = queue("emails", "uid-1");
+        let plan = validate::plan(&first.spec).unwrap();
+        ctx.remember_plan(&first, &plan);
+        assert_eq!(
+            ctx.last_good_plan(&first).map(|g| g.plan),
+            Some(plan.clone())
+        );
+        // Another object under the same name: nothing to fall back on.
+        assert_eq!(ctx.last_good_plan(&queue("emails", "uid-2")), None);
+        ctx.remember_plan(&first, &plan);
+        ctx.retain(&HashSet::new());
+        assert_eq!(ctx.last_good_plan(&first), None, "a gone queue's plan");
     }
 
     #[test]

@@ -1,8 +1,12 @@
 //! One reconcile of one `JobQueue`: the pipeline, and its writes. Each step's logic
 //! lives in a module of its own:
 //!
-//! 1. **validate** the spec into a plan ([`validate::plan`], pure). An invalid spec is
-//!    reported as `Ready=False, reason InvalidSpec` and waits for the next spec change;
+//! 1. **validate** the spec into a plan ([`validate::plan`], pure). An invalid
+//!    `spec.workers` leaves the rest in force: reaped and counted, not scaled
+//!    (`SpecValid=False, reason InvalidWorkers`). A spec invalid as a whole is reaped with
+//!    the queue's last good plan (`reason LastGoodSpec`); with none (the operator started
+//!    since), it is reported as `Ready=False, reason InvalidSpec` and waits for the next
+//!    spec change;
 //! 2. **read** the Secrets the plan names ([`cluster_reads::resolve_endpoint`]) and
 //!    connect (one client per endpoint, shared:
 //!    [`RedisPool`](super::redis_pool::RedisPool));
@@ -35,7 +39,7 @@ use super::events::{self, EventSpec};
 use super::failures::{classify, kube_reason};
 use super::metrics::QueueLabels;
 use super::scaling::{self, Backlog, Decision, ScalePolicy, TargetRef};
-use super::status::{self, Failure, Observation, reasons};
+use super::status::{self, Failure, Observation, SpecVerdict, reasons};
 use super::validate::{self, InvalidSpec, QueuePlan};
 use super::{Context, Error, FIELD_MANAGER, Result, cluster_reads};
 use crate::crd::{API_VERSION, JobQueue, JobQueueStatus};
@@ -43,14 +47,42 @@ use crate::queue::{Queue, QueueStats};
 
 /// Reconcile one JobQueue.
 pub async fn reconcile(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
-    let q = Subject::new(&jq, &ctx)?;
+    let mut q = Subject::new(&jq, &ctx)?;
     let _timer = ctx.metrics.reconcile_started(&q.labels);
 
-    // 1. Validate.
-    let plan = match validate::plan(&jq.spec) {
-        Ok(plan) => plan,
-        Err(invalid) => return invalid_spec(&ctx, &q, &invalid).await,
+    // 1. Validate; a spec invalid as a whole falls back on the last good plan.
+    let (plan, verdict) = match validate::plan(&jq.spec) {
+        Ok(plan) => {
+            ctx.remember_plan(&jq, &plan);
+            let verdict = match &plan.invalid_workers {
+                Some(problem) => SpecVerdict::InvalidWorkers(problem.to_string()),
+                None => SpecVerdict::Valid,
+            };
+            (plan, verdict)
+        }
+        Err(invalid) => match ctx.last_good_plan(&jq) {
+            Some(good) => {
+                let verdict = SpecVerdict::LastGood {
+                    problem: invalid.to_string(),
+                    generation: good.generation,
+                };
+                // Reaping only: the workers of an earlier spec are not scaled.
+                let plan = QueuePlan {
+                    workers: None,
+                    ..good.plan
+                };
+                (plan, verdict)
+            }
+            None => {
+                q.verdict = Some(SpecVerdict::Invalid(invalid.to_string()));
+                return invalid_spec(&ctx, &q, &invalid).await;
+            }
+        },
     };
+    q.verdict = Some(verdict.clone());
+    if let SpecVerdict::InvalidWorkers(problem) | SpecVerdict::LastGood { problem, .. } = &verdict {
+        warn!(namespace = %q.ns, name = %q.name, error = %problem, "spec partly in force");
+    }
 
     // 2 and 3. Read the Secrets, connect, Redis upkeep.
     let obs = match observe(&ctx, &q.ns, &plan).await {
@@ -77,7 +109,10 @@ pub async fn reconcile(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
     let scaling = match &plan.workers {
         Some(policy) => Some(scale_workers(&ctx, &q, policy, &obs.stats).await),
         None => {
-            ctx.forget_recommendations(&jq);
+            // Kept while spec.workers is only refused for now (see SpecVerdict).
+            if jq.spec.workers.is_none() {
+                ctx.forget_recommendations(&jq);
+            }
             None
         }
     };
@@ -85,6 +120,8 @@ pub async fn reconcile(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
     // 5. Decide the status and the Events.
     let mut new = status::observed(q.prev, q.generation, &obs, q.now);
     status::scaled(&mut new, scaling.as_ref(), q.generation, q.now);
+    let has_workers = jq.spec.workers.is_some();
+    status::spec_checked(&mut new, &verdict, has_workers, q.generation, q.now);
     let notes = events::success_events(q.prev, &new, &obs);
     let scale_notes = match &scaling {
         Some(decision) => events::scaling_events(q.prev, decision),
@@ -101,6 +138,13 @@ pub async fn reconcile(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
         scaling.as_ref().and_then(|d| d.replicas_after()),
     );
     ctx.succeeded(&jq);
+    match verdict {
+        SpecVerdict::InvalidWorkers(_) => {
+            ctx.metrics.reconcile_failed(&q.labels, "invalid_workers")
+        }
+        SpecVerdict::LastGood { .. } => ctx.metrics.reconcile_failed(&q.labels, "invalid_spec"),
+        SpecVerdict::Valid | SpecVerdict::Invalid(_) => {}
+    }
     if obs.reaped.requeued + obs.reaped.dead_lettered > 0 {
         info!(
             namespace = %q.ns,
@@ -113,6 +157,7 @@ pub async fn reconcile(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
     for note in &notes {
         publish(&ctx.recorder, &jq, note).await;
     }
+    publish_spec_warning(&ctx, &q, &new).await;
     let scaled = scaling.as_ref().is_some_and(|d| d.reason.scales());
     for note in &scale_notes {
         if scaled {
@@ -139,6 +184,8 @@ struct Subject<'a> {
     generation: Option<i64>,
     /// The reconcile's time, for every condition it writes.
     now: Timestamp,
+    /// What validation made of the spec, once it ran: every status written says it.
+    verdict: Option<SpecVerdict>,
 }
 
 impl<'a> Subject<'a> {
@@ -154,6 +201,7 @@ impl<'a> Subject<'a> {
             prev: jq.status.as_ref(),
             generation: jq.metadata.generation,
             now: ctx.now(),
+            verdict: None,
             ns,
             name,
         })
@@ -205,11 +253,22 @@ async fn report_setback(ctx: &Context, q: &Subject<'_>, setback: Setback) -> Res
     if q.jq.spec.workers.is_some() {
         status::scaling_paused(&mut status, reason, scaling, q.generation, q.now);
     }
+    if let Some(verdict) = &q.verdict {
+        status::spec_valid(&mut status, verdict, q.generation, q.now);
+    }
     // Redis was not read: not ready, not up, the counts as old as they were.
     ctx.metrics.outcome(&q.labels, &status, None);
     write_status(q, &status).await?;
     publish(&ctx.recorder, q.jq, &EventSpec::warning(reason, note)).await;
+    publish_spec_warning(ctx, q, &status).await;
     Ok(())
+}
+
+/// The Warning of a spec partly or no longer in force, once per change.
+async fn publish_spec_warning(ctx: &Context, q: &Subject<'_>, new: &JobQueueStatus) {
+    if let Some((reason, note)) = status::spec_warning(q.prev, new) {
+        publish(&ctx.recorder, q.jq, &EventSpec::warning(reason, note)).await;
+    }
 }
 
 /// Steps 2 and 3: Secrets, connection, and the queue's upkeep.

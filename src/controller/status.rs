@@ -26,6 +26,11 @@ pub mod types {
     pub const SCALING: &str = "Scaling";
     /// Ids sit in the orphans set: their job hash was absent when a script looked.
     pub const JOBS_ORPHANED: &str = "JobsOrphaned";
+    /// The spec passed the controller's validation and is in force as written; when
+    /// `False`, the reason says what the operator does instead (see [`SpecVerdict`]).
+    ///
+    /// [`SpecVerdict`]: super::SpecVerdict
+    pub const SPEC_VALID: &str = "SpecValid";
 }
 
 /// Condition reasons.
@@ -45,6 +50,12 @@ pub mod reasons {
     pub const NO_STALE_ACKS: &str = "NoRecentStaleAcks";
     pub const ORPHANED_JOBS: &str = "OrphanedJobs";
     pub const NO_ORPHANED_JOBS: &str = "NoOrphanedJobs";
+    pub const VALID_SPEC: &str = "ValidSpec";
+    /// `spec.workers` is invalid: the queue is reaped and counted, the workers not scaled.
+    pub const INVALID_WORKERS: &str = "InvalidWorkers";
+    /// The spec is invalid as a whole: the queue is reaped and counted with the last
+    /// settings that passed validation.
+    pub const LAST_GOOD_SPEC: &str = "LastGoodSpec";
 }
 
 /// How long `LeaseTooShort` stays true after the stale-ack count last grew.
@@ -362,6 +373,163 @@ pub fn scaling_paused(
     );
 }
 
+/// What the controller made of a spec: which of it is in force.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SpecVerdict {
+    /// The whole spec is in force.
+    Valid,
+    /// `spec.workers` is invalid (the problem names the field): the queue is reaped and
+    /// counted, the workers are not scaled.
+    InvalidWorkers(String),
+    /// The spec is invalid as a whole: the queue is reaped and counted with the settings
+    /// of an earlier spec (of `generation`), the last that passed validation; the
+    /// workers are not scaled.
+    LastGood {
+        problem: String,
+        generation: Option<i64>,
+    },
+    /// The spec is invalid as a whole and there is no earlier good one to fall back on
+    /// (the operator started since): nothing is done until the spec changes.
+    Invalid(String),
+}
+
+impl SpecVerdict {
+    /// `the last valid settings (generation 3)`.
+    fn last_good(generation: Option<i64>) -> String {
+        match generation {
+            Some(g) => format!("the last valid settings (generation {g})"),
+            None => "the last valid settings".to_string(),
+        }
+    }
+}
+
+/// The `SpecValid` condition for `verdict`, alone: what any reconcile writes.
+pub fn spec_valid(
+    status: &mut JobQueueStatus,
+    verdict: &SpecVerdict,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    let (state, reason, message) = match verdict {
+        SpecVerdict::Valid => (
+            Status::True,
+            reasons::VALID_SPEC,
+            "the spec passed validation and is in force".to_string(),
+        ),
+        SpecVerdict::InvalidWorkers(problem) => (
+            Status::False,
+            reasons::INVALID_WORKERS,
+            format!(
+                "spec.workers is invalid: {problem}. The queue is still reaped and counted; \
+                 the workers are not scaled (their replicas are left as they are) until it \
+                 is fixed"
+            ),
+        ),
+        SpecVerdict::LastGood {
+            problem,
+            generation: good,
+        } => (
+            Status::False,
+            reasons::LAST_GOOD_SPEC,
+            format!(
+                "the spec is invalid: {problem}. The queue is reaped and counted with {} \
+                 until it is fixed; the workers are not scaled",
+                SpecVerdict::last_good(*good)
+            ),
+        ),
+        SpecVerdict::Invalid(problem) => (
+            Status::False,
+            reasons::INVALID_SPEC,
+            format!(
+                "the spec is invalid: {problem}. The queue is not reaped until it is fixed: \
+                 the operator has no earlier valid spec of it to fall back on"
+            ),
+        ),
+    };
+    set_condition(
+        &mut status.conditions,
+        condition(types::SPEC_VALID, state, reason, message, generation, now),
+    );
+}
+
+/// After a successful reconcile: the `SpecValid` condition, and what a spec not wholly
+/// in force means for the others. With `InvalidWorkers`, `Scaling=False` says why the
+/// workers are not scaled (`Ready` stays about the queue, which is reaped and counted);
+/// with `LastGoodSpec`, `Ready=False` says the spec is not what is in force, and
+/// `Scaling=Unknown` (with `spec.workers`) that the replicas are left as they are.
+pub fn spec_checked(
+    status: &mut JobQueueStatus,
+    verdict: &SpecVerdict,
+    workers: bool,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    spec_valid(status, verdict, generation, now);
+    match verdict {
+        SpecVerdict::InvalidWorkers(problem) if workers => set_condition(
+            &mut status.conditions,
+            condition(
+                types::SCALING,
+                Status::False,
+                reasons::INVALID_WORKERS,
+                format!("not scaling: {problem}; the replicas are left as they are"),
+                generation,
+                now,
+            ),
+        ),
+        SpecVerdict::LastGood {
+            problem,
+            generation: good,
+        } => {
+            set_condition(
+                &mut status.conditions,
+                condition(
+                    types::READY,
+                    Status::False,
+                    reasons::LAST_GOOD_SPEC,
+                    format!(
+                        "the spec is invalid: {problem}; the queue is reaped and counted \
+                         with {}",
+                        SpecVerdict::last_good(*good)
+                    ),
+                    generation,
+                    now,
+                ),
+            );
+            if workers {
+                scaling_paused(
+                    status,
+                    reasons::INVALID_SPEC,
+                    "not scaling while the spec is invalid: the replicas are left as they are",
+                    generation,
+                    now,
+                );
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The Warning to raise when `new` says the spec is partly or no longer in force and
+/// `prev` did not say so in these words: its reason and note. Once per change, not on
+/// every reconcile (a spec with no fallback has its own Warning, `InvalidSpec`).
+pub fn spec_warning(
+    prev: Option<&JobQueueStatus>,
+    new: &JobQueueStatus,
+) -> Option<(&'static str, String)> {
+    let now = new.condition(types::SPEC_VALID)?;
+    let reason = match now.reason.as_str() {
+        reasons::INVALID_WORKERS => reasons::INVALID_WORKERS,
+        reasons::LAST_GOOD_SPEC => reasons::INVALID_SPEC,
+        _ => return None,
+    };
+    let was = prev.and_then(|p| p.condition(types::SPEC_VALID));
+    if was.is_some_and(|c| c.reason == now.reason && c.message == now.message) {
+        return None;
+    }
+    Some((reason, now.message.clone()))
+}
+
 /// Why a reconcile could not observe the queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
@@ -643,6 +811,79 @@ mod tests {
         assert!(ready.message.contains("spec.reaper.interval"));
         assert_eq!(cond(&s, types::REDIS_AVAILABLE).status, "Unknown");
         assert_eq!(s.observed_generation, Some(4));
+    }
+
+    #[test]
+    fn a_spec_partly_in_force_says_which_part_and_warns_once() {
+        let base = observed(None, Some(2), &obs(3, 0), t(0));
+        let problem = "spec.workers.minReplicas: 5 exceeds maxReplicas (2)".to_string();
+
+        let mut s = base.clone();
+        spec_checked(
+            &mut s,
+            &SpecVerdict::InvalidWorkers(problem.clone()),
+            true,
+            Some(2),
+            t(0),
+        );
+        let c = cond(&s, types::SPEC_VALID);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "InvalidWorkers")
+        );
+        assert!(c.message.contains(&problem), "{}", c.message);
+        let scaling = cond(&s, types::SCALING);
+        assert_eq!(
+            (scaling.status.as_str(), scaling.reason.as_str()),
+            ("False", "InvalidWorkers")
+        );
+        assert_eq!(
+            cond(&s, types::READY).status,
+            "True",
+            "Ready is about the queue"
+        );
+        let (reason, note) = spec_warning(Some(&base), &s).expect("a Warning");
+        assert_eq!(reason, "InvalidWorkers");
+        assert!(note.contains(&problem), "{note}");
+        assert_eq!(
+            spec_warning(Some(&s), &s),
+            None,
+            "once, not every reconcile"
+        );
+
+        let mut s = base.clone();
+        let last_good = SpecVerdict::LastGood {
+            problem: "spec.visibilityTimeout: \"soon\" is not a duration".into(),
+            generation: Some(1),
+        };
+        spec_checked(&mut s, &last_good, false, Some(2), t(0));
+        let ready = cond(&s, types::READY);
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "LastGoodSpec")
+        );
+        assert!(
+            ready.message.contains("(generation 1)"),
+            "{}",
+            ready.message
+        );
+        assert!(
+            s.condition(types::SCALING).is_none(),
+            "no workers, no Scaling"
+        );
+        assert_eq!(spec_warning(None, &s).map(|w| w.0), Some("InvalidSpec"));
+
+        // Valid: True, and nothing else touched.
+        let mut s = base.clone();
+        spec_checked(&mut s, &SpecVerdict::Valid, true, Some(2), t(0));
+        let c = cond(&s, types::SPEC_VALID);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", "ValidSpec")
+        );
+        assert_eq!(spec_warning(None, &s), None);
+        s.conditions.retain(|c| c.type_ != types::SPEC_VALID);
+        assert_eq!(s, base);
     }
 
     #[test]

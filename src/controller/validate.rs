@@ -6,6 +6,12 @@
 //! spec in, a plan or the first problem (naming its field) out. [`plan`] checks the
 //! spec part by part: the Redis endpoint, the key names, the queue settings, the reaper
 //! and the workers' scaling.
+//!
+//! The parts are not equal. The endpoint, the key names, the queue settings and the
+//! reaper are what reaping needs: a problem there fails the plan as a whole. The
+//! workers' scaling is not: a problem in `spec.workers` leaves the plan standing, with
+//! no scale policy and the problem in [`QueuePlan::invalid_workers`], so the queue is
+//! still reaped and counted while scaling waits for a fixed spec.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -77,8 +83,11 @@ pub struct QueuePlan {
     pub interval: Duration,
     /// Expired leases per reaper call.
     pub batch: usize,
-    /// How to scale the workers, when the spec names them.
+    /// How to scale the workers, when the spec names them (and they are valid).
     pub workers: Option<ScalePolicy>,
+    /// Why `spec.workers` cannot be acted on, when it cannot: then `workers` is `None`
+    /// and the operator does not scale, but the rest of the plan is in force.
+    pub invalid_workers: Option<InvalidSpec>,
 }
 
 fn invalid(field: &'static str, reason: impl Into<String>) -> InvalidSpec {
@@ -130,22 +139,24 @@ fn check_secret_ref(field: &'static str, r: &SecretKeySelector) -> Result<(), In
     Ok(())
 }
 
-/// Check a spec and turn it into a plan. The parts are checked in the spec's order, and
-/// the first problem is the answer.
+/// Check a spec and turn it into a plan. The parts reaping needs are checked in the
+/// spec's order, and the first problem is the answer; `spec.workers` is checked on its
+/// own, and its problem goes into the plan ([`QueuePlan::invalid_workers`]).
 pub fn plan(spec: &JobQueueSpec) -> Result<QueuePlan, InvalidSpec> {
     let endpoint = endpoint_plan(&spec.redis)?;
     check_tag("spec.hashTag", &spec.hash_tag, "hash tag")?;
     check_tag("spec.keyPrefix", &spec.key_prefix, "key prefix")?;
     let settings = queue_settings(spec)?;
     let (interval, batch) = reaper(spec)?;
-    let workers = match &spec.workers {
-        None => None,
-        Some(workers) => Some(scale_policy(workers)?),
-    };
     // The client's own check, so the plan never holds settings `configure` would refuse.
     settings
         .validate()
         .map_err(|e| invalid("spec", e.to_string()))?;
+    let (workers, invalid_workers) = match spec.workers.as_ref().map(scale_policy) {
+        None => (None, None),
+        Some(Ok(policy)) => (Some(policy), None),
+        Some(Err(problem)) => (None, Some(problem)),
+    };
 
     Ok(QueuePlan {
         endpoint,
@@ -155,6 +166,7 @@ pub fn plan(spec: &JobQueueSpec) -> Result<QueuePlan, InvalidSpec> {
         interval,
         batch,
         workers,
+        invalid_workers,
     })
 }
 
@@ -413,6 +425,19 @@ mod tests {
         plan(spec).expect_err("the spec is invalid").field
     }
 
+    /// The field a spec's problem names: the plan's error, or (for `spec.workers`,
+    /// which leaves the plan standing) its workers' problem.
+    fn problem_of(spec: &JobQueueSpec) -> &'static str {
+        match plan(spec) {
+            Err(e) => e.field,
+            Ok(p) => {
+                p.invalid_workers
+                    .unwrap_or_else(|| panic!("the spec is invalid: {spec:?}"))
+                    .field
+            }
+        }
+    }
+
     #[test]
     fn defaults_give_the_scripts_defaults() {
         let plan = plan(&spec()).unwrap();
@@ -548,8 +573,53 @@ mod tests {
         for (field, break_it) in cases {
             let mut s = spec();
             break_it(&mut s);
-            assert_eq!(field_of(&s), field, "{s:?}");
+            assert_eq!(problem_of(&s), field, "{s:?}");
+            // Only a workers' problem leaves the plan standing.
+            assert_eq!(plan(&s).is_ok(), field.starts_with("spec.workers"), "{s:?}");
         }
+    }
+
+    #[test]
+    fn a_bad_workers_part_leaves_the_reaping_part_in_force() {
+        let mut s = spec();
+        s.visibility_timeout = "45s".into();
+        s.workers = Some(WorkersSpec {
+            min_replicas: 5,
+            max_replicas: 2,
+            ..workers()
+        });
+        let reaping = plan(&s).expect("a bad spec.workers leaves the reaping part valid");
+        assert_eq!(reaping.settings.visibility_timeout, Duration::from_secs(45));
+        assert_eq!(
+            (reaping.interval, reaping.batch),
+            (Duration::from_secs(10), 250)
+        );
+        assert_eq!(
+            reaping.workers, None,
+            "no scaling on a refused workers part"
+        );
+        let problem = reaping
+            .invalid_workers
+            .expect("the workers' problem is kept");
+        assert_eq!(problem.field, "spec.workers.minReplicas");
+        assert!(problem.reason.contains("exceeds maxReplicas"), "{problem}");
+
+        // Valid workers: a policy and no problem; none: neither.
+        s.workers = Some(workers());
+        let plan_ok = plan(&s).unwrap();
+        assert!(plan_ok.workers.is_some() && plan_ok.invalid_workers.is_none());
+        s.workers = None;
+        let plan_none = plan(&s).unwrap();
+        assert!(plan_none.workers.is_none() && plan_none.invalid_workers.is_none());
+
+        // A bad part that reaping needs fails the plan, whatever the workers.
+        s.workers = Some(WorkersSpec {
+            min_replicas: 5,
+            max_replicas: 2,
+            ..workers()
+        });
+        s.reaper.interval = "0s".into();
+        assert_eq!(field_of(&s), "spec.reaper.interval");
     }
 
     #[test]
@@ -600,7 +670,11 @@ mod tests {
         let scale_up_of = |w: WorkersSpec| {
             let mut s = spec();
             s.workers = Some(w);
-            plan(&s).map(|p| p.workers.unwrap().scale_up)
+            let p = plan(&s)?;
+            match p.invalid_workers {
+                Some(problem) => Err(problem),
+                None => Ok(p.workers.unwrap().scale_up),
+            }
         };
         let fifteen = Per::Period(Duration::from_secs(15));
         // Neither: the HPA's defaults.
