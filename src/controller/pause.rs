@@ -53,12 +53,13 @@ pub fn pause_of(jq: &JobQueue) -> Option<Hold> {
 /// below 1 counts as 1 and negative replicas as no fallback (the CRD refuses both).
 pub fn fallback(spec: Option<&FallbackSpec>, failures: u32) -> Option<Hold> {
     let spec = spec?;
-    if spec.replicas < 0 || failures < spec.failure_threshold.max(1) {
+    let threshold = spec.failure_threshold.max(1);
+    if spec.replicas < 0 || failures < threshold {
         return None;
     }
     Some(Hold::Fallback {
         replicas: spec.replicas,
-        failures,
+        threshold,
     })
 }
 
@@ -168,18 +169,25 @@ mod tests {
             failure_threshold,
             replicas,
         };
-        let held = |replicas: i32, failures: u32| Some(Hold::Fallback { replicas, failures });
+        let held = |replicas: i32, threshold: u32| {
+            Some(Hold::Fallback {
+                replicas,
+                threshold,
+            })
+        };
         let rows: &[(Option<FallbackSpec>, u32, Option<Hold>)] = &[
             (None, 0, None),
             (None, 100, None),
             (Some(spec(3, 2)), 0, None),
             (Some(spec(3, 2)), 2, None),
             (Some(spec(3, 2)), 3, held(2, 3)),
-            (Some(spec(3, 2)), 40, held(2, 40)),
+            // The same hold however long it lasts: its words do not change.
+            (Some(spec(3, 2)), 40, held(2, 3)),
             (Some(spec(1, 0)), 1, held(0, 1)),
             // What the CRD refuses, were it applied without its rules.
             (Some(spec(0, 1)), 0, None),
             (Some(spec(0, 1)), 1, held(1, 1)),
+            (Some(spec(0, 1)), 7, held(1, 1)),
             (Some(spec(1, -1)), 5, None),
         ];
         for (s, failures, want) in rows {

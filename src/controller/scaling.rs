@@ -699,9 +699,9 @@ pub enum Hold {
     Pinned(i32),
     /// A pause annotation that means nothing (what is wrong): leave the replicas.
     Invalid(String),
-    /// `spec.workers.fallback`: the queue could not be read `failures` times in a row;
-    /// scale to `replicas` and hold.
-    Fallback { replicas: i32, failures: u32 },
+    /// `spec.workers.fallback`: the queue could not be read `threshold` times in a row
+    /// (or more); scale to `replicas` and hold.
+    Fallback { replicas: i32, threshold: u32 },
 }
 
 /// Decide the target's replicas while scaling is held. A target the operator cannot
@@ -755,13 +755,13 @@ pub fn hold(
         ),
         Hold::Fallback {
             replicas: n,
-            failures,
+            threshold,
         } => (
             Reason::Fallback,
             Some(*n),
             format!(
-                "the queue could not be read in {failures} reconciles in a row: {t} held at \
-                 the fallback of {} (was {current}) until it can",
+                "the queue could not be read in {threshold} reconciles in a row or more: {t} \
+                 held at the fallback of {} until it can",
                 replicas(*n)
             ),
         ),
@@ -2021,7 +2021,7 @@ mod tests {
         let bad = Hold::Invalid("annotation jobqueue.dev/paused: \"maybe\"".into());
         let fallback = Hold::Fallback {
             replicas: 2,
-            failures: 3,
+            threshold: 3,
         };
         #[rustfmt::skip]
         let rows: Vec<(&Hold, TargetState, Reason, Option<i32>, Option<i32>, Option<i32>)> = vec![
@@ -2088,13 +2088,13 @@ mod tests {
             msg(
                 Hold::Fallback {
                     replicas: 2,
-                    failures: 3
+                    threshold: 3
                 },
                 0,
                 &mut h
             ),
-            "the queue could not be read in 3 reconciles in a row: Deployment/worker held at \
-             the fallback of 2 replicas (was 0) until it can"
+            "the queue could not be read in 3 reconciles in a row or more: Deployment/worker \
+             held at the fallback of 2 replicas until it can"
         );
         let so = TargetState::ClaimedByScaledObject {
             scaled_object: "default/so".into(),
