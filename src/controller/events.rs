@@ -330,8 +330,9 @@ mod tests {
             s
         };
         let (n, w) = ("Normal", "Warning");
+        type Row = (Option<R>, R, bool, Vec<(&'static str, &'static str)>);
         #[rustfmt::skip]
-        let rows: Vec<(Option<R>, R, bool, Vec<(&str, &str)>)> = vec![
+        let rows: Vec<Row> = vec![
             (Some(R::Steady), R::Paused, false, vec![(n, "Paused")]),
             (Some(R::Paused), R::Paused, false, vec![]),
             (Some(R::Steady), R::PausedReplicas, true, vec![(n, "PausedReplicas")]),

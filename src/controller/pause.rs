@@ -103,7 +103,8 @@ mod tests {
     #[test]
     fn the_pause_annotations_from_a_table() {
         let invalid = |s: &str| Some(Hold::Invalid(s.to_string()));
-        let rows: Vec<(Vec<(&str, &str)>, Option<Hold>)> = vec![
+        type Row = (Vec<(&'static str, &'static str)>, Option<Hold>);
+        let rows: Vec<Row> = vec![
             (vec![], None),
             (vec![("other.io/paused", "true")], None),
             (vec![(PAUSED, "true")], Some(Hold::Paused)),

@@ -2023,8 +2023,16 @@ mod tests {
             replicas: 2,
             threshold: 3,
         };
+        type Row<'a> = (
+            &'a Hold,
+            TargetState,
+            Reason,
+            Option<i32>,
+            Option<i32>,
+            Option<i32>,
+        );
         #[rustfmt::skip]
-        let rows: Vec<(&Hold, TargetState, Reason, Option<i32>, Option<i32>, Option<i32>)> = vec![
+        let rows: Vec<Row> = vec![
             (&Hold::Paused, found(5), Reason::Paused, Some(5), None, None),
             (&Hold::Paused, found(0), Reason::Paused, Some(0), None, None),
             (&Hold::Pinned(3), found(5), Reason::PausedReplicas, Some(5), Some(3), Some(3)),
