@@ -58,7 +58,7 @@ pub fn scaling_events(prev: Option<&JobQueueStatus>, decision: &Decision) -> Vec
     let held = [
         Reason::Paused,
         Reason::PausedReplicas,
-        Reason::InvalidAnnotation,
+        Reason::InvalidPauseAnnotation,
     ];
     let was_paused = held.iter().any(|r| was == Some(r.as_str()));
     if was_paused && !held.contains(&reason) {
@@ -342,9 +342,9 @@ mod tests {
             (Some(R::Paused), R::PausedReplicas, true, vec![(n, "PausedReplicas")]),
             (Some(R::Paused), R::Steady, false, vec![(n, "ScalingResumed")]),
             (Some(R::PausedReplicas), R::ScaledUp, true, vec![(n, "ScalingResumed"), (n, "ScaledUp")]),
-            (Some(R::InvalidAnnotation), R::Steady, false, vec![(n, "ScalingResumed")]),
-            (Some(R::Steady), R::InvalidAnnotation, false, vec![(w, "InvalidPauseAnnotation")]),
-            (Some(R::InvalidAnnotation), R::InvalidAnnotation, false, vec![]),
+            (Some(R::InvalidPauseAnnotation), R::Steady, false, vec![(n, "ScalingResumed")]),
+            (Some(R::Steady), R::InvalidPauseAnnotation, false, vec![(w, "InvalidPauseAnnotation")]),
+            (Some(R::InvalidPauseAnnotation), R::InvalidPauseAnnotation, false, vec![]),
             (None, R::Fallback, true, vec![(w, "Fallback")]),
             (Some(R::Steady), R::Fallback, true, vec![(w, "Fallback")]),
             (Some(R::Fallback), R::Fallback, false, vec![]),

@@ -42,11 +42,11 @@ pub fn other_owner<'a>(
     target: &TargetRef,
     queues: impl IntoIterator<Item = &'a JobQueue>,
 ) -> Option<String> {
-    let ns = me.namespace();
+    let (ns, name) = (me.namespace(), me.name_any());
     let mine = seniority(me);
     let oldest = queues
         .into_iter()
-        .filter(|q| q.namespace() == ns && q.metadata.uid != me.metadata.uid)
+        .filter(|q| q.namespace() == ns && q.name_any() != name)
         .filter(|q| target_of(q).is_some_and(|t| same_object(&t, target)))
         .map(|q| (seniority(q), q))
         .filter(|(s, _)| *s < mine)

@@ -390,7 +390,7 @@ pub enum Reason {
     PausedReplicas,
     /// A pause annotation has a value that means nothing: scaling pauses until it is
     /// fixed.
-    InvalidAnnotation,
+    InvalidPauseAnnotation,
     /// The queue could not be read for `fallback.failureThreshold` reconciles: the
     /// replicas are held at `fallback.replicas`.
     Fallback,
@@ -413,7 +413,7 @@ impl Reason {
             Reason::TargetOwnedByAnother => "TargetOwnedByAnother",
             Reason::Paused => "Paused",
             Reason::PausedReplicas => "PausedReplicas",
-            Reason::InvalidAnnotation => "InvalidPauseAnnotation",
+            Reason::InvalidPauseAnnotation => "InvalidPauseAnnotation",
             Reason::Fallback => "Fallback",
         }
     }
@@ -429,7 +429,7 @@ impl Reason {
                 | Reason::TargetOwnedByAnother
                 | Reason::Paused
                 | Reason::PausedReplicas
-                | Reason::InvalidAnnotation
+                | Reason::InvalidPauseAnnotation
                 | Reason::Fallback
         )
     }
@@ -746,7 +746,7 @@ pub fn hold(
             },
         ),
         Hold::Invalid(why) => (
-            Reason::InvalidAnnotation,
+            Reason::InvalidPauseAnnotation,
             None,
             format!(
                 "{why}; scaling is paused: {} of {t} left as they are",
@@ -1009,7 +1009,7 @@ fn explain(policy: &ScalePolicy, backlog: Backlog, sizing: &Sizing, reason: Reas
         | Reason::TargetOwnedByAnother
         | Reason::Paused
         | Reason::PausedReplicas
-        | Reason::InvalidAnnotation
+        | Reason::InvalidPauseAnnotation
         | Reason::Fallback => format!("{} of {t}: {needs}", replicas(desired)),
     }
 }
@@ -1670,7 +1670,11 @@ mod tests {
             (Reason::TargetOwnedByAnother, "TargetOwnedByAnother", false),
             (Reason::Paused, "Paused", false),
             (Reason::PausedReplicas, "PausedReplicas", false),
-            (Reason::InvalidAnnotation, "InvalidPauseAnnotation", false),
+            (
+                Reason::InvalidPauseAnnotation,
+                "InvalidPauseAnnotation",
+                false,
+            ),
             (Reason::Fallback, "Fallback", false),
         ] {
             assert_eq!(reason.as_str(), text);
@@ -2040,7 +2044,7 @@ mod tests {
             // Pinned above maxReplicas: as KEDA's paused-replicas, not clamped.
             (&Hold::Pinned(40), found(3), Reason::PausedReplicas, Some(3), Some(40), Some(40)),
             (&Hold::Pinned(0), found(3), Reason::PausedReplicas, Some(3), Some(0), Some(0)),
-            (&bad, found(5), Reason::InvalidAnnotation, Some(5), None, None),
+            (&bad, found(5), Reason::InvalidPauseAnnotation, Some(5), None, None),
             (&fallback, found(0), Reason::Fallback, Some(0), Some(2), Some(2)),
             (&fallback, found(2), Reason::Fallback, Some(2), Some(2), None),
             // Another owner, or no target: the hold changes nothing.
