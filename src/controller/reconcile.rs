@@ -19,8 +19,11 @@
 //!
 //! A failure in 2 or 3 becomes a condition with a reason and a message
 //! ([`failures`](super::failures), never a secret), a Warning Event, and a backoff for
-//! this queue alone. A failure in 4 (a missing target, an HPA on it, a refused patch)
-//! is the `Scaling` condition's reason: the rest of the reconcile goes on.
+//! this queue alone; after `workers.fallback.failureThreshold` of them in a row the
+//! target is held at the fallback's replicas. A failure in 4 (a missing target, an HPA,
+//! a KEDA ScaledObject or an older JobQueue on it, a refused patch) is the `Scaling`
+//! condition's reason: the rest of the reconcile goes on. The pause annotations
+//! ([`pause`]) hold the target in 4 instead of the backlog.
 
 use std::sync::Arc;
 
