@@ -70,6 +70,9 @@ WATCHED_RULES = {
     ("apps", "statefulsets/scale", "patch"),
     ("autoscaling", "horizontalpodautoscalers", "list"),
     ("autoscaling", "horizontalpodautoscalers", "watch"),
+    # A KEDA ScaledObject on a target makes the operator keep out of it.
+    ("keda.sh", "scaledobjects", "list"),
+    ("keda.sh", "scaledobjects", "watch"),
     # kube's event Recorder writes events.k8s.io/v1 Events only (create, then patch for
     # a repeated event), never core/v1 ones.
     ("events.k8s.io", "events", "create"),

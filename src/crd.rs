@@ -361,6 +361,26 @@ pub struct WorkersSpec {
     /// How fast to scale up, as a HorizontalPodAutoscaler's `behavior`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub behavior: Option<WorkersBehavior>,
+    /// The replicas to hold while the queue cannot be read (as KEDA's `fallback`), so a
+    /// workload at zero still runs when only the operator's path to Redis is broken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<FallbackSpec>,
+}
+
+/// `spec.workers.fallback`: after `failureThreshold` reconciles in a row that could not
+/// read the queue, scale the target to `replicas` and hold it there until the queue can
+/// be read again.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct FallbackSpec {
+    /// Failed reconciles in a row before the fallback (at least 1).
+    #[x_kube(validation = Rule::new("self >= 1").message("fallback.failureThreshold must be at least 1"))]
+    #[schemars(range(min = 1))]
+    pub failure_threshold: u32,
+    /// The replicas to hold (0 or more).
+    #[x_kube(validation = Rule::new("self >= 0").message("fallback.replicas must not be negative"))]
+    #[schemars(range(min = 0))]
+    pub replicas: i32,
 }
 
 /// Scaling behavior, as the HPA's `spec.behavior` (scale-down has

@@ -957,3 +957,41 @@ fn the_queue_settings_bounds_of_the_client_are_in_the_schema() {
     );
     assert!(problems.is_empty(), "{problems:?}");
 }
+
+#[test]
+fn the_workers_fallback_is_checked() {
+    let with = |fallback: Value| {
+        let mut spec = minimal();
+        spec["workers"] = json!({
+            "scaleTargetRef": {"name": "w"},
+            "maxReplicas": 5,
+            "fallback": fallback,
+        });
+        object(spec)
+    };
+    assert_eq!(
+        cel(&with(json!({"failureThreshold": 3, "replicas": 2})), None),
+        Ok(())
+    );
+    assert_eq!(
+        cel(&with(json!({"failureThreshold": 1, "replicas": 0})), None),
+        Ok(())
+    );
+    for (fallback, message) in [
+        (
+            json!({"failureThreshold": 0, "replicas": 2}),
+            "fallback.failureThreshold must be at least 1",
+        ),
+        (
+            json!({"failureThreshold": 3, "replicas": -1}),
+            "fallback.replicas must not be negative",
+        ),
+    ] {
+        let errors =
+            cel(&with(fallback.clone()), None).expect_err(&format!("{fallback} must be refused"));
+        assert!(
+            errors.iter().any(|e| e.contains(message)),
+            "{fallback}: expected {message:?}, got {errors:?}"
+        );
+    }
+}

@@ -39,6 +39,7 @@ fn workers(min: i32, max: i32) -> WorkersSpec {
         scale_down_stabilization: "5m".into(),
         max_scale_up_step: Some(4),
         behavior: None,
+        fallback: None,
     }
 }
 
@@ -345,6 +346,7 @@ async fn an_hpa_on_the_same_target_is_not_fought() {
     let (result, seen) = Scenario::new(&jq)
         .expect(Expect::GetScale(WORKER, 2))
         .expect(Expect::ListHpas(bystanders))
+        .expect(Expect::ListScaledObjects(vec![]))
         .expect(Expect::ScalePatch(WORKER, 6))
         .expect(Expect::StatusPatch)
         .expect(Expect::Event("Normal", "ScaledUp"))
@@ -471,6 +473,12 @@ fn serve(mut handle: Handle, cluster: Arc<Mutex<Cluster>>, jq: JobQueue) {
                 c.log.push("LIST hpas".into());
                 let list = json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscalerList", "metadata": {}, "items": []});
                 json_response(StatusCode::OK, &list)
+            } else if method == Method::GET
+                && uri == format!("/apis/keda.sh/v1alpha1/namespaces/{NS}/scaledobjects?")
+            {
+                // No KEDA in this cluster.
+                let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "NotFound", "code": 404});
+                json_response(StatusCode::NOT_FOUND, &status)
             } else if method == Method::PATCH
                 && uri == format!("{}?&fieldManager=jobqueue-operator", WORKER.path())
             {

@@ -7,11 +7,12 @@ use std::collections::HashMap;
 
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DynamicObject, ListParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Client, ResourceExt};
 
 use super::Settings;
 use super::failures::kube_reason;
+use super::ownership;
 use super::redis_pool::Endpoint;
 use super::scaling::{TargetRef, TargetState};
 use super::status::{Failure, reasons};
@@ -114,7 +115,7 @@ pub fn force_tls(url: &str) -> String {
 }
 
 /// The target's replicas, or why the operator cannot scale it: missing, claimed by an
-/// HPA of namespace `ns`, or unreadable.
+/// HPA or a KEDA ScaledObject of namespace `ns`, or unreadable.
 pub async fn target_state(client: &Client, ns: &str, target: &TargetRef) -> TargetState {
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &target.api_resource());
     match api.get_scale(&target.name).await {
@@ -122,7 +123,19 @@ pub async fn target_state(client: &Client, ns: &str, target: &TargetRef) -> Targ
             let replicas = scale.spec.and_then(|s| s.replicas).unwrap_or(0);
             match claiming_hpa(client, ns, target).await {
                 Ok(Some(hpa)) => TargetState::ClaimedByHpa { hpa, replicas },
-                Ok(None) => TargetState::Found { replicas },
+                Ok(None) => match claiming_scaled_object(client, ns, target).await {
+                    Ok(Some(scaled_object)) => TargetState::ClaimedByScaledObject {
+                        scaled_object,
+                        replicas,
+                    },
+                    Ok(None) => TargetState::Found { replicas },
+                    Err(e) => TargetState::Unreadable {
+                        message: format!(
+                            "cannot list the KEDA ScaledObjects of namespace {ns}: {}",
+                            kube_reason(&e)
+                        ),
+                    },
+                },
                 Err(e) => TargetState::Unreadable {
                     message: format!(
                         "cannot list the HorizontalPodAutoscalers of namespace {ns}: {}",
@@ -161,6 +174,36 @@ async fn claiming_hpa(
                 .is_some_and(|spec| target.is_targeted_by(&spec.scale_target_ref))
         })
         .map(|hpa| format!("{ns}/{}", hpa.name_any())))
+}
+
+/// KEDA's `ScaledObject` (`keda.sh/v1alpha1`), for the dynamic API.
+pub fn scaled_object_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject"),
+        "scaledobjects",
+    )
+}
+
+/// The KEDA ScaledObject (`namespace/name`) of namespace `ns` that scales `target`,
+/// paused or not. Without KEDA (the LIST answers 404) there is none.
+pub async fn claiming_scaled_object(
+    client: &Client,
+    ns: &str,
+    target: &TargetRef,
+) -> Result<Option<String>, kube::Error> {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &scaled_object_resource());
+    let list = match api.list(&ListParams::default()).await {
+        Ok(list) => list,
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let items: Vec<serde_json::Value> = list
+        .items
+        .iter()
+        .filter_map(|item| serde_json::to_value(item).ok())
+        .collect();
+    Ok(ownership::claiming_scaled_object(target, &items).map(|name| format!("{ns}/{name}")))
 }
 
 #[cfg(test)]

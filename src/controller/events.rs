@@ -4,7 +4,7 @@
 
 use kube::runtime::events::{Event, EventType};
 
-use super::scaling::Decision;
+use super::scaling::{Decision, Reason};
 use super::status::{self, Observation, reasons};
 use crate::crd::JobQueueStatus;
 
@@ -46,23 +46,48 @@ impl EventSpec {
 }
 
 /// The Events of the scaler: a Normal one on each scale; a Warning when it stops
-/// scaling (a missing target, an HPA, a failure), once, not on every reconcile.
+/// scaling (a missing target, an HPA, a ScaledObject, another JobQueue, a failure, the
+/// fallback), once, not on every reconcile. A pause is a person's choice: a Normal Event
+/// as it starts (and on each scale to the paused replicas), and one as it ends.
 pub fn scaling_events(prev: Option<&JobQueueStatus>, decision: &Decision) -> Vec<EventSpec> {
     let reason = decision.reason;
-    if reason.scales() {
-        return vec![EventSpec::normal(reason.as_str(), decision.message.clone())];
-    }
     let was = prev
         .and_then(|p| p.condition(status::types::SCALING))
         .map(|c| c.reason.as_str());
-    if !reason.is_scaling() && was != Some(reason.as_str()) {
-        return vec![EventSpec::warning(
+    let mut events = Vec::new();
+    let held = [
+        Reason::Paused,
+        Reason::PausedReplicas,
+        Reason::InvalidPauseAnnotation,
+    ];
+    let was_paused = held.iter().any(|r| was == Some(r.as_str()));
+    if was_paused && !held.contains(&reason) {
+        events.push(EventSpec::normal(
+            RESUMED,
+            format!(
+                "scaling resumed (no pause annotation): {}",
+                decision.message
+            ),
+        ));
+    }
+    let news = was != Some(reason.as_str());
+    if reason.scales() {
+        events.push(EventSpec::normal(reason.as_str(), decision.message.clone()));
+    } else if reason.is_pause() {
+        if news || decision.patch().is_some() {
+            events.push(EventSpec::normal(reason.as_str(), decision.message.clone()));
+        }
+    } else if !reason.is_scaling() && (news || decision.patch().is_some()) {
+        events.push(EventSpec::warning(
             reason.as_str(),
             decision.message.clone(),
-        )];
+        ));
     }
-    Vec::new()
+    events
 }
+
+/// The reason of the Event that says a pause was lifted.
+pub const RESUMED: &str = "ScalingResumed";
 
 /// The Events a successful reconcile raises, from the previous status and the new one.
 pub fn success_events(
@@ -286,5 +311,67 @@ mod tests {
         let note = truncate_note("é".repeat(600));
         assert!(note.len() <= 1003 && note.ends_with('…'));
         assert_eq!(truncate_note("short".into()), "short");
+    }
+
+    /// The Events of pausing, resuming and the fallback: (previous reason, decision's
+    /// reason, whether it patches) → the Events' (type, reason).
+    #[test]
+    fn pause_and_fallback_events_from_a_table() {
+        use crate::controller::scaling::Reason as R;
+        use k8s_openapi::jiff::Timestamp;
+        let now = Timestamp::from_second(1_700_000_000).unwrap();
+        let decision = |reason: R, patches: bool| Decision {
+            reason,
+            current: Some(1),
+            desired: Some(if patches { 3 } else { 1 }),
+            message: "m".into(),
+        };
+        let prev_with = |reason: Option<R>| {
+            let mut s = JobQueueStatus::default();
+            if let Some(r) = reason {
+                status::scaled(&mut s, Some(&decision(r, false)), Some(1), now);
+            }
+            s
+        };
+        let (n, w) = ("Normal", "Warning");
+        type Row = (Option<R>, R, bool, Vec<(&'static str, &'static str)>);
+        #[rustfmt::skip]
+        let rows: Vec<Row> = vec![
+            (Some(R::Steady), R::Paused, false, vec![(n, "Paused")]),
+            (Some(R::Paused), R::Paused, false, vec![]),
+            (Some(R::Steady), R::PausedReplicas, true, vec![(n, "PausedReplicas")]),
+            (Some(R::PausedReplicas), R::PausedReplicas, false, vec![]),
+            // Someone scaled it by hand: held again, and said so.
+            (Some(R::PausedReplicas), R::PausedReplicas, true, vec![(n, "PausedReplicas")]),
+            (Some(R::Paused), R::PausedReplicas, true, vec![(n, "PausedReplicas")]),
+            (Some(R::Paused), R::Steady, false, vec![(n, "ScalingResumed")]),
+            (Some(R::PausedReplicas), R::ScaledUp, true, vec![(n, "ScalingResumed"), (n, "ScaledUp")]),
+            (Some(R::InvalidPauseAnnotation), R::Steady, false, vec![(n, "ScalingResumed")]),
+            (Some(R::Steady), R::InvalidPauseAnnotation, false, vec![(w, "InvalidPauseAnnotation")]),
+            (Some(R::InvalidPauseAnnotation), R::InvalidPauseAnnotation, false, vec![]),
+            (None, R::Fallback, true, vec![(w, "Fallback")]),
+            (Some(R::Steady), R::Fallback, true, vec![(w, "Fallback")]),
+            (Some(R::Fallback), R::Fallback, false, vec![]),
+            (Some(R::Fallback), R::Fallback, true, vec![(w, "Fallback")]),
+            (Some(R::Fallback), R::Steady, false, vec![]),
+            (Some(R::Steady), R::ScaledObjectConflict, false, vec![(w, "ScaledObjectConflict")]),
+            (Some(R::ScaledObjectConflict), R::ScaledObjectConflict, false, vec![]),
+            (Some(R::Steady), R::TargetOwnedByAnother, false, vec![(w, "TargetOwnedByAnother")]),
+            (Some(R::TargetOwnedByAnother), R::TargetOwnedByAnother, false, vec![]),
+        ];
+        for (was, reason, patches, want) in rows {
+            let prev = prev_with(was);
+            let got: Vec<(&str, &str)> = scaling_events(Some(&prev), &decision(reason, patches))
+                .iter()
+                .map(|e| {
+                    let kind = match e.kind {
+                        EventType::Normal => "Normal",
+                        EventType::Warning => "Warning",
+                    };
+                    (kind, e.reason)
+                })
+                .collect();
+            assert_eq!(got, want, "{was:?} → {reason:?}, patches {patches}");
+        }
     }
 }

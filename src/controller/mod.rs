@@ -19,6 +19,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector;
 use tracing::warn;
 
 use crate::crd::JobQueue;
@@ -30,6 +31,8 @@ pub mod failures;
 pub mod http;
 pub mod metrics;
 pub mod operator;
+pub mod ownership;
+pub mod pause;
 pub mod reconcile;
 pub mod redis_pool;
 pub mod scaling;
@@ -137,6 +140,8 @@ struct QueueState {
     /// is invalid as a whole. Kept in memory only: an operator that starts on an
     /// invalid spec has none.
     last_good: Option<LastGoodPlan>,
+    /// Consecutive reconciles that could not read the queue, for `workers.fallback`.
+    unreadable: u32,
 }
 
 /// A plan a spec of the queue passed validation with, and that spec's generation.
@@ -153,6 +158,10 @@ pub struct Context {
     pub recorder: Recorder,
     pub redis_pool: redis_pool::RedisPool,
     pub settings: Settings,
+    /// The controller's cache of JobQueues, to tell which of several scaling one target
+    /// owns it; `None` (no cache: tests of one queue) skips that check.
+    /// Set by the controller as it starts (each leadership has its cache).
+    jobqueues: std::sync::RwLock<Option<reflector::Store<JobQueue>>>,
     /// Who publishes Events (for a recorder of its own per scale Event).
     reporter: Reporter,
     clock: Clock,
@@ -178,6 +187,7 @@ impl Context {
             metrics,
             redis_pool: redis_pool::RedisPool::default(),
             settings,
+            jobqueues: std::sync::RwLock::default(),
             clock: Arc::new(Timestamp::now),
             queues: Mutex::default(),
         }
@@ -187,6 +197,17 @@ impl Context {
     pub fn with_clock(mut self, clock: Clock) -> Context {
         self.clock = clock;
         self
+    }
+
+    /// Use the controller's cache of JobQueues from now on.
+    pub fn set_jobqueues(&self, store: reflector::Store<JobQueue>) {
+        *self.jobqueues.write().expect("jobqueues lock") = Some(store);
+    }
+
+    /// The JobQueues the controller knows, when it has a cache.
+    pub(crate) fn jobqueues(&self) -> Option<Vec<Arc<JobQueue>>> {
+        let store = self.jobqueues.read().expect("jobqueues lock");
+        store.as_ref().map(|s| s.state())
     }
 
     /// A recorder with no memory of earlier Events. The shared one folds an Event into
@@ -251,6 +272,19 @@ impl Context {
             .lock()
             .expect("queue state lock")
             .retain(|queue, _| alive.contains(queue));
+    }
+
+    /// Count a reconcile that could not read the queue; returns how many in a row.
+    pub(crate) fn unreadable(&self, queue: &JobQueue) -> u32 {
+        self.with_state(queue, |state| {
+            state.unreadable = state.unreadable.saturating_add(1);
+            state.unreadable
+        })
+    }
+
+    /// The queue could be read: the count of [`Context::unreadable`] starts over.
+    pub(crate) fn readable(&self, queue: &JobQueue) {
+        self.with_state(queue, |state| state.unreadable = 0);
     }
 
     /// Forget a queue's failures after a good reconcile.

@@ -16,7 +16,7 @@ use anyhow::Context as _;
 use futures::StreamExt;
 use kube::api::{Api, ListParams};
 use kube::runtime::controller::{self, Controller};
-use kube::runtime::{WatchStreamExt, predicates, reflector, watcher};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Client, ResourceExt};
 use kube_lease_manager::LeaseManagerBuilder;
 use prometheus_client::registry::Registry;
@@ -208,8 +208,9 @@ fn stand_down(ctx: &Context) {
     ctx.retain(&HashSet::new());
 }
 
-/// The controller, until `stop`: a watch filtered by generation (status writes do not
-/// trigger it; the requeue after `reaper.interval` drives the work), reconciles, and the
+/// The controller, until `stop`: a watch filtered by generation and the `jobqueue.dev/`
+/// annotations (status writes do not trigger it; the requeue after `reaper.interval`
+/// drives the work), reconciles, and the
 /// readiness flag once the cache has synced.
 pub async fn run_controller(
     api: Api<JobQueue>,
@@ -219,6 +220,7 @@ pub async fn run_controller(
     concurrency: u16,
 ) {
     let (reader, writer) = reflector::store();
+    ctx.set_jobqueues(reader.clone());
     let synced = {
         let reader = reader.clone();
         move |event: &Result<watcher::Event<JobQueue>, watcher::Error>| {
@@ -235,7 +237,7 @@ pub async fn run_controller(
         .reflect(writer)
         .inspect(synced)
         .applied_objects()
-        .predicate_filter(predicates::generation, Default::default());
+        .predicate_filter(super::pause::spec_or_annotations, Default::default());
     let sweep = {
         let reader = reader.clone();
         let ctx = ctx.clone();

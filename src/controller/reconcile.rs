@@ -23,8 +23,11 @@
 //!
 //! A failure in 2 or 3 becomes a condition with a reason and a message
 //! ([`failures`](super::failures), never a secret), a Warning Event, and a backoff for
-//! this queue alone. A failure in 4 (a missing target, an HPA on it, a refused patch)
-//! is the `Scaling` condition's reason: the rest of the reconcile goes on.
+//! this queue alone; after `workers.fallback.failureThreshold` of them in a row the
+//! target is held at the fallback's replicas. A failure in 4 (a missing target, an HPA,
+//! a KEDA ScaledObject or an older JobQueue on it, a refused patch) is the `Scaling`
+//! condition's reason: the rest of the reconcile goes on. The pause annotations
+//! ([`pause`]) hold the target in 4 instead of the backlog.
 
 use std::sync::Arc;
 
@@ -38,10 +41,10 @@ use tracing::{debug, info, warn};
 use super::events::{self, EventSpec};
 use super::failures::{classify, kube_reason};
 use super::metrics::QueueLabels;
-use super::scaling::{self, Backlog, Decision, ScalePolicy, TargetRef};
+use super::scaling::{self, Backlog, Decision, ScalePolicy, TargetRef, TargetState};
 use super::status::{self, Failure, Observation, SpecVerdict, reasons};
 use super::validate::{self, InvalidSpec, QueuePlan};
-use super::{Context, Error, FIELD_MANAGER, Result, cluster_reads};
+use super::{Context, Error, FIELD_MANAGER, Result, cluster_reads, ownership, pause};
 use crate::crd::{API_VERSION, JobQueue, JobQueueStatus};
 use crate::queue::{Queue, QueueStats};
 
@@ -89,6 +92,10 @@ pub async fn reconcile(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
         Ok(obs) => obs,
         Err(failure) => {
             let status = status::failed(q.prev, q.generation, &failure, q.now);
+            if let Some(decision) = fallback_workers(&ctx, &q, &plan).await {
+                report_fallback(&ctx, &q, status, &failure, &decision).await?;
+                return Err(Error::Unavailable(failure));
+            }
             report_setback(
                 &ctx,
                 &q,
@@ -104,6 +111,7 @@ pub async fn reconcile(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
             return Err(Error::Unavailable(failure));
         }
     };
+    ctx.readable(&jq);
 
     // 4. Scale the workers.
     let scaling = match &plan.workers {
@@ -158,7 +166,7 @@ pub async fn reconcile(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
         publish(&ctx.recorder, &jq, note).await;
     }
     publish_spec_warning(&ctx, &q, &new).await;
-    let scaled = scaling.as_ref().is_some_and(|d| d.reason.scales());
+    let scaled = scaling.as_ref().is_some_and(|d| d.patch().is_some());
     for note in &scale_notes {
         if scaled {
             // Each scale is news of its own (see Context::fresh_recorder).
@@ -306,7 +314,7 @@ async fn scale_workers(
     policy: &ScalePolicy,
     stats: &QueueStats,
 ) -> Decision {
-    let state = cluster_reads::target_state(&ctx.client, &q.ns, &policy.target).await;
+    let state = read_target(ctx, q, &policy.target).await;
     // Due delayed jobs wait like pending ones: the reaper promotes them (a bounded
     // number per reconcile), and they must wake workers at zero.
     let backlog = Backlog {
@@ -314,13 +322,70 @@ async fn scale_workers(
         due: stats.due,
         processing: stats.processing,
     };
-    let decision = ctx.with_recommendations(q.jq, |history| {
-        scaling::decide(policy, backlog, state, history, q.now)
+    let decision = ctx.with_recommendations(q.jq, |history| match pause::pause_of(q.jq) {
+        Some(held) => scaling::hold(policy, &held, state, history),
+        None => scaling::decide(policy, backlog, state, history, q.now),
     });
     match decision.patch() {
         Some(to) => patch_scale(ctx, q, &policy.target, decision, to).await,
         None => decision,
     }
+}
+
+/// The target as the scaler must see it: its `/scale`, an HPA or a ScaledObject on it
+/// ([`cluster_reads::target_state`]), or an older JobQueue scaling it (from the
+/// controller's cache, when there is one: [`ownership::other_owner`]).
+async fn read_target(ctx: &Context, q: &Subject<'_>, target: &TargetRef) -> TargetState {
+    let state = cluster_reads::target_state(&ctx.client, &q.ns, target).await;
+    let TargetState::Found { replicas } = state else {
+        return state;
+    };
+    let queues = ctx.jobqueues().unwrap_or_default();
+    match ownership::other_owner(q.jq, target, queues.iter().map(|jq| jq.as_ref())) {
+        Some(queue) => TargetState::OwnedByAnother { queue, replicas },
+        None => state,
+    }
+}
+
+/// While the queue cannot be read: count it, and once `spec.workers.fallback`'s
+/// threshold is reached (and no pause annotation holds the workers), scale the target
+/// to the fallback's replicas. `None`: no fallback in force.
+async fn fallback_workers(ctx: &Context, q: &Subject<'_>, plan: &QueuePlan) -> Option<Decision> {
+    let failures = ctx.unreadable(q.jq);
+    let policy = plan.workers.as_ref()?;
+    if pause::pause_of(q.jq).is_some() {
+        return None;
+    }
+    let spec = q.jq.spec.workers.as_ref()?.fallback.as_ref();
+    let held = pause::fallback(spec, failures)?;
+    let state = read_target(ctx, q, &policy.target).await;
+    let decision =
+        ctx.with_recommendations(q.jq, |history| scaling::hold(policy, &held, state, history));
+    Some(match decision.patch() {
+        Some(to) => patch_scale(ctx, q, &policy.target, decision, to).await,
+        None => decision,
+    })
+}
+
+/// Write the status of a failed read with the fallback in force, then publish the
+/// failure's Warning and the fallback's Events.
+async fn report_fallback(
+    ctx: &Context,
+    q: &Subject<'_>,
+    mut status: JobQueueStatus,
+    failure: &Failure,
+    decision: &Decision,
+) -> Result<()> {
+    status::scaled(&mut status, Some(decision), q.generation, q.now);
+    write_status(q, &status).await?;
+    ctx.metrics
+        .replicas(&q.labels, decision.desired, decision.replicas_after());
+    let warning = EventSpec::warning(failure.reason, failure.message.clone());
+    publish(&ctx.recorder, q.jq, &warning).await;
+    for note in events::scaling_events(q.prev, decision) {
+        publish(&ctx.recorder, q.jq, &note).await;
+    }
+    Ok(())
 }
 
 /// Set the target's replicas to `to`; a refusal turns the decision into a failed one.

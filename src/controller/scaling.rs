@@ -344,6 +344,14 @@ pub enum TargetState {
     ClaimedByHpa { hpa: String, replicas: i32 },
     /// It could not be read (permissions, API errors); what went wrong.
     Unreadable { message: String },
+    /// A KEDA ScaledObject (`namespace/name`) scales it, paused or not; it has
+    /// `replicas`.
+    ClaimedByScaledObject {
+        scaled_object: String,
+        replicas: i32,
+    },
+    /// An older JobQueue (`namespace/name`) scales it; it has `replicas`.
+    OwnedByAnother { queue: String, replicas: i32 },
 }
 
 /// The `Scaling` condition's reasons.
@@ -372,6 +380,20 @@ pub enum Reason {
     HpaConflict,
     /// The target's scale could not be read or written.
     ScaleFailed,
+    /// A KEDA ScaledObject scales the same target: the operator stays out.
+    ScaledObjectConflict,
+    /// An older JobQueue scales the same target: this one stays out.
+    TargetOwnedByAnother,
+    /// `jobqueue.dev/paused: "true"`: the replicas are left as they are.
+    Paused,
+    /// `jobqueue.dev/paused-replicas: "N"`: the replicas are held at N.
+    PausedReplicas,
+    /// A pause annotation has a value that means nothing: scaling pauses until it is
+    /// fixed.
+    InvalidPauseAnnotation,
+    /// The queue could not be read for `fallback.failureThreshold` reconciles: the
+    /// replicas are held at `fallback.replicas`.
+    Fallback,
 }
 
 impl Reason {
@@ -387,6 +409,12 @@ impl Reason {
             Reason::TargetNotFound => "TargetNotFound",
             Reason::HpaConflict => "HPAConflict",
             Reason::ScaleFailed => "ScaleFailed",
+            Reason::ScaledObjectConflict => "ScaledObjectConflict",
+            Reason::TargetOwnedByAnother => "TargetOwnedByAnother",
+            Reason::Paused => "Paused",
+            Reason::PausedReplicas => "PausedReplicas",
+            Reason::InvalidPauseAnnotation => "InvalidPauseAnnotation",
+            Reason::Fallback => "Fallback",
         }
     }
 
@@ -394,8 +422,28 @@ impl Reason {
     pub fn is_scaling(self) -> bool {
         !matches!(
             self,
-            Reason::TargetNotFound | Reason::HpaConflict | Reason::ScaleFailed
+            Reason::TargetNotFound
+                | Reason::HpaConflict
+                | Reason::ScaleFailed
+                | Reason::ScaledObjectConflict
+                | Reason::TargetOwnedByAnother
+                | Reason::Paused
+                | Reason::PausedReplicas
+                | Reason::InvalidPauseAnnotation
+                | Reason::Fallback
         )
+    }
+
+    /// Whether the decision holds the target at a fixed count (`paused-replicas`, the
+    /// fallback) rather than on the backlog: it patches only when the replicas differ.
+    pub fn pins(self) -> bool {
+        matches!(self, Reason::PausedReplicas | Reason::Fallback)
+    }
+
+    /// Whether scaling is on hold by a person's choice (the pause annotations): its
+    /// Events are Normal, and lifting it says so.
+    pub fn is_pause(self) -> bool {
+        matches!(self, Reason::Paused | Reason::PausedReplicas)
     }
 
     /// Whether the decision changes the target's replicas.
@@ -420,7 +468,7 @@ pub struct Decision {
 impl Decision {
     /// The replicas to patch the target to, when it must change.
     pub fn patch(&self) -> Option<i32> {
-        if self.reason.scales() {
+        if self.reason.scales() || (self.reason.pins() && self.desired != self.current) {
             self.desired
         } else {
             None
@@ -429,7 +477,7 @@ impl Decision {
 
     /// The target's replicas once this decision is applied.
     pub fn replicas_after(&self) -> Option<i32> {
-        if self.reason.scales() {
+        if self.reason.scales() || self.reason.pins() {
             self.desired
         } else {
             self.current
@@ -611,6 +659,118 @@ fn current_replicas(
             desired: None,
             message,
         }),
+        TargetState::ClaimedByScaledObject {
+            scaled_object,
+            replicas,
+        } => {
+            history.clear();
+            Err(Decision {
+                reason: Reason::ScaledObjectConflict,
+                current: Some(replicas),
+                desired: None,
+                message: format!(
+                    "KEDA ScaledObject {scaled_object} scales {t}: the operator leaves it alone \
+                     (delete the ScaledObject, or spec.workers)"
+                ),
+            })
+        }
+        TargetState::OwnedByAnother { queue, replicas } => {
+            history.clear();
+            Err(Decision {
+                reason: Reason::TargetOwnedByAnother,
+                current: Some(replicas),
+                desired: None,
+                message: format!(
+                    "JobQueue {queue} (the older) scales {t}: this one leaves it alone \
+                     (point spec.workers at another target, or remove it)"
+                ),
+            })
+        }
+    }
+}
+
+/// Why scaling does not follow the backlog this reconcile, though the target is there:
+/// a pause annotation, or the fallback while the queue cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Hold {
+    /// `jobqueue.dev/paused: "true"`: leave the replicas as they are.
+    Paused,
+    /// `jobqueue.dev/paused-replicas: "N"`: scale to N and hold.
+    Pinned(i32),
+    /// A pause annotation that means nothing (what is wrong): leave the replicas.
+    Invalid(String),
+    /// `spec.workers.fallback`: the queue could not be read `threshold` times in a row
+    /// (or more); scale to `replicas` and hold.
+    Fallback { replicas: i32, threshold: u32 },
+}
+
+/// Decide the target's replicas while scaling is held. A target the operator cannot
+/// scale (missing, another owner's, unreadable) is that decision, as with [`decide`];
+/// otherwise the hold's. The history is forgotten: when scaling resumes, the replicas
+/// found then count as a fresh recommendation, so the first scale-down waits a window.
+pub fn hold(
+    policy: &ScalePolicy,
+    hold: &Hold,
+    target: TargetState,
+    history: &mut Recommendations,
+) -> Decision {
+    let t = &policy.target;
+    let current = match current_replicas(t, target, history) {
+        Ok(current) => current,
+        Err(unscalable) => return unscalable,
+    };
+    history.clear();
+    let (reason, desired, message) = match hold {
+        Hold::Paused => (
+            Reason::Paused,
+            None,
+            format!(
+                "scaling is paused (jobqueue.dev/paused): {} of {t} left as they are",
+                replicas(current)
+            ),
+        ),
+        Hold::Pinned(n) => (
+            Reason::PausedReplicas,
+            Some(*n),
+            if *n == current {
+                format!(
+                    "scaling is paused at {} of {t} (jobqueue.dev/paused-replicas)",
+                    replicas(*n)
+                )
+            } else {
+                format!(
+                    "scaling is paused at {}: scaled {t} from {current} \
+                     (jobqueue.dev/paused-replicas)",
+                    replicas(*n)
+                )
+            },
+        ),
+        Hold::Invalid(why) => (
+            Reason::InvalidPauseAnnotation,
+            None,
+            format!(
+                "{why}; scaling is paused: {} of {t} left as they are",
+                replicas(current)
+            ),
+        ),
+        Hold::Fallback {
+            replicas: n,
+            threshold,
+        } => (
+            Reason::Fallback,
+            Some(*n),
+            format!(
+                "the queue could not be read in {threshold} reconciles in a row or more: {t} \
+                 held at the fallback of {} until it can",
+                replicas(*n)
+            ),
+        ),
+    };
+    Decision {
+        reason,
+        current: Some(current),
+        desired,
+        message,
     }
 }
 
@@ -841,9 +1001,16 @@ fn explain(policy: &ScalePolicy, backlog: Backlog, sizing: &Sizing, reason: Reas
         ),
         Reason::AtMaxReplicas => format!("{} of {t}, the maximum: {needs}", replicas(desired)),
         Reason::AtMinReplicas => format!("{} of {t}, the minimum: {needs}", replicas(desired)),
-        Reason::Steady | Reason::TargetNotFound | Reason::HpaConflict | Reason::ScaleFailed => {
-            format!("{} of {t}: {needs}", replicas(desired))
-        }
+        Reason::Steady
+        | Reason::TargetNotFound
+        | Reason::HpaConflict
+        | Reason::ScaleFailed
+        | Reason::ScaledObjectConflict
+        | Reason::TargetOwnedByAnother
+        | Reason::Paused
+        | Reason::PausedReplicas
+        | Reason::InvalidPauseAnnotation
+        | Reason::Fallback => format!("{} of {t}: {needs}", replicas(desired)),
     }
 }
 
@@ -1499,6 +1666,16 @@ mod tests {
             (Reason::TargetNotFound, "TargetNotFound", false),
             (Reason::HpaConflict, "HPAConflict", false),
             (Reason::ScaleFailed, "ScaleFailed", false),
+            (Reason::ScaledObjectConflict, "ScaledObjectConflict", false),
+            (Reason::TargetOwnedByAnother, "TargetOwnedByAnother", false),
+            (Reason::Paused, "Paused", false),
+            (Reason::PausedReplicas, "PausedReplicas", false),
+            (
+                Reason::InvalidPauseAnnotation,
+                "InvalidPauseAnnotation",
+                false,
+            ),
+            (Reason::Fallback, "Fallback", false),
         ] {
             assert_eq!(reason.as_str(), text);
             assert_eq!(reason.is_scaling(), scaling, "{text}");
@@ -1823,5 +2000,122 @@ mod tests {
         // Events within the 15 s period, one per reconcile at most, and one entry of
         // each window.
         assert!(history.len() <= 15 + 2, "{} entries", history.len());
+    }
+
+    /// A held decision (pause, paused replicas, a bad annotation, the fallback) for each
+    /// state of the target: (hold, target, reason, current, desired, patch).
+    #[test]
+    fn held_decisions_from_a_table() {
+        let p = policy();
+        let so = TargetState::ClaimedByScaledObject {
+            scaled_object: "default/so".into(),
+            replicas: 4,
+        };
+        let other = TargetState::OwnedByAnother {
+            queue: "default/old".into(),
+            replicas: 4,
+        };
+        let hpa = TargetState::ClaimedByHpa {
+            hpa: "default/h".into(),
+            replicas: 4,
+        };
+        let missing = TargetState::NotFound {
+            message: "gone".into(),
+        };
+        let bad = Hold::Invalid("annotation jobqueue.dev/paused: \"maybe\"".into());
+        let fallback = Hold::Fallback {
+            replicas: 2,
+            threshold: 3,
+        };
+        type Row<'a> = (
+            &'a Hold,
+            TargetState,
+            Reason,
+            Option<i32>,
+            Option<i32>,
+            Option<i32>,
+        );
+        #[rustfmt::skip]
+        let rows: Vec<Row> = vec![
+            (&Hold::Paused, found(5), Reason::Paused, Some(5), None, None),
+            (&Hold::Paused, found(0), Reason::Paused, Some(0), None, None),
+            (&Hold::Pinned(3), found(5), Reason::PausedReplicas, Some(5), Some(3), Some(3)),
+            (&Hold::Pinned(3), found(3), Reason::PausedReplicas, Some(3), Some(3), None),
+            // Pinned above maxReplicas: as KEDA's paused-replicas, not clamped.
+            (&Hold::Pinned(40), found(3), Reason::PausedReplicas, Some(3), Some(40), Some(40)),
+            (&Hold::Pinned(0), found(3), Reason::PausedReplicas, Some(3), Some(0), Some(0)),
+            (&bad, found(5), Reason::InvalidPauseAnnotation, Some(5), None, None),
+            (&fallback, found(0), Reason::Fallback, Some(0), Some(2), Some(2)),
+            (&fallback, found(2), Reason::Fallback, Some(2), Some(2), None),
+            // Another owner, or no target: the hold changes nothing.
+            (&Hold::Pinned(3), so.clone(), Reason::ScaledObjectConflict, Some(4), None, None),
+            (&fallback, so, Reason::ScaledObjectConflict, Some(4), None, None),
+            (&Hold::Pinned(3), other.clone(), Reason::TargetOwnedByAnother, Some(4), None, None),
+            (&fallback, other, Reason::TargetOwnedByAnother, Some(4), None, None),
+            (&Hold::Pinned(3), hpa, Reason::HpaConflict, Some(4), None, None),
+            (&fallback, missing, Reason::TargetNotFound, None, None, None),
+        ];
+        for (held, target, reason, current, desired, patch) in rows {
+            let what = format!("{held:?} on {target:?}");
+            let mut history = Recommendations::default();
+            decide(&p, pending(100), found(3), &mut history, t(0));
+            let d = hold(&p, held, target, &mut history);
+            assert_eq!(d.reason, reason, "{what}: {}", d.message);
+            assert_eq!(
+                (d.current, d.desired, d.patch()),
+                (current, desired, patch),
+                "{what}"
+            );
+            assert!(history.is_empty(), "{what}: a held scaler keeps no history");
+            if d.reason.pins() {
+                assert_eq!(d.replicas_after(), desired, "{what}");
+            } else {
+                assert_eq!(d.replicas_after(), current, "{what}");
+            }
+        }
+    }
+
+    #[test]
+    fn held_messages_say_why() {
+        let p = policy();
+        let mut h = Recommendations::default();
+        let msg = |held: Hold, current: i32, h: &mut Recommendations| {
+            hold(&p, &held, found(current), h).message
+        };
+        assert_eq!(
+            msg(Hold::Paused, 5, &mut h),
+            "scaling is paused (jobqueue.dev/paused): 5 replicas of Deployment/worker left as \
+             they are"
+        );
+        assert_eq!(
+            msg(Hold::Pinned(3), 5, &mut h),
+            "scaling is paused at 3 replicas: scaled Deployment/worker from 5 \
+             (jobqueue.dev/paused-replicas)"
+        );
+        assert_eq!(
+            msg(Hold::Pinned(1), 1, &mut h),
+            "scaling is paused at 1 replica of Deployment/worker (jobqueue.dev/paused-replicas)"
+        );
+        assert_eq!(
+            msg(
+                Hold::Fallback {
+                    replicas: 2,
+                    threshold: 3
+                },
+                0,
+                &mut h
+            ),
+            "the queue could not be read in 3 reconciles in a row or more: Deployment/worker \
+             held at the fallback of 2 replicas until it can"
+        );
+        let so = TargetState::ClaimedByScaledObject {
+            scaled_object: "default/so".into(),
+            replicas: 1,
+        };
+        assert_eq!(
+            decide(&p, pending(10), so, &mut h, t(0)).message,
+            "KEDA ScaledObject default/so scales Deployment/worker: the operator leaves it alone \
+             (delete the ScaledObject, or spec.workers)"
+        );
     }
 }

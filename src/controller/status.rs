@@ -330,7 +330,7 @@ pub fn scaled(
         status.desired_replicas = decision.desired;
         status.current_replicas = decision.replicas_after();
     }
-    if decision.reason.scales() {
+    if decision.patch().is_some() {
         status.last_scale_time = Some(Time(now));
     }
     let state = if decision.reason.is_scaling() {

@@ -10,6 +10,7 @@ use k8s_openapi::api::autoscaling::v1::{Scale, ScaleSpec, ScaleStatus};
 use k8s_openapi::api::autoscaling::v2::{
     CrossVersionObjectReference, HorizontalPodAutoscaler, HorizontalPodAutoscalerSpec,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Resource;
 
@@ -36,6 +37,10 @@ pub trait JobQueueExt {
     /// The object after `generation - 1` spec changes, at resource version `version`.
     fn at_generation(self, generation: i64, version: &str) -> Self;
     fn edit(self, f: impl FnOnce(&mut JobQueueSpec)) -> Self;
+    /// With the annotation `key: value` (set or replaced).
+    fn with_annotation(self, key: &str, value: &str) -> Self;
+    /// Created `secs` seconds after `TestClock::new()`'s time.
+    fn created_at(self, secs: i64) -> Self;
 }
 
 impl JobQueueExt for JobQueue {
@@ -75,6 +80,20 @@ impl JobQueueExt for JobQueue {
 
     fn edit(mut self, f: impl FnOnce(&mut JobQueueSpec)) -> Self {
         f(&mut self.spec);
+        self
+    }
+
+    fn with_annotation(mut self, key: &str, value: &str) -> Self {
+        self.meta_mut()
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(key.into(), value.into());
+        self
+    }
+
+    fn created_at(mut self, secs: i64) -> Self {
+        let at = TestClock::new().now() + SignedDuration::from_secs(secs);
+        self.meta_mut().creation_timestamp = Some(Time(at));
         self
     }
 }

@@ -289,7 +289,8 @@ pub enum Expect {
     /// An Event POST of this type and reason.
     Event(&'static str, &'static str),
     /// The target read as every reconcile with workers reads it: GET of its scale,
-    /// answered with these replicas, then LIST of the HPAs, finding none.
+    /// answered with these replicas, then LIST of the HPAs and LIST of the KEDA
+    /// ScaledObjects, finding none.
     TargetRead(ScaleTarget, i32),
     /// GET of the target's scale subresource, answered with these replicas.
     GetScale(ScaleTarget, i32),
@@ -299,6 +300,14 @@ pub enum Expect {
     ScalePatch(ScaleTarget, i32),
     /// LIST of the namespace's HorizontalPodAutoscalers (autoscaling/v2).
     ListHpas(Vec<HorizontalPodAutoscaler>),
+    /// LIST of the namespace's KEDA ScaledObjects (keda.sh/v1alpha1), answered with
+    /// these items.
+    ListScaledObjects(Vec<Value>),
+    /// LIST of the KEDA ScaledObjects where KEDA is not installed (404).
+    NoScaledObjects,
+    /// An Event of this type and reason published again: kube's recorder PATCHes the
+    /// series of the first one.
+    EventAgain(&'static str, &'static str),
 }
 
 impl Expect {
@@ -306,7 +315,11 @@ impl Expect {
     fn requests(self) -> Vec<Expect> {
         match self {
             Expect::TargetRead(target, replicas) => {
-                vec![Expect::GetScale(target, replicas), Expect::ListHpas(vec![])]
+                vec![
+                    Expect::GetScale(target, replicas),
+                    Expect::ListHpas(vec![]),
+                    Expect::ListScaledObjects(vec![]),
+                ]
             }
             one => vec![one],
         }
@@ -318,11 +331,21 @@ impl Expect {
             Expect::SecretMissing(name) => format!("GET Secret {name} (missing)"),
             Expect::StatusPatch => format!("PATCH status of {}", jq.name_any()),
             Expect::Event(type_, reason) => format!("POST {type_} Event {reason}"),
-            Expect::TargetRead(t, n) => format!("GET {} ({n} replicas), LIST HPAs", t.path()),
+            Expect::TargetRead(t, n) => {
+                format!(
+                    "GET {} ({n} replicas), LIST HPAs, LIST ScaledObjects",
+                    t.path()
+                )
+            }
             Expect::GetScale(t, n) => format!("GET {} ({n} replicas)", t.path()),
             Expect::ScaleNotFound(t) => format!("GET {} (missing)", t.path()),
             Expect::ScalePatch(t, n) => format!("PATCH {} to {n} replicas", t.path()),
             Expect::ListHpas(hpas) => format!("LIST HPAs ({} of them)", hpas.len()),
+            Expect::ListScaledObjects(items) => {
+                format!("LIST ScaledObjects ({} of them)", items.len())
+            }
+            Expect::NoScaledObjects => "LIST ScaledObjects (KEDA not installed)".into(),
+            Expect::EventAgain(type_, reason) => format!("PATCH {type_} Event {reason} again"),
         }
     }
 
@@ -424,8 +447,63 @@ impl Expect {
                 });
                 request.respond(json_response(StatusCode::OK, &list));
             }
+            Expect::ListScaledObjects(items) => {
+                assert_eq!(method, Method::GET, "request #{i}: {uri}");
+                assert_eq!(uri, scaled_objects_uri(), "request #{i}");
+                let list = json!({
+                    "apiVersion": "keda.sh/v1alpha1",
+                    "kind": "ScaledObjectList",
+                    "metadata": {"resourceVersion": "1"},
+                    "items": items,
+                });
+                request.respond(json_response(StatusCode::OK, &list));
+            }
+            Expect::NoScaledObjects => {
+                assert_eq!(method, Method::GET, "request #{i}: {uri}");
+                assert_eq!(uri, scaled_objects_uri(), "request #{i}");
+                let status = json!({
+                    "kind": "Status", "apiVersion": "v1", "metadata": {},
+                    "status": "Failure", "reason": "NotFound", "code": 404,
+                    "message": "the server could not find the requested resource",
+                });
+                request.respond(json_response(StatusCode::NOT_FOUND, &status));
+            }
+            Expect::EventAgain(type_, reason) => {
+                assert_eq!(method, Method::PATCH, "request #{i}: {uri}");
+                let prefix = format!("/apis/events.k8s.io/v1/namespaces/{NS}/events/");
+                assert!(uri.starts_with(&prefix), "request #{i}: {uri}");
+                let event = request.json();
+                assert_eq!(event["type"], type_, "{event}");
+                assert_eq!(event["reason"], reason, "{event}");
+                let echo = request.body.clone().into_bytes();
+                seen.events.push(event);
+                request.respond(Response::new(MockBody::full(echo)));
+            }
         }
     }
+}
+
+/// Where the KEDA ScaledObjects of `NS` are listed.
+pub fn scaled_objects_uri() -> String {
+    format!("/apis/keda.sh/v1alpha1/namespaces/{NS}/scaledobjects?")
+}
+
+/// A KEDA ScaledObject `name` in `NS` on `kind/target` of `apps/v1`, paused or not.
+pub fn scaled_object(name: &str, kind: &str, target: &str, paused: bool) -> Value {
+    let annotations = if paused {
+        json!({"autoscaling.keda.sh/paused": "true"})
+    } else {
+        json!({})
+    };
+    json!({
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": name, "namespace": NS, "annotations": annotations},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": kind, "name": target},
+            "triggers": [{"type": "cpu", "metadata": {"value": "50"}}],
+        },
+    })
 }
 
 /// One reconcile of a JobQueue and the exact requests it must make, in order:

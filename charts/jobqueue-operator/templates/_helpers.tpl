@@ -82,6 +82,11 @@ scripts/chart_check.py, which fails when the rendered rules grant more.
 - apiGroups: ["autoscaling"]
   resources: ["horizontalpodautoscalers"]
   verbs: ["list", "watch"]
+{{- /* KEDA's ScaledObjects, to refuse a target KEDA scales (none where KEDA is not
+installed: the LIST answers 404). */}}
+- apiGroups: ["keda.sh"]
+  resources: ["scaledobjects"]
+  verbs: ["list", "watch"]
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
