@@ -39,6 +39,7 @@ fn workers(min: i32, max: i32) -> WorkersSpec {
         scale_down_stabilization: "5m".into(),
         max_scale_up_step: Some(4),
         behavior: None,
+        on_delete: jobqueue::crd::OnDelete::Keep,
     }
 }
 

@@ -302,6 +302,16 @@ impl Metrics {
             .inc();
     }
 
+    /// Drop the series of one queue (deleted), as [`retain`](Self::retain) drops those
+    /// of every queue that no longer exists.
+    pub fn forget(&self, queue: &QueueLabels) {
+        let alive: HashSet<QueueLabels> = {
+            let known = self.known.lock().expect("metrics lock");
+            known.iter().filter(|q| *q != queue).cloned().collect()
+        };
+        self.retain(&alive);
+    }
+
     /// Drop the series of queues that no longer exist.
     pub fn retain(&self, alive: &HashSet<QueueLabels>) {
         let mut known = self.known.lock().expect("metrics lock");

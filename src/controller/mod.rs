@@ -28,6 +28,7 @@ pub mod cluster_reads;
 pub mod events;
 pub mod failures;
 pub mod http;
+pub mod lifecycle;
 pub mod metrics;
 pub mod operator;
 pub mod reconcile;
@@ -61,6 +62,10 @@ pub enum Error {
     /// A JobQueue without a namespace (the resource is namespaced, so never in practice).
     #[error("JobQueue {0} has no namespace")]
     NoNamespace(String),
+
+    /// The finalizer could not be used (never in practice: a JobQueue has a name).
+    #[error("finalizer: {0}")]
+    Finalizer(String),
 }
 
 impl Error {
@@ -70,6 +75,7 @@ impl Error {
             Error::Unavailable(f) => snake_case(f.reason),
             Error::Kube(_) => "kube_api".to_string(),
             Error::NoNamespace(_) => "no_namespace".to_string(),
+            Error::Finalizer(_) => "finalizer".to_string(),
         }
     }
 }
@@ -226,6 +232,17 @@ impl Context {
             .lock()
             .expect("queue state lock")
             .retain(|queue, _| alive.contains(queue));
+    }
+
+    /// Forget all that is kept about `queue` at once (it was deleted): its state and its
+    /// metric series, without waiting for the sweep.
+    pub fn forget(&self, queue: &JobQueue) {
+        let labels = queue_labels(queue);
+        self.metrics.forget(&labels);
+        self.queues
+            .lock()
+            .expect("queue state lock")
+            .remove(&labels);
     }
 
     /// Forget a queue's failures after a good reconcile.

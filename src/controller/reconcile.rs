@@ -28,6 +28,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::Recorder;
+use kube::runtime::finalizer::{self, Event as FinalizerEvent, finalizer};
 use kube::{Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
@@ -37,12 +38,137 @@ use super::metrics::QueueLabels;
 use super::scaling::{self, Backlog, Decision, ScalePolicy, TargetRef};
 use super::status::{self, Failure, Observation, reasons};
 use super::validate::{self, InvalidSpec, QueuePlan};
-use super::{Context, Error, FIELD_MANAGER, Result, cluster_reads};
-use crate::crd::{API_VERSION, JobQueue, JobQueueStatus};
+use super::{Context, Error, FIELD_MANAGER, Result, cluster_reads, lifecycle};
+use crate::crd::{API_VERSION, JobQueue, JobQueueStatus, OnDelete, WorkersSpec};
 use crate::queue::{Queue, QueueStats};
 
-/// Reconcile one JobQueue.
+/// Reconcile one JobQueue: through the finalizer [`lifecycle::FINALIZER`], the pipeline
+/// below ([`apply`]) while the queue exists, the [`cleanup`] once it is deleted.
 pub async fn reconcile(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
+    let ns = jq
+        .namespace()
+        .ok_or_else(|| Error::NoNamespace(jq.name_any()))?;
+    let api: Api<JobQueue> = Api::namespaced(ctx.client.clone(), &ns);
+    let adds_finalizer = !lifecycle::has_finalizer(&jq) && jq.metadata.deletion_timestamp.is_none();
+    let action = finalizer(&api, lifecycle::FINALIZER, jq.clone(), |event| {
+        let ctx = ctx.clone();
+        async move {
+            match event {
+                FinalizerEvent::Apply(jq) => apply(jq, ctx).await,
+                FinalizerEvent::Cleanup(jq) => cleanup(jq, ctx).await,
+            }
+        }
+    })
+    .await
+    .map_err(|e| match e {
+        finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e,
+        finalizer::Error::AddFinalizer(e) | finalizer::Error::RemoveFinalizer(e) => Error::Kube(e),
+        other => Error::Finalizer(other.to_string()),
+    })?;
+    if adds_finalizer {
+        // The finalizer was added, which changes no generation: its watch event will not
+        // bring the queue back, so the pipeline runs now, on the object as read.
+        return apply(jq, ctx).await;
+    }
+    Ok(action)
+}
+
+/// The queue was deleted: set its worker target as `spec.workers.onDelete` says, leave its
+/// Redis keys, say so in a Normal Event and forget the queue (see [`lifecycle`]). An error
+/// (a refused scale patch) keeps the finalizer, and the cleanup is tried again.
+async fn cleanup(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
+    let q = Subject::new(&jq, &ctx)?;
+    let workers = jq.spec.workers.as_ref();
+    let target = workers.map(|w| {
+        TargetRef::parse(
+            &w.scale_target_ref.api_version,
+            &w.scale_target_ref.kind,
+            &w.scale_target_ref.name,
+        )
+    });
+    let action = match (workers, &target) {
+        (Some(w), Some(Ok(target))) => Some(on_delete_scale(&ctx, &q, w, target).await?),
+        _ => None,
+    };
+    // An invalid target was never scaled: it is left as it is.
+    let target_name =
+        workers.map(|w| format!("{}/{}", w.scale_target_ref.kind, w.scale_target_ref.name));
+    let note = lifecycle::deleted_note(
+        &jq.spec.key_prefix,
+        &jq.spec.hash_tag,
+        target_name.as_deref(),
+        action,
+    );
+    info!(namespace = %q.ns, name = %q.name, note = %note, "queue deleted");
+    publish(
+        &ctx.recorder,
+        &jq,
+        &EventSpec::normal(lifecycle::QUEUE_DELETED, note),
+    )
+    .await;
+    ctx.forget(&jq);
+    Ok(Action::await_change())
+}
+
+/// Read the target's replicas and set them as `onDelete` says; a target already gone
+/// is left alone (`TargetGone`).
+async fn on_delete_scale(
+    ctx: &Context,
+    q: &Subject<'_>,
+    workers: &WorkersSpec,
+    target: &TargetRef,
+) -> Result<lifecycle::OnDeleteAction> {
+    let original = q
+        .prev
+        .and_then(|s| s.original_replicas.as_ref())
+        .filter(|o| o.target == target.to_string())
+        .map(|o| o.replicas);
+    let current = if workers.on_delete == OnDelete::Keep {
+        // Nothing to change: no need to read it.
+        None
+    } else {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(ctx.client.clone(), &q.ns, &target.api_resource());
+        match api.get_scale(&target.name).await {
+            Ok(scale) => Some(scale.spec.and_then(|s| s.replicas).unwrap_or(0)),
+            Err(kube::Error::Api(s)) if s.code == 404 => None,
+            Err(e) => return Err(Error::Kube(e)),
+        }
+    };
+    let action = lifecycle::on_delete(workers.on_delete, original, current);
+    match action {
+        lifecycle::OnDeleteAction::Scale { from, to } => {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(ctx.client.clone(), &q.ns, &target.api_resource());
+            let params = PatchParams {
+                field_manager: Some(FIELD_MANAGER.to_string()),
+                ..PatchParams::default()
+            };
+            let patch = serde_json::json!({ "spec": { "replicas": to } });
+            api.patch_scale(&target.name, &params, &Patch::Merge(&patch))
+                .await
+                .map_err(|e| {
+                    warn!(
+                        namespace = %q.ns,
+                        name = %q.name,
+                        target = %target,
+                        error = %kube_reason(&e),
+                        "cannot scale the workers of a deleted queue"
+                    );
+                    Error::Kube(e)
+                })?;
+            info!(namespace = %q.ns, name = %q.name, target = %target, from, to, "scaled the workers of a deleted queue");
+        }
+        lifecycle::OnDeleteAction::TargetGone => {
+            info!(namespace = %q.ns, name = %q.name, target = %target, "the workers of a deleted queue are gone");
+        }
+        lifecycle::OnDeleteAction::Keep | lifecycle::OnDeleteAction::Leave { .. } => {}
+    }
+    Ok(action)
+}
+
+/// The pipeline of a queue that exists (the finalizer's `Apply`).
+async fn apply(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
     let q = Subject::new(&jq, &ctx)?;
     let _timer = ctx.metrics.reconcile_started(&q.labels);
 
@@ -85,6 +211,14 @@ pub async fn reconcile(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
     // 5. Decide the status and the Events.
     let mut new = status::observed(q.prev, q.generation, &obs, q.now);
     status::scaled(&mut new, scaling.as_ref(), q.generation, q.now);
+    new.original_replicas = lifecycle::original_replicas(
+        q.prev.and_then(|s| s.original_replicas.as_ref()),
+        plan.workers
+            .as_ref()
+            .map(|p| p.target.to_string())
+            .as_deref(),
+        scaling.as_ref(),
+    );
     let notes = events::success_events(q.prev, &new, &obs);
     let scale_notes = match &scaling {
         Some(decision) => events::scaling_events(q.prev, decision),

@@ -391,6 +391,7 @@ mod tests {
             scale_down_stabilization: "2m".into(),
             max_scale_up_step: Some(4),
             behavior: None,
+            on_delete: crate::crd::OnDelete::Keep,
         }
     }
 
