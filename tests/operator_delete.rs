@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use support::fixtures::{FINALIZER, JobQueueExt, ScaleTarget, TestClock, deployment, queue};
 use support::mock_api::{Expect, Scenario, json_response, test_context, test_context_at};
 use support::redis::RedisServer;
+use support::standin::{OperatorProcess, StandIn};
 
 const WORKER: ScaleTarget = deployment("worker");
 /// A URL with credentials: none of it may reach an Event.
@@ -348,4 +349,112 @@ async fn a_refused_scale_keeps_the_finalizer_and_the_retry_finishes_the_cleanup(
         .await;
     assert_eq!(result.unwrap(), Action::await_change());
     assert_eq!(seen.scales, vec![2]);
+}
+
+/// The operator binary over real HTTP: a JobQueue with workers and `onDelete: restore`
+/// gets the finalizer, scales its Deployment up from 1, and once deleted the Deployment
+/// is back at 1, a `QueueDeleted` Event is published, the object is gone, the jobs stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_binary_restores_the_workers_of_a_deleted_queue() {
+    const APPS: &str = "/apis/apps/v1";
+    const CRD: &str = "/apis/jobqueue.dev/v1alpha1";
+    let redis = RedisServer::start();
+    let q = redis.queue("gone").await;
+    enqueue_more(&q, 25).await;
+
+    let api = StandIn::start().await;
+    api.put(
+        APPS,
+        "deployments",
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "worker", "namespace": "jobs"},
+            "spec": {"replicas": 1}
+        }),
+    );
+    api.put(
+        CRD,
+        "jobqueues",
+        json!({
+            "apiVersion": "jobqueue.dev/v1alpha1", "kind": "JobQueue",
+            "metadata": {"name": "gone", "namespace": "jobs"},
+            "spec": {
+                "redis": {"url": redis.url()},
+                "hashTag": "gone",
+                "reaper": {"interval": "1s"},
+                "workers": {
+                    "scaleTargetRef": {"name": "worker"},
+                    "minReplicas": 1,
+                    "maxReplicas": 10,
+                    "onDelete": "restore"
+                }
+            }
+        }),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let op = OperatorProcess::start(&api, "jobs", dir.path(), &["--no-leader-election"], &[]);
+    let replicas = || {
+        api.get(APPS, "deployments", "jobs", "worker").unwrap()["spec"]["replicas"]
+            .as_i64()
+            .unwrap()
+    };
+
+    // Taken: the finalizer, the original count in the status, scaled up for 25 jobs.
+    let jq = op
+        .wait_for("the finalizer and the original replicas")
+        .until(async || {
+            let jq = api.get(CRD, "jobqueues", "jobs", "gone")?;
+            (jq["metadata"]["finalizers"] == json!([FINALIZER])
+                && !jq["status"]["originalReplicas"].is_null())
+            .then_some(jq)
+        })
+        .await;
+    assert_eq!(
+        jq["status"]["originalReplicas"],
+        json!({"target": "Deployment/worker", "replicas": 1})
+    );
+    op.wait_for("3 replicas")
+        .until(async || replicas() == 3)
+        .await;
+
+    // Deleted: marked, then cleaned up and gone.
+    let marked = api.delete(CRD, "jobqueues", "jobs", "gone").unwrap();
+    assert!(
+        marked["metadata"]["deletionTimestamp"].is_string(),
+        "{marked}"
+    );
+    op.wait_for("the JobQueue gone")
+        .until(async || api.get(CRD, "jobqueues", "jobs", "gone").is_none())
+        .await;
+    assert_eq!(
+        replicas(),
+        1,
+        "the Deployment is back at its original replicas"
+    );
+    let event = api
+        .all("events")
+        .into_iter()
+        .find(|e| e["reason"] == "QueueDeleted")
+        .expect("a QueueDeleted event");
+    assert_eq!(event["type"], "Normal", "{event}");
+    assert_eq!(event["regarding"]["name"], "gone", "{event}");
+    let note = event["note"].as_str().unwrap();
+    assert!(note.contains("jq:{gone}:*"), "{note}");
+    assert!(!note.contains("redis://"), "{note}");
+    // The finalizer went by a JSON patch checked against the object; the jobs are there.
+    let removal = api
+        .log()
+        .into_iter()
+        .filter(|r| r.method == "PATCH" && r.path.ends_with("/jobqueues/gone"))
+        .next_back()
+        .expect("the finalizer's removal");
+    assert_eq!(removal.content_type, "application/json-patch+json");
+    assert_eq!(
+        serde_json::from_str::<Value>(&removal.body).unwrap(),
+        json!([
+            {"op": "test", "path": "/metadata/finalizers/0", "value": FINALIZER},
+            {"op": "remove", "path": "/metadata/finalizers/0"},
+        ])
+    );
+    assert_eq!(q.stats().await.unwrap().pending, 25);
 }
