@@ -445,8 +445,7 @@ async fn the_operator_binary_restores_the_workers_of_a_deleted_queue() {
     let removal = api
         .log()
         .into_iter()
-        .filter(|r| r.method == "PATCH" && r.path.ends_with("/jobqueues/gone"))
-        .next_back()
+        .rfind(|r| r.method == "PATCH" && r.path.ends_with("/jobqueues/gone"))
         .expect("the finalizer's removal");
     assert_eq!(removal.content_type, "application/json-patch+json");
     assert_eq!(

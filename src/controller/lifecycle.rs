@@ -1,5 +1,5 @@
-//! What deleting a `JobQueue` means, decided with pure functions (the I/O is in
-//! [`reconcile`](super::reconcile)).
+//! What deleting a `JobQueue` means, decided with pure functions (the I/O is the
+//! reconcile's cleanup, in `reconcile.rs`).
 //!
 //! Every JobQueue carries the finalizer [`FINALIZER`], added on its first reconcile. When
 //! the queue is deleted the operator, before it lets the object go:

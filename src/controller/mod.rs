@@ -370,6 +370,27 @@ mod tests {
         assert_eq!(ctx.with_recommendations(&kept, |r| r.highest()), Some(3));
     }
 
+    #[tokio::test]
+    async fn forget_drops_a_deleted_queue_at_once() {
+        let ctx = context();
+        let initial = ctx.settings.backoff_initial;
+        let (gone, kept) = (queue("gone", "uid-g"), queue("kept", "uid-k"));
+        let now = Timestamp::from_second(1_700_000_000).unwrap();
+        for jq in [&gone, &kept] {
+            ctx.failed(jq);
+            ctx.with_recommendations(jq, |r| r.record(now, 3));
+        }
+        ctx.forget(&gone);
+        assert_eq!(
+            ctx.failed(&gone),
+            initial,
+            "the failures of a deleted queue"
+        );
+        assert!(ctx.with_recommendations(&gone, |r| r.is_empty()));
+        assert_eq!(ctx.failed(&kept), initial * 2, "another queue's failures");
+        assert_eq!(ctx.with_recommendations(&kept, |r| r.highest()), Some(3));
+    }
+
     #[test]
     fn reasons_become_metric_labels() {
         assert_eq!(snake_case("RedisUnreachable"), "redis_unreachable");
