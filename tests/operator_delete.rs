@@ -284,6 +284,35 @@ async fn a_queue_without_workers_is_let_go_with_its_event() {
 }
 
 #[tokio::test]
+async fn a_target_another_owner_scales_is_left_to_it() {
+    // At its last reconcile the operator left the target to an HPA.
+    let status: JobQueueStatus = serde_json::from_value(json!({
+        "conditions": [{
+            "type": "Scaling", "status": "False", "reason": "HPAConflict",
+            "message": "HorizontalPodAutoscaler default/worker scales Deployment/worker",
+            "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1,
+        }],
+    }))
+    .unwrap();
+    let jq = deleted("zero", Some(status));
+    let (ctx, mut api, _) = test_context();
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::Event("Normal", "QueueDeleted"))
+        .expect(Expect::RemoveFinalizer)
+        .run(&ctx, &mut api)
+        .await;
+    assert_eq!(result.unwrap(), Action::await_change());
+    let note = note(&seen.events[0]);
+    assert!(
+        note.ends_with(
+            "Deployment/worker left as it is: the operator was not scaling it (see the \
+             Scaling condition)"
+        ),
+        "{note}"
+    );
+}
+
+#[tokio::test]
 async fn a_target_already_gone_does_not_block_the_deletion() {
     let jq = deleted(
         "restore",
@@ -456,4 +485,7 @@ async fn the_operator_binary_restores_the_workers_of_a_deleted_queue() {
         ])
     );
     assert_eq!(q.stats().await.unwrap().pending, 25);
+    // Without finalizers a DELETE removes at once.
+    assert!(api.delete(APPS, "deployments", "jobs", "worker").is_some());
+    assert!(api.get(APPS, "deployments", "jobs", "worker").is_none());
 }

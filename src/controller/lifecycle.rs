@@ -16,7 +16,7 @@
 //! A target already gone blocks nothing; a refused scale patch is retried (the decision
 //! is taken again from the target as read then, so a retry is the same cleanup).
 
-use crate::crd::{JobQueue, OnDelete, OriginalReplicas};
+use crate::crd::{JobQueue, JobQueueStatus, OnDelete, OriginalReplicas};
 
 use super::scaling::{Decision, Reason};
 
@@ -70,6 +70,20 @@ pub enum OnDeleteAction {
     Leave { replicas: i32, why: LeaveWhy },
     /// The target is gone: nothing to do.
     TargetGone,
+    /// The operator was not scaling the target (its last `Scaling` condition says
+    /// another owner has it, or it was missing): left to its owner.
+    NotScaling,
+}
+
+/// Whether the operator was scaling the target at its last reconcile: not when the
+/// `Scaling` condition is `False` for any reason but a refused patch (an HPA or another
+/// owner has the target, or it was missing). Without the condition (never reconciled with
+/// workers) or while it is `Unknown` (the queue could not be read) it counts as scaling.
+pub fn was_scaling(status: Option<&JobQueueStatus>) -> bool {
+    let Some(c) = status.and_then(|s| s.condition(super::status::types::SCALING)) else {
+        return true;
+    };
+    c.status != "False" || c.reason == Reason::ScaleFailed.as_str()
 }
 
 /// Why the target is left as it is.
@@ -139,6 +153,9 @@ pub fn deleted_note(
             ),
         },
         (Some(t), Some(OnDeleteAction::TargetGone)) => format!("{t} not found: nothing to scale"),
+        (Some(t), Some(OnDeleteAction::NotScaling)) => format!(
+            "{t} left as it is: the operator was not scaling it (see the Scaling condition)"
+        ),
         (Some(t), None) => format!("{t} left as it is"),
         (None, _) => "no workers to scale".to_string(),
     };
@@ -313,6 +330,29 @@ mod tests {
     }
 
     #[test]
+    fn only_a_target_the_operator_was_scaling_is_touched() {
+        use crate::controller::status::{Status, condition, types};
+        let now = k8s_openapi::jiff::Timestamp::from_second(1_700_000_000).unwrap();
+        let with = |status: Status, reason: &str| JobQueueStatus {
+            conditions: vec![condition(types::SCALING, status, reason, "m", Some(1), now)],
+            ..JobQueueStatus::default()
+        };
+        let cases = [
+            (Some(with(Status::True, "ScaledUp")), true),
+            (Some(with(Status::True, "Steady")), true),
+            (Some(with(Status::Unknown, "RedisUnreachable")), true),
+            (Some(with(Status::False, "ScaleFailed")), true),
+            (Some(with(Status::False, "HPAConflict")), false),
+            (Some(with(Status::False, "TargetNotFound")), false),
+            (Some(JobQueueStatus::default()), true),
+            (None, true),
+        ];
+        for (status, want) in cases {
+            assert_eq!(was_scaling(status.as_ref()), want, "{status:?}");
+        }
+    }
+
+    #[test]
     fn the_note_says_where_the_keys_are_and_what_became_of_the_target() {
         let t = Some("Deployment/worker");
         let note = deleted_note("jq", "emails", t, Some(Scale { from: 7, to: 2 }));
@@ -344,6 +384,11 @@ mod tests {
             (
                 Some(TargetGone),
                 "Deployment/worker not found: nothing to scale",
+            ),
+            (
+                Some(NotScaling),
+                "Deployment/worker left as it is: the operator was not scaling it (see the \
+                 Scaling condition)",
             ),
         ] {
             let note = deleted_note("jq", "emails", t, action);

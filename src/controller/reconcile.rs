@@ -123,6 +123,10 @@ async fn on_delete_scale(
         .and_then(|s| s.original_replicas.as_ref())
         .filter(|o| o.target == target.to_string())
         .map(|o| o.replicas);
+    if workers.on_delete != OnDelete::Keep && !lifecycle::was_scaling(q.prev) {
+        // Another owner (an HPA) has it, or it was missing: not the operator's to set.
+        return Ok(lifecycle::OnDeleteAction::NotScaling);
+    }
     let current = if workers.on_delete == OnDelete::Keep {
         // Nothing to change: no need to read it.
         None
@@ -162,7 +166,9 @@ async fn on_delete_scale(
         lifecycle::OnDeleteAction::TargetGone => {
             info!(namespace = %q.ns, name = %q.name, target = %target, "the workers of a deleted queue are gone");
         }
-        lifecycle::OnDeleteAction::Keep | lifecycle::OnDeleteAction::Leave { .. } => {}
+        lifecycle::OnDeleteAction::Keep
+        | lifecycle::OnDeleteAction::Leave { .. }
+        | lifecycle::OnDeleteAction::NotScaling => {}
     }
     Ok(action)
 }
