@@ -21,6 +21,11 @@
 //! ([`failures`](super::failures), never a secret), a Warning Event, and a backoff for
 //! this queue alone. A failure in 4 (a missing target, an HPA on it, a refused patch)
 //! is the `Scaling` condition's reason: the rest of the reconcile goes on.
+//!
+//! The pipeline runs behind the finalizer `jobqueue.dev/cleanup` (kube's `finalizer`
+//! helper), added on the first reconcile: a deleted queue waits for its cleanup (the
+//! worker target set as `spec.workers.onDelete` says, a `QueueDeleted` Event, the queue
+//! forgotten; its Redis keys left in place), decided by [`lifecycle`].
 
 use std::sync::Arc;
 
@@ -43,7 +48,7 @@ use crate::crd::{API_VERSION, JobQueue, JobQueueStatus, OnDelete, WorkersSpec};
 use crate::queue::{Queue, QueueStats};
 
 /// Reconcile one JobQueue: through the finalizer [`lifecycle::FINALIZER`], the pipeline
-/// below ([`apply`]) while the queue exists, the [`cleanup`] once it is deleted.
+/// (`apply`) while the queue exists, the cleanup once it is deleted.
 pub async fn reconcile(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
     let ns = jq
         .namespace()
