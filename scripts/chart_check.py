@@ -61,6 +61,9 @@ WATCHED_RULES = {
     ("jobqueue.dev", "jobqueues", "get"),
     ("jobqueue.dev", "jobqueues", "list"),
     ("jobqueue.dev", "jobqueues", "watch"),
+    # The finalizer (jobqueue.dev/cleanup) is added and removed by JSON patches.
+    ("jobqueue.dev", "jobqueues", "patch"),
+    ("jobqueue.dev", "jobqueues/finalizers", "update"),
     ("jobqueue.dev", "jobqueues/status", "get"),
     ("jobqueue.dev", "jobqueues/status", "patch"),
     ("", "secrets", "get"),

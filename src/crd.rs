@@ -365,6 +365,11 @@ pub struct WorkersSpec {
     /// workload at zero still runs when only the operator's path to Redis is broken.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback: Option<FallbackSpec>,
+    /// What deleting the JobQueue does to the target's replicas: `keep` leaves them as
+    /// they are, `restore` sets them back to the count the target had when the operator
+    /// took it (`status.originalReplicas`), `zero` scales the target to 0.
+    #[serde(default)]
+    pub on_delete: OnDelete,
 }
 
 /// `spec.workers.fallback`: after `failureThreshold` reconciles in a row that could not
@@ -381,6 +386,22 @@ pub struct FallbackSpec {
     #[x_kube(validation = Rule::new("self >= 0").message("fallback.replicas must not be negative"))]
     #[schemars(range(min = 0))]
     pub replicas: i32,
+}
+
+/// What deleting a JobQueue does to its worker target (as KEDA's
+/// `advanced.restoreToOriginalReplicaCount`, with a third choice).
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq,
+)]
+#[serde(rename_all = "camelCase")]
+pub enum OnDelete {
+    /// Leave the replicas as they are.
+    #[default]
+    Keep,
+    /// Set the replicas back to `status.originalReplicas`.
+    Restore,
+    /// Scale the target to 0.
+    Zero,
 }
 
 /// Scaling behavior, as the HPA's `spec.behavior` (scale-down has
@@ -554,11 +575,26 @@ pub struct JobQueueStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_stale_ack_time: Option<Time>,
 
+    /// The replicas the worker target had when the operator first took it, kept for
+    /// `spec.workers.onDelete: restore`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_replicas: Option<OriginalReplicas>,
+
     /// `Ready`, `RedisAvailable`, `LeaseTooShort`, `JobsOrphaned` (and `Scaling` with
     /// workers).
     #[serde(default)]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
+}
+
+/// A scale target's replicas before the operator first scaled it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct OriginalReplicas {
+    /// The target they belong to, `Kind/name` (another target starts afresh).
+    pub target: String,
+    /// Its replicas when the operator took it.
+    pub replicas: i32,
 }
 
 impl JobQueueStatus {

@@ -234,7 +234,11 @@ fn the_queue_client_knows_nothing_of_the_rest() {
 #[test]
 fn controller_decisions_do_no_io() {
     let modules = modules();
-    for module in ["controller::scaling", "controller::status"] {
+    for module in [
+        "controller::scaling",
+        "controller::status",
+        "controller::lifecycle",
+    ] {
         let text = modules
             .get(module)
             .unwrap_or_else(|| panic!("no module {module}"));

@@ -40,6 +40,7 @@ fn workers(min: i32, max: i32) -> WorkersSpec {
         max_scale_up_step: Some(4),
         behavior: None,
         fallback: None,
+        on_delete: jobqueue::crd::OnDelete::Keep,
     }
 }
 

@@ -29,6 +29,7 @@ pub mod cluster_reads;
 pub mod events;
 pub mod failures;
 pub mod http;
+pub mod lifecycle;
 pub mod metrics;
 pub mod operator;
 pub mod ownership;
@@ -64,6 +65,10 @@ pub enum Error {
     /// A JobQueue without a namespace (the resource is namespaced, so never in practice).
     #[error("JobQueue {0} has no namespace")]
     NoNamespace(String),
+
+    /// The finalizer could not be used (never in practice: a JobQueue has a name).
+    #[error("finalizer: {0}")]
+    Finalizer(String),
 }
 
 impl Error {
@@ -73,6 +78,7 @@ impl Error {
             Error::Unavailable(f) => snake_case(f.reason),
             Error::Kube(_) => "kube_api".to_string(),
             Error::NoNamespace(_) => "no_namespace".to_string(),
+            Error::Finalizer(_) => "finalizer".to_string(),
         }
     }
 }
@@ -287,6 +293,17 @@ impl Context {
         self.with_state(queue, |state| state.unreadable = 0);
     }
 
+    /// Forget all that is kept about `queue` at once (it was deleted): its state and its
+    /// metric series, without waiting for the sweep.
+    pub fn forget(&self, queue: &JobQueue) {
+        let labels = queue_labels(queue);
+        self.metrics.forget(&labels);
+        self.queues
+            .lock()
+            .expect("queue state lock")
+            .remove(&labels);
+    }
+
     /// Forget a queue's failures after a good reconcile.
     pub(crate) fn succeeded(&self, queue: &JobQueue) {
         self.with_state(queue, |state| state.failures = 0);
@@ -427,6 +444,27 @@ mod tests {
         ctx.remember_plan(&first, &plan);
         ctx.retain(&HashSet::new());
         assert_eq!(ctx.last_good_plan(&first), None, "a gone queue's plan");
+    }
+
+    #[tokio::test]
+    async fn forget_drops_a_deleted_queue_at_once() {
+        let ctx = context();
+        let initial = ctx.settings.backoff_initial;
+        let (gone, kept) = (queue("gone", "uid-g"), queue("kept", "uid-k"));
+        let now = Timestamp::from_second(1_700_000_000).unwrap();
+        for jq in [&gone, &kept] {
+            ctx.failed(jq);
+            ctx.with_recommendations(jq, |r| r.record(now, 3));
+        }
+        ctx.forget(&gone);
+        assert_eq!(
+            ctx.failed(&gone),
+            initial,
+            "the failures of a deleted queue"
+        );
+        assert!(ctx.with_recommendations(&gone, |r| r.is_empty()));
+        assert_eq!(ctx.failed(&kept), initial * 2, "another queue's failures");
+        assert_eq!(ctx.with_recommendations(&kept, |r| r.highest()), Some(3));
     }
 
     #[test]

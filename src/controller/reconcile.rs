@@ -28,6 +28,11 @@
 //! a KEDA ScaledObject or an older JobQueue on it, a refused patch) is the `Scaling`
 //! condition's reason: the rest of the reconcile goes on. The pause annotations
 //! ([`pause`]) hold the target in 4 instead of the backlog.
+//!
+//! The pipeline runs behind the finalizer `jobqueue.dev/cleanup` (kube's `finalizer`
+//! helper), added on the first reconcile: a deleted queue waits for its cleanup (the
+//! worker target set as `spec.workers.onDelete` says, a `QueueDeleted` Event, the queue
+//! forgotten; its Redis keys left in place), decided by [`lifecycle`].
 
 use std::sync::Arc;
 
@@ -35,6 +40,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::Recorder;
+use kube::runtime::finalizer::{self, Event as FinalizerEvent, finalizer};
 use kube::{Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
@@ -44,12 +50,143 @@ use super::metrics::QueueLabels;
 use super::scaling::{self, Backlog, Decision, ScalePolicy, TargetRef, TargetState};
 use super::status::{self, Failure, Observation, SpecVerdict, reasons};
 use super::validate::{self, InvalidSpec, QueuePlan};
-use super::{Context, Error, FIELD_MANAGER, Result, cluster_reads, ownership, pause};
-use crate::crd::{API_VERSION, JobQueue, JobQueueStatus};
+use super::{Context, Error, FIELD_MANAGER, Result, cluster_reads, lifecycle, ownership, pause};
+use crate::crd::{API_VERSION, JobQueue, JobQueueStatus, OnDelete, WorkersSpec};
 use crate::queue::{Queue, QueueStats};
 
-/// Reconcile one JobQueue.
+/// Reconcile one JobQueue: through the finalizer [`lifecycle::FINALIZER`], the pipeline
+/// (`apply`) while the queue exists, the cleanup once it is deleted.
 pub async fn reconcile(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
+    let ns = jq
+        .namespace()
+        .ok_or_else(|| Error::NoNamespace(jq.name_any()))?;
+    let api: Api<JobQueue> = Api::namespaced(ctx.client.clone(), &ns);
+    let adds_finalizer = !lifecycle::has_finalizer(&jq) && jq.metadata.deletion_timestamp.is_none();
+    let action = finalizer(&api, lifecycle::FINALIZER, jq.clone(), |event| {
+        let ctx = ctx.clone();
+        async move {
+            match event {
+                FinalizerEvent::Apply(jq) => apply(jq, ctx).await,
+                FinalizerEvent::Cleanup(jq) => cleanup(jq, ctx).await,
+            }
+        }
+    })
+    .await
+    .map_err(|e| match e {
+        finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e,
+        finalizer::Error::AddFinalizer(e) | finalizer::Error::RemoveFinalizer(e) => Error::Kube(e),
+        other => Error::Finalizer(other.to_string()),
+    })?;
+    if adds_finalizer {
+        // The finalizer was added, which changes no generation: its watch event will not
+        // bring the queue back, so the pipeline runs now, on the object as read.
+        return apply(jq, ctx).await;
+    }
+    Ok(action)
+}
+
+/// The queue was deleted: set its worker target as `spec.workers.onDelete` says, leave its
+/// Redis keys, say so in a Normal Event and forget the queue (see [`lifecycle`]). An error
+/// (a refused scale patch) keeps the finalizer, and the cleanup is tried again.
+async fn cleanup(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
+    let q = Subject::new(&jq, &ctx)?;
+    let workers = jq.spec.workers.as_ref();
+    let target = workers.map(|w| {
+        TargetRef::parse(
+            &w.scale_target_ref.api_version,
+            &w.scale_target_ref.kind,
+            &w.scale_target_ref.name,
+        )
+    });
+    let action = match (workers, &target) {
+        (Some(w), Some(Ok(target))) => Some(on_delete_scale(&ctx, &q, w, target).await?),
+        _ => None,
+    };
+    // An invalid target was never scaled: it is left as it is.
+    let target_name =
+        workers.map(|w| format!("{}/{}", w.scale_target_ref.kind, w.scale_target_ref.name));
+    let note = lifecycle::deleted_note(
+        &jq.spec.key_prefix,
+        &jq.spec.hash_tag,
+        target_name.as_deref(),
+        action,
+    );
+    info!(namespace = %q.ns, name = %q.name, note = %note, "queue deleted");
+    publish(
+        &ctx.recorder,
+        &jq,
+        &EventSpec::normal(lifecycle::QUEUE_DELETED, note),
+    )
+    .await;
+    ctx.forget(&jq);
+    Ok(Action::await_change())
+}
+
+/// Read the target's replicas and set them as `onDelete` says; a target already gone
+/// is left alone (`TargetGone`).
+async fn on_delete_scale(
+    ctx: &Context,
+    q: &Subject<'_>,
+    workers: &WorkersSpec,
+    target: &TargetRef,
+) -> Result<lifecycle::OnDeleteAction> {
+    let original = q
+        .prev
+        .and_then(|s| s.original_replicas.as_ref())
+        .filter(|o| o.target == target.to_string())
+        .map(|o| o.replicas);
+    if workers.on_delete != OnDelete::Keep && !lifecycle::was_scaling(q.prev) {
+        // Another owner (an HPA) has it, or it was missing: not the operator's to set.
+        return Ok(lifecycle::OnDeleteAction::NotScaling);
+    }
+    let current = if workers.on_delete == OnDelete::Keep {
+        // Nothing to change: no need to read it.
+        None
+    } else {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(ctx.client.clone(), &q.ns, &target.api_resource());
+        match api.get_scale(&target.name).await {
+            Ok(scale) => Some(scale.spec.and_then(|s| s.replicas).unwrap_or(0)),
+            Err(kube::Error::Api(s)) if s.code == 404 => None,
+            Err(e) => return Err(Error::Kube(e)),
+        }
+    };
+    let action = lifecycle::on_delete(workers.on_delete, original, current);
+    match action {
+        lifecycle::OnDeleteAction::Scale { from, to } => {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(ctx.client.clone(), &q.ns, &target.api_resource());
+            let params = PatchParams {
+                field_manager: Some(FIELD_MANAGER.to_string()),
+                ..PatchParams::default()
+            };
+            let patch = serde_json::json!({ "spec": { "replicas": to } });
+            api.patch_scale(&target.name, &params, &Patch::Merge(&patch))
+                .await
+                .map_err(|e| {
+                    warn!(
+                        namespace = %q.ns,
+                        name = %q.name,
+                        target = %target,
+                        error = %kube_reason(&e),
+                        "cannot scale the workers of a deleted queue"
+                    );
+                    Error::Kube(e)
+                })?;
+            info!(namespace = %q.ns, name = %q.name, target = %target, from, to, "scaled the workers of a deleted queue");
+        }
+        lifecycle::OnDeleteAction::TargetGone => {
+            info!(namespace = %q.ns, name = %q.name, target = %target, "the workers of a deleted queue are gone");
+        }
+        lifecycle::OnDeleteAction::Keep
+        | lifecycle::OnDeleteAction::Leave { .. }
+        | lifecycle::OnDeleteAction::NotScaling => {}
+    }
+    Ok(action)
+}
+
+/// The pipeline of a queue that exists (the finalizer's `Apply`).
+async fn apply(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
     let mut q = Subject::new(&jq, &ctx)?;
     let _timer = ctx.metrics.reconcile_started(&q.labels);
 
@@ -130,6 +267,25 @@ pub async fn reconcile(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
     status::scaled(&mut new, scaling.as_ref(), q.generation, q.now);
     let has_workers = jq.spec.workers.is_some();
     status::spec_checked(&mut new, &verdict, has_workers, q.generation, q.now);
+    // The spec's target, also while spec.workers is refused (its record is kept).
+    let target = jq
+        .spec
+        .workers
+        .as_ref()
+        .and_then(|w| {
+            TargetRef::parse(
+                &w.scale_target_ref.api_version,
+                &w.scale_target_ref.kind,
+                &w.scale_target_ref.name,
+            )
+            .ok()
+        })
+        .map(|t| t.to_string());
+    new.original_replicas = lifecycle::original_replicas(
+        q.prev.and_then(|s| s.original_replicas.as_ref()),
+        target.as_deref(),
+        scaling.as_ref(),
+    );
     let notes = events::success_events(q.prev, &new, &obs);
     let scale_notes = match &scaling {
         Some(decision) => events::scaling_events(q.prev, decision),

@@ -404,6 +404,7 @@ mod tests {
             max_scale_up_step: Some(4),
             behavior: None,
             fallback: None,
+            on_delete: crate::crd::OnDelete::Keep,
         }
     }
 

@@ -15,9 +15,13 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Resource;
 
 pub const NS: &str = "default";
+/// The operator's finalizer on every JobQueue it has seen (part of its API: the docs tell
+/// how to remove it by hand).
+pub const FINALIZER: &str = "jobqueue.dev/cleanup";
 
 /// A JobQueue named `name` on `url`, with hash tag `tag`, as the API server would hand
-/// it to the controller (namespace, uid, generation 1).
+/// it to the controller once the operator has seen it (namespace, uid, generation 1, the
+/// operator's finalizer).
 pub fn queue(name: &str, url: &str, tag: &str) -> JobQueue {
     let mut jq = JobQueue::new(name, JobQueueSpec::new(url, tag));
     let meta = jq.meta_mut();
@@ -25,6 +29,7 @@ pub fn queue(name: &str, url: &str, tag: &str) -> JobQueue {
     meta.uid = Some(format!("uid-{name}"));
     meta.generation = Some(1);
     meta.resource_version = Some("1".into());
+    meta.finalizers = Some(vec![FINALIZER.into()]);
     jq
 }
 
@@ -41,6 +46,10 @@ pub trait JobQueueExt {
     fn with_annotation(self, key: &str, value: &str) -> Self;
     /// Created `secs` seconds after `TestClock::new()`'s time.
     fn created_at(self, secs: i64) -> Self;
+    /// The object as a new one, before the operator added its finalizer.
+    fn without_finalizer(self) -> Self;
+    /// The object after a DELETE: its deletion timestamp set, its finalizers kept.
+    fn deleted(self) -> Self;
 }
 
 impl JobQueueExt for JobQueue {
@@ -94,6 +103,20 @@ impl JobQueueExt for JobQueue {
     fn created_at(mut self, secs: i64) -> Self {
         let at = TestClock::new().now() + SignedDuration::from_secs(secs);
         self.meta_mut().creation_timestamp = Some(Time(at));
+        self
+    }
+
+    fn without_finalizer(mut self) -> Self {
+        self.meta_mut().finalizers = None;
+        self
+    }
+
+    fn deleted(mut self) -> Self {
+        let meta = self.meta_mut();
+        meta.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            Timestamp::from_second(1_700_000_000).unwrap(),
+        ));
+        meta.generation = meta.generation.map(|g| g + 1);
         self
     }
 }

@@ -26,7 +26,7 @@ use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
-use super::fixtures::{NS, ScaleTarget, TestClock};
+use super::fixtures::{FINALIZER, NS, ScaleTarget, TestClock};
 
 /// How long `next` waits for a request the test expects.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -308,6 +308,20 @@ pub enum Expect {
     /// An Event of this type and reason published again: kube's recorder PATCHes the
     /// series of the first one.
     EventAgain(&'static str, &'static str),
+    /// The JSON patch that adds the operator's finalizer to a JobQueue without finalizers,
+    /// answered with the object carrying it.
+    AddFinalizer,
+    /// The JSON patch that removes the operator's finalizer (the first and only one),
+    /// answered with the object without it.
+    RemoveFinalizer,
+}
+
+/// The path of the scenario's JobQueue (for its metadata patches).
+fn queue_path(jq: &JobQueue) -> String {
+    format!(
+        "/apis/jobqueue.dev/v1alpha1/namespaces/{NS}/jobqueues/{}?",
+        jq.name_any()
+    )
 }
 
 impl Expect {
@@ -346,6 +360,8 @@ impl Expect {
             }
             Expect::NoScaledObjects => "LIST ScaledObjects (KEDA not installed)".into(),
             Expect::EventAgain(type_, reason) => format!("PATCH {type_} Event {reason} again"),
+            Expect::AddFinalizer => format!("PATCH {} adding the finalizer", jq.name_any()),
+            Expect::RemoveFinalizer => format!("PATCH {} removing the finalizer", jq.name_any()),
         }
     }
 
@@ -478,6 +494,36 @@ impl Expect {
                 let echo = request.body.clone().into_bytes();
                 seen.events.push(event);
                 request.respond(Response::new(MockBody::full(echo)));
+            }
+            Expect::AddFinalizer => {
+                assert_eq!(method, Method::PATCH, "request #{i}: {uri}");
+                assert_eq!(uri, queue_path(jq), "request #{i}");
+                assert_eq!(
+                    request.json(),
+                    json!([
+                        {"op": "test", "path": "/metadata/finalizers", "value": null},
+                        {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]},
+                    ]),
+                    "request #{i}: the finalizer is added to an object without finalizers"
+                );
+                let mut with = jq.clone();
+                with.metadata.finalizers = Some(vec![FINALIZER.into()]);
+                request.respond(json_response(StatusCode::OK, &with));
+            }
+            Expect::RemoveFinalizer => {
+                assert_eq!(method, Method::PATCH, "request #{i}: {uri}");
+                assert_eq!(uri, queue_path(jq), "request #{i}");
+                assert_eq!(
+                    request.json(),
+                    json!([
+                        {"op": "test", "path": "/metadata/finalizers/0", "value": FINALIZER},
+                        {"op": "remove", "path": "/metadata/finalizers/0"},
+                    ]),
+                    "request #{i}: the finalizer is removed, checked to be the one"
+                );
+                let mut without = jq.clone();
+                without.metadata.finalizers = None;
+                request.respond(json_response(StatusCode::OK, &without));
             }
         }
     }

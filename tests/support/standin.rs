@@ -1,8 +1,9 @@
 //! A stand-in Kubernetes API server over real HTTP, for running the operator binary from
 //! outside: an in-memory object store with list, watch (chunked JSON events), get,
-//! create, replace, merge and apply patches, the status and scale subresources, and a
-//! log of every request for the test to assert on; and the operator binary run against
-//! it (`OperatorProcess`).
+//! create, replace, merge, apply and JSON patches, delete (with finalizers: the object
+//! is marked and goes once they are all removed), the status and scale subresources, and
+//! a log of every request for the test to assert on; and the operator binary run
+//! against it (`OperatorProcess`).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -194,6 +195,15 @@ impl StandIn {
             object["status"] = st.clone();
         }
         object["metadata"]["generation"] = json!(generation);
+        if let Some(old) = &existing
+            && let Some(ts) = old["metadata"].get("deletionTimestamp")
+        {
+            // A deletion cannot be undone by a write.
+            object["metadata"]["deletionTimestamp"] = ts.clone();
+        }
+        if existing.is_some() && is_released(&object) {
+            return self.commit(&mut store, key, object, "DELETED");
+        }
         if existing.is_none() {
             object["metadata"]["uid"] = json!(format!("uid-{}", store.rv + 1));
             object["metadata"]["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
@@ -257,6 +267,103 @@ impl StandIn {
     pub fn log(&self) -> Vec<Logged> {
         self.store.lock().unwrap().log.clone()
     }
+
+    /// Delete an object as the API server does: with finalizers it is only marked (its
+    /// `deletionTimestamp` set and, as for any object with a generation, the generation
+    /// bumped; a MODIFIED event) and goes once they are all removed; without them it goes
+    /// at once (a DELETED event). The object as left, `None` when there was none.
+    pub fn delete(&self, prefix: &str, plural: &str, namespace: &str, name: &str) -> Option<Value> {
+        let key = ObjKey {
+            prefix: prefix.into(),
+            plural: plural.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+        };
+        let mut store = self.store.lock().unwrap();
+        let mut object = store.objects.get(&key).cloned()?;
+        let has_finalizers = object["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty());
+        if !has_finalizers {
+            return Some(self.commit(&mut store, key, object, "DELETED"));
+        }
+        if object["metadata"].get("deletionTimestamp").is_some() {
+            return Some(object);
+        }
+        object["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:01:00Z");
+        object["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        if let Some(g) = object["metadata"]["generation"].as_i64() {
+            object["metadata"]["generation"] = json!(g + 1);
+        }
+        Some(self.commit(&mut store, key, object, "MODIFIED"))
+    }
+}
+
+/// A deleted object whose finalizers are all gone: the server lets it go.
+fn is_released(object: &Value) -> bool {
+    object["metadata"].get("deletionTimestamp").is_some()
+        && object["metadata"]["finalizers"]
+            .as_array()
+            .is_none_or(|f| f.is_empty())
+}
+
+/// RFC 6902 JSON patch (`test`, `add`, `remove`, `replace`); the error is the message of
+/// a 422.
+fn json_patch(target: &mut Value, ops: &Value) -> Result<(), String> {
+    let ops = ops.as_array().ok_or("a JSON patch is an array")?;
+    for op in ops {
+        let path = op["path"].as_str().ok_or("an operation without a path")?;
+        let (parent, last) = match path.rfind('/') {
+            Some(i) => (
+                &path[..i],
+                path[i + 1..].replace("~1", "/").replace("~0", "~"),
+            ),
+            None => return Err(format!("bad path {path}")),
+        };
+        match op["op"].as_str() {
+            Some("test") => {
+                let found = target.pointer(path).unwrap_or(&Value::Null);
+                if found != &op["value"] {
+                    return Err(format!(
+                        "test failed: {path} is {found}, not {}",
+                        op["value"]
+                    ));
+                }
+            }
+            Some(kind @ ("add" | "replace" | "remove")) => {
+                let container = target
+                    .pointer_mut(parent)
+                    .ok_or_else(|| format!("no {parent}"))?;
+                match container {
+                    Value::Object(m) => {
+                        if kind == "remove" {
+                            m.remove(&last).ok_or_else(|| format!("no {path}"))?;
+                        } else {
+                            m.insert(last, op["value"].clone());
+                        }
+                    }
+                    Value::Array(a) => {
+                        let at = if last == "-" {
+                            a.len()
+                        } else {
+                            last.parse().map_err(|_| format!("bad index in {path}"))?
+                        };
+                        match kind {
+                            "add" if at <= a.len() => a.insert(at, op["value"].clone()),
+                            "replace" if at < a.len() => a[at] = op["value"].clone(),
+                            "remove" if at < a.len() => {
+                                a.remove(at);
+                            }
+                            _ => return Err(format!("index out of range in {path}")),
+                        }
+                    }
+                    _ => return Err(format!("{parent} is not a container")),
+                }
+            }
+            other => return Err(format!("operation {other:?} not served")),
+        }
+    }
+    Ok(())
 }
 
 async fn handle(State(s): State<StandIn>, req: Request) -> Response {
@@ -390,6 +497,20 @@ async fn handle(State(s): State<StandIn>, req: Request) -> Response {
                         obj["spec"]["replicas"] = r.clone();
                     }
                 }
+                _ if content_type.contains("json-patch") => {
+                    let status = obj.get("status").cloned();
+                    if let Err(e) = json_patch(&mut obj, &patch) {
+                        return self::status(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", &e);
+                    }
+                    match status {
+                        Some(st) => obj["status"] = st,
+                        None => {
+                            if let Some(m) = obj.as_object_mut() {
+                                m.remove("status");
+                            }
+                        }
+                    }
+                }
                 _ => {
                     let mut patch = patch;
                     if let Some(m) = patch.as_object_mut() {
@@ -405,11 +526,26 @@ async fn handle(State(s): State<StandIn>, req: Request) -> Response {
                 namespace: namespace.clone(),
                 name,
             };
-            let updated = s.commit(&mut store, key, obj, "MODIFIED");
+            let kind = if is_released(&obj) {
+                "DELETED"
+            } else {
+                "MODIFIED"
+            };
+            let updated = s.commit(&mut store, key, obj, kind);
             drop(store);
             match sub.as_deref() {
                 Some("scale") => ok_json(StatusCode::OK, &scale_of(&updated)),
                 _ => ok_json(StatusCode::OK, &updated),
+            }
+        }
+        (Method::DELETE, Some(name)) if sub.is_none() => {
+            match s.delete(&prefix, &plural, &namespace, &name) {
+                Some(obj) => ok_json(StatusCode::OK, &obj),
+                None => status(
+                    StatusCode::NOT_FOUND,
+                    "NotFound",
+                    &format!("{plural} \"{name}\" not found"),
+                ),
             }
         }
         (m, _) => status(

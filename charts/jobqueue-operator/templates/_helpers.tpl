@@ -64,7 +64,13 @@ scripts/chart_check.py, which fails when the rendered rules grant more.
 {{- define "jobqueue.rules" -}}
 - apiGroups: ["jobqueue.dev"]
   resources: ["jobqueues"]
-  verbs: ["get", "list", "watch"]
+  # patch: the finalizer jobqueue.dev/cleanup, added and removed by JSON patches.
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["jobqueue.dev"]
+  resources: ["jobqueues/finalizers"]
+  # Where an admission plugin (OwnerReferencesPermissionEnforcement) checks who may set
+  # the finalizers of a JobQueue.
+  verbs: ["update"]
 - apiGroups: ["jobqueue.dev"]
   resources: ["jobqueues/status"]
   verbs: ["get", "patch"]
