@@ -38,6 +38,10 @@ pub mod reasons {
     pub const SECRET_UNREADABLE: &str = "SecretUnreadable";
     pub const REDIS_UNREACHABLE: &str = "RedisUnreachable";
     pub const AUTH_FAILED: &str = "AuthFailed";
+    /// Redis's ACL refused a command or a key of the queue to the user.
+    pub const ACL_DENIED: &str = "ACLDenied";
+    /// A TLS certificate was refused: the server's by the operator, or the operator's.
+    pub const TLS_REJECTED: &str = "TLSRejected";
     pub const INVALID_URL: &str = "InvalidURL";
     pub const WRONG_TYPE: &str = "WrongType";
     pub const REDIS_ERROR: &str = "RedisError";
