@@ -68,7 +68,7 @@ mod tests {
             detail: "this user has no permissions to run the 'evalsha' command".into(),
         };
         let f = classify(&denied);
-        assert_eq!((f.reason, f.redis_reached), ("ACLDenied", true));
+        assert_eq!((f.reason, f.redis_reached), ("AclDenied", true));
         assert!(f.message.contains("\"worker\""), "{}", f.message);
         let tls = QueueError::Tls {
             endpoint: "rediss://h:1".into(),
@@ -76,7 +76,7 @@ mod tests {
             source: redis::RedisError::from((redis::ErrorKind::Io, "alert")),
         };
         let f = classify(&tls);
-        assert_eq!((f.reason, f.redis_reached), ("TLSRejected", false));
+        assert_eq!((f.reason, f.redis_reached), ("TlsRejected", false));
         assert!(
             f.message.contains("requires a client certificate"),
             "{}",
