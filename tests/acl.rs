@@ -237,6 +237,21 @@ async fn a_workers_user_cannot_read_or_change_another_queue() {
         .query::<Vec<String>>(&mut raw)
         .unwrap_err();
     assert_eq!(err.code(), Some("NOPERM"), "{err}");
+    // The command line, with the user from JOBQUEUE_USERNAME: exit 4, the user named.
+    let out = Command::new(env!("CARGO_BIN_EXE_jobqueue"))
+        .args(["stats", "--tag", "other", "--redis"])
+        .arg(format!("redis://:s3cret-wp@127.0.0.1:{}", server.port))
+        .env_remove("JOBQUEUE_REDIS_URL")
+        .env("JOBQUEUE_USERNAME", &worker)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(
+        stderr.contains("denied by the ACL of Redis user \"jq-worker-emails\"")
+            && !stderr.contains("s3cret"),
+        "{stderr}"
+    );
     assert_eq!(before, snapshot(&mut admin), "another queue was changed");
 
     // Its own queue works over the URL form of the user.
