@@ -32,6 +32,8 @@ enum Target {
     Closed,
     /// A redis-server with `requirepass s3cret-pw`; `{url}` carries no password.
     Auth,
+    /// `rediss://` to a redis-server with `tls-auth-clients yes`, its CA `{certs}/ca.crt`.
+    Mtls,
 }
 
 struct Row {
@@ -131,6 +133,16 @@ const ROWS: &[Row] = &[
     row("print-ids-without-stdin", &["enqueue", "--redis", "{url}", "--tag", "bi", "--print-ids", "x"], 2, "--print-ids needs --stdin"),
     row("dead-show-raw-json", &["dead", "show", "--redis", "{url}", "--tag", "bi", "d1", "--raw", "--json"], 2, "cannot be used with"),
     row("unknown-flag", &["stats", "--redis", "{url}", "--tag", "bi", "--colour"], 2, "unexpected argument '--colour'"),
+    row("acl-wrong-password", &["stats", "--redis", "{reader_url_wrong}", "--username", "jq-reader", "--tag", "bi"], 4, "user \"jq-reader\""),
+    row("acl-username-no-password", &["stats", "--redis", "{url}", "--username", "jq-reader", "--tag", "bi"], 2, "was given without a password"),
+    row("acl-denied-command", &["enqueue", "--redis", "{reader_url}", "--tag", "bi", "x"], 4, "denied by the ACL of Redis user \"jq-reader\""),
+    row("acl-denied-key", &["stats", "--redis", "{reader_url}", "--tag", "other"], 4, "no permissions to access one of the keys"),
+    row("tls-cert-without-key", &["stats", "--redis", "{tls_url}", "--tag", "bi", "--tls-cert", "{certs}/client.crt"], 2, "--tls-key"),
+    row("tls-key-not-pem", &["stats", "--redis", "{tls_url}", "--tag", "bi", "--tls-cert", "{certs}/client.crt", "--tls-key", "{dir}/notpem.crt"], 2, "is not a PEM private key"),
+    row("tls-cert-plain-url", &["stats", "--redis", "{url}", "--tag", "bi", "--tls-cert", "{certs}/client.crt", "--tls-key", "{certs}/client.key"], 6, "a client certificate was given but the URL is not rediss://"),
+    on(Target::Mtls, row("mtls-no-cert", &["stats", "--redis", "{url}", "--tag", "bi", "--tls-ca", "{certs}/ca.crt"], 4, "the server requires a client certificate")),
+    on(Target::Mtls, row("mtls-other-ca", &["stats", "--redis", "{url}", "--tag", "bi", "--tls-ca", "{certs}/ca.crt", "--tls-cert", "{certs}/stranger.crt", "--tls-key", "{certs}/stranger.key"], 4, "the server rejected the client certificate")),
+    on(Target::Mtls, row("tls-unknown-ca", &["stats", "--redis", "{url}", "--tag", "bi", "--tls-cert", "{certs}/client.crt", "--tls-key", "{certs}/client.key"], 3, "not signed by a CA this client trusts")),
 ];
 
 /// Rows of the library and the protocol (no process, no exit code: the doc says `-`):
@@ -350,6 +362,9 @@ fn run(args: &[String]) -> Outcome {
         "JOBQUEUE_TAG",
         "JOBQUEUE_PREFIX",
         "JOBQUEUE_TLS_CA",
+        "JOBQUEUE_USERNAME",
+        "JOBQUEUE_TLS_CERT",
+        "JOBQUEUE_TLS_KEY",
     ] {
         cmd.env_remove(var);
     }
@@ -439,8 +454,26 @@ fn every_bad_input_is_answered_with_its_code_and_message_and_changes_nothing() {
         stand_in(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
     let closed = free_port();
     let auth = RedisServer::start_with(&["--requirepass", "s3cret-pw"]);
+    let certs_dir = tempfile::tempdir().unwrap();
+    let certs = support::certs::standard(certs_dir.path());
+    let (_mtls, mtls_port) = support::certs::tls_server(&certs, "yes");
     let mut conn = server.conn();
     seed(&mut conn);
+    // A user that may read the queue `bi` and nothing else.
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("jq-reader")
+        .arg("reset")
+        .arg("on")
+        .arg(">reader-pw")
+        .arg("~jq:{bi}:*")
+        .arg("+@read")
+        .arg("+ping")
+        .query(&mut conn)
+        .unwrap();
+    let reader_url = server
+        .url()
+        .replace("redis://", "redis://jq-reader:reader-pw@");
     let dir = tempfile::tempdir().unwrap();
     write_files(dir.path());
     let long_tag = "a".repeat(100_000);
@@ -455,6 +488,7 @@ fn every_bad_input_is_answered_with_its_code_and_message_and_changes_nothing() {
             Target::Http => format!("redis://127.0.0.1:{http}"),
             Target::Closed => format!("redis://127.0.0.1:{closed}"),
             Target::Auth => auth.url(),
+            Target::Mtls => format!("rediss://127.0.0.1:{mtls_port}"),
         };
         let args: Vec<String> = r
             .args
@@ -465,6 +499,12 @@ fn every_bad_input_is_answered_with_its_code_and_message_and_changes_nothing() {
                     .replace("{dir}", &dir.path().display().to_string())
                     .replace("{long_tag}", &long_tag)
                     .replace("{long_id}", &long_id)
+                    .replace("{certs}", &certs.dir.display().to_string())
+                    .replace("{reader_url}", &reader_url)
+                    .replace(
+                        "{reader_url_wrong}",
+                        &server.url().replace("redis://", "redis://:wrong-pw@"),
+                    )
                     .replace(
                         "{auth_url}",
                         &auth.url().replace("redis://", "redis://:wrong-pw@"),
@@ -487,7 +527,10 @@ fn every_bad_input_is_answered_with_its_code_and_message_and_changes_nothing() {
         if before != after {
             wrong.push("Redis changed".into());
         }
-        if out.stderr.contains("wrong-pw") || out.stderr.contains("s3cret-pw") {
+        if ["wrong-pw", "s3cret-pw", "reader-pw"]
+            .iter()
+            .any(|pw| out.stderr.contains(pw))
+        {
             wrong.push("a password is shown".into());
         }
         if !wrong.is_empty() {

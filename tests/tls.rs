@@ -4,8 +4,9 @@ mod support;
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
-use jobqueue::queue::{ConnectOptions, Error, NewJob, Queue, Redis};
+use jobqueue::queue::{ConnectOptions, Error, NewJob, Queue, Redis, TlsProblem};
 use support::redis::{RedisServer, free_port};
 
 /// A CA and a server certificate for 127.0.0.1, made with openssl.
@@ -104,11 +105,25 @@ async fn a_private_ca_is_trusted_only_when_given() {
     assert_eq!(lease.payload.as_ref(), b"over tls");
     assert!(queue.ack(&lease).await.unwrap());
 
-    // Without the CA the server's certificate is not trusted.
+    // Without the CA the server's certificate is not trusted, and the message says so.
     let err = Redis::connect(&ConnectOptions::new(&url))
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::Connect { .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            Error::Tls {
+                problem: TlsProblem::UnknownServerCa,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .contains("not signed by a CA this client trusts"),
+        "{err}"
+    );
 
     // A CA with a plain URL is a mistake worth naming.
     let err = Redis::connect(&ConnectOptions::new(server.url()).ca_cert(Some(ca)))
@@ -149,4 +164,179 @@ async fn a_private_ca_is_trusted_only_when_given() {
     let missing = run(&["--tls-ca", "/nonexistent/ca.pem"]);
     assert_eq!(missing.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("--tls-ca"));
+}
+
+/// Mutual TLS: a server with `tls-auth-clients yes` takes a client whose certificate its
+/// CA signed, and refuses one with no certificate or one from another CA, each with a
+/// message that says which.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_takes_the_clients_its_ca_signed() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = support::certs::standard(dir.path());
+    let (_server, tls_port) = support::certs::tls_server(&certs, "yes");
+    let url = format!("rediss://127.0.0.1:{tls_port}");
+    let ca = certs.read("ca.crt");
+    let with = |cert: &str| {
+        ConnectOptions::new(&url)
+            .ca_cert(Some(ca.clone()))
+            .client_cert(
+                Some(certs.read(&format!("{cert}.crt"))),
+                Some(certs.read(&format!("{cert}.key"))),
+            )
+    };
+
+    let redis = Redis::connect(&with("client")).await.unwrap();
+    let queue = Queue::new(redis, "jq", "mtls").unwrap();
+    queue.enqueue(NewJob::new(&b"mutual"[..])).await.unwrap();
+    // The wait for jobs uses a connection of its own, with the same certificate.
+    let lease = queue
+        .consumer("w")
+        .next_job(Duration::from_secs(5))
+        .await
+        .unwrap()
+        .expect("a job");
+    assert_eq!(lease.payload.as_ref(), b"mutual");
+    assert!(queue.ack(&lease).await.unwrap());
+
+    let none = Redis::connect(&ConnectOptions::new(&url).ca_cert(Some(ca.clone())))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            none,
+            Error::Tls {
+                problem: TlsProblem::ClientCertRequired,
+                ..
+            }
+        ),
+        "{none:?}"
+    );
+    assert!(
+        none.to_string()
+            .contains("the server requires a client certificate"),
+        "{none}"
+    );
+    let stranger = Redis::connect(&with("stranger")).await.unwrap_err();
+    assert!(
+        matches!(
+            stranger,
+            Error::Tls {
+                problem: TlsProblem::ClientCertRejected,
+                ..
+            }
+        ),
+        "{stranger:?}"
+    );
+    assert!(
+        stranger
+            .to_string()
+            .contains("the server rejected the client certificate"),
+        "{stranger}"
+    );
+
+    // This client refusing the server: no CA given, so the private CA is unknown.
+    let untrusted = Redis::connect(&ConnectOptions::new(&url).client_cert(
+        Some(certs.read("client.crt")),
+        Some(certs.read("client.key")),
+    ))
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(
+            untrusted,
+            Error::Tls {
+                problem: TlsProblem::UnknownServerCa,
+                ..
+            }
+        ),
+        "{untrusted:?}"
+    );
+
+    // Half a pair, or a key that is not PEM, is refused before connecting.
+    let half = ConnectOptions::new(&url).client_cert(Some(certs.read("client.crt")), None);
+    let err = Redis::connect(&half).await.unwrap_err();
+    assert!(err.to_string().contains("needs its private key"), "{err}");
+    let not_pem = ConnectOptions::new(&url)
+        .client_cert(Some(certs.read("client.crt")), Some(b"not a key".to_vec()));
+    let err = Redis::connect(&not_pem).await.unwrap_err();
+    assert!(err.to_string().contains("not a PEM private key"), "{err}");
+
+    // The command line: files from flags or from the environment.
+    let cli = |args: &[&str], env: &[(&str, String)]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_jobqueue"));
+        cmd.args(["stats", "--json", "--redis", &url, "--tag", "mtls"])
+            .args(["--tls-ca", &certs.path("ca.crt")])
+            .args(args);
+        for var in [
+            "JOBQUEUE_REDIS_URL",
+            "JOBQUEUE_TLS_CERT",
+            "JOBQUEUE_TLS_KEY",
+        ] {
+            cmd.env_remove(var);
+        }
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    };
+    let ok = cli(
+        &[
+            "--tls-cert",
+            &certs.path("client.crt"),
+            "--tls-key",
+            &certs.path("client.key"),
+        ],
+        &[],
+    );
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("\"acked\":1"));
+    let from_env = cli(
+        &[],
+        &[
+            ("JOBQUEUE_TLS_CERT", certs.path("client.crt")),
+            ("JOBQUEUE_TLS_KEY", certs.path("client.key")),
+        ],
+    );
+    assert!(
+        from_env.status.success(),
+        "{}",
+        String::from_utf8_lossy(&from_env.stderr)
+    );
+}
+
+/// A server certificate that does not name the URL's host is refused with that reason.
+#[tokio::test]
+async fn a_server_certificate_for_another_name_is_named_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = support::certs::Certs::new(dir.path());
+    certs.ca("ca").issue(
+        "ca",
+        "server",
+        "redis.example",
+        "subjectAltName=DNS:redis.example\nextendedKeyUsage=serverAuth\n",
+    );
+    let (_server, tls_port) = support::certs::tls_server(&certs, "no");
+    let url = format!("rediss://127.0.0.1:{tls_port}");
+    let err = Redis::connect(&ConnectOptions::new(&url).ca_cert(Some(certs.read("ca.crt"))))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Tls {
+                problem: TlsProblem::ServerNameMismatch,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .contains("not valid for the host of the URL"),
+        "{err}"
+    );
 }

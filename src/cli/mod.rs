@@ -31,9 +31,10 @@ pub mod exit {
     pub const FAILURE: i32 = 1;
     /// Bad flags or arguments (clap's own code).
     pub const USAGE: i32 = 2;
-    /// Redis could not be reached.
+    /// Redis could not be reached (or its TLS certificate is not trusted).
     pub const UNREACHABLE: i32 = 3;
-    /// Redis refused the credentials.
+    /// Redis refused the credentials (password, user, client certificate) or its ACL
+    /// denied the user a command or a key.
     pub const AUTH: i32 = 4;
     /// A key of the queue holds the wrong type.
     pub const WRONG_TYPE: i32 = 5;
@@ -117,6 +118,27 @@ pub struct ConnectArgs {
     /// Redis whose certificate the system trust store does not know.
     #[arg(long, env = "JOBQUEUE_TLS_CA", value_name = "FILE")]
     pub tls_ca: Option<std::path::PathBuf>,
+    /// ACL user (Redis 6+) to authenticate as; its password is the URL's
+    /// (`redis://:PASSWORD@host`). Same as `redis://USER:PASSWORD@host`.
+    #[arg(long, env = "JOBQUEUE_USERNAME", value_name = "USER")]
+    pub username: Option<String>,
+    /// PEM file of the client certificate for mutual TLS (with `rediss://`, for a Redis
+    /// started with `tls-auth-clients yes`); needs --tls-key.
+    #[arg(
+        long,
+        env = "JOBQUEUE_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// PEM file of the client certificate's private key; needs --tls-cert.
+    #[arg(
+        long,
+        env = "JOBQUEUE_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<std::path::PathBuf>,
 }
 
 impl ConnectArgs {
@@ -125,10 +147,20 @@ impl ConnectArgs {
             Some(path) => Some(read_pem(path)?),
             None => None,
         };
+        let cert = match &self.tls_cert {
+            Some(path) => Some(read_pem_file(path, "--tls-cert", "CERTIFICATE")?),
+            None => None,
+        };
+        let key = match &self.tls_key {
+            Some(path) => Some(read_pem_file(path, "--tls-key", "PRIVATE KEY")?),
+            None => None,
+        };
         Ok(ConnectOptions::new(self.redis.clone())
             .cluster(self.cluster)
             .connect_timeout(Duration::from_secs(3))
-            .ca_cert(ca))
+            .ca_cert(ca)
+            .username(self.username.clone())
+            .client_cert(cert, key))
     }
 
     pub async fn queue(&self) -> crate::queue::Result<Queue> {
@@ -158,6 +190,25 @@ fn read_pem(path: &std::path::Path) -> crate::queue::Result<Vec<u8>> {
     Ok(pem)
 }
 
+/// Read a `--tls-cert` or `--tls-key` file and check that it holds a PEM block of `label`.
+fn read_pem_file(
+    path: &std::path::Path,
+    what: &'static str,
+    label: &str,
+) -> crate::queue::Result<Vec<u8>> {
+    let invalid = |reason: String| crate::queue::Error::InvalidArgument { what, reason };
+    let pem =
+        std::fs::read(path).map_err(|e| invalid(format!("cannot read {}: {e}", path.display())))?;
+    if crate::queue::pem_blocks(&pem, label) == 0 {
+        return Err(invalid(format!(
+            "{} is not a PEM {} (no -----BEGIN ...{label}----- line)",
+            path.display(),
+            label.to_lowercase()
+        )));
+    }
+    Ok(pem)
+}
+
 /// The exit code for a failure, by what failed.
 pub fn exit_code(err: &anyhow::Error) -> i32 {
     use crate::queue::Error;
@@ -174,7 +225,11 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
         {
             exit::UNREACHABLE
         }
-        Some(Error::Auth { .. }) => exit::AUTH,
+        Some(Error::Auth { .. } | Error::Denied { .. }) => exit::AUTH,
+        // The server refused this client's certificate: a credential refused. This
+        // client refusing the server's certificate is a Redis it cannot trust to reach.
+        Some(Error::Tls { problem, .. }) if problem.is_client_side() => exit::AUTH,
+        Some(Error::Tls { .. }) => exit::UNREACHABLE,
         Some(Error::WrongType { .. }) => exit::WRONG_TYPE,
         Some(Error::InvalidUrl { .. }) => exit::BAD_URL,
         Some(Error::InvalidArgument { .. }) => exit::USAGE,
@@ -299,6 +354,23 @@ mod tests {
             }),
             exit::USAGE
         );
+        assert_eq!(
+            code(Error::Denied {
+                on: "jq:{a}".into(),
+                op: "claim",
+                user: "w".into(),
+                detail: "y".into()
+            }),
+            exit::AUTH
+        );
+        let tls = |problem| Error::Tls {
+            endpoint: "rediss://h:1".into(),
+            problem,
+            source: redis::RedisError::from((redis::ErrorKind::Io, "tls")),
+        };
+        use crate::queue::TlsProblem;
+        assert_eq!(code(tls(TlsProblem::ClientCertRejected)), exit::AUTH);
+        assert_eq!(code(tls(TlsProblem::UnknownServerCa)), exit::UNREACHABLE);
         assert_eq!(exit_code(&Interrupted("SIGTERM").into()), exit::INTERRUPTED);
         assert_eq!(
             exit_code(&common::UsageError("add --yes".into()).into()),

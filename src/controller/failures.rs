@@ -14,6 +14,9 @@ pub fn classify(e: &QueueError) -> Failure {
         }
         QueueError::Redis { .. } if e.is_transient() => (reasons::REDIS_UNREACHABLE, false),
         QueueError::Auth { .. } => (reasons::AUTH_FAILED, false),
+        // Redis answered, and said no: the user's ACL must change.
+        QueueError::Denied { .. } => (reasons::ACL_DENIED, true),
+        QueueError::Tls { .. } => (reasons::TLS_REJECTED, false),
         QueueError::InvalidUrl { .. } => (reasons::INVALID_URL, false),
         QueueError::WrongType { .. } => (reasons::WRONG_TYPE, true),
         QueueError::InvalidArgument { .. } => (reasons::INVALID_SPEC, false),
@@ -58,5 +61,26 @@ mod tests {
         assert!(f.message.contains("redis://u:***@h:1"), "{}", f.message);
         let gone = QueueError::Unavailable("redis://h:1: timed out connecting".into());
         assert_eq!(classify(&gone).reason, "RedisUnreachable");
+        let denied = QueueError::Denied {
+            on: "jq:{a}".into(),
+            op: "claim",
+            user: "worker".into(),
+            detail: "this user has no permissions to run the 'evalsha' command".into(),
+        };
+        let f = classify(&denied);
+        assert_eq!((f.reason, f.redis_reached), ("AclDenied", true));
+        assert!(f.message.contains("\"worker\""), "{}", f.message);
+        let tls = QueueError::Tls {
+            endpoint: "rediss://h:1".into(),
+            problem: crate::queue::TlsProblem::ClientCertRequired,
+            source: redis::RedisError::from((redis::ErrorKind::Io, "alert")),
+        };
+        let f = classify(&tls);
+        assert_eq!((f.reason, f.redis_reached), ("TlsRejected", false));
+        assert!(
+            f.message.contains("requires a client certificate"),
+            "{}",
+            f.message
+        );
     }
 }

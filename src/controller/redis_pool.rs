@@ -69,6 +69,10 @@ impl RedisPool {
         endpoint.options.url.hash(&mut h);
         endpoint.options.password.hash(&mut h);
         endpoint.ca.hash(&mut h);
+        // A new user or client certificate makes a new client, as a new password does.
+        endpoint.options.username.hash(&mut h);
+        endpoint.options.client_cert.hash(&mut h);
+        endpoint.options.client_key.hash(&mut h);
         Key {
             endpoint: endpoint.options.redacted_url(),
             cluster: endpoint.options.cluster,

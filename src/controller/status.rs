@@ -43,6 +43,10 @@ pub mod reasons {
     pub const SECRET_UNREADABLE: &str = "SecretUnreadable";
     pub const REDIS_UNREACHABLE: &str = "RedisUnreachable";
     pub const AUTH_FAILED: &str = "AuthFailed";
+    /// Redis's ACL refused a command or a key of the queue to the user.
+    pub const ACL_DENIED: &str = "AclDenied";
+    /// A TLS certificate was refused: the server's by the operator, or the operator's.
+    pub const TLS_REJECTED: &str = "TlsRejected";
     pub const INVALID_URL: &str = "InvalidURL";
     pub const WRONG_TYPE: &str = "WrongType";
     pub const REDIS_ERROR: &str = "RedisError";

@@ -109,12 +109,12 @@ impl Queue {
     }
 
     fn err(&self, op: &'static str, e: redis::RedisError) -> Error {
-        Error::from_redis(&self.keys.name, op, e)
+        Error::from_redis(&self.keys.name, op, e).with_user(self.redis.user())
     }
 
     /// A failed plain command on `key`: a WRONGTYPE reply names that key.
     fn err_on(&self, op: &'static str, key: &str, e: redis::RedisError) -> Error {
-        match Error::from_redis(&self.keys.name, op, e) {
+        match Error::from_redis(&self.keys.name, op, e).with_user(self.redis.user()) {
             Error::WrongType { queue, detail, .. } => Error::WrongType {
                 queue,
                 key: key.to_string(),

@@ -29,7 +29,7 @@ use redis::{
     ServerErrorKind, Value,
 };
 
-use super::error::{Error, Result};
+use super::error::{Error, Result, acl_denial, tls_problem};
 
 /// How to reach Redis.
 #[derive(Clone)]
@@ -49,6 +49,14 @@ pub struct ConnectOptions {
     /// PEM CA bundle that signs the server's certificate (`rediss://` only), for servers
     /// whose certificate the system trust store does not know.
     pub ca_cert: Option<Vec<u8>>,
+    /// ACL user (Redis 6+) to authenticate as, given apart from the URL; the URL's own
+    /// user (`redis://user:password@`) is used when this is `None`. Needs a password.
+    pub username: Option<String>,
+    /// PEM client certificate (chain) for mutual TLS (`rediss://` only), sent to a server
+    /// that asks for one (`tls-auth-clients yes`). Needs [`ConnectOptions::client_key`].
+    pub client_cert: Option<Vec<u8>>,
+    /// PEM private key of [`ConnectOptions::client_cert`] (PKCS#8, PKCS#1 or SEC1).
+    pub client_key: Option<Vec<u8>>,
 }
 
 /// Never prints the password.
@@ -61,6 +69,9 @@ impl std::fmt::Debug for ConnectOptions {
             .field("response_timeout", &self.response_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("ca_cert", &self.ca_cert.as_ref().map(|c| c.len()))
+            .field("username", &self.username)
+            .field("client_cert", &self.client_cert.as_ref().map(|c| c.len()))
+            .field("client_key", &self.client_key.as_ref().map(|_| "***"))
             .finish()
     }
 }
@@ -74,6 +85,42 @@ impl ConnectOptions {
             response_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
             ca_cert: None,
+            username: None,
+            client_cert: None,
+            client_key: None,
+        }
+    }
+
+    /// Authenticate as this ACL user (with the password of the URL or of
+    /// [`ConnectOptions::password`]).
+    pub fn username(mut self, username: Option<String>) -> Self {
+        self.username = username;
+        self
+    }
+
+    /// Present this PEM certificate and key to the server (mutual TLS).
+    pub fn client_cert(mut self, cert: Option<Vec<u8>>, key: Option<Vec<u8>>) -> Self {
+        self.client_cert = cert;
+        self.client_key = key;
+        self
+    }
+
+    /// The ACL user the connection authenticates as: [`ConnectOptions::username`], else
+    /// the first URL's user, else `default`. Never a password.
+    pub fn user(&self) -> String {
+        if let Some(user) = self.username.as_deref().filter(|u| !u.is_empty()) {
+            return user.to_string();
+        }
+        let first = self.url.split(',').next().unwrap_or_default().trim();
+        let rest = first.split_once("://").map_or(first, |(_, r)| r);
+        let authority = rest.split(['/', '?']).next().unwrap_or_default();
+        match authority.rsplit_once('@') {
+            // Only `user:password@` names a user; `password@` is the password alone.
+            Some((userinfo, _)) => match userinfo.split_once(':') {
+                Some((user, _)) if !user.is_empty() => user.to_string(),
+                _ => "default".to_string(),
+            },
+            None => "default".to_string(),
         }
     }
 
@@ -139,10 +186,98 @@ pub fn redact_url(url: &str) -> String {
 }
 
 fn tls_certificates(options: &ConnectOptions) -> Option<redis::TlsCertificates> {
-    options.ca_cert.as_ref().map(|pem| redis::TlsCertificates {
-        client_tls: None,
-        root_cert: Some(pem.clone()),
+    let client_tls = match (&options.client_cert, &options.client_key) {
+        (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+            client_cert: cert.clone(),
+            client_key: key.clone(),
+        }),
+        _ => None,
+    };
+    if options.ca_cert.is_none() && client_tls.is_none() {
+        return None;
+    }
+    Some(redis::TlsCertificates {
+        client_tls,
+        root_cert: options.ca_cert.clone(),
     })
+}
+
+/// Check the TLS material and the user before connecting, so that a missing half or a
+/// file that is not PEM is named instead of failing the handshake later.
+fn check_credentials(options: &ConnectOptions, endpoint: &str) -> Result<()> {
+    let invalid = |what: &'static str, reason: String| Error::InvalidArgument { what, reason };
+    match (&options.client_cert, &options.client_key) {
+        (Some(_), None) => {
+            return Err(invalid(
+                "client certificate",
+                "a client certificate needs its private key".into(),
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(invalid(
+                "client key",
+                "a client key needs its certificate".into(),
+            ));
+        }
+        (Some(cert), Some(key)) => {
+            if !options.url.contains("rediss://") {
+                return Err(Error::InvalidUrl {
+                    url: endpoint.to_string(),
+                    reason: "a client certificate was given but the URL is not rediss:// (TLS)"
+                        .into(),
+                });
+            }
+            if pem_blocks(cert, "CERTIFICATE") == 0 {
+                return Err(invalid(
+                    "client certificate",
+                    "not a PEM certificate (no -----BEGIN CERTIFICATE----- line)".into(),
+                ));
+            }
+            if pem_blocks(key, "PRIVATE KEY") == 0 {
+                return Err(invalid(
+                    "client key",
+                    "not a PEM private key (no -----BEGIN ... PRIVATE KEY----- line)".into(),
+                ));
+            }
+        }
+        (None, None) => {}
+    }
+    if options.username.as_deref().is_some_and(|u| !u.is_empty())
+        && options.password.is_none()
+        && !url_has_password(&options.url)
+    {
+        return Err(invalid(
+            "username",
+            format!(
+                "user {:?} was given without a password (Redis authenticates a user with one)",
+                options.user()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// How many PEM blocks whose label ends with `label` (`CERTIFICATE`, `PRIVATE KEY`, which
+/// `RSA PRIVATE KEY` and `EC PRIVATE KEY` end with too) the bytes hold.
+pub fn pem_blocks(pem: &[u8], label: &str) -> usize {
+    String::from_utf8_lossy(pem)
+        .lines()
+        .filter(|l| {
+            l.trim()
+                .strip_prefix("-----BEGIN ")
+                .and_then(|l| l.strip_suffix("-----"))
+                .is_some_and(|l| l.ends_with(label))
+        })
+        .count()
+}
+
+fn url_has_password(url: &str) -> bool {
+    let first = url.split(',').next().unwrap_or_default().trim();
+    let rest = first.split_once("://").map_or(first, |(_, r)| r);
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    authority
+        .rsplit_once('@')
+        .is_some_and(|(userinfo, _)| !userinfo.is_empty() && !userinfo.ends_with(':'))
 }
 
 /// Say what is wrong with a URL redis-rs refused, without echoing its secrets.
@@ -200,6 +335,8 @@ pub struct Redis {
     target: Target,
     endpoint: String,
     response_timeout: Duration,
+    /// The ACL user the connections authenticate as (`default` without one).
+    user: String,
 }
 
 impl std::fmt::Debug for Redis {
@@ -226,6 +363,8 @@ impl Redis {
                 "a CA certificate was given but the URL is not rediss:// (TLS)".into(),
             ));
         }
+        check_credentials(options, &endpoint)?;
+        let user = options.user();
         let urls: Vec<&str> = options
             .url
             .split(',')
@@ -248,9 +387,13 @@ impl Redis {
                 let settings = info.redis_settings().clone().set_password(password.clone());
                 info = info.set_redis_settings(settings);
             }
+            if let Some(username) = options.username.as_deref().filter(|u| !u.is_empty()) {
+                let settings = info.redis_settings().clone().set_username(username);
+                info = info.set_redis_settings(settings);
+            }
             infos.push(info);
         }
-        let connect_err = |source: RedisError| classify_connect(&endpoint, source);
+        let connect_err = |source: RedisError| classify_connect(&endpoint, &user, source);
         let target = if options.cluster {
             let mut builder = ClusterClient::builder(infos)
                 .connection_timeout(options.connect_timeout)
@@ -299,16 +442,22 @@ impl Redis {
             target,
             endpoint,
             response_timeout: options.response_timeout,
+            user,
         };
         // Prove the connection works (and that auth was accepted) before handing it out.
         let pong: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut redis).await;
-        pong.map_err(|e| classify_connect(&redis.endpoint, e))?;
+        pong.map_err(|e| classify_connect(&redis.endpoint, &redis.user, e))?;
         Ok(redis)
     }
 
     /// The endpoint with the password redacted.
     pub fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+
+    /// The ACL user the connections authenticate as (`default` without one).
+    pub fn user(&self) -> &str {
+        &self.user
     }
 
     pub fn is_cluster(&self) -> bool {
@@ -327,14 +476,14 @@ impl Redis {
                 let conn = client
                     .get_multiplexed_async_connection_with_config(&config)
                     .await
-                    .map_err(|e| classify_connect(&self.endpoint, e))?;
+                    .map_err(|e| classify_connect(&self.endpoint, &self.user, e))?;
                 Ok(Dedicated::Single(conn))
             }
             Target::Cluster { client, .. } => {
                 let conn = client
                     .get_async_connection()
                     .await
-                    .map_err(|e| classify_connect(&self.endpoint, e))?;
+                    .map_err(|e| classify_connect(&self.endpoint, &self.user, e))?;
                 Ok(Dedicated::Cluster(conn))
             }
         }
@@ -536,16 +685,29 @@ fn crc16_xmodem(data: &[u8]) -> u16 {
     crc
 }
 
-fn classify_connect(endpoint: &str, source: RedisError) -> Error {
+fn classify_connect(endpoint: &str, user: &str, source: RedisError) -> Error {
     if source.kind() == ErrorKind::AuthenticationFailed
         || matches!(source.code(), Some("NOAUTH" | "WRONGPASS"))
     {
+        let detail = source.detail().unwrap_or("invalid username-password pair");
         return Error::Auth {
             endpoint: endpoint.to_string(),
-            detail: source
-                .detail()
-                .unwrap_or("invalid username-password pair")
-                .to_string(),
+            detail: format!("user {user:?}: {detail}"),
+        };
+    }
+    if let Some(denied) = acl_denial(&source) {
+        return Error::Denied {
+            on: endpoint.to_string(),
+            op: "connect",
+            user: user.to_string(),
+            detail: denied,
+        };
+    }
+    if let Some(problem) = tls_problem(&source) {
+        return Error::Tls {
+            endpoint: endpoint.to_string(),
+            problem,
+            source,
         };
     }
     Error::Connect {
@@ -659,6 +821,48 @@ mod tests {
             "redis://a:***@h1:1,redis://a:***@h2:2"
         );
         assert!(!redact_url("redis://u:p@ss@h").contains("p@ss"));
+    }
+
+    #[test]
+    fn the_user_comes_from_the_option_then_the_url() {
+        let user = |url: &str, name: Option<&str>| {
+            ConnectOptions::new(url)
+                .username(name.map(str::to_string))
+                .user()
+        };
+        assert_eq!(user("redis://h:1", None), "default");
+        assert_eq!(user("redis://w:pw@h:1/0", None), "w");
+        assert_eq!(user("redis://:pw@h:1", None), "default");
+        assert_eq!(user("redis://pw@h:1", None), "default");
+        assert_eq!(user("redis://w:pw@h:1", Some("ops")), "ops");
+        assert_eq!(user("redis://a:p@h1:1,redis://a:p@h2:2", None), "a");
+        assert!(url_has_password("redis://:pw@h"));
+        assert!(url_has_password("redis://u:pw@h,redis://u:pw@h2"));
+        assert!(!url_has_password("redis://u:@h"));
+        assert!(!url_has_password("redis://h:6379/0"));
+    }
+
+    #[test]
+    fn pem_blocks_are_counted_by_label() {
+        let pem = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n\
+                    -----BEGIN CERTIFICATE-----\nMIIC\n-----END CERTIFICATE-----\n";
+        assert_eq!(pem_blocks(pem, "CERTIFICATE"), 2);
+        assert_eq!(pem_blocks(pem, "PRIVATE KEY"), 0);
+        for key in ["PRIVATE KEY", "RSA PRIVATE KEY", "EC PRIVATE KEY"] {
+            let pem = format!("-----BEGIN {key}-----\nMIIE\n-----END {key}-----\n");
+            assert_eq!(pem_blocks(pem.as_bytes(), "PRIVATE KEY"), 1, "{key}");
+        }
+        assert_eq!(pem_blocks(b"not pem", "CERTIFICATE"), 0);
+    }
+
+    #[test]
+    fn debug_never_shows_the_client_key() {
+        let options = ConnectOptions::new("rediss://u:pw@h:1")
+            .username(Some("worker".into()))
+            .client_cert(Some(b"CERT".to_vec()), Some(b"SECRET-KEY".to_vec()));
+        let text = format!("{options:?}");
+        assert!(!text.contains("SECRET") && !text.contains("pw"), "{text}");
+        assert!(text.contains("worker"), "{text}");
     }
 
     #[test]

@@ -68,6 +68,84 @@ pub enum Error {
     /// Redis did not answer in time while connecting.
     #[error("cannot reach Redis at {0}")]
     Unavailable(String),
+
+    /// Redis's ACL refused a command or a key to the connection's user (`NOPERM`).
+    /// Nothing is retried: the user's rules must change (see docs/operations.md).
+    #[error(
+        "{on}: {op} denied by the ACL of Redis user {user:?}: {detail} (the user lacks a \
+         command or the key pattern of this queue; the server's ACL LOG names which)"
+    )]
+    Denied {
+        /// The queue (`jq:{emails}`) or, while connecting, the redacted endpoint.
+        on: String,
+        /// The command or script refused (`claim`, `TYPE`, `BLPOP wake`, `connect`).
+        op: &'static str,
+        user: String,
+        /// Redis's words, without the script location.
+        detail: String,
+    },
+
+    /// The TLS handshake failed over a certificate, the server's or this client's.
+    #[error("TLS with Redis at {endpoint} failed: {problem}")]
+    Tls {
+        endpoint: String,
+        problem: TlsProblem,
+        #[source]
+        source: RedisError,
+    },
+}
+
+/// What went wrong with the certificates of a TLS connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsProblem {
+    /// The server's certificate is not signed by a CA this client trusts.
+    UnknownServerCa,
+    /// The server's certificate does not name the host of the URL.
+    ServerNameMismatch,
+    /// The server's certificate is expired, not yet valid, or otherwise unusable.
+    BadServerCert,
+    /// The server requires a client certificate and none was given.
+    ClientCertRequired,
+    /// The server refused the client certificate (unknown CA, expired, wrong usage).
+    ClientCertRejected,
+}
+
+impl TlsProblem {
+    /// True when the server refused this client (its certificate is the credential);
+    /// false when this client refused the server.
+    pub fn is_client_side(self) -> bool {
+        matches!(
+            self,
+            TlsProblem::ClientCertRequired | TlsProblem::ClientCertRejected
+        )
+    }
+}
+
+impl std::fmt::Display for TlsProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TlsProblem::UnknownServerCa => {
+                "the server's certificate is not signed by a CA this client trusts (give the \
+                 CA that signs it: --tls-ca, or the CA certificate of the JobQueue)"
+            }
+            TlsProblem::ServerNameMismatch => {
+                "the server's certificate is not valid for the host of the URL (connect by a \
+                 name or IP address that its subjectAltName lists)"
+            }
+            TlsProblem::BadServerCert => {
+                "the server's certificate is not valid (expired, not yet valid, or not meant \
+                 for a server)"
+            }
+            TlsProblem::ClientCertRequired => {
+                "the server requires a client certificate (tls-auth-clients): give one with \
+                 --tls-cert and --tls-key"
+            }
+            TlsProblem::ClientCertRejected => {
+                "the server rejected the client certificate (not signed by a CA the server \
+                 trusts in tls-ca-cert-file, expired, or not meant for a client)"
+            }
+        })
+    }
 }
 
 impl Error {
@@ -90,6 +168,14 @@ impl Error {
                     .detail()
                     .unwrap_or("authentication required")
                     .to_string(),
+            };
+        }
+        if let Some(detail) = acl_denial(&err) {
+            return Error::Denied {
+                on: queue.to_string(),
+                op,
+                user: String::new(),
+                detail,
             };
         }
         let detail = err.detail().unwrap_or_default().to_string();
@@ -122,6 +208,133 @@ impl Error {
             source: err,
         }
     }
+}
+
+impl Error {
+    /// Name the ACL user in a [`Error::Denied`] made where the user was not known.
+    pub fn with_user(self, who: &str) -> Error {
+        match self {
+            Error::Denied {
+                on,
+                op,
+                user,
+                detail,
+            } if user.is_empty() => Error::Denied {
+                on,
+                op,
+                user: who.to_string(),
+                detail,
+            },
+            other => other,
+        }
+    }
+}
+
+/// Redis's ACL refused the command: `NOPERM` for a command sent directly, an `ERR` with
+/// "The user executing the script can't ..." for one a script calls. Redis's words,
+/// without the script location that follows them.
+pub(crate) fn acl_denial(err: &RedisError) -> Option<String> {
+    // A pipeline's error keeps its words in the failed command's server error.
+    let from_pipeline = match err.detail() {
+        Some(_) => None,
+        None => err
+            .clone()
+            .into_server_errors()
+            .and_then(|errors| Some(errors.first()?.1.details()?.to_string())),
+    };
+    let detail = err
+        .detail()
+        .or(from_pipeline.as_deref())
+        .unwrap_or_default();
+    let denied = err.kind() == ErrorKind::Server(ServerErrorKind::NoPerm)
+        || err.code() == Some("NOPERM")
+        || detail.contains("The user executing the script can't");
+    if !denied {
+        return None;
+    }
+    let detail = match detail.find(" script: ") {
+        Some(end) => &detail[..end],
+        None => detail,
+    };
+    Some(detail.trim().to_string())
+}
+
+/// The certificate problem behind a failed TLS connection, if that is what failed: read
+/// from the rustls error inside, or from its words when it comes wrapped.
+pub(crate) fn tls_problem(err: &RedisError) -> Option<TlsProblem> {
+    use std::error::Error as _;
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = err.source();
+    while let Some(e) = cause {
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return tls_problem_of(tls);
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && let Some(inner) = io.get_ref()
+            && let Some(tls) = inner.downcast_ref::<rustls::Error>()
+        {
+            return tls_problem_of(tls);
+        }
+        cause = e.source();
+    }
+    tls_problem_in_words(&err.to_string())
+}
+
+fn tls_problem_of(err: &rustls::Error) -> Option<TlsProblem> {
+    use rustls::{AlertDescription as A, CertificateError as C};
+    Some(match err {
+        rustls::Error::InvalidCertificate(C::UnknownIssuer | C::BadSignature) => {
+            TlsProblem::UnknownServerCa
+        }
+        rustls::Error::InvalidCertificate(
+            C::NotValidForName | C::NotValidForNameContext { .. },
+        ) => TlsProblem::ServerNameMismatch,
+        rustls::Error::InvalidCertificate(_) => TlsProblem::BadServerCert,
+        rustls::Error::AlertReceived(A::CertificateRequired) => TlsProblem::ClientCertRequired,
+        rustls::Error::AlertReceived(
+            A::UnknownCA
+            | A::BadCertificate
+            | A::CertificateUnknown
+            | A::CertificateExpired
+            | A::CertificateRevoked
+            | A::UnsupportedCertificate
+            | A::DecryptError
+            | A::AccessDenied,
+        ) => TlsProblem::ClientCertRejected,
+        _ => return None,
+    })
+}
+
+/// The same, from the words of rustls's messages (`invalid peer certificate:
+/// UnknownIssuer`, `received fatal alert: CertificateRequired`).
+fn tls_problem_in_words(text: &str) -> Option<TlsProblem> {
+    if text.contains("invalid peer certificate") {
+        return Some(
+            if text.contains("UnknownIssuer") || text.contains("BadSignature") {
+                TlsProblem::UnknownServerCa
+            } else if text.contains("NotValidForName") || text.contains("not valid for name") {
+                TlsProblem::ServerNameMismatch
+            } else {
+                TlsProblem::BadServerCert
+            },
+        );
+    }
+    let alert = text.split("received fatal alert: ").nth(1)?;
+    if alert.starts_with("CertificateRequired") {
+        return Some(TlsProblem::ClientCertRequired);
+    }
+    [
+        "UnknownCA",
+        "BadCertificate",
+        "CertificateUnknown",
+        "CertificateExpired",
+        "CertificateRevoked",
+        "UnsupportedCertificate",
+        "DecryptError",
+        "AccessDenied",
+    ]
+    .iter()
+    .any(|a| alert.starts_with(a))
+    .then_some(TlsProblem::ClientCertRejected)
 }
 
 fn is_transient_redis(err: &RedisError) -> bool {
@@ -178,6 +391,78 @@ mod tests {
             Some("invalid n: x")
         );
         assert_eq!(find_jobqueue_message("something else"), None);
+    }
+
+    #[test]
+    fn acl_refusals_are_recognised_with_or_without_a_script() {
+        let server = |code: &str, detail: &str| -> RedisError {
+            let kind = match code {
+                "NOPERM" => ServerErrorKind::NoPerm,
+                _ => ServerErrorKind::ResponseError,
+            };
+            (ErrorKind::Server(kind), "server error", detail.to_string()).into()
+        };
+        let direct = server(
+            "NOPERM",
+            "this user has no permissions to run the 'evalsha' command",
+        );
+        assert_eq!(
+            acl_denial(&direct).as_deref(),
+            Some("this user has no permissions to run the 'evalsha' command")
+        );
+        let scripted = server(
+            "ERR",
+            "The user executing the script can't run this command or subcommand script: \
+             55d4f4a5, on @user_script:1.",
+        );
+        assert_eq!(
+            acl_denial(&scripted).as_deref(),
+            Some("The user executing the script can't run this command or subcommand")
+        );
+        assert_eq!(acl_denial(&server("ERR", "jobqueue: invalid n: 0")), None);
+        let err = Error::from_redis("jq:{a}", "claim", direct).with_user("w");
+        assert!(
+            matches!(&err, Error::Denied { user, op: "claim", .. } if user == "w"),
+            "{err:?}"
+        );
+        assert!(!err.is_transient());
+    }
+
+    #[test]
+    fn tls_failures_are_read_from_rustls_words() {
+        let cases = [
+            (
+                "invalid peer certificate: UnknownIssuer",
+                Some(TlsProblem::UnknownServerCa),
+            ),
+            (
+                "invalid peer certificate: NotValidForNameContext { expected: .. }",
+                Some(TlsProblem::ServerNameMismatch),
+            ),
+            (
+                "invalid peer certificate: Expired",
+                Some(TlsProblem::BadServerCert),
+            ),
+            (
+                "received fatal alert: CertificateRequired",
+                Some(TlsProblem::ClientCertRequired),
+            ),
+            (
+                "received fatal alert: UnknownCA",
+                Some(TlsProblem::ClientCertRejected),
+            ),
+            (
+                "received fatal alert: BadCertificate",
+                Some(TlsProblem::ClientCertRejected),
+            ),
+            ("received fatal alert: HandshakeFailure", None),
+            ("Connection refused (os error 111)", None),
+        ];
+        for (text, want) in cases {
+            assert_eq!(tls_problem_in_words(text), want, "{text}");
+        }
+        assert!(TlsProblem::ClientCertRejected.is_client_side());
+        assert!(!TlsProblem::UnknownServerCa.is_client_side());
     }
 
     #[test]

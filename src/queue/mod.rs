@@ -23,8 +23,8 @@ mod stats;
 mod types;
 
 pub use client::{Consumer, DEFAULT_MAX_PAYLOAD, Queue, reap_due};
-pub use connection::{ConnectOptions, Dedicated, Redis, redact_url};
-pub use error::{Error, Result};
+pub use connection::{ConnectOptions, Dedicated, Redis, pem_blocks, redact_url};
+pub use error::{Error, Result, TlsProblem};
 pub use keys::{DEFAULT_PREFIX, QueueKeys, validate_id, validate_tag};
 pub use scripts::{SCRIPTS, Script, Scripts};
 pub use settings::QueueSettings;

@@ -847,7 +847,9 @@ impl Waker {
             None => blpop.await,
         };
         if let Err(err) = result {
-            return Err(Error::from_redis(queue.name(), "BLPOP wake", err));
+            return Err(
+                Error::from_redis(queue.name(), "BLPOP wake", err).with_user(queue.redis().user())
+            );
         }
         self.conn = Some(conn);
         Ok(())

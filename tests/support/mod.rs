@@ -1,13 +1,15 @@
 //! Test support shared by the integration tests, one file per kind of stand-in: the
-//! Redis harness (`redis`), the one poll loop with a deadline (`eventually`), the
-//! objects the operator tests build (`fixtures`), kube's mock API for exact-request
-//! tests (`mock_api`), the stand-in API server over real HTTP (`standin`), TCP proxies
-//! that cut a connection the way a partition does (`proxy`) or lose the replies of chosen
-//! requests (`reply_dropper`), moving a Cluster slot between nodes key by key
-//! (`slot_migration`), and the process table (`procs`).
+//! Redis harness (`redis`), certificates and a redis-server that asks for them
+//! (`certs`), the one poll loop with a deadline (`eventually`), the objects the operator
+//! tests build (`fixtures`), kube's mock API for exact-request tests (`mock_api`), the
+//! stand-in API server over real HTTP (`standin`), TCP proxies that cut a connection the
+//! way a partition does (`proxy`) or lose the replies of chosen requests
+//! (`reply_dropper`), moving a Cluster slot between nodes key by key (`slot_migration`),
+//! and the process table (`procs`).
 //! Every test binary includes it with `mod support;` and uses a part.
 #![allow(dead_code)]
 
+pub mod certs;
 pub mod eventually;
 pub mod fixtures;
 pub mod mock_api;
