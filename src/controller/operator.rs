@@ -218,6 +218,7 @@ pub async fn run_controller(
     stop: CancellationToken,
     concurrency: u16,
 ) {
+    let watch_ns = api.namespace().map(str::to_string);
     let (reader, writer) = reflector::store();
     let synced = {
         let reader = reader.clone();
@@ -253,7 +254,17 @@ pub async fn run_controller(
         })
     };
 
-    Controller::for_stream(stream, reader)
+    // The Secrets, HPAs and targets: caches the reconciles read, and triggers.
+    let (watched, caches) = super::caches::watch(
+        Controller::for_stream(stream, reader.clone()),
+        &ctx.client,
+        watch_ns.as_deref(),
+        reader,
+    );
+    ctx.set_caches(caches);
+    let forget_caches = ctx.clone();
+
+    watched
         .with_config(controller::Config::default().concurrency(concurrency))
         .graceful_shutdown_on(stop.cancelled_owned())
         .run(reconcile, error_policy, ctx)
@@ -267,6 +278,7 @@ pub async fn run_controller(
         })
         .await;
     sweep.abort();
+    forget_caches.set_caches(Default::default());
 }
 
 async fn cancel_on_signal(shutdown: CancellationToken) {

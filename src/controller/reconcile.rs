@@ -91,8 +91,11 @@ pub async fn reconcile(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
         None => Vec::new(),
     };
 
-    // 6. Write the status, count, publish.
-    write_status(&q, &new).await?;
+    // 6. Write the status (counts alone at most every --status-interval), count, publish.
+    if ctx.status_write(&jq, q.prev, &new, q.now).writes() {
+        write_status(&q, &new).await?;
+        ctx.status_written(&jq, q.now);
+    }
     ctx.metrics.observed(&q.labels, &obs.stats, &obs.reaped);
     ctx.metrics.replicas(
         &q.labels,
@@ -211,8 +214,14 @@ async fn report_setback(ctx: &Context, q: &Subject<'_>, setback: Setback) -> Res
 
 /// Steps 2 and 3: Secrets, connection, and the queue's upkeep.
 async fn observe(ctx: &Context, ns: &str, plan: &QueuePlan) -> Result<Observation, Failure> {
-    let endpoint =
-        cluster_reads::resolve_endpoint(&ctx.client, &ctx.settings, ns, &plan.endpoint).await?;
+    let endpoint = cluster_reads::resolve_endpoint_in(
+        &ctx.caches(),
+        &ctx.client,
+        &ctx.settings,
+        ns,
+        &plan.endpoint,
+    )
+    .await?;
     let redis = ctx
         .redis_pool
         .get(&endpoint)
@@ -244,7 +253,8 @@ async fn scale_workers(
     policy: &ScalePolicy,
     stats: &QueueStats,
 ) -> Decision {
-    let state = cluster_reads::target_state(&ctx.client, &q.ns, &policy.target).await;
+    let state =
+        cluster_reads::target_state_in(&ctx.caches(), &ctx.client, &q.ns, &policy.target).await;
     // Due delayed jobs wait like pending ones: the reaper promotes them (a bounded
     // number per reconcile), and they must wake workers at zero.
     let backlog = Backlog {
