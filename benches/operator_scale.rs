@@ -117,7 +117,9 @@ fn by_verb(log: &[Logged]) -> BTreeMap<&'static str, usize> {
 
 fn status_patches(log: &[Logged]) -> usize {
     log.iter()
-        .filter(|l| l.method == "PATCH" && l.path.ends_with("/status") && l.path.contains("/jobqueues/"))
+        .filter(|l| {
+            l.method == "PATCH" && l.path.ends_with("/status") && l.path.contains("/jobqueues/")
+        })
         .count()
 }
 
@@ -144,8 +146,8 @@ async fn main() {
     let redis = RedisServer::start();
     let api = StandIn::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let secret_url = serde_json::to_value(k8s_openapi::ByteString(redis.url().into_bytes()))
-        .unwrap();
+    let secret_url =
+        serde_json::to_value(k8s_openapi::ByteString(redis.url().into_bytes())).unwrap();
     for i in 0..a.queues {
         api.put(
             "/api/v1",
@@ -207,9 +209,10 @@ async fn main() {
         api.all("jobqueues")
             .iter()
             .filter(|q| {
-                q["status"]["conditions"]
-                    .as_array()
-                    .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+                q["status"]["conditions"].as_array().is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                })
             })
             .count()
     };
@@ -228,7 +231,11 @@ async fn main() {
     // Idle: nothing changes.
     let (log0, calls0, t0) = (api.log().len(), redis_calls(&mut conn), Instant::now());
     tokio::time::sleep(window).await;
-    let (log1, calls1, idle_secs) = (api.log(), redis_calls(&mut conn), t0.elapsed().as_secs_f64());
+    let (log1, calls1, idle_secs) = (
+        api.log(),
+        redis_calls(&mut conn),
+        t0.elapsed().as_secs_f64(),
+    );
     let idle_log = &log1[log0..];
     let idle = by_verb(idle_log);
     let intervals = idle_secs / a.interval as f64;
@@ -274,13 +281,21 @@ async fn main() {
         warmup.as_secs_f64()
     );
     println!("idle window {idle_secs:.0}s:");
-    println!("  API requests/s by verb      {}", per_sec(&idle, idle_secs));
-    println!("  API GET+LIST per reconcile  {reads_per_reconcile:.4}   (target 0 in the steady state)");
+    println!(
+        "  API requests/s by verb      {}",
+        per_sec(&idle, idle_secs)
+    );
+    println!(
+        "  API GET+LIST per reconcile  {reads_per_reconcile:.4}   (target 0 in the steady state)"
+    );
     println!(
         "  Redis commands/queue/interval {commands_per_queue_interval:.2}   (target <= 1; {idle_calls} commands in {intervals:.1} intervals)"
     );
     println!("busy window {busy_secs:.0}s (one job per queue per second):");
-    println!("  API requests/s by verb      {}", per_sec(&busy, busy_secs));
+    println!(
+        "  API requests/s by verb      {}",
+        per_sec(&busy, busy_secs)
+    );
     println!(
         "  status patches/min          {patches_per_min:.0} ({patches_per_min_queue:.2} per queue; without the throttle {:.0} per queue)",
         60.0 / a.interval as f64

@@ -125,6 +125,7 @@ impl OperatorArgs {
                 backoff_initial: self.backoff_initial,
                 backoff_max: self.backoff_max.max(self.backoff_initial),
                 status_interval: self.status_interval,
+                watch_related: true,
                 ..Settings::default()
             },
         }
@@ -334,6 +335,7 @@ mod backoff_and_status_flags {
             ),
             "the defaults"
         );
+        assert!(s.watch_related, "the operator watches Secrets and targets");
         let s = config(&[
             "--backoff-initial",
             "200ms",

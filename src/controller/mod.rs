@@ -114,6 +114,10 @@ pub struct Settings {
     /// every change); a change a person would act on is written at once
     /// ([`status_write::decide`]).
     pub status_interval: Duration,
+    /// Watch the Secrets, HPAs, Deployments and StatefulSets into caches (and as
+    /// triggers) while the controller runs; without, every read is a request. The
+    /// operator's flags turn it on; off by default for tests that script every request.
+    pub watch_related: bool,
 }
 
 impl Default for Settings {
@@ -125,6 +129,7 @@ impl Default for Settings {
             backoff_initial: Duration::from_secs(5),
             backoff_max: Duration::from_secs(300),
             status_interval: Duration::ZERO,
+            watch_related: false,
         }
     }
 }

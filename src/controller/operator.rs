@@ -255,13 +255,15 @@ pub async fn run_controller(
     };
 
     // The Secrets, HPAs and targets: caches the reconciles read, and triggers.
-    let (watched, caches) = super::caches::watch(
-        Controller::for_stream(stream, reader.clone()),
-        &ctx.client,
-        watch_ns.as_deref(),
-        reader,
-    );
-    ctx.set_caches(caches);
+    let watched = Controller::for_stream(stream, reader.clone());
+    let watched = if ctx.settings.watch_related {
+        let (watched, caches) =
+            super::caches::watch(watched, &ctx.client, watch_ns.as_deref(), reader);
+        ctx.set_caches(caches);
+        watched
+    } else {
+        watched
+    };
     let forget_caches = ctx.clone();
 
     watched
