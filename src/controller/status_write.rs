@@ -1,13 +1,16 @@
 //! When a reconcile writes the status: at once when something a person would act on
-//! changed (a condition, a reason or a message, the replicas, the observed generation,
-//! the last scale), and for a change of the counts alone (pending, processing, ...,
-//! the percentiles, the last reap) at most once per `--status-interval` per queue. A
+//! changed (a condition's status or reason, the replicas, the observed generation, the
+//! last scale), and for a change of the counts alone (pending, processing, ..., the
+//! orphans, the percentiles, the last reap, and the condition messages, which quote
+//! the counts: "backlog 25 (25 pending, 0 processing) needs 3 replicas") at most once
+//! per `--status-interval` per queue. A
 //! busy queue's counts change on every reconcile; writing each would be one PATCH per
 //! queue per `reaper.interval`, and one watch event per PATCH to every watcher of
 //! JobQueues. The metrics carry the live counts.
 
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::crd::JobQueueStatus;
@@ -75,17 +78,26 @@ fn without_counts(s: &JobQueueStatus) -> JobQueueStatus {
         reaped: 0,
         dead_lettered: 0,
         stale_acks: 0,
+        orphaned: 0,
         p50: None,
         p99: None,
         last_reap_time: None,
         last_stale_ack_time: None,
+        conditions: s
+            .conditions
+            .iter()
+            .map(|c| Condition {
+                message: String::new(),
+                ..c.clone()
+            })
+            .collect(),
         ..s.clone()
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     use super::*;
 
@@ -193,8 +205,24 @@ mod tests {
                 StatusWrite::Significant,
             ),
             (
-                "a condition's message",
+                "a condition's message alone (it quotes counts)",
                 |s| s.conditions[0].message = "x".into(),
+                Some(0),
+                1,
+                s30,
+                StatusWrite::Deferred,
+            ),
+            (
+                "a condition's status",
+                |s| s.conditions[0].status = "Unknown".into(),
+                Some(0),
+                1,
+                s30,
+                StatusWrite::Significant,
+            ),
+            (
+                "a new condition",
+                |s| s.conditions.push(ready("Degraded")),
                 Some(0),
                 1,
                 s30,
@@ -225,12 +253,12 @@ mod tests {
                 StatusWrite::Significant,
             ),
             (
-                "the orphans",
+                "the orphans' count",
                 |s| s.orphaned = 1,
                 Some(0),
                 1,
                 s30,
-                StatusWrite::Significant,
+                StatusWrite::Deferred,
             ),
             (
                 "counts and a condition",
