@@ -103,6 +103,8 @@ pub struct OperatorArgs {
 }
 
 impl OperatorArgs {
+    // Settings added later keep their defaults.
+    #[allow(clippy::needless_update)]
     pub fn config(&self) -> Config {
         Config {
             namespace: if self.all_namespaces {

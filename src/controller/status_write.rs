@@ -131,7 +131,9 @@ mod tests {
     fn what_is_written_when() {
         let s30 = Duration::from_secs(30);
         type Edit = fn(&mut JobQueueStatus);
-        let cases: Vec<(&str, Edit, Option<i64>, i64, Duration, StatusWrite)> = vec![
+        // What, the change, the last write, now, the interval, the decision.
+        type Case = (&'static str, Edit, Option<i64>, i64, Duration, StatusWrite);
+        let cases: Vec<Case> = vec![
             (
                 "nothing changed",
                 |_| {},
