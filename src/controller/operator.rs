@@ -210,7 +210,9 @@ fn stand_down(ctx: &Context) {
 
 /// The controller, until `stop`: a watch filtered by generation (status writes do not
 /// trigger it; the requeue after `reaper.interval` drives the work), reconciles, and the
-/// readiness flag once the cache has synced.
+/// readiness flag once the cache has synced. With `settings.watch_related`, the
+/// Secrets, HPAs, Deployments and StatefulSets are watched too, into the caches the
+/// reconciles read and as triggers of the queues they concern ([`super::caches`]).
 pub async fn run_controller(
     api: Api<JobQueue>,
     ctx: Arc<Context>,
