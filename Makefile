@@ -32,10 +32,14 @@ chaos: redis
 ## Throughput, Redis cost per job, reaper speed, memory per job and the operator's cost
 ## per reconcile, each next to redis-benchmark's figure for the primitive it is bound by,
 ## on a private redis-server (see docs/benchmarks.md). Options go through BENCH_ARGS:
-## `--quick` (a tenth of the data) or `--only claim_ack,reaper`.
+## `--quick` (a tenth of the data) or `--only claim_ack,reaper`. Then the operator at scale
+## (500 JobQueues against the stand-in API server); its options go through
+## SCALE_BENCH_ARGS, e.g. `--queues 200 --interval 5 --window 60`.
 BENCH_ARGS ?=
+SCALE_BENCH_ARGS ?=
 bench: redis
 	$(CARGO) bench --bench throughput -- $(BENCH_ARGS)
+	$(CARGO) bench --bench operator_scale -- $(SCALE_BENCH_ARGS)
 
 ## The embedded demo: a private redis-server on a free loopback port, worker processes of
 ## which some are SIGKILLed mid-job, the reaper, live counts, and a check that no job was

@@ -67,6 +67,13 @@ WATCHED_RULES = {
     ("jobqueue.dev", "jobqueues/status", "get"),
     ("jobqueue.dev", "jobqueues/status", "patch"),
     ("", "secrets", "get"),
+    # Secrets, Deployments and StatefulSets are watched into the controller's caches.
+    ("", "secrets", "list"),
+    ("", "secrets", "watch"),
+    ("apps", "deployments", "list"),
+    ("apps", "deployments", "watch"),
+    ("apps", "statefulsets", "list"),
+    ("apps", "statefulsets", "watch"),
     ("apps", "deployments/scale", "get"),
     ("apps", "deployments/scale", "patch"),
     ("apps", "statefulsets/scale", "get"),

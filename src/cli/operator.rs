@@ -82,9 +82,29 @@ pub struct OperatorArgs {
     #[arg(long, env = "JOBQUEUE_REDIS_RESPONSE_TIMEOUT", value_name = "DURATION",
           default_value = "10s", value_parser = TimeFlag::positive())]
     pub redis_response_timeout: Duration,
+
+    /// The first retry delay after a failed reconcile, doubled per failure (e.g. `1s`).
+    #[arg(long, env = "JOBQUEUE_BACKOFF_INITIAL", value_name = "DURATION",
+          default_value = "1s", value_parser = TimeFlag::positive())]
+    pub backoff_initial: Duration,
+
+    /// The longest retry delay after failed reconciles (e.g. `60s`). A queue is never
+    /// retried later than one `reaper.interval` after a failure either.
+    #[arg(long, env = "JOBQUEUE_BACKOFF_MAX", value_name = "DURATION",
+          default_value = "60s", value_parser = TimeFlag::positive())]
+    pub backoff_max: Duration,
+
+    /// How often at most a queue's status is patched when only its counts changed
+    /// (e.g. `30s`; `0s`: on every change). Conditions, replicas and the observed
+    /// generation are written at once.
+    #[arg(long, env = "JOBQUEUE_STATUS_INTERVAL", value_name = "DURATION",
+          default_value = "30s", value_parser = crate::duration::parse)]
+    pub status_interval: Duration,
 }
 
 impl OperatorArgs {
+    // Settings added later keep their defaults.
+    #[allow(clippy::needless_update)]
     pub fn config(&self) -> Config {
         Config {
             namespace: if self.all_namespaces {
@@ -104,6 +124,10 @@ impl OperatorArgs {
                 reap_budget: self.reap_budget as usize,
                 connect_timeout: self.redis_connect_timeout,
                 response_timeout: self.redis_response_timeout,
+                backoff_initial: self.backoff_initial,
+                backoff_max: self.backoff_max.max(self.backoff_initial),
+                status_interval: self.status_interval,
+                watch_related: true,
                 ..Settings::default()
             },
         }
@@ -283,5 +307,53 @@ mod tests {
         assert_eq!(config.lease_renew_before, Duration::from_secs(4));
         assert_eq!(config.settings.connect_timeout, Duration::from_millis(1500));
         assert_eq!(config.settings.response_timeout, Duration::from_secs(10));
+    }
+}
+
+#[cfg(test)]
+mod backoff_and_status_flags {
+    use clap::Parser;
+
+    use super::*;
+
+    fn config(args: &[&str]) -> Config {
+        let cli =
+            crate::cli::Cli::try_parse_from(["jobqueue", "operator"].iter().chain(args)).unwrap();
+        let crate::cli::Command::Operator(args) = cli.command else {
+            panic!("not the operator");
+        };
+        args.config()
+    }
+
+    #[test]
+    fn the_backoff_and_status_flags_reach_the_settings() {
+        let s = config(&[]).settings;
+        assert_eq!(
+            (s.backoff_initial, s.backoff_max, s.status_interval),
+            (
+                Duration::from_secs(1),
+                Duration::from_secs(60),
+                Duration::from_secs(30)
+            ),
+            "the defaults"
+        );
+        assert!(s.watch_related, "the operator watches Secrets and targets");
+        let s = config(&[
+            "--backoff-initial",
+            "200ms",
+            "--backoff-max",
+            "5s",
+            "--status-interval",
+            "0s",
+        ])
+        .settings;
+        assert_eq!(
+            (s.backoff_initial, s.backoff_max, s.status_interval),
+            (
+                Duration::from_millis(200),
+                Duration::from_secs(5),
+                Duration::ZERO
+            )
+        );
     }
 }

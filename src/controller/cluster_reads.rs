@@ -4,13 +4,15 @@
 //! pure steps: connection options, a [`Failure`], a [`TargetState`].
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::api::{Api, DynamicObject, ListParams};
 use kube::{Client, ResourceExt};
 
 use super::Settings;
+use super::caches::Caches;
 use super::failures::kube_reason;
 use super::ownership;
 use super::redis_pool::Endpoint;
@@ -27,11 +29,28 @@ pub async fn resolve_endpoint(
     ns: &str,
     plan: &EndpointPlan,
 ) -> Result<Endpoint, Failure> {
+    resolve_endpoint_in(&Caches::default(), client, settings, ns, plan).await
+}
+
+/// [`resolve_endpoint`], each Secret from the cache when it holds it (no request), else
+/// read from the API.
+pub async fn resolve_endpoint_in(
+    caches: &Caches,
+    client: &Client,
+    settings: &Settings,
+    ns: &str,
+    plan: &EndpointPlan,
+) -> Result<Endpoint, Failure> {
     let secrets_api: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let mut secrets: HashMap<&str, Secret> = HashMap::new();
+    let mut secrets: HashMap<&str, Arc<Secret>> = HashMap::new();
     for name in plan.secret_names() {
+        if let Some(secret) = caches.secret(ns, name) {
+            secrets.insert(name, secret);
+            continue;
+        }
         match secrets_api.get_opt(name).await {
             Ok(Some(secret)) => {
+                let secret = Arc::new(secret);
                 secrets.insert(name, secret);
             }
             Ok(None) => {
@@ -117,13 +136,36 @@ pub fn force_tls(url: &str) -> String {
 /// The target's replicas, or why the operator cannot scale it: missing, claimed by an
 /// HPA or a KEDA ScaledObject of namespace `ns`, or unreadable.
 pub async fn target_state(client: &Client, ns: &str, target: &TargetRef) -> TargetState {
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &target.api_resource());
-    match api.get_scale(&target.name).await {
-        Ok(scale) => {
-            let replicas = scale.spec.and_then(|s| s.replicas).unwrap_or(0);
-            match claiming_hpa(client, ns, target).await {
+    target_state_in(&Caches::default(), client, ns, target).await
+}
+
+/// [`target_state`], the replicas (of a Deployment or a StatefulSet) and the HPAs from
+/// the caches when they hold them (no request), else read from the API.
+pub async fn target_state_in(
+    caches: &Caches,
+    client: &Client,
+    ns: &str,
+    target: &TargetRef,
+) -> TargetState {
+    let replicas = match caches.replicas(ns, target) {
+        Some(replicas) => Ok(replicas),
+        None => {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), ns, &target.api_resource());
+            api.get_scale(&target.name)
+                .await
+                .map(|scale| scale.spec.and_then(|s| s.replicas).unwrap_or(0))
+        }
+    };
+    match replicas {
+        Ok(replicas) => {
+            let hpa = match caches.claiming_hpa(ns, target) {
+                Some(hpa) => Ok(hpa),
+                None => claiming_hpa(client, ns, target).await,
+            };
+            match hpa {
                 Ok(Some(hpa)) => TargetState::ClaimedByHpa { hpa, replicas },
-                Ok(None) => match claiming_scaled_object(client, ns, target).await {
+                Ok(None) => match scaled_object_in(caches, client, ns, target).await {
                     Ok(Some(scaled_object)) => TargetState::ClaimedByScaledObject {
                         scaled_object,
                         replicas,
@@ -176,12 +218,19 @@ async fn claiming_hpa(
         .map(|hpa| format!("{ns}/{}", hpa.name_any())))
 }
 
-/// KEDA's `ScaledObject` (`keda.sh/v1alpha1`), for the dynamic API.
-pub fn scaled_object_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject"),
-        "scaledobjects",
-    )
+pub use super::caches::scaled_object_resource;
+
+/// The KEDA ScaledObject claiming `target`, from the caches when they can tell.
+async fn scaled_object_in(
+    caches: &Caches,
+    client: &Client,
+    ns: &str,
+    target: &TargetRef,
+) -> Result<Option<String>, kube::Error> {
+    match caches.claiming_scaled_object(ns, target) {
+        Some(found) => Ok(found),
+        None => claiming_scaled_object(client, ns, target).await,
+    }
 }
 
 /// The KEDA ScaledObject (`namespace/name`) of namespace `ns` that scales `target`,

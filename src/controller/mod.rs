@@ -25,6 +25,7 @@ use tracing::warn;
 use crate::crd::JobQueue;
 use metrics::QueueLabels;
 
+pub mod caches;
 pub mod cluster_reads;
 pub mod events;
 pub mod failures;
@@ -38,6 +39,7 @@ pub mod reconcile;
 pub mod redis_pool;
 pub mod scaling;
 pub mod status;
+pub mod status_write;
 pub mod validate;
 
 pub use metrics::Metrics;
@@ -113,8 +115,18 @@ pub struct Settings {
     pub response_timeout: Duration,
     /// The first retry delay after a failed reconcile; doubled per failure.
     pub backoff_initial: Duration,
-    /// The longest retry delay after failed reconciles.
+    /// The longest retry delay after failed reconciles. A queue with a valid spec is
+    /// never retried later than one `reaper.interval` after a failure either (see
+    /// [`error_policy`]).
     pub backoff_max: Duration,
+    /// How often at most a change of the counts alone is written to the status (zero:
+    /// every change); a change a person would act on is written at once
+    /// ([`status_write::decide`]).
+    pub status_interval: Duration,
+    /// Watch the Secrets, HPAs, Deployments and StatefulSets into caches (and as
+    /// triggers) while the controller runs; without, every read is a request. The
+    /// operator's flags turn it on; off by default for tests that script every request.
+    pub watch_related: bool,
 }
 
 impl Default for Settings {
@@ -125,6 +137,8 @@ impl Default for Settings {
             response_timeout: Duration::from_secs(10),
             backoff_initial: Duration::from_secs(5),
             backoff_max: Duration::from_secs(300),
+            status_interval: Duration::ZERO,
+            watch_related: false,
         }
     }
 }
@@ -148,6 +162,8 @@ struct QueueState {
     last_good: Option<LastGoodPlan>,
     /// Consecutive reconciles that could not read the queue, for `workers.fallback`.
     unreadable: u32,
+    /// When this controller last wrote the status, for the counts' throttle.
+    last_status_write: Option<Timestamp>,
 }
 
 /// A plan a spec of the queue passed validation with, and that spec's generation.
@@ -173,6 +189,9 @@ pub struct Context {
     clock: Clock,
     /// One state per queue, forgotten as a whole when the queue goes away.
     queues: Mutex<HashMap<QueueLabels, QueueState>>,
+    /// The watched Secrets, HPAs and targets, while the controller runs (none: every
+    /// read goes to the API).
+    caches: Mutex<caches::Caches>,
 }
 
 impl Context {
@@ -196,7 +215,41 @@ impl Context {
             jobqueues: std::sync::RwLock::default(),
             clock: Arc::new(Timestamp::now),
             queues: Mutex::default(),
+            caches: Mutex::default(),
         }
+    }
+
+    /// The same context reading from `caches` (tests fill them by hand).
+    pub fn with_caches(self, caches: caches::Caches) -> Context {
+        self.set_caches(caches);
+        self
+    }
+
+    /// Read from `caches` from now on (the controller's, while it runs).
+    pub fn set_caches(&self, caches: caches::Caches) {
+        *self.caches.lock().expect("caches lock") = caches;
+    }
+
+    /// The caches reconciles read from now.
+    pub fn caches(&self) -> caches::Caches {
+        self.caches.lock().expect("caches lock").clone()
+    }
+
+    /// Whether to write `new` over `prev` now (see [`status_write::decide`]).
+    pub(crate) fn status_write(
+        &self,
+        queue: &JobQueue,
+        prev: Option<&crate::crd::JobQueueStatus>,
+        new: &crate::crd::JobQueueStatus,
+        now: Timestamp,
+    ) -> status_write::StatusWrite {
+        let last = self.with_state(queue, |state| state.last_status_write);
+        status_write::decide(prev, new, last, now, self.settings.status_interval)
+    }
+
+    /// Remember that the status of `queue` was written at `now`.
+    pub(crate) fn status_written(&self, queue: &JobQueue, now: Timestamp) {
+        self.with_state(queue, |state| state.last_status_write = Some(now));
     }
 
     /// The same context on another clock (tests step time instead of sleeping).
@@ -338,11 +391,18 @@ pub fn backoff_delay(failures: u32, initial: Duration, max: Duration) -> Duratio
 }
 
 /// After a failed reconcile: count it and retry with a growing delay. Only this queue
-/// waits; the others go on.
+/// waits; the others go on. The delay never exceeds the queue's `reaper.interval` (the
+/// pace of a healthy queue): reaping and scaling resume within one interval of Redis
+/// coming back, however long it was away. A Secret fixed or created is acted on at once
+/// (it is watched, see [`caches`]).
 pub fn error_policy(queue: Arc<JobQueue>, error: &Error, ctx: Arc<Context>) -> Action {
     let labels = queue_labels(&queue);
     ctx.metrics.reconcile_failed(&labels, &error.metric_label());
     let delay = ctx.failed(&queue);
+    let delay = match caches::reaper_interval(&queue) {
+        Some(interval) => delay.min(interval),
+        None => delay,
+    };
     warn!(
         namespace = %labels.namespace,
         name = %labels.name,

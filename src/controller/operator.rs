@@ -210,8 +210,10 @@ fn stand_down(ctx: &Context) {
 
 /// The controller, until `stop`: a watch filtered by generation and the `jobqueue.dev/`
 /// annotations (status writes do not trigger it; the requeue after `reaper.interval`
-/// drives the work), reconciles, and the
-/// readiness flag once the cache has synced.
+/// drives the work), reconciles, and the readiness flag once the cache has synced. With
+/// `settings.watch_related`, the Secrets, HPAs, Deployments and StatefulSets are watched
+/// too, into the caches the reconciles read and as triggers of the queues they concern
+/// ([`super::caches`]).
 pub async fn run_controller(
     api: Api<JobQueue>,
     ctx: Arc<Context>,
@@ -219,6 +221,7 @@ pub async fn run_controller(
     stop: CancellationToken,
     concurrency: u16,
 ) {
+    let watch_ns = api.namespace().map(str::to_string);
     let (reader, writer) = reflector::store();
     ctx.set_jobqueues(reader.clone());
     let synced = {
@@ -255,7 +258,20 @@ pub async fn run_controller(
         })
     };
 
-    Controller::for_stream(stream, reader)
+    // The Secrets, HPAs and targets: caches the reconciles read, and triggers.
+    let watched = Controller::for_stream(stream, reader.clone());
+    let watched = if ctx.settings.watch_related {
+        let keda = super::caches::keda_installed(&ctx.client, watch_ns.as_deref()).await;
+        let (watched, caches) =
+            super::caches::watch(watched, &ctx.client, watch_ns.as_deref(), reader, keda);
+        ctx.set_caches(caches);
+        watched
+    } else {
+        watched
+    };
+    let forget_caches = ctx.clone();
+
+    watched
         .with_config(controller::Config::default().concurrency(concurrency))
         .graceful_shutdown_on(stop.cancelled_owned())
         .run(reconcile, error_policy, ctx)
@@ -269,6 +285,7 @@ pub async fn run_controller(
         })
         .await;
     sweep.abort();
+    forget_caches.set_caches(Default::default());
 }
 
 async fn cancel_on_signal(shutdown: CancellationToken) {

@@ -292,9 +292,12 @@ async fn apply(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
         None => Vec::new(),
     };
 
-    // 6. Write the status, count, publish.
+    // 6. Write the status (counts alone at most every --status-interval), count, publish.
     ctx.metrics.outcome(&q.labels, &new, Some(q.now));
-    write_status(&q, &new).await?;
+    if ctx.status_write(&jq, q.prev, &new, q.now).writes() {
+        write_status(&q, &new).await?;
+        ctx.status_written(&jq, q.now);
+    }
     ctx.metrics.observed(&q.labels, &obs.stats, &obs.reaped);
     ctx.metrics.replicas(
         &q.labels,
@@ -437,8 +440,14 @@ async fn publish_spec_warning(ctx: &Context, q: &Subject<'_>, new: &JobQueueStat
 
 /// Steps 2 and 3: Secrets, connection, and the queue's upkeep.
 async fn observe(ctx: &Context, ns: &str, plan: &QueuePlan) -> Result<Observation, Failure> {
-    let endpoint =
-        cluster_reads::resolve_endpoint(&ctx.client, &ctx.settings, ns, &plan.endpoint).await?;
+    let endpoint = cluster_reads::resolve_endpoint_in(
+        &ctx.caches(),
+        &ctx.client,
+        &ctx.settings,
+        ns,
+        &plan.endpoint,
+    )
+    .await?;
     let redis = ctx
         .redis_pool
         .get(&endpoint)
@@ -492,7 +501,7 @@ async fn scale_workers(
 /// ([`cluster_reads::target_state`]), or an older JobQueue scaling it (from the
 /// controller's cache, when there is one: [`ownership::other_owner`]).
 async fn read_target(ctx: &Context, q: &Subject<'_>, target: &TargetRef) -> TargetState {
-    let state = cluster_reads::target_state(&ctx.client, &q.ns, target).await;
+    let state = cluster_reads::target_state_in(&ctx.caches(), &ctx.client, &q.ns, target).await;
     let TargetState::Found { replicas } = state else {
         return state;
     };

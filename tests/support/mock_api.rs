@@ -101,6 +101,30 @@ pub fn test_context_at(clock: &TestClock) -> (Arc<Context>, ApiServerVerifier, R
     test_context_with(Some(clock.clock()))
 }
 
+/// `test_context` on the test's clock with settings of its own and reflector caches
+/// (as the running controller has them): `tune` edits the test settings.
+#[allow(dead_code)]
+pub fn test_context_tuned(
+    clock: &TestClock,
+    tune: impl FnOnce(&mut Settings),
+    caches: jobqueue::controller::caches::Caches,
+) -> (Arc<Context>, ApiServerVerifier, Registry) {
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<MockBody>>();
+    let client = Client::new(service, NS);
+    let mut registry = Registry::default();
+    let metrics = Arc::new(Metrics::default().register(&mut registry));
+    let mut settings = Settings {
+        connect_timeout: Duration::from_secs(2),
+        response_timeout: Duration::from_secs(5),
+        ..Settings::default()
+    };
+    tune(&mut settings);
+    let ctx = Context::new(client, metrics, Some("test-operator".into()), settings)
+        .with_clock(clock.clock())
+        .with_caches(caches);
+    (Arc::new(ctx), ApiServerVerifier(handle), registry)
+}
+
 fn test_context_with(clock: Option<Clock>) -> (Arc<Context>, ApiServerVerifier, Registry) {
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<MockBody>>();
     let client = Client::new(service, NS);

@@ -74,9 +74,14 @@ scripts/chart_check.py, which fails when the rendered rules grant more.
 - apiGroups: ["jobqueue.dev"]
   resources: ["jobqueues/status"]
   verbs: ["get", "patch"]
+# Secrets, Deployments, StatefulSets and HPAs are watched into caches (list, watch):
+# a reconcile reads them there, not with a request per queue; get stays for a cache miss.
 - apiGroups: [""]
   resources: ["secrets"]
-  verbs: ["get"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["apps"]
+  resources: ["deployments", "statefulsets"]
+  verbs: ["list", "watch"]
 - apiGroups: ["apps"]
   resources: ["deployments/scale", "statefulsets/scale"]
   verbs: ["get", "patch"]
