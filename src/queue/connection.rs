@@ -30,6 +30,7 @@ use redis::{
 };
 
 use super::error::{Error, Result};
+use super::sentinel::{SentinelOptions, SentinelTarget};
 
 /// How to reach Redis.
 #[derive(Clone)]
@@ -49,6 +50,8 @@ pub struct ConnectOptions {
     /// PEM CA bundle that signs the server's certificate (`rediss://` only), for servers
     /// whose certificate the system trust store does not know.
     pub ca_cert: Option<Vec<u8>>,
+    /// Find the primary through Sentinels (and follow its failovers) instead of `url`.
+    pub sentinel: Option<SentinelOptions>,
 }
 
 /// Never prints the password.
@@ -61,6 +64,7 @@ impl std::fmt::Debug for ConnectOptions {
             .field("response_timeout", &self.response_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("ca_cert", &self.ca_cert.as_ref().map(|c| c.len()))
+            .field("sentinel", &self.sentinel)
             .finish()
     }
 }
@@ -74,7 +78,38 @@ impl ConnectOptions {
             response_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
             ca_cert: None,
+            sentinel: None,
         }
+    }
+
+    /// Reach the primary that the Sentinels at `addrs` (`host:port`) name for
+    /// `master_name`, and follow it through failovers. The password of the Redis nodes is
+    /// [`ConnectOptions::password`]; the Sentinels' own is [`ConnectOptions::sentinel_password`].
+    pub fn sentinel(
+        addrs: impl IntoIterator<Item = impl Into<String>>,
+        master_name: impl Into<String>,
+    ) -> Self {
+        let sentinel = SentinelOptions::new(addrs, master_name);
+        let mut options = ConnectOptions::new(sentinel.endpoint());
+        options.sentinel = Some(sentinel);
+        options
+    }
+
+    /// The Sentinels' own password (with [`ConnectOptions::sentinel`]).
+    pub fn sentinel_password(mut self, password: Option<String>) -> Self {
+        if let Some(sentinel) = &mut self.sentinel {
+            sentinel.password = password;
+        }
+        self
+    }
+
+    /// How long a command waits for a new primary after losing the old one (with
+    /// [`ConnectOptions::sentinel`]; default 30 s).
+    pub fn failover_wait(mut self, wait: Duration) -> Self {
+        if let Some(sentinel) = &mut self.sentinel {
+            sentinel.failover_wait = wait;
+        }
+        self
     }
 
     pub fn ca_cert(mut self, pem: Option<Vec<u8>>) -> Self {
@@ -192,6 +227,7 @@ enum Target {
         client: Arc<ClusterClient>,
         conn: ClusterConnection,
     },
+    Sentinel(Arc<SentinelTarget>),
 }
 
 /// A shared handle on one Redis endpoint.
@@ -216,6 +252,22 @@ impl Redis {
     /// the URL is malformed or the credentials are refused.
     pub async fn connect(options: &ConnectOptions) -> Result<Redis> {
         install_crypto_provider();
+        if let Some(sentinel) = &options.sentinel {
+            let target = SentinelTarget::connect(
+                sentinel,
+                options.password.as_deref(),
+                options.response_timeout,
+                options.connect_timeout,
+            )
+            .await?;
+            let target = Arc::new(target);
+            SentinelTarget::watch(&target);
+            return Ok(Redis {
+                endpoint: target.endpoint().to_string(),
+                target: Target::Sentinel(target),
+                response_timeout: options.response_timeout,
+            });
+        }
         let endpoint = options.redacted_url();
         let invalid = |reason: String| Error::InvalidUrl {
             url: endpoint.clone(),
@@ -337,6 +389,16 @@ impl Redis {
                     .map_err(|e| classify_connect(&self.endpoint, e))?;
                 Ok(Dedicated::Cluster(conn))
             }
+            Target::Sentinel(sentinel) => {
+                let config = AsyncConnectionConfig::new()
+                    .set_response_timeout(Some(timeout))
+                    .set_connection_timeout(Some(self.response_timeout));
+                let conn = sentinel
+                    .dedicated(&config)
+                    .await
+                    .map_err(|e| classify_connect(&self.endpoint, e))?;
+                Ok(Dedicated::Single(conn))
+            }
         }
     }
 }
@@ -347,6 +409,7 @@ impl Redis {
     pub async fn query_on_node_of(&self, key: &str, cmd: Cmd) -> RedisResult<Value> {
         match &self.target {
             Target::Single { conn, .. } => cmd.query_async(&mut conn.clone()).await,
+            Target::Sentinel(sentinel) => sentinel.command(&cmd).await,
             Target::Cluster { conn, .. } => {
                 let slot = slot_of(key.as_bytes());
                 let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
@@ -579,6 +642,10 @@ impl ConnectionLike for Redis {
         match &mut self.target {
             Target::Single { conn, .. } => conn.req_packed_command(cmd),
             Target::Cluster { conn, .. } => Box::pin(cluster_command(conn.clone(), cmd)),
+            Target::Sentinel(sentinel) => {
+                let sentinel = sentinel.clone();
+                Box::pin(async move { sentinel.command(cmd).await })
+            }
         }
     }
 
@@ -593,6 +660,10 @@ impl ConnectionLike for Redis {
             Target::Cluster { conn, .. } => {
                 Box::pin(cluster_pipeline(conn.clone(), pipeline, offset, count))
             }
+            Target::Sentinel(sentinel) => {
+                let sentinel = sentinel.clone();
+                Box::pin(async move { sentinel.pipeline(pipeline, offset, count).await })
+            }
         }
     }
 
@@ -600,6 +671,7 @@ impl ConnectionLike for Redis {
         match &self.target {
             Target::Single { conn, .. } => conn.get_db(),
             Target::Cluster { conn, .. } => conn.get_db(),
+            Target::Sentinel(_) => 0,
         }
     }
 }

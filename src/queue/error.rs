@@ -68,6 +68,42 @@ pub enum Error {
     /// Redis did not answer in time while connecting.
     #[error("cannot reach Redis at {0}")]
     Unavailable(String),
+
+    /// None of the Sentinels given answered.
+    #[error("no Sentinel reachable at {sentinels}: {detail}")]
+    NoSentinel { sentinels: String, detail: String },
+
+    /// The Sentinels answered, but none monitors a master of that name.
+    #[error(
+        "the Sentinels at {sentinels} monitor no master named {master:?} (they monitor: {known}); check --master-name"
+    )]
+    UnknownMaster {
+        sentinels: String,
+        master: String,
+        known: String,
+    },
+
+    /// The server is a replica: it refused a write (`READONLY`); nothing was changed.
+    #[error(
+        "queue {queue}: {op} refused: the Redis server is a read-only replica, not the primary \
+         (READONLY); point --redis at the primary, or use --sentinel to follow failovers"
+    )]
+    ReadOnly { queue: String, op: &'static str },
+
+    /// Under `replicated` durability: the write ran on the primary, but fewer replicas
+    /// than asked confirmed it in time.
+    #[error(
+        "queue {queue}: {op} ran on the primary but only {acked} of {wanted} replica(s) \
+         confirmed it within {timeout_ms}ms: it may be lost if the primary fails now, and \
+         sending it again may run it twice"
+    )]
+    NotReplicated {
+        queue: String,
+        op: &'static str,
+        acked: i64,
+        wanted: u32,
+        timeout_ms: u64,
+    },
 }
 
 impl Error {
@@ -75,7 +111,7 @@ impl Error {
     /// false when retrying the same call would fail the same way.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Connect { .. } | Error::Unavailable(_) => true,
+            Error::Connect { .. } | Error::Unavailable(_) | Error::NoSentinel { .. } => true,
             Error::Redis { source, .. } => is_transient_redis(source),
             _ => false,
         }
@@ -90,6 +126,12 @@ impl Error {
                     .detail()
                     .unwrap_or("authentication required")
                     .to_string(),
+            };
+        }
+        if super::sentinel::is_readonly(&err) {
+            return Error::ReadOnly {
+                queue: queue.to_string(),
+                op,
             };
         }
         let detail = err.detail().unwrap_or_default().to_string();
@@ -133,11 +175,11 @@ fn is_transient_redis(err: &RedisError) -> bool {
         || matches!(
             err.kind(),
             ErrorKind::ClusterConnectionNotFound
+                | ErrorKind::MasterNameNotFoundBySentinel
                 | ErrorKind::Server(ServerErrorKind::BusyLoading)
                 | ErrorKind::Server(ServerErrorKind::TryAgain)
                 | ErrorKind::Server(ServerErrorKind::MasterDown)
                 | ErrorKind::Server(ServerErrorKind::ClusterDown)
-                | ErrorKind::Server(ServerErrorKind::ReadOnly)
         )
 }
 
