@@ -598,13 +598,8 @@ mod tests {
     #[test]
     fn a_pipeline_is_resent_only_when_no_write_ran() {
         let readonly = || {
-            Value::ServerError(
-                redis::ServerError::try_from(RedisError::from((
-                    ErrorKind::Server(ServerErrorKind::ReadOnly),
-                    "You can't write against a read only replica.",
-                )))
-                .unwrap(),
-            )
+            redis::parse_redis_value(b"-READONLY You can't write against a read only replica.\r\n")
+                .unwrap()
         };
         let mut pipe = redis::pipe();
         pipe.cmd("EVALSHA").arg("abc").arg(0);
