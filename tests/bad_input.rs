@@ -32,6 +32,8 @@ enum Target {
     Closed,
     /// A redis-server with `requirepass s3cret-pw`; `{url}` carries no password.
     Auth,
+    /// A replica of the seeded redis-server.
+    Replica,
 }
 
 struct Row {
@@ -64,7 +66,8 @@ const fn on(target: Target, r: Row) -> Row {
 
 // Placeholders: {url} the target's URL, {tls_url} rediss:// to the seeded server,
 // {dir} a scratch directory holding `big.bin` (2 MiB), `notpem.crt` and `ca.pem`,
-// {long_tag} 100 000 characters, {long_id} 300 characters.
+// {long_tag} 100 000 characters, {long_id} 300 characters, {sentinel} a Sentinel that
+// monitors the seeded server as `mymaster`, {closed_addr} host:port nobody listens on.
 #[rustfmt::skip]
 const ROWS: &[Row] = &[
     row("delay-huge", &["enqueue", "--redis", "{url}", "--tag", "bi", "--delay", "99999999999d", "x"], 2, "is too long"),
@@ -131,6 +134,15 @@ const ROWS: &[Row] = &[
     row("print-ids-without-stdin", &["enqueue", "--redis", "{url}", "--tag", "bi", "--print-ids", "x"], 2, "--print-ids needs --stdin"),
     row("dead-show-raw-json", &["dead", "show", "--redis", "{url}", "--tag", "bi", "d1", "--raw", "--json"], 2, "cannot be used with"),
     row("unknown-flag", &["stats", "--redis", "{url}", "--tag", "bi", "--colour"], 2, "unexpected argument '--colour'"),
+    row("sentinel-unknown-master", &["stats", "--sentinel", "{sentinel}", "--master-name", "typo", "--tag", "bi"], 6, "monitor no master named \"typo\""),
+    row("sentinel-unreachable", &["stats", "--sentinel", "{closed_addr}", "--master-name", "mymaster", "--tag", "bi"], 3, "no Sentinel reachable"),
+    row("sentinel-url", &["stats", "--sentinel", "redis://127.0.0.1:26379", "--master-name", "mymaster", "--tag", "bi"], 6, "give host:port, not a URL"),
+    row("sentinel-no-master-name", &["stats", "--sentinel", "{sentinel}", "--tag", "bi"], 2, "--master-name"),
+    row("sentinel-with-cluster", &["stats", "--sentinel", "{sentinel}", "--master-name", "mymaster", "--cluster", "--tag", "bi"], 2, "cannot be used with"),
+    row("durability-unknown", &["enqueue", "--redis", "{url}", "--tag", "bi", "--durability", "sync", "x"], 2, "write primary, replicated"),
+    row("durability-zero-replicas", &["enqueue", "--redis", "{url}", "--tag", "bi", "--durability", "replicated:0", "x"], 2, "must be at least 1"),
+    on(Target::Replica, row("readonly-replica", &["enqueue", "--redis", "{url}", "--tag", "bi", "x"], 1, "read-only replica, not the primary")),
+    on(Target::SmallBulk, row("not-replicated", &["enqueue", "--redis", "{url}", "--tag", "nr", "--durability", "replicated:1:100ms", "x"], 1, "ran on the primary but only 0 of 1")),
 ];
 
 /// Rows of the library and the protocol (no process, no exit code: the doc says `-`):
@@ -350,6 +362,11 @@ fn run(args: &[String]) -> Outcome {
         "JOBQUEUE_TAG",
         "JOBQUEUE_PREFIX",
         "JOBQUEUE_TLS_CA",
+        "JOBQUEUE_SENTINEL",
+        "JOBQUEUE_MASTER_NAME",
+        "JOBQUEUE_DURABILITY",
+        "JOBQUEUE_SENTINEL_PASSWORD",
+        "JOBQUEUE_REDIS_PASSWORD",
     ] {
         cmd.env_remove(var);
     }
@@ -439,6 +456,9 @@ fn every_bad_input_is_answered_with_its_code_and_message_and_changes_nothing() {
         stand_in(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
     let closed = free_port();
     let auth = RedisServer::start_with(&["--requirepass", "s3cret-pw"]);
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &server.port.to_string()]);
+    let sentinel_dir = tempfile::tempdir().unwrap();
+    let sentinel = support::sentinel::start_sentinel(sentinel_dir.path(), server.port);
     let mut conn = server.conn();
     seed(&mut conn);
     let dir = tempfile::tempdir().unwrap();
@@ -455,6 +475,7 @@ fn every_bad_input_is_answered_with_its_code_and_message_and_changes_nothing() {
             Target::Http => format!("redis://127.0.0.1:{http}"),
             Target::Closed => format!("redis://127.0.0.1:{closed}"),
             Target::Auth => auth.url(),
+            Target::Replica => replica.url(),
         };
         let args: Vec<String> = r
             .args
@@ -465,6 +486,8 @@ fn every_bad_input_is_answered_with_its_code_and_message_and_changes_nothing() {
                     .replace("{dir}", &dir.path().display().to_string())
                     .replace("{long_tag}", &long_tag)
                     .replace("{long_id}", &long_id)
+                    .replace("{sentinel}", &format!("127.0.0.1:{}", sentinel.port))
+                    .replace("{closed_addr}", &format!("127.0.0.1:{closed}"))
                     .replace(
                         "{auth_url}",
                         &auth.url().replace("redis://", "redis://:wrong-pw@"),

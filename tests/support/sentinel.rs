@@ -239,7 +239,8 @@ impl SentinelSetup {
     }
 }
 
-fn start_sentinel(dir: &Path, primary: u16) -> SentinelProc {
+/// One Sentinel that monitors the server on `primary` as [`MASTER`].
+pub fn start_sentinel(dir: &Path, primary: u16) -> SentinelProc {
     for _ in 0..20 {
         let port = free_port();
         let conf = dir.join(format!("sentinel-{port}.conf"));
