@@ -1735,9 +1735,15 @@ async fn primary_killed(scenario: &'static str, durability: &str) -> Tally {
         tokio::task::block_in_place(|| {
             setup.server(old).kill();
             let new = setup.wait_for_new_primary(old);
-            // The node comes back empty and the Sentinels make it a replica of `new`.
+            // The node comes back empty, once every Sentinel names `new` (one that still
+            // named the old node would send clients to the empty one), and the
+            // Sentinels make it a replica of `new`.
+            setup.wait_until_all_name(new);
             setup.server(old).restart();
             setup.wait_for_role(old, "slave");
+            // Healthy again (every Sentinel agrees, both replicas in sync) before the
+            // next kill.
+            setup.wait_until_ready();
             new
         });
         kills += 1;
@@ -1805,11 +1811,12 @@ async fn l_manual_failover_while_leases_are_held_loses_nothing_and_keeps_fencing
     let setup = SentinelSetup::start();
     let n = 200 * scale;
     let dir = tempfile::tempdir().unwrap();
-    let queue = connect_sentinel(&setup, "replicated:2:5s").await;
+    let queue = connect_sentinel(&setup, "primary").await;
     queue.configure(&settings()).await.unwrap();
     let all = jobs(0, n);
     let ids: Vec<String> = all.iter().map(|(id, _, _)| id.clone()).collect();
-    let kinds = enqueue(&queue, all).await;
+    let producer = queue.clone().durability("replicated:2:5s".parse().unwrap());
+    let kinds = enqueue(&producer, all).await;
     // Two leases of the test's own: one held across the failover, one left to expire.
     let held = queue
         .claim_one("holder", Some(Duration::from_secs(120)))
@@ -1848,7 +1855,10 @@ async fn l_manual_failover_while_leases_are_held_loses_nothing_and_keeps_fencing
             })
             .await;
         leases_at_failover.push(queue.stats().await.map(|s| s.processing).unwrap_or(0));
-        tokio::task::block_in_place(|| setup.failover());
+        tokio::task::block_in_place(|| {
+            setup.failover();
+            setup.wait_until_ready();
+        });
         failovers += 1;
     }
     // Fencing on the new primary: a made-up token is refused, the holder's ack is taken;

@@ -137,7 +137,7 @@ impl SentinelSetup {
     /// Every Sentinel sees the primary with two replicas and two other Sentinels, and
     /// the replicas are in sync: a failover can be asked for.
     pub fn wait_until_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + Duration::from_secs(90);
         let mut last = String::new();
         loop {
             let ready = (0..self.sentinels.len()).all(|i| {
@@ -215,27 +215,80 @@ impl SentinelSetup {
         }
     }
 
-    /// Wait until every Sentinel names a primary other than `old`, and it answers ROLE
-    /// as a master.
+    /// Wait until a majority of the Sentinels (the quorum that elects) name the same
+    /// primary other than `old`, and it answers ROLE as a master. A Sentinel that lags
+    /// catches up from the others' hello messages; clients skip a node that is down.
     pub fn wait_for_new_primary(&self, old: u16) -> u16 {
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + Duration::from_secs(90);
         loop {
             let named: Vec<Option<u16>> = (0..self.sentinels.len())
                 .map(|i| self.primary_port_by(i))
                 .collect();
-            if let Some(Some(new)) = named.first()
-                && *new != old
-                && named.iter().all(|p| *p == Some(*new))
-                && self.role_of(*new).as_deref() == Some("master")
+            let agreed = named.iter().flatten().find(|p| {
+                **p != old && named.iter().filter(|q| **q == Some(**p)).count() * 2 > named.len()
+            });
+            if let Some(&new) = agreed
+                && self.role_of(new).as_deref() == Some("master")
             {
-                return *new;
+                return new;
             }
             assert!(
                 Instant::now() < deadline,
-                "no new primary after 60s: the Sentinels name {named:?} (old {old})"
+                "no new primary after 90s: the Sentinels name {named:?} (old {old})\n{}",
+                self.logs()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Wait until every Sentinel names `port` as the primary.
+    pub fn wait_until_all_name(&self, port: u16) {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let named: Vec<Option<u16>> = (0..self.sentinels.len())
+                .map(|i| self.primary_port_by(i))
+                .collect();
+            if named.iter().all(|p| *p == Some(port)) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the Sentinels name {named:?}, not all {port}, after 90s\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The last lines of each Sentinel's log.
+    pub fn logs(&self) -> String {
+        self.sentinels
+            .iter()
+            .map(|s| {
+                let log =
+                    std::fs::read_to_string(self.dir.path().join(format!("redis-{}.log", s.port)))
+                        .unwrap_or_default();
+                let lines: Vec<&str> = log.lines().collect();
+                format!(
+                    "--- Sentinel {}:\n{}",
+                    s.port,
+                    lines[lines.len().saturating_sub(25)..].join("\n")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The primary a majority of the Sentinels name.
+    pub fn primary_by_majority(&self) -> Option<u16> {
+        let named: Vec<Option<u16>> = (0..self.sentinels.len())
+            .map(|i| self.primary_port_by(i))
+            .collect();
+        named
+            .iter()
+            .flatten()
+            .find(|p| named.iter().filter(|q| **q == Some(**p)).count() * 2 > named.len())
+            .copied()
     }
 }
 
