@@ -161,7 +161,8 @@ impl ConnectArgs {
                 ConnectOptions::sentinel(sentinels.split(',').map(str::to_string), master)
                     .sentinel_password(env("JOBQUEUE_SENTINEL_PASSWORD"))
                     .password(env("JOBQUEUE_REDIS_PASSWORD"))
-                    .connect_timeout(Duration::from_secs(3)),
+                    .connect_timeout(Duration::from_secs(3))
+                    .ca_cert(ca),
             );
         }
         Ok(ConnectOptions::new(self.redis.clone())

@@ -253,6 +253,12 @@ impl Redis {
     pub async fn connect(options: &ConnectOptions) -> Result<Redis> {
         install_crypto_provider();
         if let Some(sentinel) = &options.sentinel {
+            if options.ca_cert.is_some() || options.cluster {
+                return Err(Error::InvalidUrl {
+                    url: sentinel.endpoint(),
+                    reason: "TLS and Cluster mode are not supported through Sentinel".into(),
+                });
+            }
             let target = SentinelTarget::connect(
                 sentinel,
                 options.password.as_deref(),
