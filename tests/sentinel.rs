@@ -420,3 +420,19 @@ async fn readonly_from_a_demoted_primary_sends_the_write_to_the_new_primary() {
         "the job from before (replicated) and the new one, once"
     );
 }
+
+#[tokio::test]
+async fn tls_or_cluster_through_sentinel_is_refused_not_ignored() {
+    let pem = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".to_vec();
+    for options in [
+        ConnectOptions::sentinel(["127.0.0.1:1"], MASTER).ca_cert(Some(pem)),
+        ConnectOptions::sentinel(["127.0.0.1:1"], MASTER).cluster(true),
+    ] {
+        let err = Redis::connect(&options).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidUrl { .. }), "{err:?}");
+        assert!(
+            err.to_string().contains("not supported through Sentinel"),
+            "{err}"
+        );
+    }
+}
