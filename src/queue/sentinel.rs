@@ -6,9 +6,12 @@
 //! answers `READONLY` (it was demoted to a replica), the connection is dropped and the
 //! next command asks the Sentinels again, waiting up to the failover wait for a primary.
 //!
-//! Each handle also listens to the Sentinels' `+switch-master` announcements, so an
-//! idle connection to the old primary (which the Sentinels disconnect when they demote
-//! it) is replaced before the next command is sent on it.
+//! Each handle also listens to every Sentinel's announcements: when the leader of a
+//! failover tells a replica to become the primary (`+failover-state-wait-promotion`),
+//! nothing more is sent to the old primary (whose writes from then on are dropped when
+//! it is demoted) and commands wait for the replica to answer `ROLE` as the primary;
+//! `+switch-master` replaces an idle connection to the old primary (which the Sentinels
+//! disconnect when they demote it) before the next command is sent on it.
 //!
 //! The module rule of `connection.rs` holds: nothing is sent twice behind the caller's
 //! back. A `READONLY` reply says the command did not run, so it is sent again to the new
@@ -97,9 +100,15 @@ fn parse_addr(addr: &str) -> std::result::Result<(String, u16), String> {
     Ok((host.to_string(), port))
 }
 
+/// How long commands wait for a replica being promoted to say it is the primary before
+/// asking the Sentinels instead (a failover aborted, or the replica is out of reach).
+const PROMOTION_WAIT: Duration = Duration::from_secs(5);
+
 /// The primary in use, and a count that changes with each new connection to it.
 struct Current {
     generation: u64,
+    /// A replica the Sentinels are promoting: commands wait for it to be the primary.
+    promoting: Option<(String, u16)>,
     addr: String,
     client: Option<Client>,
     conn: Option<MultiplexedConnection>,
@@ -112,6 +121,7 @@ pub(crate) struct SentinelTarget {
     endpoint: String,
     master: String,
     password: Option<String>,
+    redis_password: Option<String>,
     config: AsyncConnectionConfig,
     connect_timeout: Duration,
     failover_wait: Duration,
@@ -168,6 +178,7 @@ impl SentinelTarget {
             lookup: tokio::sync::Mutex::new(lookup),
             current: Mutex::new(Current {
                 generation: 0,
+                promoting: None,
                 addr: String::new(),
                 client: None,
                 conn: None,
@@ -176,6 +187,7 @@ impl SentinelTarget {
             endpoint: endpoint.clone(),
             master: options.master_name.clone(),
             password: options.password.clone(),
+            redis_password: redis_password.map(str::to_string),
             config: AsyncConnectionConfig::new()
                 .set_response_timeout(Some(response_timeout))
                 .set_connection_timeout(Some(connect_timeout)),
@@ -219,11 +231,12 @@ impl SentinelTarget {
             tracing::info!(master = %self.master, primary = %addr, "connected to the primary named by the Sentinels");
         } else if current.addr != addr {
             tracing::warn!(master = %self.master, primary = %addr, was = %current.addr,
-                "failover: the Sentinels name a new primary; going on there");
+                "failover: going on with the new primary");
         } else {
             tracing::info!(master = %self.master, primary = %addr, "reconnected to the primary");
         }
         current.generation += 1;
+        current.promoting = None;
         current.addr = addr;
         current.client = Some(client);
         current.conn = Some(conn);
@@ -234,40 +247,57 @@ impl SentinelTarget {
     /// lives: a new primary for our master drops the connection to the old one, so
     /// the next command asks the Sentinels instead of failing on a killed connection.
     pub(crate) fn watch(this: &Arc<SentinelTarget>) {
-        let weak: Weak<SentinelTarget> = Arc::downgrade(this);
-        tokio::spawn(async move {
-            let mut next = 0usize;
-            loop {
-                let Some(target) = weak.upgrade() else { return };
-                let (host, port) = target.sentinels[next % target.sentinels.len()].clone();
-                next += 1;
-                let subscribed = target.subscribe(&host, port).await;
-                drop(target);
-                if let Ok(mut pubsub) = subscribed {
-                    let mut messages = pubsub.on_message();
-                    loop {
-                        let message = tokio::select! {
-                            m = futures::StreamExt::next(&mut messages) => m,
-                            _ = tokio::time::sleep(Duration::from_secs(2)) => {
-                                if weak.strong_count() == 0 { return }
-                                continue;
-                            }
-                        };
-                        let Some(message) = message else { break };
-                        let Some(target) = weak.upgrade() else { return };
-                        let payload: String = message.get_payload().unwrap_or_default();
-                        // `<master> <old ip> <old port> <new ip> <new port>`
-                        let words: Vec<&str> = payload.split_whitespace().collect();
-                        if let [name, _, _, ip, port] = words[..]
-                            && name == target.master
-                        {
-                            target.switched(&format!("{ip}:{port}"));
+        // One listener per Sentinel: a failover's steps are announced by its leader only.
+        for i in 0..this.sentinels.len() {
+            let weak: Weak<SentinelTarget> = Arc::downgrade(this);
+            tokio::spawn(async move {
+                loop {
+                    let Some(target) = weak.upgrade() else { return };
+                    let (host, port) = target.sentinels[i].clone();
+                    let subscribed = target.subscribe(&host, port).await;
+                    drop(target);
+                    if let Ok(mut pubsub) = subscribed {
+                        let mut messages = pubsub.on_message();
+                        loop {
+                            let message = tokio::select! {
+                                m = futures::StreamExt::next(&mut messages) => m,
+                                _ = tokio::time::sleep(Duration::from_secs(2)) => {
+                                    if weak.strong_count() == 0 { return }
+                                    continue;
+                                }
+                            };
+                            let Some(message) = message else { break };
+                            let Some(target) = weak.upgrade() else { return };
+                            let payload: String = message.get_payload().unwrap_or_default();
+                            target.announced(message.get_channel_name(), &payload);
                         }
                     }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
                 }
-                tokio::time::sleep(Duration::from_millis(500)).await;
+            });
+        }
+    }
+
+    /// One announcement of a Sentinel, for our master or another.
+    fn announced(&self, channel: &str, payload: &str) {
+        let words: Vec<&str> = payload.split_whitespace().collect();
+        match (channel, &words[..]) {
+            // `<master> <old ip> <old port> <new ip> <new port>`
+            ("+switch-master", [name, _, _, ip, port]) if *name == self.master => {
+                self.switched(&format!("{ip}:{port}"));
             }
-        });
+            // `slave <name> <ip> <port> @ <master> <master ip> <master port>`: the leader
+            // has just told this replica to become the primary. From now on the old
+            // primary's writes are dropped when it is demoted: stop sending there.
+            ("+failover-state-wait-promotion", ["slave", _, ip, port, "@", name, ..])
+                if *name == self.master =>
+            {
+                if let Ok(port) = port.parse::<u16>() {
+                    self.promoting(ip, port);
+                }
+            }
+            _ => {}
+        }
     }
 
     async fn subscribe(&self, host: &str, port: u16) -> RedisResult<redis::aio::PubSub> {
@@ -281,12 +311,61 @@ impl SentinelTarget {
             .await
             .map_err(|_| RedisError::from((ErrorKind::Io, "timed out")))??;
         pubsub.subscribe("+switch-master").await?;
+        pubsub.subscribe("+failover-state-wait-promotion").await?;
         Ok(pubsub)
+    }
+
+    /// The Sentinels are promoting the replica at `ip:port`: drop the connection to the
+    /// old primary; the next command waits for the replica to say it is the primary.
+    fn promoting(&self, ip: &str, port: u16) {
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if current.addr == format!("{ip}:{port}") {
+            return;
+        }
+        tracing::warn!(master = %self.master, promoting = %format!("{ip}:{port}"), was = %current.addr,
+            "failover under way: the Sentinels are promoting a replica; waiting for it");
+        current.promoting = Some((ip.to_string(), port));
+        current.conn = None;
+        current.client = None;
+    }
+
+    /// Connect to the replica being promoted once it answers ROLE as the primary,
+    /// within `until`; `None` when it did not (the Sentinels are asked instead).
+    async fn await_promotion(
+        &self,
+        ip: &str,
+        port: u16,
+        until: Instant,
+    ) -> Option<(Client, MultiplexedConnection)> {
+        let mut info = ConnectionAddr::Tcp(ip.to_string(), port)
+            .into_connection_info()
+            .ok()?;
+        if let Some(password) = &self.redis_password {
+            let settings = info.redis_settings().clone().set_password(password.clone());
+            info = info.set_redis_settings(settings);
+        }
+        let client = Client::open(info).ok()?;
+        while Instant::now() < until {
+            if let Ok(Ok(mut conn)) = tokio::time::timeout(
+                self.connect_timeout,
+                client.get_multiplexed_async_connection_with_config(&self.config),
+            )
+            .await
+            {
+                let role: RedisResult<Vec<Value>> = redis::cmd("ROLE").query_async(&mut conn).await;
+                if matches!(role.as_deref(), Ok([Value::BulkString(r), ..]) if r == b"master") {
+                    return Some((client, conn));
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
     }
 
     /// The Sentinels announced `addr` as the primary: drop a connection elsewhere.
     fn switched(&self, addr: &str) {
         let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        current.promoting = None;
         if current.conn.is_some() && current.addr != addr {
             tracing::warn!(master = %self.master, primary = %addr, was = %current.addr,
                 "failover announced by the Sentinels; switching to the new primary");
@@ -321,6 +400,19 @@ impl SentinelTarget {
         // Another command may have found it meanwhile.
         if let Some(found) = ready(self) {
             return Ok(found);
+        }
+        let promoting = {
+            let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+            current.promoting.clone()
+        };
+        if let Some((ip, port)) = promoting {
+            let until = deadline.min(Instant::now() + PROMOTION_WAIT);
+            if let Some(found) = self.await_promotion(&ip, port, until).await {
+                let conn = found.1.clone();
+                return Ok((self.install(found), conn));
+            }
+            let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+            current.promoting = None;
         }
         let mut wait = Duration::from_millis(50);
         loop {
