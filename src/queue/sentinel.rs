@@ -401,21 +401,23 @@ impl SentinelTarget {
         if let Some(found) = ready(self) {
             return Ok(found);
         }
-        let promoting = {
-            let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
-            current.promoting.clone()
-        };
-        if let Some((ip, port)) = promoting {
-            let until = deadline.min(Instant::now() + PROMOTION_WAIT);
-            if let Some(found) = self.await_promotion(&ip, port, until).await {
-                let conn = found.1.clone();
-                return Ok((self.install(found), conn));
-            }
-            let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
-            current.promoting = None;
-        }
         let mut wait = Duration::from_millis(50);
         loop {
+            // A promotion announced (before or while the Sentinels are asked): wait for
+            // that replica instead, the Sentinels name it only at the end of the failover.
+            let promoting = {
+                let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+                current.promoting.clone()
+            };
+            if let Some((ip, port)) = promoting {
+                let until = deadline.min(Instant::now() + PROMOTION_WAIT);
+                if let Some(found) = self.await_promotion(&ip, port, until).await {
+                    let conn = found.1.clone();
+                    return Ok((self.install(found), conn));
+                }
+                let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+                current.promoting = None;
+            }
             let left = deadline.saturating_duration_since(Instant::now());
             let err = match tokio::time::timeout(
                 left.min(self.connect_timeout * 2)
