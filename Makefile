@@ -23,7 +23,8 @@ test: redis
 	$(CARGO) test --all-targets
 
 ## The chaos and durability suite at full size: worker processes SIGKILLed, two reapers,
-## connections cut, Redis SIGKILLed and restarted with an AOF, and a 3-master Cluster.
+## connections cut, Redis SIGKILLed and restarted with an AOF, a 3-master Cluster, and
+## behind Sentinel the primary SIGKILLed and a manual failover (tests/support/sentinel.rs).
 ## Prints one tally per scenario; `make test` runs the same suite CI-sized.
 CHAOS_SCALE ?= 10
 chaos: redis

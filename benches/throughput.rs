@@ -10,7 +10,7 @@
 //! `--quick` runs every measurement on a tenth of the data (a smoke run; its figures are
 //! not the ones to publish). Run without `--bench` (as `cargo test --all-targets` does),
 //! it makes a smoke pass on a hundredth of the data. `--only` picks sections: primitives, cost, enqueue,
-//! claim_ack, worker, reaper, memory, reconcile (add `primitives` for the ratios).
+//! claim_ack, durability, worker, reaper, memory, reconcile (add `primitives` for the ratios).
 
 #[path = "../tests/support/redis.rs"]
 mod common;
@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use jobqueue::queue::{
-    Backoff, FailMode, Lease, NewJob, Queue, QueueSettings, SCRIPTS, new_job_id,
+    Backoff, Durability, FailMode, Lease, NewJob, Queue, QueueSettings, SCRIPTS, new_job_id,
 };
 use serde_json::json;
 
@@ -993,6 +993,57 @@ async fn main() {
                 rows.push(row);
             }
         }
+    }
+
+    // Durability: `replicated` (WAIT 1 after each write) next to the default ---------
+    if args.runs("durability") {
+        // One replica attached, for both: the default pays the replication stream too,
+        // only `replicated` waits for it.
+        let replica =
+            RedisServer::start_with(&["--replicaof", "127.0.0.1", &s.redis.port.to_string()]);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut s.conn)
+                .unwrap();
+            if info.contains("state=online") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the replica did not attach: {info}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let jobs = 20_000 / scale;
+        for (name, durability) in [
+            ("primary", Durability::Primary),
+            ("replicated", "replicated:1:1s".parse().unwrap()),
+        ] {
+            let dq = q.clone().durability(durability);
+            for batch in [1usize, 32] {
+                for tasks in [1usize, 16] {
+                    eprintln!("durability {name}, batch {batch}, concurrency {tasks} …");
+                    s.flush();
+                    let enq = enqueue_batched(&dq, jobs, tasks, batch).await;
+                    let (done, took) = drain(&dq, tasks, batch).await;
+                    rows.push(Row::new(
+                        format!("durability.{name}.enqueue.b{batch}.c{tasks}"),
+                        format!("enqueue, durability {name}, batch {batch}, concurrency {tasks}"),
+                        enq,
+                        "jobs/s",
+                    ));
+                    rows.push(Row::new(
+                        format!("durability.{name}.claim_ack.b{batch}.c{tasks}"),
+                        format!("claim+ack, durability {name}, batch {batch}, concurrency {tasks}"),
+                        done as f64 / took.as_secs_f64(),
+                        "jobs/s",
+                    ));
+                }
+            }
+        }
+        drop(replica);
     }
 
     // End to end through the worker runtime -------------------------------------------

@@ -34,6 +34,8 @@ enum Target {
     Auth,
     /// `rediss://` to a redis-server with `tls-auth-clients yes`, its CA `{certs}/ca.crt`.
     Mtls,
+    /// A replica of the seeded redis-server.
+    Replica,
 }
 
 struct Row {
@@ -66,7 +68,8 @@ const fn on(target: Target, r: Row) -> Row {
 
 // Placeholders: {url} the target's URL, {tls_url} rediss:// to the seeded server,
 // {dir} a scratch directory holding `big.bin` (2 MiB), `notpem.crt` and `ca.pem`,
-// {long_tag} 100 000 characters, {long_id} 300 characters.
+// {long_tag} 100 000 characters, {long_id} 300 characters, {sentinel} a Sentinel that
+// monitors the seeded server as `mymaster`, {closed_addr} host:port nobody listens on.
 #[rustfmt::skip]
 const ROWS: &[Row] = &[
     row("delay-huge", &["enqueue", "--redis", "{url}", "--tag", "bi", "--delay", "99999999999d", "x"], 2, "is too long"),
@@ -143,6 +146,15 @@ const ROWS: &[Row] = &[
     on(Target::Mtls, row("mtls-no-cert", &["stats", "--redis", "{url}", "--tag", "bi", "--tls-ca", "{certs}/ca.crt"], 4, "the server requires a client certificate")),
     on(Target::Mtls, row("mtls-other-ca", &["stats", "--redis", "{url}", "--tag", "bi", "--tls-ca", "{certs}/ca.crt", "--tls-cert", "{certs}/stranger.crt", "--tls-key", "{certs}/stranger.key"], 4, "the server rejected the client certificate")),
     on(Target::Mtls, row("tls-unknown-ca", &["stats", "--redis", "{url}", "--tag", "bi", "--tls-cert", "{certs}/client.crt", "--tls-key", "{certs}/client.key"], 3, "not signed by a CA this client trusts")),
+    row("sentinel-unknown-master", &["stats", "--sentinel", "{sentinel}", "--master-name", "typo", "--tag", "bi"], 6, "monitor no master named \"typo\""),
+    row("sentinel-unreachable", &["stats", "--sentinel", "{closed_addr}", "--master-name", "mymaster", "--tag", "bi"], 3, "no Sentinel reachable"),
+    row("sentinel-url", &["stats", "--sentinel", "redis://127.0.0.1:26379", "--master-name", "mymaster", "--tag", "bi"], 6, "give host:port, not a URL"),
+    row("sentinel-no-master-name", &["stats", "--sentinel", "{sentinel}", "--tag", "bi"], 2, "--master-name"),
+    row("sentinel-with-cluster", &["stats", "--sentinel", "{sentinel}", "--master-name", "mymaster", "--cluster", "--tag", "bi"], 2, "cannot be used with"),
+    row("durability-unknown", &["enqueue", "--redis", "{url}", "--tag", "bi", "--durability", "sync", "x"], 2, "write primary, replicated"),
+    row("durability-zero-replicas", &["enqueue", "--redis", "{url}", "--tag", "bi", "--durability", "replicated:0", "x"], 2, "must be at least 1"),
+    on(Target::Replica, row("readonly-replica", &["enqueue", "--redis", "{url}", "--tag", "bi", "x"], 1, "read-only replica, not the primary")),
+    on(Target::SmallBulk, row("not-replicated", &["enqueue", "--redis", "{url}", "--tag", "nr", "--durability", "replicated:1:100ms", "x"], 1, "ran on the primary but only 0 of 1")),
 ];
 
 /// Rows of the library and the protocol (no process, no exit code: the doc says `-`):
@@ -365,6 +377,11 @@ fn run(args: &[String]) -> Outcome {
         "JOBQUEUE_USERNAME",
         "JOBQUEUE_TLS_CERT",
         "JOBQUEUE_TLS_KEY",
+        "JOBQUEUE_SENTINEL",
+        "JOBQUEUE_MASTER_NAME",
+        "JOBQUEUE_DURABILITY",
+        "JOBQUEUE_SENTINEL_PASSWORD",
+        "JOBQUEUE_REDIS_PASSWORD",
     ] {
         cmd.env_remove(var);
     }
@@ -457,6 +474,9 @@ fn every_bad_input_is_answered_with_its_code_and_message_and_changes_nothing() {
     let certs_dir = tempfile::tempdir().unwrap();
     let certs = support::certs::standard(certs_dir.path());
     let (_mtls, mtls_port) = support::certs::tls_server(&certs, "yes");
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &server.port.to_string()]);
+    let sentinel_dir = tempfile::tempdir().unwrap();
+    let sentinel = support::sentinel::start_sentinel(sentinel_dir.path(), server.port);
     let mut conn = server.conn();
     seed(&mut conn);
     // A user that may read the queue `bi` and nothing else.
@@ -489,6 +509,7 @@ fn every_bad_input_is_answered_with_its_code_and_message_and_changes_nothing() {
             Target::Closed => format!("redis://127.0.0.1:{closed}"),
             Target::Auth => auth.url(),
             Target::Mtls => format!("rediss://127.0.0.1:{mtls_port}"),
+            Target::Replica => replica.url(),
         };
         let args: Vec<String> = r
             .args
@@ -505,6 +526,8 @@ fn every_bad_input_is_answered_with_its_code_and_message_and_changes_nothing() {
                         "{reader_url_wrong}",
                         &server.url().replace("redis://", "redis://:wrong-pw@"),
                     )
+                    .replace("{sentinel}", &format!("127.0.0.1:{}", sentinel.port))
+                    .replace("{closed_addr}", &format!("127.0.0.1:{closed}"))
                     .replace(
                         "{auth_url}",
                         &auth.url().replace("redis://", "redis://:wrong-pw@"),

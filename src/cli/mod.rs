@@ -38,7 +38,7 @@ pub mod exit {
     pub const AUTH: i32 = 4;
     /// A key of the queue holds the wrong type.
     pub const WRONG_TYPE: i32 = 5;
-    /// The Redis URL is malformed.
+    /// The Redis URL is malformed, or the Sentinels know no master of that name.
     pub const BAD_URL: i32 = 6;
     /// Stopped by Ctrl-C or SIGTERM before finishing (128 + SIGINT).
     pub const INTERRUPTED: i32 = 130;
@@ -139,6 +139,35 @@ pub struct ConnectArgs {
         requires = "tls_cert"
     )]
     pub tls_key: Option<std::path::PathBuf>,
+    /// Sentinels to ask for the primary, `host:port` separated by commas (instead of
+    /// --redis); the client follows failovers. The Sentinels' password comes from
+    /// JOBQUEUE_SENTINEL_PASSWORD, the Redis nodes' from JOBQUEUE_REDIS_PASSWORD.
+    #[arg(
+        long,
+        env = "JOBQUEUE_SENTINEL",
+        value_name = "HOST:PORT,...",
+        requires = "master_name",
+        conflicts_with = "cluster"
+    )]
+    pub sentinel: Option<String>,
+    /// The master name the Sentinels monitor (with --sentinel).
+    #[arg(
+        long,
+        env = "JOBQUEUE_MASTER_NAME",
+        value_name = "NAME",
+        requires = "sentinel"
+    )]
+    pub master_name: Option<String>,
+    /// What enqueue, ack and fail wait for: `primary` (default: the primary ran it) or
+    /// `replicated[:REPLICAS[:TIMEOUT]]` (also confirmed by that many replicas, default
+    /// 1 within 1s, e.g. `replicated:1:500ms`). See docs/operations.md, Durability.
+    #[arg(
+        long,
+        env = "JOBQUEUE_DURABILITY",
+        value_name = "SETTING",
+        default_value = "primary"
+    )]
+    pub durability: String,
 }
 
 impl ConnectArgs {
@@ -155,6 +184,24 @@ impl ConnectArgs {
             Some(path) => Some(read_pem_file(path, "--tls-key", "PRIVATE KEY")?),
             None => None,
         };
+        if let Some(sentinels) = &self.sentinel {
+            if self.username.is_some() || cert.is_some() {
+                return Err(crate::queue::Error::InvalidArgument {
+                    what: "--sentinel",
+                    reason: "--username and --tls-cert are not supported with --sentinel yet"
+                        .into(),
+                });
+            }
+            let master = self.master_name.clone().unwrap_or_default();
+            let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+            return Ok(
+                ConnectOptions::sentinel(sentinels.split(',').map(str::to_string), master)
+                    .sentinel_password(env("JOBQUEUE_SENTINEL_PASSWORD"))
+                    .password(env("JOBQUEUE_REDIS_PASSWORD"))
+                    .connect_timeout(Duration::from_secs(3))
+                    .ca_cert(ca),
+            );
+        }
         Ok(ConnectOptions::new(self.redis.clone())
             .cluster(self.cluster)
             .connect_timeout(Duration::from_secs(3))
@@ -163,11 +210,17 @@ impl ConnectArgs {
             .client_cert(cert, key))
     }
 
+    /// The `--durability` setting.
+    pub fn durability(&self) -> crate::queue::Result<crate::queue::Durability> {
+        self.durability.parse()
+    }
+
     pub async fn queue(&self) -> crate::queue::Result<Queue> {
         // Check the tag before connecting: a bad tag is a usage error, not a Redis one.
         crate::queue::validate_tag(&self.tag)?;
+        let durability = self.durability()?;
         let redis = Redis::connect(&self.options()?).await?;
-        Queue::new(redis, &self.prefix, &self.tag)
+        Ok(Queue::new(redis, &self.prefix, &self.tag)?.durability(durability))
     }
 }
 
@@ -219,7 +272,10 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
         return exit::USAGE;
     }
     match err.downcast_ref::<Error>() {
-        Some(Error::Connect { .. } | Error::Unavailable(_)) => exit::UNREACHABLE,
+        Some(Error::Connect { .. } | Error::Unavailable(_) | Error::NoSentinel { .. }) => {
+            exit::UNREACHABLE
+        }
+        Some(Error::UnknownMaster { .. }) => exit::BAD_URL,
         Some(Error::Redis { source, .. })
             if source.is_io_error() || source.is_connection_refusal() =>
         {

@@ -23,6 +23,11 @@ pub fn classify(e: &QueueError) -> Failure {
         QueueError::Redis { .. } | QueueError::Rejected { .. } | QueueError::Protocol { .. } => {
             (reasons::REDIS_ERROR, true)
         }
+        QueueError::NoSentinel { .. } => (reasons::REDIS_UNREACHABLE, false),
+        QueueError::UnknownMaster { .. } => (reasons::INVALID_URL, false),
+        QueueError::ReadOnly { .. } | QueueError::NotReplicated { .. } => {
+            (reasons::REDIS_ERROR, true)
+        }
     };
     Failure {
         reason,

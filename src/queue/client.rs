@@ -9,6 +9,7 @@ use redis::{Cmd, ToRedisArgs, Value};
 
 use super::MAX_BATCH;
 use super::connection::{Dedicated, Redis};
+use super::durability::Durability;
 use super::error::{Error, Result};
 use super::keys::{QueueKeys, validate_id};
 use super::scripts::{SCRIPTS, Script};
@@ -37,6 +38,8 @@ pub struct Queue {
     unanswered: Arc<Mutex<HashMap<String, Unanswered>>>,
     /// Payloads larger than this are refused before anything is sent.
     max_payload: usize,
+    /// What enqueue, ack and fail wait for before reporting success.
+    durability: Durability,
 }
 
 /// A claim request whose reply never arrived.
@@ -60,7 +63,19 @@ impl Queue {
             keys: Arc::new(QueueKeys::new(prefix, tag)?),
             unanswered: Arc::default(),
             max_payload: DEFAULT_MAX_PAYLOAD,
+            durability: Durability::Primary,
         })
+    }
+
+    /// Wait for replication before enqueue, ack and fail report success (see
+    /// [`Durability`]); the default is [`Durability::Primary`].
+    pub fn durability(mut self, durability: Durability) -> Queue {
+        self.durability = durability;
+        self
+    }
+
+    pub fn durability_setting(&self) -> Durability {
+        self.durability
     }
 
     /// Refuse payloads larger than `bytes` (default [`DEFAULT_MAX_PAYLOAD`]) before they
@@ -152,6 +167,64 @@ impl Queue {
             .map_err(|e| self.err(script.name, e))
     }
 
+    /// [`Queue::run`] for the writes that [`Durability`] covers (enqueue, ack, fail):
+    /// under `Replicated`, `WAIT` follows the script on the same connection, in the same
+    /// round trip, and fewer confirmations than asked is [`Error::NotReplicated`].
+    async fn run_durable(&self, script: &Script, cmd: &Cmd) -> Result<Value> {
+        let Durability::Replicated { replicas, timeout } = self.durability else {
+            return self.run(script, cmd).await;
+        };
+        let timeout_ms = timeout.as_millis().max(1) as u64;
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.add_command(cmd.clone());
+        pipe.cmd("WAIT").arg(replicas).arg(timeout_ms);
+        let mut conn = self.redis.clone();
+        let mut loaded = false;
+        loop {
+            let replies: Vec<Value> = pipe
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| self.err(script.name, e))?;
+            let [reply, acked] = <[Value; 2]>::try_from(replies).map_err(|r| {
+                self.protocol(script.name, format!("{} replies to script + WAIT", r.len()))
+            })?;
+            let reply = match reply {
+                Value::ServerError(e) => {
+                    let e: redis::RedisError = e.into();
+                    // NOSCRIPT: the script did not run (nor did anything WAIT covers).
+                    if !loaded
+                        && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+                    {
+                        script
+                            .load(&mut conn)
+                            .await
+                            .map_err(|e| self.err(script.name, e))?;
+                        loaded = true;
+                        continue;
+                    }
+                    return Err(self.err(script.name, e));
+                }
+                reply => reply,
+            };
+            let acked = match acked {
+                Value::Int(n) => n,
+                Value::ServerError(e) => return Err(self.err("WAIT", e.into())),
+                other => return Err(self.protocol("WAIT", format!("{other:?}"))),
+            };
+            if acked < i64::from(replicas) {
+                return Err(Error::NotReplicated {
+                    queue: self.keys.name.clone(),
+                    op: script.name,
+                    acked,
+                    wanted: replicas,
+                    timeout_ms,
+                });
+            }
+            return Ok(reply);
+        }
+    }
+
     /// Enqueue one job. Its id is the caller's or a new compact one.
     pub async fn enqueue(&self, job: NewJob) -> Result<Enqueued> {
         let mut out = self.enqueue_many(vec![job]).await?;
@@ -202,7 +275,7 @@ impl Queue {
                 .arg(job.payload.as_ref())
                 .arg(job.delay.as_millis() as u64);
         }
-        let reply = self.run(&SCRIPTS.enqueue, &cmd).await?;
+        let reply = self.run_durable(&SCRIPTS.enqueue, &cmd).await?;
         let flags =
             int_array(&reply).ok_or_else(|| self.protocol("enqueue", format!("{reply:?}")))?;
         if flags.len() != ids.len() {
@@ -412,7 +485,7 @@ impl Queue {
             for lease in chunk {
                 cmd.arg(lease.id).arg(lease.token);
             }
-            let reply = self.run(&SCRIPTS.ack, &cmd).await?;
+            let reply = self.run_durable(&SCRIPTS.ack, &cmd).await?;
             let flags = int_array(&reply).filter(|f| f.len() == chunk.len());
             let flags = flags.ok_or_else(|| self.protocol("ack", format!("{reply:?}")))?;
             out.extend(flags.into_iter().map(|f| f == 1));
@@ -489,7 +562,7 @@ impl Queue {
             .arg(error)
             .arg(mode)
             .arg(backoff);
-        let reply = self.run(&SCRIPTS.fail, &cmd).await?;
+        let reply = self.run_durable(&SCRIPTS.fail, &cmd).await?;
         match as_str(&reply) {
             Some("pending") => Ok(FailOutcome::Pending),
             Some("delayed") => Ok(FailOutcome::Delayed),

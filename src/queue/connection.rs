@@ -30,6 +30,7 @@ use redis::{
 };
 
 use super::error::{Error, Result, acl_denial, tls_problem};
+use super::sentinel::{SentinelOptions, SentinelTarget};
 
 /// How to reach Redis.
 #[derive(Clone)]
@@ -57,6 +58,8 @@ pub struct ConnectOptions {
     pub client_cert: Option<Vec<u8>>,
     /// PEM private key of [`ConnectOptions::client_cert`] (PKCS#8, PKCS#1 or SEC1).
     pub client_key: Option<Vec<u8>>,
+    /// Find the primary through Sentinels (and follow its failovers) instead of `url`.
+    pub sentinel: Option<SentinelOptions>,
 }
 
 /// Never prints the password.
@@ -72,6 +75,7 @@ impl std::fmt::Debug for ConnectOptions {
             .field("username", &self.username)
             .field("client_cert", &self.client_cert.as_ref().map(|c| c.len()))
             .field("client_key", &self.client_key.as_ref().map(|_| "***"))
+            .field("sentinel", &self.sentinel)
             .finish()
     }
 }
@@ -88,6 +92,7 @@ impl ConnectOptions {
             username: None,
             client_cert: None,
             client_key: None,
+            sentinel: None,
         }
     }
 
@@ -122,6 +127,36 @@ impl ConnectOptions {
             },
             None => "default".to_string(),
         }
+    }
+
+    /// Reach the primary that the Sentinels at `addrs` (`host:port`) name for
+    /// `master_name`, and follow it through failovers. The password of the Redis nodes is
+    /// [`ConnectOptions::password`]; the Sentinels' own is [`ConnectOptions::sentinel_password`].
+    pub fn sentinel(
+        addrs: impl IntoIterator<Item = impl Into<String>>,
+        master_name: impl Into<String>,
+    ) -> Self {
+        let sentinel = SentinelOptions::new(addrs, master_name);
+        let mut options = ConnectOptions::new(sentinel.endpoint());
+        options.sentinel = Some(sentinel);
+        options
+    }
+
+    /// The Sentinels' own password (with [`ConnectOptions::sentinel`]).
+    pub fn sentinel_password(mut self, password: Option<String>) -> Self {
+        if let Some(sentinel) = &mut self.sentinel {
+            sentinel.password = password;
+        }
+        self
+    }
+
+    /// How long a command waits for a new primary after losing the old one (with
+    /// [`ConnectOptions::sentinel`]; default 30 s).
+    pub fn failover_wait(mut self, wait: Duration) -> Self {
+        if let Some(sentinel) = &mut self.sentinel {
+            sentinel.failover_wait = wait;
+        }
+        self
     }
 
     pub fn ca_cert(mut self, pem: Option<Vec<u8>>) -> Self {
@@ -327,6 +362,7 @@ enum Target {
         client: Arc<ClusterClient>,
         conn: ClusterConnection,
     },
+    Sentinel(Arc<SentinelTarget>),
 }
 
 /// A shared handle on one Redis endpoint.
@@ -353,6 +389,29 @@ impl Redis {
     /// the URL is malformed or the credentials are refused.
     pub async fn connect(options: &ConnectOptions) -> Result<Redis> {
         install_crypto_provider();
+        if let Some(sentinel) = &options.sentinel {
+            if options.ca_cert.is_some() || options.cluster {
+                return Err(Error::InvalidUrl {
+                    url: sentinel.endpoint(),
+                    reason: "TLS and Cluster mode are not supported through Sentinel".into(),
+                });
+            }
+            let target = SentinelTarget::connect(
+                sentinel,
+                options.password.as_deref(),
+                options.response_timeout,
+                options.connect_timeout,
+            )
+            .await?;
+            let target = Arc::new(target);
+            SentinelTarget::watch(&target);
+            return Ok(Redis {
+                endpoint: target.endpoint().to_string(),
+                target: Target::Sentinel(target),
+                response_timeout: options.response_timeout,
+                user: options.user(),
+            });
+        }
         let endpoint = options.redacted_url();
         let invalid = |reason: String| Error::InvalidUrl {
             url: endpoint.clone(),
@@ -486,6 +545,16 @@ impl Redis {
                     .map_err(|e| classify_connect(&self.endpoint, &self.user, e))?;
                 Ok(Dedicated::Cluster(conn))
             }
+            Target::Sentinel(sentinel) => {
+                let config = AsyncConnectionConfig::new()
+                    .set_response_timeout(Some(timeout))
+                    .set_connection_timeout(Some(self.response_timeout));
+                let conn = sentinel
+                    .dedicated(&config)
+                    .await
+                    .map_err(|e| classify_connect(&self.endpoint, &self.user, e))?;
+                Ok(Dedicated::Single(conn))
+            }
         }
     }
 }
@@ -496,6 +565,7 @@ impl Redis {
     pub async fn query_on_node_of(&self, key: &str, cmd: Cmd) -> RedisResult<Value> {
         match &self.target {
             Target::Single { conn, .. } => cmd.query_async(&mut conn.clone()).await,
+            Target::Sentinel(sentinel) => sentinel.command(&cmd).await,
             Target::Cluster { conn, .. } => {
                 let slot = slot_of(key.as_bytes());
                 let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
@@ -741,6 +811,10 @@ impl ConnectionLike for Redis {
         match &mut self.target {
             Target::Single { conn, .. } => conn.req_packed_command(cmd),
             Target::Cluster { conn, .. } => Box::pin(cluster_command(conn.clone(), cmd)),
+            Target::Sentinel(sentinel) => {
+                let sentinel = sentinel.clone();
+                Box::pin(async move { sentinel.command(cmd).await })
+            }
         }
     }
 
@@ -755,6 +829,10 @@ impl ConnectionLike for Redis {
             Target::Cluster { conn, .. } => {
                 Box::pin(cluster_pipeline(conn.clone(), pipeline, offset, count))
             }
+            Target::Sentinel(sentinel) => {
+                let sentinel = sentinel.clone();
+                Box::pin(async move { sentinel.pipeline(pipeline, offset, count).await })
+            }
         }
     }
 
@@ -762,6 +840,7 @@ impl ConnectionLike for Redis {
         match &self.target {
             Target::Single { conn, .. } => conn.get_db(),
             Target::Cluster { conn, .. } => conn.get_db(),
+            Target::Sentinel(_) => 0,
         }
     }
 }

@@ -93,6 +93,42 @@ pub enum Error {
         #[source]
         source: RedisError,
     },
+
+    /// None of the Sentinels given answered.
+    #[error("no Sentinel reachable at {sentinels}: {detail}")]
+    NoSentinel { sentinels: String, detail: String },
+
+    /// The Sentinels answered, but none monitors a master of that name.
+    #[error(
+        "the Sentinels at {sentinels} monitor no master named {master:?} (they monitor: {known}); check --master-name"
+    )]
+    UnknownMaster {
+        sentinels: String,
+        master: String,
+        known: String,
+    },
+
+    /// The server is a replica: it refused a write (`READONLY`); nothing was changed.
+    #[error(
+        "queue {queue}: {op} refused: the Redis server is a read-only replica, not the primary \
+         (READONLY); point --redis at the primary, or use --sentinel to follow failovers"
+    )]
+    ReadOnly { queue: String, op: &'static str },
+
+    /// Under `replicated` durability: the write ran on the primary, but fewer replicas
+    /// than asked confirmed it in time.
+    #[error(
+        "queue {queue}: {op} ran on the primary but only {acked} of {wanted} replica(s) \
+         confirmed it within {timeout_ms}ms: it may be lost if the primary fails now, and \
+         sending it again may run it twice"
+    )]
+    NotReplicated {
+        queue: String,
+        op: &'static str,
+        acked: i64,
+        wanted: u32,
+        timeout_ms: u64,
+    },
 }
 
 /// What went wrong with the certificates of a TLS connection.
@@ -153,7 +189,7 @@ impl Error {
     /// false when retrying the same call would fail the same way.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Connect { .. } | Error::Unavailable(_) => true,
+            Error::Connect { .. } | Error::Unavailable(_) | Error::NoSentinel { .. } => true,
             Error::Redis { source, .. } => is_transient_redis(source),
             _ => false,
         }
@@ -176,6 +212,12 @@ impl Error {
                 op,
                 user: String::new(),
                 detail,
+            };
+        }
+        if is_readonly(&err) {
+            return Error::ReadOnly {
+                queue: queue.to_string(),
+                op,
             };
         }
         let detail = err.detail().unwrap_or_default().to_string();
@@ -346,11 +388,11 @@ fn is_transient_redis(err: &RedisError) -> bool {
         || matches!(
             err.kind(),
             ErrorKind::ClusterConnectionNotFound
+                | ErrorKind::MasterNameNotFoundBySentinel
                 | ErrorKind::Server(ServerErrorKind::BusyLoading)
                 | ErrorKind::Server(ServerErrorKind::TryAgain)
                 | ErrorKind::Server(ServerErrorKind::MasterDown)
                 | ErrorKind::Server(ServerErrorKind::ClusterDown)
-                | ErrorKind::Server(ServerErrorKind::ReadOnly)
         )
 }
 
@@ -374,6 +416,15 @@ fn wrong_type_key(message: &str) -> Option<String> {
     let after = message.split_once("key ")?.1;
     let key = after.split_whitespace().next()?;
     Some(key.trim_end_matches([',', ':']).to_string())
+}
+
+/// The reply says the node is a replica (`READONLY`), also from inside a script.
+pub(crate) fn is_readonly(err: &RedisError) -> bool {
+    err.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
+        || err.code() == Some("READONLY")
+        || err
+            .detail()
+            .is_some_and(|d| d.contains("READONLY You can't write against a read only replica"))
 }
 
 #[cfg(test)]

@@ -15,18 +15,22 @@
 
 mod client;
 mod connection;
+mod durability;
 mod error;
 mod keys;
 mod scripts;
+mod sentinel;
 mod settings;
 mod stats;
 mod types;
 
 pub use client::{Consumer, DEFAULT_MAX_PAYLOAD, Queue, reap_due};
 pub use connection::{ConnectOptions, Dedicated, Redis, pem_blocks, redact_url};
+pub use durability::{DEFAULT_WAIT_TIMEOUT, Durability};
 pub use error::{Error, Result, TlsProblem};
 pub use keys::{DEFAULT_PREFIX, QueueKeys, validate_id, validate_tag};
 pub use scripts::{SCRIPTS, Script, Scripts};
+pub use sentinel::SentinelOptions;
 pub use settings::QueueSettings;
 pub use stats::{Histogram, QueueStats};
 pub use types::{

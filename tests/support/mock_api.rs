@@ -607,8 +607,12 @@ impl<'a> Scenario<'a> {
     ) -> (Result<Action, Error>, Seen) {
         let (done, reconciled) = oneshot::channel();
         let reconcile = async {
-            let result =
-                jobqueue::controller::reconcile(Arc::new(self.jq.clone()), ctx.clone()).await;
+            // Boxed: the reconcile's future is deep, and its layout is computed once.
+            let result = Box::pin(jobqueue::controller::reconcile(
+                Arc::new(self.jq.clone()),
+                ctx.clone(),
+            ))
+            .await;
             let _ = done.send(());
             result
         };

@@ -17,5 +17,6 @@ pub mod procs;
 pub mod proxy;
 pub mod redis;
 pub mod reply_dropper;
+pub mod sentinel;
 pub mod slot_migration;
 pub mod standin;

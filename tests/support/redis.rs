@@ -152,7 +152,7 @@ fn spawn_redis(dir: &Path, port: u16, extra: &[String]) -> Child {
 }
 
 /// Wait until the server answers PING; on failure return its log.
-fn wait_until_up(port: u16, child: &mut Child, dir: &Path) -> Result<(), String> {
+pub fn wait_until_up(port: u16, child: &mut Child, dir: &Path) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(10);
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
     let log = || std::fs::read_to_string(dir.join(format!("redis-{port}.log"))).unwrap_or_default();

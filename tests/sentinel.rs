@@ -1,0 +1,438 @@
+//! Sentinel and durability: a client that finds the primary through the Sentinels and
+//! follows it through a failover (`READONLY` from the demoted primary sends it to the new
+//! one, scripts are loaded there again), clear errors for a wrong master name and for
+//! no Sentinel reachable, `READONLY` on a plain endpoint as an error (not a retry), and
+//! `replicated` durability (`WAIT` after the write) against a real replica.
+
+mod support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use jobqueue::queue::{ConnectOptions, Durability, Error, NewJob, Queue, Redis};
+use support::redis::{RedisServer, free_port};
+use support::sentinel::{MASTER, SentinelSetup};
+
+const BIN: &str = env!("CARGO_BIN_EXE_jobqueue");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_through_sentinel_runs_the_protocol_on_the_primary() {
+    let setup = SentinelSetup::start();
+    let queue = setup.queue("s1").await;
+    assert!(
+        queue
+            .redis()
+            .endpoint()
+            .starts_with("sentinel://127.0.0.1:")
+    );
+    queue.enqueue(NewJob::new("a").id("a")).await.unwrap();
+    let lease = queue.claim_one("w", None).await.unwrap().expect("a job");
+    assert_eq!(lease.id.as_bytes(), b"a");
+    assert!(queue.ack(&lease).await.unwrap());
+    // It ran on the primary the Sentinels name.
+    let primary = setup.primary_port();
+    let mut conn = redis::Client::open(format!("redis://127.0.0.1:{primary}"))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let acked: i64 = redis::cmd("HGET")
+        .arg("jq:{s1}:stats")
+        .arg("acked")
+        .query(&mut conn)
+        .unwrap_or(0);
+    let stats = queue.stats().await.unwrap();
+    assert_eq!(stats.acked, 1);
+    assert!(acked <= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_failover_the_same_client_goes_on_against_the_new_primary() {
+    let setup = SentinelSetup::start();
+    let queue = setup.queue("s2").await;
+    queue.load_scripts().await.unwrap();
+    let ids: Vec<String> = (0..20).map(|i| format!("j{i}")).collect();
+    queue
+        .enqueue_many(
+            ids.iter()
+                .map(|id| NewJob::new("x").id(id.clone()))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    let held = queue
+        .claim_one("w", Some(Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .unwrap();
+    let old = setup.primary_port();
+
+    let new = tokio::task::block_in_place(|| setup.failover());
+    assert_ne!(new, old);
+    // The demoted primary answers READONLY; the client asks the Sentinels again and
+    // the first write goes to the new primary (which has none of the scripts yet).
+    let mut new_conn = redis::Client::open(format!("redis://127.0.0.1:{new}"))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    queue
+        .enqueue(NewJob::new("after").id("after"))
+        .await
+        .expect("the first write after the failover goes to the new primary");
+    let there: bool = redis::cmd("EXISTS")
+        .arg("jq:{s2}:job:after")
+        .query(&mut new_conn)
+        .unwrap();
+    assert!(there, "the job was written on the new primary");
+    // The lease held across the failover is still fenced: a wrong token is refused,
+    // the right one acks.
+    let stale = jobqueue::queue::LeaseRef {
+        id: held.id.as_bytes(),
+        token: "not-the-token",
+    };
+    assert!(!queue.ack(stale).await.unwrap());
+    assert!(queue.ack(&held).await.unwrap());
+    // Every job enqueued before the failover is there (a manual failover loses nothing).
+    let mut claimed = 0;
+    while let Some(lease) = queue.claim_one("w", None).await.unwrap() {
+        assert!(queue.ack(&lease).await.unwrap());
+        claimed += 1;
+    }
+    assert_eq!(
+        claimed, 20,
+        "19 left from before the failover + the one after"
+    );
+    let stats = queue.stats().await.unwrap();
+    assert_eq!(stats.acked, 21);
+    assert_eq!(stats.pending + stats.processing, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_master_name_and_no_sentinel_are_named() {
+    let setup = SentinelSetup::start();
+    let err = Redis::connect(
+        &ConnectOptions::sentinel(setup.addrs(), "nosuchmaster")
+            .connect_timeout(Duration::from_secs(2)),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, Error::UnknownMaster { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("no master named \"nosuchmaster\"") && text.contains(MASTER),
+        "{text}"
+    );
+    assert!(!err.is_transient());
+
+    let closed = [
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    ];
+    let err = Redis::connect(
+        &ConnectOptions::sentinel(closed.clone(), MASTER).connect_timeout(Duration::from_secs(1)),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, Error::NoSentinel { .. }), "{err:?}");
+    assert!(err.to_string().contains(&closed.join(",")), "{err}");
+
+    // The CLI: exit codes 6 and 3, the Sentinels' password never shown.
+    let run = |args: &[&str]| {
+        Command::new(BIN)
+            .args(args)
+            .env("JOBQUEUE_SENTINEL_PASSWORD", "")
+            .output()
+            .unwrap()
+    };
+    let out = run(&[
+        "stats",
+        "--sentinel",
+        &setup.addr_list(),
+        "--master-name",
+        "typo",
+        "--tag",
+        "x",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(6), "{stderr}");
+    assert!(stderr.contains("no master named \"typo\""), "{stderr}");
+    let out = run(&[
+        "stats",
+        "--sentinel",
+        &closed.join(","),
+        "--master-name",
+        MASTER,
+        "--tag",
+        "x",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("no Sentinel reachable"), "{stderr}");
+    let out = Command::new(BIN)
+        .args([
+            "stats",
+            "--sentinel",
+            &setup.addr_list(),
+            "--master-name",
+            MASTER,
+            "--tag",
+            "x",
+        ])
+        .env("JOBQUEUE_SENTINEL_PASSWORD", "s3cret-sentinel-pw")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("s3cret-sentinel-pw"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_command_of_the_cli_reaches_the_queue_through_sentinel() {
+    let setup = SentinelSetup::start();
+    let addrs = setup.addr_list();
+    let out = Command::new(BIN)
+        .args(["enqueue", "--tag", "cli", "--id", "c1", "hello"])
+        .env("JOBQUEUE_SENTINEL", &addrs)
+        .env("JOBQUEUE_MASTER_NAME", MASTER)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(BIN)
+        .args([
+            "show",
+            "--sentinel",
+            &addrs,
+            "--master-name",
+            MASTER,
+            "--tag",
+            "cli",
+            "c1",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("pending"),
+        "{stdout}"
+    );
+    let queue = setup.queue("cli").await;
+    assert_eq!(queue.stats().await.unwrap().pending, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readonly_on_a_plain_endpoint_is_a_clear_error_not_a_retry() {
+    let primary = RedisServer::start();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
+    let queue = replica.queue("ro").await;
+    let err = queue.enqueue(NewJob::new("x")).await.unwrap_err();
+    assert!(
+        !err.is_transient(),
+        "READONLY must not be retried on the same node: {err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("read-only replica, not the primary"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicated_durability_reports_success_only_when_replicas_confirmed() {
+    let primary = RedisServer::start();
+    let mut replica =
+        RedisServer::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
+    // Wait until the replica is attached (WAIT counts only connected replicas).
+    let mut conn = primary.conn();
+    support::eventually::eventually("the replica attached", async || {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut conn)
+            .unwrap();
+        info.contains("connected_slaves:1") && info.contains("state=online")
+    })
+    .await;
+    let one: Durability = "replicated:1:2s".parse().unwrap();
+    let queue = primary.queue("dur").await.durability(one);
+    let out = queue.enqueue(NewJob::new("x").id("d1")).await.unwrap();
+    assert!(out.created);
+    let lease = queue.claim_one("w", None).await.unwrap().unwrap();
+    assert!(queue.ack(&lease).await.unwrap());
+    // The ack reached the replica before it was reported.
+    let mut rconn = replica.conn();
+    let acked: i64 = redis::cmd("HGET")
+        .arg("jq:{dur}:stats")
+        .arg("acked")
+        .query(&mut rconn)
+        .unwrap();
+    assert_eq!(acked, 1);
+
+    // Asking for two replicas where there is one: the write runs on the primary, but
+    // the caller is told it was not confirmed.
+    let two = primary
+        .queue("dur")
+        .await
+        .durability("replicated:2:100ms".parse().unwrap());
+    let err = two.enqueue(NewJob::new("y").id("d2")).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::NotReplicated {
+                acked: 1,
+                wanted: 2,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("ran on the primary but only 1 of 2"),
+        "{text}"
+    );
+    assert!(text.contains("may run it twice"), "{text}");
+    assert!(two.job("d2").await.unwrap().is_some(), "the write happened");
+
+    // With the replica gone, fail under replicated:1 says so too; the default does not wait.
+    replica.kill();
+    queue.enqueue(NewJob::new("z").id("d3")).await.unwrap_err();
+    let plain = primary.queue("dur").await;
+    let lease = plain.claim_one("w", None).await.unwrap().unwrap();
+    let err = queue
+        .fail(
+            &lease,
+            "boom",
+            jobqueue::queue::FailMode::Retry,
+            jobqueue::queue::Backoff::Policy,
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::NotReplicated {
+                op: "fail",
+                acked: 0,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    plain.enqueue(NewJob::new("w").id("d4")).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicated_durability_reloads_scripts_the_server_forgot() {
+    let primary = RedisServer::start();
+    let _replica =
+        RedisServer::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
+    let mut conn = primary.conn();
+    support::eventually::eventually("the replica attached", async || {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut conn)
+            .unwrap();
+        info.contains("state=online")
+    })
+    .await;
+    let queue: Queue = primary
+        .queue("ns")
+        .await
+        .durability("replicated".parse().unwrap());
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut conn).unwrap();
+    let out = queue.enqueue(NewJob::new("x").id("n1")).await.unwrap();
+    assert!(out.created);
+    assert_eq!(queue.stats().await.unwrap().pending, 1);
+}
+
+/// The primary demoted by hand (`REPLICAOF`, which keeps its clients connected) and the
+/// Sentinels told to monitor the promoted replica: the client's next write meets
+/// `READONLY` on its old connection, asks the Sentinels again and runs on the new
+/// primary, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readonly_from_a_demoted_primary_sends_the_write_to_the_new_primary() {
+    let setup = SentinelSetup::start();
+    let queue = setup.queue("ro2").await;
+    queue.enqueue(NewJob::new("before").id("b")).await.unwrap();
+    let old = setup.primary_port();
+    let new = setup
+        .servers
+        .iter()
+        .map(|s| s.port)
+        .find(|p| *p != old)
+        .unwrap();
+    // The Sentinels forget the master (so they do not undo the switch), the replica is
+    // promoted, the old primary follows it, and the Sentinels monitor the new one.
+    for i in 0..3 {
+        let _: () = redis::cmd("SENTINEL")
+            .arg("REMOVE")
+            .arg(MASTER)
+            .query(&mut setup.sentinel_conn(i))
+            .unwrap();
+    }
+    let node = |port: u16| {
+        redis::Client::open(format!("redis://127.0.0.1:{port}"))
+            .unwrap()
+            .get_connection()
+            .unwrap()
+    };
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut node(new))
+        .unwrap();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(new)
+        .query(&mut node(old))
+        .unwrap();
+    for i in 0..3 {
+        let _: () = redis::cmd("SENTINEL")
+            .arg("MONITOR")
+            .arg(MASTER)
+            .arg("127.0.0.1")
+            .arg(new)
+            .arg(2)
+            .query(&mut setup.sentinel_conn(i))
+            .unwrap();
+    }
+    tokio::task::block_in_place(|| setup.wait_for_role(old, "slave"));
+    // The old primary still holds the client's connection, and refuses writes on it.
+    let mut direct = node(old);
+    let refused: redis::RedisResult<()> = redis::cmd("SET").arg("k").arg("v").query(&mut direct);
+    let refused = refused.unwrap_err();
+    assert_eq!(refused.code(), Some("READONLY"), "{refused}");
+
+    let out = queue.enqueue(NewJob::new("after").id("a")).await;
+    assert!(
+        out.is_ok(),
+        "READONLY from the demoted primary must send the write to the new primary: {out:?}"
+    );
+    let there: bool = redis::cmd("EXISTS")
+        .arg("jq:{ro2}:job:a")
+        .query(&mut node(new))
+        .unwrap();
+    assert!(there);
+    let stats = queue.stats().await.unwrap();
+    assert_eq!(
+        stats.pending, 2,
+        "the job from before (replicated) and the new one, once"
+    );
+}
+
+#[tokio::test]
+async fn tls_or_cluster_through_sentinel_is_refused_not_ignored() {
+    let pem = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".to_vec();
+    for options in [
+        ConnectOptions::sentinel(["127.0.0.1:1"], MASTER).ca_cert(Some(pem)),
+        ConnectOptions::sentinel(["127.0.0.1:1"], MASTER).cluster(true),
+    ] {
+        let err = Redis::connect(&options).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidUrl { .. }), "{err:?}");
+        assert!(
+            err.to_string().contains("not supported through Sentinel"),
+            "{err}"
+        );
+    }
+}
