@@ -420,11 +420,20 @@ def check_rbac_namespaced(tools: Tools) -> str:
     expect(in_watched == {g for g in expected_grants(watched, "", []) if g[0] == watched}, "watchNamespace (a string) does not grant the rules in that namespace")
     legacy_args = one(legacy, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     expect(legacy_args == ["operator", f"--namespace={watched}"], f"watchNamespace (a string): args {legacy_args}")
+    # Several namespaces: a Role in each, one --namespace each, one process.
+    several = tools.template("--set", "watchNamespaces={a,b}")
+    several_sa = one(several, "ServiceAccount")["metadata"]["name"]
+    several_grants = grants(several, (RELEASE_NAMESPACE, several_sa))
+    for ns in ("a", "b"):
+        in_ns = {g for g in several_grants if g[0] == ns}
+        expect(in_ns == {g for g in expected_grants(ns, "", []) if g[0] == ns}, f"watchNamespaces={{a,b}} does not grant the rules in {ns}")
+    several_args = one(several, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    expect(several_args == ["operator", "--namespace=a", "--namespace=b"], f"watchNamespaces={{a,b}}: args {several_args}")
     both = tools.run_helm("template", RELEASE, str(CHART), "--set", "watchNamespace=a", "--set", "watchNamespaces={b}", ok=False)
     expect(both.returncode != 0 and "not both" in both.stderr, "watchNamespace and watchNamespaces together are accepted")
     no_rbac = tools.template("--set", "rbac.create=false")
     expect(not [o for o in no_rbac if o["kind"].endswith(("Role", "RoleBinding"))], "rbac.create=false still renders RBAC")
-    return f"namespace {watched} only (a list, or the deprecated string): {len(granted)} grants incl. {extra_scale[0][1]}/scale, --namespace={watched}; rbac.create=false renders none"
+    return f"namespace {watched} only (a list, or the deprecated string): {len(granted)} grants incl. {extra_scale[0][1]}/scale, --namespace={watched}; a and b: a Role and a flag each; rbac.create=false renders none"
 
 
 def check_deployment(tools: Tools) -> str:
@@ -612,7 +621,7 @@ def check_schema_refuses(tools: Tools) -> str:
         (["--set", "metrics.serviceMonitor.intervall=30s"], "intervall"),
         (["--set", "watchNamespace=Not_A_Namespace"], "watchNamespace"),
         (["--set", "watchNamespaces={Not_A_Namespace}"], "watchNamespaces"),
-        (["--set", "watchNamespaces={a,b}"], "watchNamespaces"),
+        (["--set", "watchNamespaces={a,a}"], "watchNamespaces"),
         (["--set", "podAntiAffinity=sometimes"], "podAntiAffinity"),
         (["--set", "crds.install=maybe"], "install"),
         (["--set", "networkPolicy.egress.redis.cidrs={10.0.0.1}"], "cidrs"),

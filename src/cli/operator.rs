@@ -12,14 +12,15 @@ use crate::telemetry::{self, LogFormat};
 /// Flags of `jobqueue operator`; each can also be set by its environment variable.
 #[derive(Debug, Clone, Args)]
 pub struct OperatorArgs {
-    /// Watch JobQueues in this namespace only.
+    /// Watch JobQueues in these namespaces only: `a,b` or the flag repeated.
     #[arg(
         short,
         long,
         env = "JOBQUEUE_NAMESPACE",
+        value_delimiter = ',',
         conflicts_with = "all_namespaces"
     )]
-    pub namespace: Option<String>,
+    pub namespace: Vec<String>,
 
     /// Watch JobQueues in every namespace (the default without --namespace).
     #[arg(short = 'A', long, env = "JOBQUEUE_ALL_NAMESPACES")]
@@ -64,7 +65,7 @@ pub struct OperatorArgs {
           default_value = "5s", value_parser = TimeFlag::whole_seconds(1))]
     pub lease_renew_before: Duration,
 
-    /// Queues reconciled at once at most (0: no limit).
+    /// Queues reconciled at once at most, per watched namespace (0: no limit).
     #[arg(long, env = "JOBQUEUE_CONCURRENCY", default_value_t = 16)]
     pub concurrency: u16,
 
@@ -107,10 +108,16 @@ impl OperatorArgs {
     #[allow(clippy::needless_update)]
     pub fn config(&self) -> Config {
         Config {
-            namespace: if self.all_namespaces {
-                None
+            namespaces: if self.all_namespaces {
+                Vec::new()
             } else {
-                self.namespace.clone()
+                let mut namespaces: Vec<String> = Vec::new();
+                for ns in self.namespace.iter().map(|ns| ns.trim()) {
+                    if !ns.is_empty() && !namespaces.iter().any(|n| n == ns) {
+                        namespaces.push(ns.to_string());
+                    }
+                }
+                namespaces
             },
             http_addr: self.metrics_addr,
             leader_election: !self.no_leader_election,
@@ -323,6 +330,22 @@ mod backoff_and_status_flags {
             panic!("not the operator");
         };
         args.config()
+    }
+
+    #[test]
+    fn several_namespaces_are_watched_from_a_list_or_repeated_flags() {
+        let cases: &[(&[&str], &[&str])] = &[
+            (&[], &[]),
+            (&["--namespace", "a"], &["a"]),
+            (&["--namespace", "a,b"], &["a", "b"]),
+            (&["--namespace", "a", "--namespace", "b"], &["a", "b"]),
+            (&["-n", "a,b", "-n", "c"], &["a", "b", "c"]),
+            (&["--namespace", "a,,b,a"], &["a", "b"]),
+            (&["--all-namespaces"], &[]),
+        ];
+        for (args, want) in cases {
+            assert_eq!(config(args).namespaces, *want, "jobqueue operator {args:?}");
+        }
     }
 
     #[test]

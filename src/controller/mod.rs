@@ -182,16 +182,17 @@ pub struct Context {
     pub settings: Settings,
     /// The controller's cache of JobQueues, to tell which of several scaling one target
     /// owns it; `None` (no cache: tests of one queue) skips that check.
-    /// Set by the controller as it starts (each leadership has its cache).
-    jobqueues: std::sync::RwLock<Option<reflector::Store<JobQueue>>>,
+    /// Set by the controller as it starts (each leadership has its cache); one per
+    /// watched scope: the namespace, `None` for all namespaces.
+    jobqueues: std::sync::RwLock<HashMap<Option<String>, reflector::Store<JobQueue>>>,
     /// Who publishes Events (for a recorder of its own per scale Event).
     reporter: Reporter,
     clock: Clock,
     /// One state per queue, forgotten as a whole when the queue goes away.
     queues: Mutex<HashMap<QueueLabels, QueueState>>,
     /// The watched Secrets, HPAs and targets, while the controller runs (none: every
-    /// read goes to the API).
-    caches: Mutex<caches::Caches>,
+    /// read goes to the API); one per watched scope, as `jobqueues`.
+    caches: Mutex<HashMap<Option<String>, caches::Caches>>,
 }
 
 impl Context {
@@ -225,14 +226,39 @@ impl Context {
         self
     }
 
-    /// Read from `caches` from now on (the controller's, while it runs).
+    /// Read from `caches` from now on (the controller's of all namespaces, while it runs).
     pub fn set_caches(&self, caches: caches::Caches) {
-        *self.caches.lock().expect("caches lock") = caches;
+        self.set_caches_for(None, caches);
     }
 
-    /// The caches reconciles read from now.
+    /// Read from `caches` in the watched `scope` from now on (the namespace, `None` for
+    /// all namespaces).
+    pub fn set_caches_for(&self, scope: Option<&str>, caches: caches::Caches) {
+        let mut all = self.caches.lock().expect("caches lock");
+        all.insert(scope.map(str::to_string), caches);
+    }
+
+    /// The caches reconciles of all namespaces read from now.
     pub fn caches(&self) -> caches::Caches {
-        self.caches.lock().expect("caches lock").clone()
+        let all = self.caches.lock().expect("caches lock");
+        all.get(&None).cloned().unwrap_or_default()
+    }
+
+    /// Drop the caches of the watched `scope` (its controller stopped): reads go to the
+    /// API again.
+    pub fn forget_caches_for(&self, scope: Option<&str>) {
+        let mut all = self.caches.lock().expect("caches lock");
+        all.remove(&scope.map(str::to_string));
+    }
+
+    /// The caches a reconcile of a queue in `ns` reads: its namespace's controller's,
+    /// else the one of all namespaces, else none (every read goes to the API).
+    pub fn caches_for(&self, ns: &str) -> caches::Caches {
+        let all = self.caches.lock().expect("caches lock");
+        all.get(&Some(ns.to_string()))
+            .or_else(|| all.get(&None))
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Whether to write `new` over `prev` now (see [`status_write::decide`]).
@@ -258,15 +284,35 @@ impl Context {
         self
     }
 
-    /// Use the controller's cache of JobQueues from now on.
+    /// Use the controller's cache of JobQueues (of all namespaces) from now on.
     pub fn set_jobqueues(&self, store: reflector::Store<JobQueue>) {
-        *self.jobqueues.write().expect("jobqueues lock") = Some(store);
+        self.set_jobqueues_for(None, store);
     }
 
-    /// The JobQueues the controller knows, when it has a cache.
-    pub(crate) fn jobqueues(&self) -> Option<Vec<Arc<JobQueue>>> {
-        let store = self.jobqueues.read().expect("jobqueues lock");
-        store.as_ref().map(|s| s.state())
+    /// Use the cache of JobQueues of the controller watching `scope` (the namespace,
+    /// `None` for all namespaces) from now on.
+    pub fn set_jobqueues_for(&self, scope: Option<&str>, store: reflector::Store<JobQueue>) {
+        let mut all = self.jobqueues.write().expect("jobqueues lock");
+        all.insert(scope.map(str::to_string), store);
+    }
+
+    /// The queues in every watched scope's cache (what a sweep keeps: one namespace's
+    /// controller must not forget another's queues).
+    pub(crate) fn watched_queues(&self) -> HashSet<QueueLabels> {
+        let all = self.jobqueues.read().expect("jobqueues lock");
+        all.values()
+            .flat_map(|store| store.state())
+            .map(|q| queue_labels(&q))
+            .collect()
+    }
+
+    /// The JobQueues the controller knows in `ns`: from the cache of that namespace,
+    /// else the one of all namespaces; `None` without a cache.
+    pub(crate) fn jobqueues_in(&self, ns: &str) -> Option<Vec<Arc<JobQueue>>> {
+        let all = self.jobqueues.read().expect("jobqueues lock");
+        all.get(&Some(ns.to_string()))
+            .or_else(|| all.get(&None))
+            .map(|s| s.state())
     }
 
     /// A recorder with no memory of earlier Events. The shared one folds an Event into

@@ -9,22 +9,21 @@
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
 use futures::StreamExt;
+use kube::Client;
 use kube::api::{Api, ListParams};
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
-use kube::{Client, ResourceExt};
 use kube_lease_manager::LeaseManagerBuilder;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use super::http::{self, HttpState};
-use super::metrics::QueueLabels;
 use super::{Context, Metrics, Settings, error_policy, reconcile};
 use crate::crd::JobQueue;
 
@@ -35,8 +34,9 @@ pub const NO_CLUSTER: &str = "no Kubernetes cluster configured: found no kubecon
 /// How the operator runs.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Watch only this namespace; all namespaces when `None`.
-    pub namespace: Option<String>,
+    /// Watch only these namespaces (one controller each, sharing the context); all
+    /// namespaces when empty.
+    pub namespaces: Vec<String>,
     /// Where `/metrics`, `/healthz` and `/readyz` listen.
     pub http_addr: SocketAddr,
     /// Compete for a Lease so only one replica reconciles.
@@ -65,18 +65,30 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let client = Client::try_from(kube_config)
         .map_err(|e| anyhow::anyhow!("cannot create the Kubernetes client: {e}"))?;
 
-    let api: Api<JobQueue> = match &config.namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
+    let apis: Vec<Api<JobQueue>> = if config.namespaces.is_empty() {
+        vec![Api::all(client.clone())]
+    } else {
+        config
+            .namespaces
+            .iter()
+            .map(|ns| Api::namespaced(client.clone(), ns))
+            .collect()
     };
-    if let Err(e) = api.list(&ListParams::default().limit(1)).await {
-        let hint = match &e {
-            kube::Error::Api(s) if s.code == 404 => {
-                " (is the CRD installed? `jobqueue crd | kubectl apply -f -`)"
-            }
-            _ => "",
-        };
-        anyhow::bail!("cannot list JobQueues at {server}: {e}{hint}");
+    // Per namespace: each may have its own Role.
+    for api in &apis {
+        if let Err(e) = api.list(&ListParams::default().limit(1)).await {
+            let hint = match &e {
+                kube::Error::Api(s) if s.code == 404 => {
+                    " (is the CRD installed? `jobqueue crd | kubectl apply -f -`)"
+                }
+                _ => "",
+            };
+            let scope = match api.namespace() {
+                Some(ns) => format!(" in namespace {ns}"),
+                None => String::new(),
+            };
+            anyhow::bail!("cannot list JobQueues{scope} at {server}: {e}{hint}");
+        }
     }
 
     let shutdown = CancellationToken::new();
@@ -105,10 +117,19 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     ));
 
     let result = if config.leader_election {
-        lead_then_run(&config, client, identity, api, ctx, ready, shutdown.clone()).await
+        lead_then_run(
+            &config,
+            client,
+            identity,
+            apis,
+            ctx,
+            ready,
+            shutdown.clone(),
+        )
+        .await
     } else {
-        info!(namespace = ?config.namespace, "starting the controller (no leader election)");
-        run_controller(api, ctx, ready, shutdown.clone(), config.concurrency).await;
+        info!(namespaces = ?config.namespaces, "starting the controller (no leader election)");
+        run_controllers(apis, ctx, ready, shutdown.clone(), config.concurrency).await;
         Ok(())
     };
     shutdown.cancel();
@@ -123,7 +144,7 @@ async fn lead_then_run(
     config: &Config,
     client: Client,
     identity: String,
-    api: Api<JobQueue>,
+    apis: Vec<Api<JobQueue>>,
     ctx: Arc<Context>,
     ready: Arc<AtomicBool>,
     shutdown: CancellationToken,
@@ -172,8 +193,8 @@ async fn lead_then_run(
                 }
             })
         };
-        run_controller(
-            api.clone(),
+        run_controllers(
+            apis.clone(),
             ctx.clone(),
             ready.clone(),
             stop.clone(),
@@ -208,6 +229,38 @@ fn stand_down(ctx: &Context) {
     ctx.retain(&HashSet::new());
 }
 
+/// One controller per `apis` (a namespace each, or all namespaces), concurrently and
+/// sharing `ctx`, until `stop`; `ready` once every one's cache has synced. A reflector
+/// store holds what ONE watch lists, and RBAC may grant each namespace alone, hence a
+/// watch (and caches) per namespace.
+pub async fn run_controllers(
+    apis: Vec<Api<JobQueue>>,
+    ctx: Arc<Context>,
+    ready: Arc<AtomicBool>,
+    stop: CancellationToken,
+    concurrency: u16,
+) {
+    if apis.len() == 1 {
+        let api = apis.into_iter().next().expect("one api");
+        return run_controller(api, ctx, ready, stop, concurrency).await;
+    }
+    let unsynced = Arc::new(AtomicUsize::new(apis.len()));
+    let runs = apis.into_iter().map(|api| {
+        let ready = ready.clone();
+        let unsynced = unsynced.clone();
+        let synced_once = AtomicBool::new(false);
+        let on_synced = move || {
+            if !synced_once.swap(true, Ordering::AcqRel)
+                && unsynced.fetch_sub(1, Ordering::AcqRel) == 1
+            {
+                ready.store(true, Ordering::Release);
+            }
+        };
+        run_watch(api, ctx.clone(), on_synced, stop.clone(), concurrency)
+    });
+    futures::future::join_all(runs).await;
+}
+
 /// The controller, until `stop`: a watch filtered by generation and the `jobqueue.dev/`
 /// annotations (status writes do not trigger it; the requeue after `reaper.interval`
 /// drives the work), reconciles, and the readiness flag once the cache has synced. With
@@ -221,17 +274,34 @@ pub async fn run_controller(
     stop: CancellationToken,
     concurrency: u16,
 ) {
+    let on_synced = move || {
+        ready.store(true, Ordering::Release);
+    };
+    run_watch(api, ctx, on_synced, stop, concurrency).await;
+}
+
+/// [`run_controller`] of one watch, calling `on_synced` on each synced list.
+async fn run_watch(
+    api: Api<JobQueue>,
+    ctx: Arc<Context>,
+    on_synced: impl Fn() + Send + Sync + 'static,
+    stop: CancellationToken,
+    concurrency: u16,
+) {
     let watch_ns = api.namespace().map(str::to_string);
     let (reader, writer) = reflector::store();
-    ctx.set_jobqueues(reader.clone());
+    ctx.set_jobqueues_for(watch_ns.as_deref(), reader.clone());
+    let synced_once = AtomicBool::new(false);
     let synced = {
         let reader = reader.clone();
+        let watch_ns = watch_ns.clone();
         move |event: &Result<watcher::Event<JobQueue>, watcher::Error>| {
             // The initial list is in the cache (reflect ran first).
-            if let Ok(watcher::Event::InitDone) = event
-                && !ready.swap(true, Ordering::AcqRel)
-            {
-                info!(queues = reader.len(), "watch cache synced");
+            if let Ok(watcher::Event::InitDone) = event {
+                if !synced_once.swap(true, Ordering::AcqRel) {
+                    info!(namespace = ?watch_ns, queues = reader.len(), "watch cache synced");
+                }
+                on_synced();
             }
         }
     };
@@ -242,18 +312,13 @@ pub async fn run_controller(
         .applied_objects()
         .predicate_filter(super::pause::spec_or_annotations, Default::default());
     let sweep = {
-        let reader = reader.clone();
         let ctx = ctx.clone();
         tokio::spawn(async move {
             let mut every = tokio::time::interval(Duration::from_secs(60));
             loop {
                 every.tick().await;
-                let alive: HashSet<QueueLabels> = reader
-                    .state()
-                    .iter()
-                    .map(|q| QueueLabels::new(&q.namespace().unwrap_or_default(), &q.name_any()))
-                    .collect();
-                ctx.retain(&alive);
+                // The queues of every watched namespace, not only this watch's.
+                ctx.retain(&ctx.watched_queues());
             }
         })
     };
@@ -264,7 +329,7 @@ pub async fn run_controller(
         let keda = super::caches::keda_installed(&ctx.client, watch_ns.as_deref()).await;
         let (watched, caches) =
             super::caches::watch(watched, &ctx.client, watch_ns.as_deref(), reader, keda);
-        ctx.set_caches(caches);
+        ctx.set_caches_for(watch_ns.as_deref(), caches);
         watched
     } else {
         watched
@@ -285,7 +350,7 @@ pub async fn run_controller(
         })
         .await;
     sweep.abort();
-    forget_caches.set_caches(Default::default());
+    forget_caches.forget_caches_for(watch_ns.as_deref());
 }
 
 async fn cancel_on_signal(shutdown: CancellationToken) {
@@ -322,6 +387,7 @@ mod tests {
     use kube::Resource;
     use kube::client::Body;
 
+    use super::super::metrics::QueueLabels;
     use super::*;
     use crate::crd::JobQueueSpec;
     use crate::queue::QueueStats;
@@ -361,5 +427,36 @@ mod tests {
             ctx.metrics.pending.get(&labels).is_none(),
             "the metrics of the last leadership survived"
         );
+    }
+
+    /// With a watch per namespace, one watch's sweep keeps the queues of the others: it
+    /// keeps what any watched namespace's cache holds.
+    #[tokio::test]
+    async fn a_sweep_keeps_the_queues_of_every_watched_namespace() {
+        let (service, _) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = Client::new(service, "default");
+        let ctx = Context::new(client, Arc::default(), None, Settings::default());
+        let now = Timestamp::from_second(1_700_000_000).unwrap();
+        let mut queues = Vec::new();
+        for ns in ["a", "b"] {
+            let mut jq = JobQueue::new("work", JobQueueSpec::new("redis://r:6379", "work"));
+            jq.meta_mut().namespace = Some(ns.into());
+            jq.meta_mut().uid = Some(format!("uid-{ns}"));
+            let (reader, mut writer) = reflector::store();
+            writer.apply_watcher_event(&watcher::Event::Apply(jq.clone()));
+            ctx.set_jobqueues_for(Some(ns), reader);
+            ctx.with_recommendations(&jq, |r| r.record(now, 8));
+            queues.push(jq);
+        }
+
+        ctx.retain(&ctx.watched_queues());
+
+        for jq in &queues {
+            assert!(
+                !ctx.with_recommendations(jq, |r| r.is_empty()),
+                "the sweep forgot {:?}",
+                jq.meta().namespace
+            );
+        }
     }
 }

@@ -441,7 +441,7 @@ async fn publish_spec_warning(ctx: &Context, q: &Subject<'_>, new: &JobQueueStat
 /// Steps 2 and 3: Secrets, connection, and the queue's upkeep.
 async fn observe(ctx: &Context, ns: &str, plan: &QueuePlan) -> Result<Observation, Failure> {
     let endpoint = cluster_reads::resolve_endpoint_in(
-        &ctx.caches(),
+        &ctx.caches_for(ns),
         &ctx.client,
         &ctx.settings,
         ns,
@@ -501,11 +501,12 @@ async fn scale_workers(
 /// ([`cluster_reads::target_state`]), or an older JobQueue scaling it (from the
 /// controller's cache, when there is one: [`ownership::other_owner`]).
 async fn read_target(ctx: &Context, q: &Subject<'_>, target: &TargetRef) -> TargetState {
-    let state = cluster_reads::target_state_in(&ctx.caches(), &ctx.client, &q.ns, target).await;
+    let state =
+        cluster_reads::target_state_in(&ctx.caches_for(&q.ns), &ctx.client, &q.ns, target).await;
     let TargetState::Found { replicas } = state else {
         return state;
     };
-    let queues = ctx.jobqueues().unwrap_or_default();
+    let queues = ctx.jobqueues_in(&q.ns).unwrap_or_default();
     match ownership::other_owner(q.jq, target, queues.iter().map(|jq| jq.as_ref())) {
         Some(queue) => TargetState::OwnedByAnother { queue, replicas },
         None => state,
