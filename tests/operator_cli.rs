@@ -125,20 +125,27 @@ async fn health_readiness_and_metrics_endpoints() {
         &ReapOutcome::default(),
     );
     let ready = Arc::new(AtomicBool::new(false));
-    let addr: SocketAddr = format!("127.0.0.1:{}", support::redis::free_port())
-        .parse()
-        .unwrap();
     let shutdown = CancellationToken::new();
-    let server = serve(
-        addr,
-        HttpState {
-            registry: Arc::new(registry),
+    let registry = Arc::new(registry);
+    // A free port can be taken by a parallel test before it is bound: take another.
+    let mut tries = 0;
+    let (addr, server) = loop {
+        let addr: SocketAddr = format!("127.0.0.1:{}", support::redis::free_port())
+            .parse()
+            .unwrap();
+        let state = HttpState {
+            registry: registry.clone(),
             ready: ready.clone(),
-        },
-        shutdown.clone(),
-    )
-    .await
-    .unwrap();
+        };
+        match serve(addr, state, shutdown.clone()).await {
+            Ok(server) => break (addr, server),
+            Err(e) if tries < 5 => {
+                tries += 1;
+                eprintln!("{e}; another port");
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
 
     let checks = tokio::task::spawn_blocking(move || {
         assert_eq!(get(addr, "/healthz").0, 200);
