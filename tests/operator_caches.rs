@@ -156,6 +156,41 @@ async fn cached_reads_send_no_get_and_no_list() {
     assert_eq!(seen.scales, vec![3]);
 }
 
+/// Right after a scale, the Deployment cache may not have seen it yet: the next
+/// reconcile reads the target from the API until the cache shows the replicas set, and
+/// scales on from there (not from the stale count, to the same replicas again).
+#[tokio::test]
+async fn a_target_cache_behind_the_last_scale_is_not_trusted() {
+    let redis = RedisServer::start();
+    enqueue(&redis.queue("lagging").await, 100).await;
+    let jq = queue("lagging", &redis.url(), "lagging").with_workers(workers(0, 10));
+    let clock = TestClock::new();
+    // The cache says 0 throughout: it never sees the scale to 4.
+    let (ctx, mut api, _) = test_context_tuned(&clock, |_| {}, caches(Vec::new(), Vec::new(), 0));
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::ScalePatch(WORKER, 4))
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Normal", "ScaledUp"))
+        .run(&ctx, &mut api)
+        .await;
+    result.unwrap();
+    assert_eq!(seen.scales, vec![4]);
+    clock.advance(10);
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::GetScale(WORKER, 4))
+        .expect(Expect::ScalePatch(WORKER, 8))
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Normal", "ScaledUp"))
+        .run(&ctx, &mut api)
+        .await;
+    result.unwrap();
+    assert_eq!(
+        seen.scales,
+        vec![8],
+        "scaled on from the replicas set, read from the API"
+    );
+}
+
 /// An HPA in the cache claims the target as one listed would: no LIST, no GET.
 #[tokio::test]
 async fn a_cached_hpa_claims_the_target_without_a_list() {

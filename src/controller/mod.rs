@@ -143,6 +143,10 @@ impl Default for Settings {
     }
 }
 
+/// How long a target cache may lag behind a scale the operator made before its count is
+/// trusted again (someone else may have set the replicas meanwhile).
+pub const CACHE_LAG: Duration = Duration::from_secs(30);
+
 /// Where a reconcile takes the time from: the system clock, or a test's.
 pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 
@@ -164,6 +168,10 @@ struct QueueState {
     unreadable: u32,
     /// When this controller last wrote the status, for the counts' throttle.
     last_status_write: Option<Timestamp>,
+    /// The replicas this controller last set on its target (`Kind/name`), and when: until
+    /// the target cache shows them, the cache is behind and the target is read from the
+    /// API (a reconcile right after a scale must not act on the count before it).
+    expected_replicas: Option<(String, i32, Timestamp)>,
 }
 
 /// A plan a spec of the queue passed validation with, and that spec's generation.
@@ -276,6 +284,43 @@ impl Context {
     /// Remember that the status of `queue` was written at `now`.
     pub(crate) fn status_written(&self, queue: &JobQueue, now: Timestamp) {
         self.with_state(queue, |state| state.last_status_write = Some(now));
+    }
+
+    /// The operator set `target`'s replicas to `replicas` at `now`.
+    pub(crate) fn scaled_to(
+        &self,
+        queue: &JobQueue,
+        target: String,
+        replicas: i32,
+        now: Timestamp,
+    ) {
+        self.with_state(queue, |state| {
+            state.expected_replicas = Some((target, replicas, now));
+        });
+    }
+
+    /// Whether the cached `replicas` of `target` may be trusted: `false` while they are
+    /// not yet the count the operator last set (for at most [`CACHE_LAG`]).
+    pub(crate) fn cache_caught_up(
+        &self,
+        queue: &JobQueue,
+        target: &str,
+        cached: Option<i32>,
+        now: Timestamp,
+    ) -> bool {
+        self.with_state(queue, |state| match &state.expected_replicas {
+            Some((t, want, at))
+                if t == target
+                    && cached != Some(*want)
+                    && now.duration_since(*at).as_secs() < CACHE_LAG.as_secs() as i64 =>
+            {
+                false
+            }
+            _ => {
+                state.expected_replicas = None;
+                true
+            }
+        })
     }
 
     /// The same context on another clock (tests step time instead of sleeping).

@@ -50,7 +50,9 @@ use super::metrics::QueueLabels;
 use super::scaling::{self, Backlog, Decision, ScalePolicy, TargetRef, TargetState};
 use super::status::{self, Failure, Observation, SpecVerdict, reasons};
 use super::validate::{self, InvalidSpec, QueuePlan};
-use super::{Context, Error, FIELD_MANAGER, Result, cluster_reads, lifecycle, ownership, pause};
+use super::{
+    Context, Error, FIELD_MANAGER, Result, caches, cluster_reads, lifecycle, ownership, pause,
+};
 use crate::crd::{API_VERSION, JobQueue, JobQueueStatus, OnDelete, WorkersSpec};
 use crate::queue::{Queue, QueueStats};
 
@@ -500,9 +502,22 @@ async fn scale_workers(
 /// The target as the scaler must see it: its `/scale`, an HPA or a ScaledObject on it
 /// ([`cluster_reads::target_state`]), or an older JobQueue scaling it (from the
 /// controller's cache, when there is one: [`ownership::other_owner`]).
+/// The caches to read `target` from: without the workload caches while they have not yet
+/// seen the replicas this controller last set (read from the API instead).
+fn fresh_caches(ctx: &Context, q: &Subject<'_>, target: &TargetRef) -> caches::Caches {
+    let mut caches = ctx.caches_for(&q.ns);
+    let cached = caches.replicas(&q.ns, target);
+    if !ctx.cache_caught_up(q.jq, &target.to_string(), cached, q.now) {
+        caches.deployments = None;
+        caches.stateful_sets = None;
+    }
+    caches
+}
+
 async fn read_target(ctx: &Context, q: &Subject<'_>, target: &TargetRef) -> TargetState {
     let state =
-        cluster_reads::target_state_in(&ctx.caches_for(&q.ns), &ctx.client, &q.ns, target).await;
+        cluster_reads::target_state_in(&fresh_caches(ctx, q, target), &ctx.client, &q.ns, target)
+            .await;
     let TargetState::Found { replicas } = state else {
         return state;
     };
@@ -576,6 +591,7 @@ async fn patch_scale(
     {
         Ok(_) => {
             ctx.metrics.scaled(&q.labels, from, to);
+            ctx.scaled_to(q.jq, target.to_string(), to, q.now);
             info!(
                 namespace = %q.ns,
                 name = %q.name,
