@@ -15,7 +15,6 @@ use std::time::Duration;
 use jobqueue::controller::caches::Caches;
 use jobqueue::controller::caches::scaled_object_resource;
 use jobqueue::controller::error_policy;
-use jobqueue::crd::{ScaleTargetRef, WorkersSpec};
 use jobqueue::queue::{NewJob, Queue};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
@@ -27,31 +26,12 @@ use kube::runtime::reflector::Store;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher;
 use serde_json::json;
-use support::fixtures::{JobQueueExt, NS, ScaleTarget, TestClock, deployment, hpa, queue};
+use support::fixtures::{JobQueueExt, NS, ScaleTarget, TestClock, deployment, hpa, queue, workers};
 use support::mock_api::{Expect, Scenario, scaled_object, test_context_tuned};
 use support::redis::RedisServer;
 use support::standin::{OperatorProcess, StandIn};
 
 const WORKER: ScaleTarget = deployment("worker");
-
-fn workers(min: i32, max: i32) -> WorkersSpec {
-    WorkersSpec {
-        scale_target_ref: ScaleTargetRef {
-            api_version: "apps/v1".into(),
-            kind: "Deployment".into(),
-            name: "worker".into(),
-        },
-        min_replicas: min,
-        max_replicas: max,
-        target_backlog_per_replica: 10,
-        activation_backlog: 0,
-        scale_down_stabilization: "5m".into(),
-        max_scale_up_step: Some(4),
-        behavior: None,
-        fallback: None,
-        on_delete: Default::default(),
-    }
-}
 
 async fn enqueue(q: &Queue, n: usize) {
     let jobs = (0..n).map(|i| NewJob::new(format!("job {i}"))).collect();

@@ -15,34 +15,12 @@ use jobqueue::queue::{LeaseRef, NewJob, Queue};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::controller::Action;
 use serde_json::{Value, json};
-use support::fixtures::{JobQueueExt, NS, ScaleTarget, TestClock, deployment, hpa, queue};
+use support::fixtures::{JobQueueExt, NS, ScaleTarget, TestClock, deployment, hpa, queue, workers};
 use support::mock_api::{Expect, Handle, Scenario, body_text, json_response, test_context_at};
 use support::redis::RedisServer;
 use support::standin::{OperatorProcess, StandIn, http_get};
 
 const WORKER: ScaleTarget = deployment("worker");
-
-/// Workers of Deployment `worker`: 10 jobs per replica, at most +4 per reconcile (the
-/// deprecated `maxScaleUpStep`, explicit so the numbers below stay those of a step per
-/// reconcile), a five-minute scale-down window.
-fn workers(min: i32, max: i32) -> WorkersSpec {
-    WorkersSpec {
-        scale_target_ref: ScaleTargetRef {
-            api_version: "apps/v1".into(),
-            kind: "Deployment".into(),
-            name: "worker".into(),
-        },
-        min_replicas: min,
-        max_replicas: max,
-        target_backlog_per_replica: 10,
-        activation_backlog: 0,
-        scale_down_stabilization: "5m".into(),
-        max_scale_up_step: Some(4),
-        behavior: None,
-        fallback: None,
-        on_delete: jobqueue::crd::OnDelete::Keep,
-    }
-}
 
 fn scaling(status: &JobQueueStatus) -> (&str, &str, &str) {
     let c = status

@@ -219,3 +219,25 @@ pub fn hpa(name: &str, api_version: &str, kind: &str, target: &str) -> Horizonta
         status: None,
     }
 }
+
+/// Workers of Deployment `worker`: 10 jobs per replica, at most +4 per reconcile (the
+/// deprecated `maxScaleUpStep`, explicit so the tests' numbers stay those of a step per
+/// reconcile), a five-minute scale-down window.
+pub fn workers(min: i32, max: i32) -> WorkersSpec {
+    WorkersSpec {
+        scale_target_ref: jobqueue::crd::ScaleTargetRef {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            name: "worker".into(),
+        },
+        min_replicas: min,
+        max_replicas: max,
+        target_backlog_per_replica: 10,
+        activation_backlog: 0,
+        scale_down_stabilization: "5m".into(),
+        max_scale_up_step: Some(4),
+        behavior: None,
+        fallback: None,
+        on_delete: jobqueue::crd::OnDelete::Keep,
+    }
+}
