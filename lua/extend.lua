@@ -166,8 +166,12 @@ for i = 1, n do
     acc[#acc + 1] = i
   else
     res[i] = 0
-    -- a job has at least payload and status: no status, no job
-    if h[2] then stale = stale + 1 else unknown = unknown + 1 end
+    -- a job has a payload; only a job enqueued ready lacks a status
+    if h[2] or redis.call('EXISTS', key) == 1 then
+      stale = stale + 1
+    else
+      unknown = unknown + 1
+    end
   end
 end
 

@@ -22,8 +22,14 @@ LUA = os.path.join(ROOT, 'lua')
 INCLUDE = os.path.join(LUA, 'include')
 
 # The blocks each script must carry: the prelude in every script, the dead selection in
-# the two scripts that act on chosen dead jobs.
-REQUIRED = {'prelude.lua': None, 'dead_selection.lua': ['purge.lua', 'redrive.lua']}
+# the two scripts that act on chosen dead jobs, the claim in the two that claim, the
+# histogram bucket and the backoff policy in the scripts that end leases.
+REQUIRED = {
+    'prelude.lua': None,
+    'dead_selection.lua': ['purge.lua', 'redrive.lua'],
+    'claim_jobs.lua': ['claim.lua', 'settle_claim.lua'],
+    'retry_policy.lua': ['ack.lua', 'fail.lua', 'settle_claim.lua'],
+}
 
 
 def begin_line(name):

@@ -11,6 +11,11 @@ use std::path::{Path, PathBuf};
 const REQUIRED: &[(&str, Option<&[&str]>)] = &[
     ("prelude.lua", None),
     ("dead_selection.lua", Some(&["purge.lua", "redrive.lua"])),
+    ("claim_jobs.lua", Some(&["claim.lua", "settle_claim.lua"])),
+    (
+        "retry_policy.lua",
+        Some(&["ack.lua", "fail.lua", "settle_claim.lua"]),
+    ),
 ];
 
 const BEGIN: &str = "-- BEGIN include/";
@@ -134,8 +139,8 @@ fn every_script_has_balanced_markers() {
     let scripts = scripts();
     assert_eq!(
         scripts.len(),
-        9,
-        "the nine protocol scripts of src/queue/scripts.rs"
+        10,
+        "the ten protocol scripts of src/queue/scripts.rs"
     );
 }
 

@@ -6,8 +6,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use jobqueue::queue::{
-    Backoff, ConnectOptions, Error, FailMode, FailOutcome, JobId, NewJob, Queue, QueueSettings,
-    Redis, SCRIPTS, Selection,
+    Backoff, ConnectOptions, Error, FailMode, FailOutcome, JobId, LeaseRef, NewJob, Queue,
+    QueueSettings, Redis, SCRIPTS, Selection, Settle, Settled, new_token,
 };
 use redis::Commands;
 use support::redis::{RedisServer, redis_now_ms, wait_past};
@@ -152,8 +152,8 @@ async fn duplicate_enqueue_id_changes_nothing() {
     assert_eq!(q.stats().await.unwrap().enqueued, 2);
     let wake: usize = c.llen(&q.keys().wake).unwrap();
     assert_eq!(
-        wake, 1,
-        "one wake marker per job made ready, the claimed one's consumed"
+        wake, 2,
+        "one wake marker per job made ready; a claim that leaves pending not empty keeps them"
     );
 }
 
@@ -411,10 +411,10 @@ async fn immediate_retry_goes_to_the_back_of_the_line() {
     }
     assert_eq!(order, ["b", "a"]);
     let wake: usize = c.llen(&q.keys().wake).unwrap();
-    assert_eq!(
-        wake, 0,
-        "the claims consumed the markers of the jobs they took"
-    );
+    assert_eq!(wake, 3, "no claim found pending short yet: the markers stay");
+    assert!(q.claim_one("w", None).await.unwrap().is_none());
+    let wake: usize = c.llen(&q.keys().wake).unwrap();
+    assert_eq!(wake, 0, "the claim that found pending empty emptied wake");
 }
 
 #[tokio::test]
@@ -523,8 +523,8 @@ async fn reap_respects_its_batch_and_reports_more() {
     assert!(!q.ack(&leases[0]).await.unwrap());
     let wake: usize = c.llen(&q.keys().wake).unwrap();
     assert_eq!(
-        wake, 5,
-        "5 requeued (the claim consumed the 5 enqueue markers)"
+        wake, 10,
+        "5 requeued, and the 5 enqueue markers (the claim took exactly what pending held)"
     );
 }
 
@@ -848,6 +848,62 @@ async fn malformed_arguments_are_named_and_change_nothing() {
             "backoff",
         ),
         (&SCRIPTS.reap.sha, &[], &["0"], "batch"),
+        // settle_claim: n, worker, visibility, request, acks, fails, tokens, acks, fails
+        (&SCRIPTS.settle_claim.sha, CLAIM_KEYS, &["0", "w", "0", "r", "0", "0"], "n"),
+        (
+            &SCRIPTS.settle_claim.sha,
+            CLAIM_KEYS,
+            &["1", "w", "x", "r", "0", "0", "t"],
+            "visibility",
+        ),
+        (
+            &SCRIPTS.settle_claim.sha,
+            CLAIM_KEYS,
+            &["1", "w", "0", "", "0", "0", "t"],
+            "request",
+        ),
+        (
+            &SCRIPTS.settle_claim.sha,
+            CLAIM_KEYS,
+            &["1", "w", "0", "r", "one", "0", "t"],
+            "acks",
+        ),
+        (
+            &SCRIPTS.settle_claim.sha,
+            CLAIM_KEYS,
+            &["1", "w", "0", "r", "0", "-1", "t"],
+            "fails",
+        ),
+        (
+            &SCRIPTS.settle_claim.sha,
+            CLAIM_KEYS,
+            &["1", "w", "0", "r", "600", "401", "t"],
+            "fails",
+        ),
+        (
+            &SCRIPTS.settle_claim.sha,
+            CLAIM_KEYS,
+            &["1", "w", "0", "r", "1", "0", "t", "a"],
+            "arguments",
+        ),
+        (
+            &SCRIPTS.settle_claim.sha,
+            CLAIM_KEYS,
+            &["1", "w", "0", "r", "0", "1", "t", "a", "tok", "e", "maybe", "-1"],
+            "mode",
+        ),
+        (
+            &SCRIPTS.settle_claim.sha,
+            CLAIM_KEYS,
+            &["1", "w", "0", "r", "0", "1", "t", "a", "tok", "e", "dead", "1.5"],
+            "backoff",
+        ),
+        (
+            &SCRIPTS.settle_claim.sha,
+            &["jq:{args}:orphans"],
+            &["1", "w", "0", "r", "0", "0", "t"],
+            "keys",
+        ),
         (&SCRIPTS.redrive.sha, &[], &["sideways", "1"], "mode"),
         (&SCRIPTS.purge.sha, &[], &["oldest", "abc"], "n"),
     ];
@@ -984,4 +1040,297 @@ async fn connection_failures_are_clear_and_hide_passwords() {
     let ok =
         Redis::connect(&ConnectOptions::new(server.url()).password(Some("right-one".into()))).await;
     assert!(ok.is_ok());
+}
+
+// settle_claim: the leases a worker finished and its next claim in one call ----------
+
+fn acked(lease: &jobqueue::queue::Lease) -> Settle<'_> {
+    Settle::Ack(lease.lease_ref())
+}
+
+#[tokio::test]
+async fn settle_claim_acks_and_claims_in_one_call() {
+    let (_s, q, mut c) = setup("sc").await;
+    for id in ["a", "b", "c"] {
+        q.enqueue(job(id).id(id)).await.unwrap();
+    }
+    let a = q.claim_one("w", None).await.unwrap().unwrap();
+    assert_eq!(a.id, "a");
+    let r = q
+        .settle_claim(&new_token(), &[acked(&a)], 2, "w", None)
+        .await
+        .unwrap();
+    assert_eq!(r.settled, [Settled::Acked]);
+    let ids: Vec<_> = r.claimed.leases.iter().map(|l| l.id.clone()).collect();
+    assert_eq!(ids, ["b", "c"]);
+    assert!(!r.claimed.more);
+    assert!(!c.exists::<_, bool>(q.keys().job("a")).unwrap(), "acked: deleted");
+    assert_eq!(
+        hget(&mut c, &q.keys().job("b"), "status").as_deref(),
+        Some("processing")
+    );
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.acked, s.claimed, s.processing, s.pending), (1, 3, 2, 0));
+    assert_eq!(s.histogram.total(), 1, "the ack's processing time is counted");
+}
+
+#[tokio::test]
+async fn settle_claim_counts_a_stale_ack_and_still_claims() {
+    let (_s, q, _c) = setup("scstale").await;
+    for id in ["a", "b"] {
+        q.enqueue(job(id).id(id)).await.unwrap();
+    }
+    let a = q.claim_one("w", None).await.unwrap().unwrap();
+    let stale = [
+        Settle::Ack(LeaseRef {
+            id: b"a",
+            token: "not-the-token",
+        }),
+        Settle::Ack(LeaseRef {
+            id: b"nobody",
+            token: "t",
+        }),
+    ];
+    let r = q
+        .settle_claim(&new_token(), &stale, 1, "w", None)
+        .await
+        .unwrap();
+    assert_eq!(r.settled, [Settled::Stale, Settled::Stale]);
+    assert_eq!(r.claimed.leases.len(), 1, "a stale ack never blocks the claim");
+    assert_eq!(r.claimed.leases[0].id, "b");
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.stale, s.unknown, s.acked, s.claimed), (1, 1, 0, 2));
+    // The real holder still holds a.
+    assert!(q.ack(&a).await.unwrap());
+}
+
+#[tokio::test]
+async fn settle_claim_fails_in_every_mode() {
+    let (_s, q, mut c) = setup("scfail").await;
+    q.configure(&QueueSettings {
+        max_attempts: 5,
+        ..QueueSettings::default()
+    })
+    .await
+    .unwrap();
+    for id in ["a", "b", "c", "d", "e"] {
+        q.enqueue(job(id).id(id)).await.unwrap();
+    }
+    let held = q.claim(4, "w", None).await.unwrap();
+    let ids: Vec<_> = held.iter().map(|l| l.id.clone()).collect();
+    assert_eq!(ids, ["a", "b", "c", "d"]);
+    let settles = [
+        Settle::Fail {
+            lease: held[0].lease_ref(),
+            error: "again",
+            mode: FailMode::Retry,
+            backoff: Backoff::Immediate,
+        },
+        Settle::Fail {
+            lease: held[1].lease_ref(),
+            error: "later",
+            mode: FailMode::Retry,
+            backoff: Backoff::After(Duration::from_secs(60)),
+        },
+        Settle::Fail {
+            lease: held[2].lease_ref(),
+            error: "never",
+            mode: FailMode::Dead,
+            backoff: Backoff::Policy,
+        },
+        Settle::Release(held[3].lease_ref()),
+    ];
+    let _: () = c.del(&q.keys().wake).unwrap();
+    let r = q
+        .settle_claim(&new_token(), &settles, 1, "w", None)
+        .await
+        .unwrap();
+    assert_eq!(
+        r.settled,
+        [
+            Settled::Moved(FailOutcome::Pending),
+            Settled::Moved(FailOutcome::Delayed),
+            Settled::Moved(FailOutcome::Dead),
+            Settled::Moved(FailOutcome::Pending),
+        ]
+    );
+    // The claim ran before the failed jobs went back: it took e.
+    assert_eq!(r.claimed.leases.len(), 1);
+    assert_eq!(r.claimed.leases[0].id, "e");
+    // Released d is at the front, retried a at the back.
+    assert_eq!(q.pending_ids(10).await.unwrap(), ["d", "a"]);
+    assert_eq!(
+        hget(&mut c, &q.keys().job("d"), "attempts").as_deref(),
+        Some("0")
+    );
+    assert_eq!(
+        hget(&mut c, &q.keys().job("a"), "last_error").as_deref(),
+        Some("again")
+    );
+    assert_eq!(
+        hget(&mut c, &q.keys().job("b"), "status").as_deref(),
+        Some("delayed")
+    );
+    assert_eq!(
+        hget(&mut c, &q.keys().job("c"), "status").as_deref(),
+        Some("dead")
+    );
+    for id in ["a", "b", "c", "d"] {
+        assert_eq!(hget(&mut c, &q.keys().job(id), "claim_token"), None);
+    }
+    let s = q.stats().await.unwrap();
+    assert_eq!(
+        (s.failed, s.retried, s.dead_lettered, s.released),
+        (3, 2, 1, 1)
+    );
+    assert_eq!((s.processing, s.delayed, s.dead, s.pending), (1, 1, 1, 2));
+    // a marker per job made ready (d, a) and one for the earliest delayed job (b)
+    let wake: usize = c.llen(&q.keys().wake).unwrap();
+    assert_eq!(wake, 3);
+    // The same lease settled again is stale, for a fail as for an ack.
+    let again = [settles[0]];
+    let r = q
+        .settle_claim(&new_token(), &again, 1, "w", None)
+        .await
+        .unwrap();
+    assert_eq!(r.settled, [Settled::Stale]);
+    assert_eq!(q.stats().await.unwrap().stale, 1);
+}
+
+#[tokio::test]
+async fn settle_claim_with_nothing_to_settle_is_a_claim() {
+    let (_s, q, mut c) = setup("scempty").await;
+    for id in ["a", "b"] {
+        q.enqueue(job(id).id(id)).await.unwrap();
+    }
+    let request = new_token();
+    let r = q
+        .settle_claim(&request, &[], 5, "w", Some(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert!(r.settled.is_empty());
+    let ids: Vec<_> = r.claimed.leases.iter().map(|l| l.id.clone()).collect();
+    assert_eq!(ids, ["a", "b"]);
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.claimed, s.processing, s.acked, s.stale), (2, 2, 0, 0));
+    let ttl: i64 = c.pttl(q.keys().claim_request(&request)).unwrap();
+    assert!(ttl > 29_000 && ttl <= 30_000, "the record lasts the visibility: {ttl}");
+    // Nothing ready and nothing to settle: no record.
+    let request = new_token();
+    let r = q.settle_claim(&request, &[], 1, "w", None).await.unwrap();
+    assert!(r.claimed.leases.is_empty() && !r.claimed.more);
+    assert!(!c.exists::<_, bool>(q.keys().claim_request(&request)).unwrap());
+}
+
+#[tokio::test]
+async fn a_resent_settle_claim_settles_once_and_answers_the_same() {
+    let (_s, q, _c) = setup("screplay").await;
+    for id in ["a", "b", "c"] {
+        q.enqueue(job(id).id(id)).await.unwrap();
+    }
+    let held = q.claim(2, "w", None).await.unwrap();
+    let settles = [
+        acked(&held[0]),
+        Settle::Fail {
+            lease: held[1].lease_ref(),
+            error: "e",
+            mode: FailMode::Retry,
+            backoff: Backoff::Immediate,
+        },
+    ];
+    let request = new_token();
+    let first = q
+        .settle_claim(&request, &settles, 1, "w", None)
+        .await
+        .unwrap();
+    // The reply was lost: the caller sends the same call again.
+    let again = q
+        .settle_claim(&request, &settles, 1, "w", None)
+        .await
+        .unwrap();
+    assert_eq!(first.settled, [Settled::Acked, Settled::Moved(FailOutcome::Pending)]);
+    assert_eq!(again.settled, first.settled, "the recorded answers, not stale");
+    assert_eq!(again.claimed.leases, first.claimed.leases);
+    let s = q.stats().await.unwrap();
+    assert_eq!(
+        (s.acked, s.failed, s.retried, s.claimed, s.replayed, s.stale),
+        (1, 1, 1, 3, 1, 0),
+        "applied once; the resend counted as replayed"
+    );
+    assert_eq!(q.pending_ids(10).await.unwrap(), ["b"], "b went back once");
+}
+
+#[tokio::test]
+async fn settle_claim_refuses_wrong_typed_keys_and_changes_nothing() {
+    let (_s, q, mut c) = setup("sctypes").await;
+    for id in ["a", "b"] {
+        q.enqueue(job(id).id(id)).await.unwrap();
+    }
+    let a = q.claim_one("w", None).await.unwrap().unwrap();
+    let snapshot = |c: &mut redis::Connection| -> Vec<(String, Vec<u8>)> {
+        let mut keys: Vec<String> = c.keys("jq:*").unwrap();
+        keys.sort();
+        keys.into_iter()
+            .map(|k| {
+                let dump: Vec<u8> = redis::cmd("DUMP").arg(&k).query(c).unwrap();
+                (k, dump)
+            })
+            .collect()
+    };
+    // stats, written by the ack and the claim
+    let _: () = c.rename(&q.keys().stats, "saved").unwrap();
+    let _: () = c.rpush(&q.keys().stats, "x").unwrap();
+    let before = snapshot(&mut c);
+    let err = q
+        .settle_claim(&new_token(), &[acked(&a)], 1, "w", None)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("jq:{sctypes}:stats"), "{err}");
+    assert_eq!(snapshot(&mut c), before, "nothing changed");
+    let _: () = c.del(&q.keys().stats).unwrap();
+    let _: () = c.rename("saved", &q.keys().stats).unwrap();
+    // dead, written only by a fail that dead-letters
+    let _: () = c.set(&q.keys().dead, "x").unwrap();
+    let before = snapshot(&mut c);
+    let dead = Settle::Fail {
+        lease: a.lease_ref(),
+        error: "e",
+        mode: FailMode::Dead,
+        backoff: Backoff::Policy,
+    };
+    let err = q
+        .settle_claim(&new_token(), &[dead], 1, "w", None)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("jq:{sctypes}:dead"), "{err}");
+    assert_eq!(snapshot(&mut c), before, "nothing changed");
+    let _: () = c.del(&q.keys().dead).unwrap();
+    // processing, when the claim leases nothing
+    let b = q.claim_one("w", None).await.unwrap().unwrap();
+    let _: () = c.rename(&q.keys().processing, "saved").unwrap();
+    let _: () = c.set(&q.keys().processing, "x").unwrap();
+    let before = snapshot(&mut c);
+    let err = q
+        .settle_claim(&new_token(), &[acked(&b)], 1, "w", None)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("jq:{sctypes}:processing"), "{err}");
+    assert_eq!(snapshot(&mut c), before, "nothing changed");
+    let _: () = c.del(&q.keys().processing).unwrap();
+    let _: () = c.rename("saved", &q.keys().processing).unwrap();
+    // a job key
+    let _: () = c.set(q.keys().job("x"), "not a hash").unwrap();
+    let before = snapshot(&mut c);
+    let err = q
+        .settle_claim(&new_token(), &[Settle::Ack(("x", "t").into())], 1, "w", None)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("jq:{sctypes}:job:x"), "{err}");
+    assert_eq!(snapshot(&mut c), before, "nothing changed");
+    // all well again: both leases end
+    let r = q
+        .settle_claim(&new_token(), &[acked(&a), acked(&b)], 1, "w", None)
+        .await
+        .unwrap();
+    assert_eq!(r.settled, [Settled::Acked, Settled::Acked]);
 }

@@ -378,6 +378,136 @@ impl Queue {
         Ok(Claimed { leases, more })
     }
 
+    /// Settle finished leases and claim up to `n` jobs in one call (the `settle_claim`
+    /// script, docs/protocol.md): each [`Settle`] is acked, failed or released exactly as
+    /// by [`Queue::ack`], [`Queue::fail`] and [`Queue::release`] (a stale one changes
+    /// nothing and never keeps the claim from happening), then the claim runs as
+    /// [`Queue::claim_request`]. `request` identifies the call (1 to 256 bytes, e.g.
+    /// [`new_token`]); a lost reply is sent again with the same request id up to
+    /// [`CLAIM_RETRIES`] times, and Redis answers a repeat from its record (the settle
+    /// part is not applied twice). When this returns a transient error the call may have
+    /// run: send it again with the same `request` and the same settles to learn its
+    /// answer. With settles, [`Durability`] applies to the call as to ack and fail.
+    pub async fn settle_claim(
+        &self,
+        request: &str,
+        settles: &[Settle<'_>],
+        n: usize,
+        worker: &str,
+        visibility: Option<Duration>,
+    ) -> Result<SettledClaim> {
+        check_count("n", n)?;
+        validate_request(request)?;
+        if settles.len() > MAX_BATCH {
+            return Err(Error::InvalidArgument {
+                what: "settles",
+                reason: format!("{} is more than {MAX_BATCH} in one call", settles.len()),
+            });
+        }
+        let extra = [self.keys.orphans.clone(), self.keys.claim_request(request)];
+        let mut cmd = self.script_cmd(&SCRIPTS.settle_claim, &extra);
+        let acks: Vec<usize> = (0..settles.len())
+            .filter(|&i| matches!(settles[i], Settle::Ack(_)))
+            .collect();
+        let fails: Vec<usize> = (0..settles.len())
+            .filter(|&i| !matches!(settles[i], Settle::Ack(_)))
+            .collect();
+        cmd.arg(n)
+            .arg(worker)
+            .arg(visibility.map_or(0, |v| v.as_millis().max(1) as u64))
+            .arg(request)
+            .arg(acks.len())
+            .arg(fails.len());
+        for _ in 0..n {
+            cmd.arg(new_token());
+        }
+        for &i in &acks {
+            let lease = settles[i].lease();
+            cmd.arg(lease.id).arg(lease.token);
+        }
+        for &i in &fails {
+            match settles[i] {
+                Settle::Fail {
+                    lease,
+                    error,
+                    mode,
+                    backoff,
+                } => cmd
+                    .arg(lease.id)
+                    .arg(lease.token)
+                    .arg(error)
+                    .arg(mode.as_str())
+                    .arg(backoff.as_arg()),
+                Settle::Release(lease) => cmd
+                    .arg(lease.id)
+                    .arg(lease.token)
+                    .arg("")
+                    .arg("release")
+                    .arg(0),
+                Settle::Ack(_) => unreachable!("acks are listed apart"),
+            };
+        }
+        let mut wait = CLAIM_RETRY_WAIT;
+        let mut retries = 0;
+        let reply = loop {
+            let sent = if settles.is_empty() {
+                self.run(&SCRIPTS.settle_claim, &cmd).await
+            } else {
+                self.run_durable(&SCRIPTS.settle_claim, &cmd).await
+            };
+            match sent {
+                Err(err) if err.is_transient() && retries < CLAIM_RETRIES => {
+                    retries += 1;
+                    tokio::time::sleep(wait).await;
+                    wait *= 2;
+                }
+                other => break other?,
+            }
+        };
+        let bad = |reply: &dyn std::fmt::Debug| self.protocol("settle_claim", format!("{reply:?}"));
+        let Value::Array(reply) = reply else {
+            return Err(bad(&reply));
+        };
+        let [jobs, more, acked, failed] = <[Value; 4]>::try_from(reply).map_err(|r| bad(&r))?;
+        let (Value::Array(jobs), Value::Int(more)) = (jobs, more) else {
+            return Err(self.protocol("settle_claim", "jobs or more unreadable"));
+        };
+        let acked = int_array(&acked).filter(|a| a.len() == acks.len());
+        let acked = acked.ok_or_else(|| self.protocol("settle_claim", "ack results"))?;
+        let failed: Option<Vec<FailOutcome>> = match &failed {
+            Value::Array(items) if items.len() == fails.len() => items
+                .iter()
+                .map(|v| match as_str(v) {
+                    Some("pending") => Some(FailOutcome::Pending),
+                    Some("delayed") => Some(FailOutcome::Delayed),
+                    Some("dead") => Some(FailOutcome::Dead),
+                    Some("stale") => Some(FailOutcome::Stale),
+                    _ => None,
+                })
+                .collect(),
+            _ => None,
+        };
+        let failed = failed.ok_or_else(|| self.protocol("settle_claim", "fail outcomes"))?;
+        let mut settled = vec![Settled::Stale; settles.len()];
+        for (&i, flag) in acks.iter().zip(acked) {
+            settled[i] = if flag == 1 { Settled::Acked } else { Settled::Stale };
+        }
+        for (&i, outcome) in fails.iter().zip(failed) {
+            settled[i] = match outcome {
+                FailOutcome::Stale => Settled::Stale,
+                moved => Settled::Moved(moved),
+            };
+        }
+        let leases = self.take_leases(jobs).await;
+        Ok(SettledClaim {
+            settled,
+            claimed: Claimed {
+                leases,
+                more: more == 1,
+            },
+        })
+    }
+
     fn take_unanswered(
         &self,
         worker: &str,

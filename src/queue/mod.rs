@@ -35,7 +35,8 @@ pub use settings::QueueSettings;
 pub use stats::{Histogram, QueueStats};
 pub use types::{
     Backoff, Claimed, Enqueued, FailMode, FailOutcome, JobId, JobInfo, JobStatus, Lease, LeaseRef,
-    Maintenance, NewJob, ReapOutcome, Selection, new_job_id, new_token,
+    Maintenance, NewJob, ReapOutcome, Selection, Settle, Settled, SettledClaim, new_job_id,
+    new_token,
 };
 
 /// The most items one script call takes (the protocol's bound on every count).

@@ -51,6 +51,7 @@ impl Script {
 pub struct Scripts {
     pub enqueue: Script,
     pub claim: Script,
+    pub settle_claim: Script,
     pub ack: Script,
     pub extend: Script,
     pub fail: Script,
@@ -61,10 +62,11 @@ pub struct Scripts {
 }
 
 impl Scripts {
-    pub fn all(&self) -> [&Script; 9] {
+    pub fn all(&self) -> [&Script; 10] {
         [
             &self.enqueue,
             &self.claim,
+            &self.settle_claim,
             &self.ack,
             &self.extend,
             &self.fail,
@@ -79,6 +81,7 @@ impl Scripts {
 pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     enqueue: Script::new("enqueue", include_str!("../../lua/enqueue.lua")),
     claim: Script::new("claim", include_str!("../../lua/claim.lua")),
+    settle_claim: Script::new("settle_claim", include_str!("../../lua/settle_claim.lua")),
     ack: Script::new("ack", include_str!("../../lua/ack.lua")),
     extend: Script::new("extend", include_str!("../../lua/extend.lua")),
     fail: Script::new("fail", include_str!("../../lua/fail.lua")),

@@ -318,6 +318,50 @@ pub struct Claimed {
     pub more: bool,
 }
 
+/// A lease to end in the settle part of [`crate::queue::Queue::settle_claim`]: what the
+/// worker's handler made of its job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settle<'a> {
+    /// Done: as `ack`.
+    Ack(LeaseRef<'a>),
+    /// Failed: as `fail`, retried per `backoff` or dead-lettered per `mode`.
+    Fail {
+        lease: LeaseRef<'a>,
+        error: &'a str,
+        mode: FailMode,
+        backoff: Backoff,
+    },
+    /// Not finished (the worker is stopping): as `release`, the attempt not charged.
+    Release(LeaseRef<'a>),
+}
+
+impl<'a> Settle<'a> {
+    pub fn lease(&self) -> LeaseRef<'a> {
+        match *self {
+            Settle::Ack(lease) | Settle::Release(lease) | Settle::Fail { lease, .. } => lease,
+        }
+    }
+}
+
+/// What the settle part did with one [`Settle`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// The ack was accepted: the job is done.
+    Acked,
+    /// The fail or release was accepted: the job is now `Pending`, `Delayed` or `Dead`.
+    Moved(FailOutcome),
+    /// Refused: the caller no longer held the lease (counted `stale` or `unknown`).
+    Stale,
+}
+
+/// The answer of one settle-and-claim call: one [`Settled`] per [`Settle`] given, in
+/// order, and the claim's leases.
+#[derive(Debug)]
+pub struct SettledClaim {
+    pub settled: Vec<Settled>,
+    pub claimed: Claimed,
+}
+
 /// One `reap` call's work.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReapOutcome {

@@ -27,6 +27,7 @@ use super::{Counters, JobContext, JobError, MAX_ERROR_TEXT, RetryDelay, Worker, 
 use crate::duration;
 use crate::queue::{
     Dedicated, Error, FailMode, FailOutcome, JobId, Lease, LeaseRef, MAX_BATCH, Queue, Result,
+    Settle, Settled, new_token,
 };
 use crate::shutdown::Signals;
 
@@ -99,6 +100,10 @@ struct Shared {
     /// (which would count a needless `stale` in the queue's stats).
     renew_gate: tokio::sync::Mutex<()>,
     counters: Arc<Counters>,
+    /// Finished jobs whose leases the claim loop ends in its next call.
+    endings: Mutex<Endings>,
+    /// Poked when `endings` gets something.
+    endings_ready: Notify,
     /// Cancelled once shutdown begins.
     shutdown: CancellationToken,
     /// Cancelled at the shutdown deadline: stop retrying, abandon what is left.
@@ -109,6 +114,49 @@ impl Shared {
     fn inflight(&self) -> std::sync::MutexGuard<'_, HashMap<String, InFlight>> {
         // A panic never happens while the lock is held; recover the map regardless.
         self.inflight.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Give finished jobs to the claim loop, which ends their leases in its next call
+    /// (with their slots, which that call uses for new leases). Returns what it did not
+    /// take: everything, once it stopped claiming.
+    fn hand_to_claimer(
+        &self,
+        acks: Vec<Completion>,
+        fails: Vec<(Completion, String, FailMode)>,
+    ) -> (Vec<Completion>, Vec<(Completion, String, FailMode)>) {
+        if acks.is_empty() && fails.is_empty() {
+            return (acks, fails);
+        }
+        let mut endings = self.endings.lock().unwrap_or_else(|p| p.into_inner());
+        if !endings.open {
+            return (acks, fails);
+        }
+        endings.items.extend(acks.into_iter().map(|c| Ending {
+            c,
+            kind: EndKind::Ack,
+        }));
+        endings.items.extend(fails.into_iter().map(|(c, text, mode)| Ending {
+            c,
+            kind: EndKind::Fail(text, mode),
+        }));
+        drop(endings);
+        self.endings_ready.notify_one();
+        (Vec::new(), Vec::new())
+    }
+
+    /// Up to [`MAX_BATCH`] finished jobs handed to the claim loop, oldest first.
+    fn take_endings(&self) -> Vec<Ending> {
+        let mut endings = self.endings.lock().unwrap_or_else(|p| p.into_inner());
+        let n = endings.items.len().min(MAX_BATCH);
+        endings.items.drain(..n).collect()
+    }
+
+    /// The claim loop stopped: from now on the completer ends leases itself; returns what
+    /// was handed over and not ended yet.
+    fn close_endings(&self) -> Vec<Ending> {
+        let mut endings = self.endings.lock().unwrap_or_else(|p| p.into_inner());
+        endings.open = false;
+        std::mem::take(&mut endings.items)
     }
 
     fn lease_len(&self) -> Duration {
@@ -125,6 +173,49 @@ impl Shared {
             warn!(queue = %self.queue_name, error = %err, retry_in = %duration::format(delay), "{what} failed; retrying");
         } else {
             error!(queue = %self.queue_name, error = %err, retry_in = %duration::format(delay), "{what} failed; retrying");
+        }
+    }
+}
+
+/// Finished jobs waiting for the claim loop's next call, while it claims (`open`).
+struct Endings {
+    open: bool,
+    items: Vec<Ending>,
+}
+
+/// A finished job whose lease the claim loop ends: acked, or failed with its error text.
+struct Ending {
+    c: Completion,
+    kind: EndKind,
+}
+
+enum EndKind {
+    Ack,
+    Fail(String, FailMode),
+}
+
+impl Ending {
+    fn settle(&self, backoff: crate::queue::Backoff) -> Settle<'_> {
+        let lease = self.c.lease.lease_ref();
+        match &self.kind {
+            EndKind::Ack => Settle::Ack(lease),
+            EndKind::Fail(text, mode) => Settle::Fail {
+                lease,
+                error: text,
+                mode: *mode,
+                backoff,
+            },
+        }
+    }
+
+    /// Count and log what the settle part did with this lease.
+    fn note(&self, shared: &Shared, settled: Settled) {
+        match (&self.kind, settled) {
+            (EndKind::Ack, settled) => note_ack(shared, &self.c, settled == Settled::Acked),
+            (EndKind::Fail(text, _), Settled::Moved(outcome)) => {
+                note_fail(shared, &self.c, text, outcome)
+            }
+            (EndKind::Fail(text, _), _) => note_fail(shared, &self.c, text, FailOutcome::Stale),
         }
     }
 }
@@ -175,6 +266,11 @@ where
         inflight: Mutex::new(HashMap::new()),
         renew_gate: tokio::sync::Mutex::new(()),
         counters: counters.clone(),
+        endings: Mutex::new(Endings {
+            open: true,
+            items: Vec::new(),
+        }),
+        endings_ready: Notify::new(),
         shutdown,
         hard_stop: CancellationToken::new(),
     });
@@ -214,6 +310,7 @@ where
     let slots = Arc::new(Semaphore::new(config.concurrency));
     let max_claim = config.max_claim.min(config.concurrency);
     claim_until_shutdown(&shared, &handler, &slots, max_claim, &done_tx).await;
+    end_handed_over(&shared).await;
     wait_for_jobs(
         &shared,
         &slots,
@@ -250,9 +347,12 @@ where
 }
 
 /// The claim loop: as many jobs as there are free slots (at most `max_claim` per call),
-/// each started with its slot, until shutdown begins. Between claims of an empty queue
-/// it waits on the wake list, up to the poll interval or until the earliest delayed job
-/// is due (or this worker delays one); Redis failures are retried with backoff.
+/// each started with its slot, until shutdown begins. Jobs that finished since the last
+/// call are ended in the same call (`settle_claim`: ack or fail, then claim), and their
+/// slots claim again, so a busy worker makes one round trip per job (per batch). Between
+/// claims of an empty queue it waits on the wake list, up to the poll interval or until
+/// the earliest delayed job is due (or this worker delays one, or a job finishes); Redis
+/// failures are retried with backoff.
 async fn claim_until_shutdown<H, F>(
     shared: &Arc<Shared>,
     handler: &Handler<H>,
@@ -267,31 +367,49 @@ async fn claim_until_shutdown<H, F>(
     let mut waker = Waker::default();
     let mut delay = shared.delay();
     loop {
-        let first = tokio::select! {
-            biased;
-            _ = shutdown.cancelled() => return,
-            permit = slots.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
-        };
-        let mut permits = vec![first];
-        while permits.len() < max_claim {
+        let endings = shared.take_endings();
+        let mut permits = Vec::new();
+        if endings.is_empty() {
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return,
+                _ = shared.endings_ready.notified() => continue,
+                permit = slots.clone().acquire_owned() => {
+                    permits.push(permit.expect("the semaphore is never closed"))
+                }
+            }
+        } else if shutdown.is_cancelled() {
+            // Ended by the shutdown path (close_endings), without a claim.
+            let mut back = shared.endings.lock().unwrap_or_else(|p| p.into_inner());
+            let later = std::mem::replace(&mut back.items, endings);
+            back.items.extend(later);
+            return;
+        }
+        while endings.len() + permits.len() < max_claim {
             match slots.clone().try_acquire_owned() {
                 Ok(p) => permits.push(p),
                 Err(_) => break,
             }
         }
+        let n = (endings.len() + permits.len()).clamp(1, max_claim);
         // A claim is never cut short by shutdown: a claimed job must reach a handler (or
         // at worst its lease runs out), and one claim is quick.
         let lease_len = shared.lease_len();
         let sent = Instant::now();
-        let claimed = shared
-            .queue
-            .claim(permits.len(), &shared.worker_id, Some(lease_len))
-            .await;
+        let reply = settle_and_claim(shared, &endings, n, lease_len, &mut delay).await;
         let deadline = lease::deadline(sent, lease_len);
-        match claimed {
-            Ok(leases) if leases.is_empty() => {
+        // The finished jobs' slots claim for the next ones.
+        for ending in endings {
+            permits.push(ending.c._permit);
+        }
+        match reply {
+            Ok(claimed) if claimed.leases.is_empty() => {
                 delay.reset();
                 drop(permits);
+                if claimed.more {
+                    // A run of orphans in front of the jobs: claim again at once.
+                    continue;
+                }
                 // Unreadable: wait the poll interval, the claim will say what is wrong.
                 let due_in = shared.queue.next_due_in().await.ok().flatten();
                 let until = due_in
@@ -301,6 +419,11 @@ async fn claim_until_shutdown<H, F>(
                     biased;
                     _ = shutdown.cancelled() => return,
                     _ = shared.delayed_changed.notified() => Ok(()),
+                    _ = shared.endings_ready.notified() => {
+                        // Not consumed here: the loop takes the endings at its top.
+                        shared.endings_ready.notify_one();
+                        Ok(())
+                    }
                     woke = waker.wait(&shared.queue, shared.poll, until) => woke,
                 };
                 if let Err(err) = woke {
@@ -312,8 +435,9 @@ async fn claim_until_shutdown<H, F>(
                     }
                 }
             }
-            Ok(leases) => {
+            Ok(claimed) => {
                 delay.reset();
+                let leases = claimed.leases;
                 Counters::add(&shared.counters.claimed, leases.len() as u64);
                 debug!(queue = %shared.queue_name, n = leases.len(), "claimed");
                 let mut permits = permits.into_iter();
@@ -322,10 +446,8 @@ async fn claim_until_shutdown<H, F>(
                     start_job(shared, handler, lease, deadline, permit, done);
                 }
             }
-            Err(err) => {
+            Err(wait) => {
                 drop(permits);
-                let wait = delay.next_delay();
-                shared.redis_error("claim", &err, wait);
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
                     _ = tokio::time::sleep(wait) => {}
@@ -333,6 +455,85 @@ async fn claim_until_shutdown<H, F>(
             }
         }
     }
+}
+
+/// One `settle_claim` call: end the leases of `endings` and claim up to `n` jobs. Its
+/// answer says what became of each ending (counted and logged here). When the call
+/// fails, it is sent again, unchanged (same request id), while the failure is transient
+/// and the shutdown deadline has not passed, so the endings are settled exactly once; a
+/// claim with nothing to settle is not repeated (the loop claims anew). When it gave up,
+/// how long to wait before the next claim: an ending's lease then expires and its job
+/// runs again (at-least-once).
+async fn settle_and_claim(
+    shared: &Shared,
+    endings: &[Ending],
+    n: usize,
+    lease_len: Duration,
+    delay: &mut RetryDelay,
+) -> std::result::Result<crate::queue::Claimed, Duration> {
+    let settles: Vec<Settle<'_>> = endings
+        .iter()
+        .map(|e| e.settle(shared.retry_backoff))
+        .collect();
+    let request = new_token();
+    let reply = loop {
+        let sent = shared
+            .queue
+            .settle_claim(&request, &settles, n, &shared.worker_id, Some(lease_len))
+            .await;
+        match sent {
+            Ok(reply) => break Some(reply),
+            Err(err) if endings.is_empty() => {
+                let wait = delay.next_delay();
+                shared.redis_error("claim", &err, wait);
+                return Err(wait);
+            }
+            Err(err) if err.is_transient() && !shared.hard_stop.is_cancelled() => {
+                let wait = delay.next_delay();
+                shared.redis_error("ending leases and claiming", &err, wait);
+                tokio::select! {
+                    _ = shared.hard_stop.cancelled() => break None,
+                    _ = tokio::time::sleep(wait) => {}
+                }
+            }
+            Err(err) => {
+                Counters::add(&shared.counters.redis_errors, 1);
+                error!(queue = %shared.queue_name, error = %err,
+                    "ending leases failed; giving up, the leases will expire");
+                break None;
+            }
+        }
+    };
+    let answered = reply.as_ref().map(|r| r.settled.as_slice());
+    {
+        let mut map = shared.inflight();
+        for (i, e) in endings.iter().enumerate() {
+            map.remove(&e.c.lease.token);
+            if let Some(settled) = answered.and_then(|a| a.get(i)) {
+                e.note(shared, *settled);
+            }
+        }
+    }
+    reply.map(|r| r.claimed).ok_or_else(|| delay.next_delay())
+}
+
+/// After the last claim: end the leases of jobs handed to the claim loop that it did not
+/// end, as the completer does from now on.
+async fn end_handed_over(shared: &Shared) {
+    let mut acks = Vec::new();
+    let mut fails = Vec::new();
+    for ending in shared.close_endings() {
+        match ending.kind {
+            EndKind::Ack => acks.push(ending.c),
+            EndKind::Fail(text, mode) => fails.push((ending.c, text, mode)),
+        }
+    }
+    let failing = join_all(
+        fails
+            .into_iter()
+            .map(|(c, text, mode)| fail_one(shared, c, text, mode)),
+    );
+    tokio::join!(ack_all(shared, acks), failing);
 }
 
 /// Shutdown, after the last claim: wait until every slot is free again (every job in
@@ -509,6 +710,9 @@ async fn complete_jobs(shared: Arc<Shared>, mut done: mpsc::UnboundedReceiver<Co
             }
         }
         drop(gate);
+        // While the claim loop runs, it ends these leases in its next call (settle and
+        // claim in one round trip); after it stopped, they are ended here.
+        let (acks, fails) = shared.hand_to_claimer(acks, fails);
         let acking = ack_all(&shared, acks);
         let failing = join_all(
             fails
@@ -528,15 +732,7 @@ async fn ack_all(shared: &Shared, acks: Vec<Completion>) {
     let flags = with_retry(shared, "ack", || shared.queue.ack_many(&refs)).await;
     if let Some(flags) = flags {
         for (c, ok) in acks.iter().zip(flags) {
-            if ok {
-                Counters::add(&shared.counters.acked, 1);
-                debug!(queue = %shared.queue_name, job = %c.lease.id, attempt = c.lease.attempts,
-                    took = %crate::duration::format(c.took), "acked");
-            } else {
-                Counters::add(&shared.counters.stale, 1);
-                warn!(queue = %shared.queue_name, job = %c.lease.id,
-                    "ack refused as stale: the lease had been taken away (the visibility timeout may be shorter than the job)");
-            }
+            note_ack(shared, c, ok);
         }
     }
     let mut map = shared.inflight();
@@ -552,25 +748,44 @@ async fn fail_one(shared: &Shared, c: Completion, text: String, mode: FailMode) 
             .fail(&c.lease, &text, mode, shared.retry_backoff)
     })
     .await;
+    if let Some(outcome) = outcome {
+        note_fail(shared, &c, &text, outcome);
+    }
+    shared.inflight().remove(&c.lease.token);
+}
+
+/// Count and log the answer to an ack.
+fn note_ack(shared: &Shared, c: &Completion, ok: bool) {
+    if ok {
+        Counters::add(&shared.counters.acked, 1);
+        debug!(queue = %shared.queue_name, job = %c.lease.id, attempt = c.lease.attempts,
+            took = %crate::duration::format(c.took), "acked");
+    } else {
+        Counters::add(&shared.counters.stale, 1);
+        warn!(queue = %shared.queue_name, job = %c.lease.id,
+            "ack refused as stale: the lease had been taken away (the visibility timeout may be shorter than the job)");
+    }
+}
+
+/// Count and log the answer to a fail.
+fn note_fail(shared: &Shared, c: &Completion, text: &str, outcome: FailOutcome) {
     match outcome {
-        Some(FailOutcome::Dead) => {
+        FailOutcome::Dead => {
             Counters::add(&shared.counters.dead, 1);
             warn!(queue = %shared.queue_name, job = %c.lease.id, attempt = c.lease.attempts, error = %text, "job dead-lettered");
         }
-        Some(outcome @ (FailOutcome::Pending | FailOutcome::Delayed)) => {
+        FailOutcome::Pending | FailOutcome::Delayed => {
             if outcome == FailOutcome::Delayed {
                 shared.delayed_changed.notify_one();
             }
             Counters::add(&shared.counters.retried, 1);
             info!(queue = %shared.queue_name, job = %c.lease.id, attempt = c.lease.attempts, error = %text, "job failed; will retry");
         }
-        Some(FailOutcome::Stale) => {
+        FailOutcome::Stale => {
             Counters::add(&shared.counters.stale, 1);
             warn!(queue = %shared.queue_name, job = %c.lease.id, "fail refused as stale: the lease had been taken away");
         }
-        None => {}
     }
-    shared.inflight().remove(&c.lease.token);
 }
 
 async fn release_one(shared: &Shared, c: Completion) {

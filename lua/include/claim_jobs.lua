@@ -1,0 +1,216 @@
+-- claimJobs(n, nS, vis, worker, tokenAt, now, check, gone): steps 1 to 3 of claim
+-- (docs/protocol.md) on KEYS[1..8]: promote due delayed jobs, lease up to n ready jobs to
+-- worker (the c-th gets token ARGV[tokenAt + c]), set aside or drop orphans, empty wake
+-- when pending ran dry. nS is n as Redis reads a count; vis 0 means meta's
+-- visibility_timeout_ms (read only when a job is leased). check(nc, orphans), when given,
+-- runs after the reads and before the first write but the RPOPs: an error it returns
+-- fails the call with every key as it was. gone, when given, are ids to remove from
+-- processing (leases the caller ends), removed before the new leases are added so the
+-- set stays small. Returns {out, ids, nc, more, vis} (out: the jobs as claim replies them,
+-- ids: their ids in order, vis: the visibility used), or nil and the error reply.
+local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone)
+  local K_PENDING, K_PROCESSING, K_DELAYED = KEYS[1], KEYS[2], KEYS[3]
+  local K_META, K_STATS, K_WAKE, K_ORPHANS = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+  local prefix = ARGV[1]
+  local nowS = S(now)
+  local orphans = 0
+  local aside = {}           -- ids whose hash is absent: set aside, never forgotten
+
+  -- due delayed jobs, earliest first, at most 100 (orphans included)
+  local due = redis.pcall('ZRANGEBYSCORE', K_DELAYED, '-inf', nowS, 'LIMIT', '0', '100')
+  -- a reply that is always a table is checked for .err directly: cheaper than failure()
+  if due.err then return nil, failure(due, K_DELAYED, 'zset') end
+  local promo, promoAtt, promoSet = due, nil, due -- empty unless something is due
+  if #due > 0 then promo, promoAtt, promoSet = {}, {}, {} end
+  for i = 1, #due do
+    local id = due[i]
+    local key = prefix .. id
+    local h = redis.pcall('HMGET', key, 'status', 'attempts')
+    if h.err then return nil, failure(h, key, 'hash') end
+    if h[1] == 'delayed' then
+      promo[#promo + 1] = id
+      promoAtt[#promo] = h[2]
+      promoSet[id] = true
+    else
+      orphans = orphans + 1
+      if not h[1] then aside[#aside + 1] = id end
+    end
+  end
+
+  -- ids leave pending from its RPOP end: first the ids already there, then the
+  -- promoted ones (they go behind them). The first RPOP is the first write of the call:
+  -- it reveals a wrong-typed pending key before anything changed, and if a later check
+  -- fails, undo() pushes the popped ids back where they were.
+  local cIds, cKeys, cAtt, cPay = {}, {}, {}, {}
+  local taken = {}
+  local pops = {}            -- the RPOP replies, in order
+  local budget = n + 100
+  local popped, promoUsed = 0, 0
+  local pendingDone = false
+
+  local function undo(err)
+    local back = {}
+    for b = #pops, 1, -1 do
+      local ids = pops[b]
+      for i = #ids, 1, -1 do back[#back + 1] = ids[i] end
+    end
+    if #back > 0 then redis.call('RPUSH', K_PENDING, unpack(back)) end
+    return nil, err
+  end
+
+  while #cIds < n and popped < budget do
+    if not pendingDone then
+      local want = n - #cIds
+      if budget - popped < want then want = budget - popped end
+      local ids = redis.pcall('RPOP', K_PENDING, want == n and nS or S(want))
+      if not ids then
+        ids = {}
+      elseif ids.err then
+        return undo(failure(ids, K_PENDING, 'list'))
+      end
+      pops[#pops + 1] = ids
+      popped = popped + #ids
+      if #ids < want then pendingDone = true end
+      for j = 1, #ids do
+        local id = ids[j]
+        local key = prefix .. id
+        local h = redis.pcall('HMGET', key, 'status', 'attempts', 'payload')
+        if h.err then return undo(failure(h, key, 'hash')) end
+        local st, att, pay = h[1], h[2], h[3]
+        -- a job enqueued ready has no status: a hash with a payload and no status is pending
+        if not st and pay then st = 'pending' end
+        if promoSet[id] and st == 'delayed' then st = 'pending' end -- promoted before the pop
+        if st == 'pending' and not taken[key] then
+          taken[key] = true
+          local c = #cIds + 1
+          cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, att, pay or ''
+        else
+          orphans = orphans + 1
+          if not st then aside[#aside + 1] = id end
+        end
+      end
+    else
+      if promoUsed >= #promo then break end
+      promoUsed = promoUsed + 1
+      popped = popped + 1
+      local id = promo[promoUsed]
+      local key = prefix .. id
+      if taken[key] then
+        orphans = orphans + 1 -- already claimed through an older copy in pending
+      else
+        taken[key] = true
+        local c = #cIds + 1
+        cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, promoAtt[promoUsed], false
+      end
+    end
+  end
+
+  local nc = #cIds
+  local more = 0
+  if nc < n and ((popped >= budget and redis.call('LLEN', K_PENDING) > 0) or #due == 100) then
+    more = 1
+  end
+  local e
+  -- the orphans key is written without having been read: its type is checked first
+  if #aside > 0 then
+    e = expect(K_ORPHANS, 'zset')
+    if e then return undo(e) end
+  end
+  if check then
+    e = check(nc, orphans)
+    if e then return undo(e) end
+  end
+  local lease, leaseS = 0, nil
+  if nc > 0 then
+    if vis == 0 then
+      local m = redis.pcall('HMGET', K_META, 'visibility_timeout_ms')
+      if m.err then return undo(failure(m, K_META, 'hash')) end
+      vis = tonumber(m[1])
+      if vis == nil or vis ~= vis or vis < 1 then vis = 30000 end
+      if vis > MAXMS then vis = MAXMS end
+      vis = math.floor(vis)
+    end
+    lease = now + vis
+    leaseS = S(lease)
+    for c = 1, nc do
+      if cPay[c] == false then cPay[c] = redis.call('HGET', cKeys[c], 'payload') or '' end
+    end
+  end
+
+  -- write phase ----------------------------------------------------------------
+  -- stats and processing are written without having been read. The first write to each
+  -- reveals a wrong type without changing it; what was written before is then undone
+  -- (the counter taken back, the popped ids pushed back) and the call fails.
+  local first, firstBy = nil, 0
+  if nc > 0 then
+    first, firstBy = 'claimed', nc
+  elseif orphans > 0 then
+    first, firstBy = 'orphans', orphans
+  end
+  if first then
+    local r = redis.pcall('HINCRBY', K_STATS, first, firstBy == n and nS or S(firstBy))
+    if type(r) == 'table' and r.err then
+      if string.find(r.err, 'WRONGTYPE', 1, true) then return undo(failure(r, K_STATS, 'hash')) end
+      -- a counter holding a non-number must not fail the call; it stays as it is
+      first = nil
+    end
+  end
+  local function unstats(err)
+    if first then
+      -- a counter at zero was absent before (counters only ever grow)
+      if redis.call('HINCRBY', K_STATS, first, S(-firstBy)) == 0 then
+        redis.call('HDEL', K_STATS, first)
+      end
+    end
+    return undo(err)
+  end
+
+  local out = {}
+  if gone and #gone > 0 then
+    local r = redis.pcall('ZREM', K_PROCESSING, unpack(gone))
+    e = failure(r, K_PROCESSING, 'zset')
+    if e then return unstats(e) end
+  end
+  if nc > 0 then
+    local z = {}
+    for c = 1, nc do
+      z[2 * c - 1] = leaseS
+      z[2 * c] = cIds[c]
+    end
+    local r = redis.pcall('ZADD', K_PROCESSING, unpack(z))
+    e = failure(r, K_PROCESSING, 'zset')
+    if e then return unstats(e) end
+  end
+  if promoUsed < #promo then
+    local rest = {}
+    for i = promoUsed + 1, #promo do rest[#rest + 1] = promo[i] end
+    redis.call('LPUSH', K_PENDING, unpack(rest))
+    for i = 1, #rest do
+      local key = prefix .. rest[i]
+      if not taken[key] then redis.call('HSET', key, 'status', 'pending') end
+    end
+  end
+  if #due > 0 then
+    redis.call('ZREM', K_DELAYED, unpack(due))
+  end
+  for c = 1, nc do
+    local att, attS = 1, '1' -- absent before the first claim
+    if cAtt[c] then
+      att = (tonumber(cAtt[c]) or 0) + 1
+      attS = S(att)
+    end
+    local token = ARGV[tokenAt + c]
+    redis.call('HSET', cKeys[c], 'status', 'processing', 'claim_token', token,
+      'attempts', attS, 'claimed_at', nowS, 'lease_until', leaseS, 'worker', worker)
+    out[c] = { cIds[c], cPay[c], att, token, lease }
+  end
+  keepAside(K_ORPHANS, aside, nowS)
+  -- the other counters: stats is known to be a hash by now
+  if nc > 0 and orphans > 0 then redis.pcall('HINCRBY', K_STATS, 'orphans', S(orphans)) end
+  if #aside > 0 then redis.pcall('HINCRBY', K_STATS, 'set_aside', S(#aside)) end
+  -- markers of the jobs just taken must not wake idle workers: when an RPOP found pending
+  -- short of what it asked (pending is empty), wake is emptied (a wrong-typed wake is
+  -- left as it is); while pending holds ids, its markers are worth a claim
+  if pendingDone then redis.pcall('LTRIM', K_WAKE, '1', '0') end
+  return { out, cIds, nc, more, vis }
+end
