@@ -363,6 +363,8 @@ if card > 0 then
     e = failure(h, key, 'hash')
     if e then return e end
     local st = h[1]
+    -- a job enqueued ready has no status: a hash without one that exists is pending
+    if not st and redis.call('EXISTS', key) == 1 then st = 'pending' end
     if st and not asideSet[id] then
       back[#back + 1] = id
       if st == 'pending' then

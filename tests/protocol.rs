@@ -1334,3 +1334,64 @@ async fn settle_claim_refuses_wrong_typed_keys_and_changes_nothing() {
         .unwrap();
     assert_eq!(r.settled, [Settled::Acked, Settled::Acked]);
 }
+
+static DRAWS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Ids that collide: "taken" twice, then "fresh<n>".
+fn colliding_ids() -> String {
+    match DRAWS.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+        0 | 1 => "taken".into(),
+        n => format!("fresh{n}"),
+    }
+}
+
+#[tokio::test]
+async fn a_generated_id_that_is_taken_is_drawn_again() {
+    let (_s, q, mut c) = setup("collide").await;
+    q.enqueue(job("first").id("taken")).await.unwrap();
+    let q = q.id_source(colliding_ids);
+    let got = q.enqueue(job("second")).await.unwrap();
+    assert_eq!(got.id, "fresh2", "drawn again after two collisions");
+    assert!(got.created, "a collision is no duplicate");
+    assert_eq!(
+        hget(&mut c, &q.keys().job("taken"), "payload").as_deref(),
+        Some("first"),
+        "the job that held the id is untouched"
+    );
+    assert_eq!(
+        hget(&mut c, &q.keys().job("fresh2"), "payload").as_deref(),
+        Some("second")
+    );
+    // An id the caller chose is never replaced: taken means a duplicate.
+    let dup = q.enqueue(job("third").id("taken")).await.unwrap();
+    assert_eq!((dup.id.to_string(), dup.created), ("taken".into(), false));
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.enqueued, s.pending), (2, 2));
+    assert_eq!(q.pending_ids(10).await.unwrap(), ["taken", "fresh2"]);
+}
+
+#[tokio::test]
+async fn a_job_enqueued_ready_holds_only_its_payload() {
+    let (_s, q, mut c) = setup("lean").await;
+    let got = q.enqueue(job("p")).await.unwrap();
+    assert_eq!(got.id.to_string().len(), 12, "generated ids are 12 characters");
+    let fields: Vec<String> = c.hkeys(q.keys().job(&got.id.to_string())).unwrap();
+    assert_eq!(fields, ["payload"]);
+    // Readers see it as pending; a claim takes it.
+    let info = q.job(got.id.as_bytes()).await.unwrap().unwrap();
+    assert_eq!(info.status.as_deref(), Some("pending"));
+    assert_eq!(info.enqueued_at, None);
+    // An ack or fail for it is stale (the job exists), not unknown.
+    assert!(!q.ack((&got.id, "t")).await.unwrap());
+    assert_eq!(q.stats().await.unwrap().stale, 1);
+    let lease = q.claim_one("w", None).await.unwrap().unwrap();
+    assert_eq!((lease.id.clone(), lease.attempts), (got.id.clone(), 1));
+    // A delayed job keeps its status and enqueued_at.
+    let later = q
+        .enqueue(job("later").delay(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let info = q.job(later.id.as_bytes()).await.unwrap().unwrap();
+    assert_eq!(info.status.as_deref(), Some("delayed"));
+    assert!(info.enqueued_at.is_some());
+}

@@ -614,3 +614,50 @@ async fn the_worker_recovers_from_killed_connections_and_a_restarted_server() {
     let ids = acked_ids.lock().unwrap();
     assert!(ids.values().all(|&n| n == 1), "every job ran once");
 }
+
+/// `calls` of `cmdstat_evalsha` in `INFO commandstats`: script calls the server ran.
+fn evalsha_calls(conn: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(conn)
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_busy_worker_makes_one_script_call_per_job() {
+    const JOBS: u64 = 200;
+    let server = RedisServer::start();
+    let queue = server.queue("onetrip").await;
+    queue
+        .enqueue_many((0..JOBS).map(|i| NewJob::new(format!("{i}"))).collect())
+        .await
+        .unwrap();
+    let mut conn = server.conn();
+    let before = evalsha_calls(&mut conn);
+    let worker = builder(&queue)
+        .concurrency(1)
+        .reaper(false)
+        .build()
+        .unwrap();
+    let running = spawn(worker, |_lease, _ctx| async { Ok(()) });
+    // Waiting on the worker's own counters: the test sends no script call meanwhile.
+    eventually("all jobs acked", || async {
+        running.stats.get().acked == JOBS
+    })
+    .await;
+    let stats = running.stop().await;
+    assert_eq!((stats.acked, stats.claimed), (JOBS, JOBS));
+    let calls = evalsha_calls(&mut conn) - before;
+    // One settle-and-claim per job, plus the first claim and the claims that find the
+    // queue empty before the stop (not 2 per job: a claim, then an ack).
+    assert!(
+        (JOBS..JOBS + 10).contains(&calls),
+        "{calls} script calls for {JOBS} jobs"
+    );
+    let s = queue.stats().await.unwrap();
+    assert_eq!((s.acked, s.pending, s.processing), (JOBS, 0, 0));
+}

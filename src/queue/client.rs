@@ -27,6 +27,10 @@ const CLAIM_ROUNDS: usize = 10;
 const CLAIM_RETRIES: u32 = 3;
 const CLAIM_RETRY_WAIT: Duration = Duration::from_millis(100);
 
+/// How many ids a job enqueued without one gets at most: the first, and new ones while
+/// enqueue reports the drawn id as taken.
+pub const ID_DRAWS: usize = 5;
+
 /// A handle on one queue. Cheap to clone; clones share the Redis connection.
 #[derive(Clone, Debug)]
 pub struct Queue {
@@ -40,6 +44,8 @@ pub struct Queue {
     max_payload: usize,
     /// What enqueue, ack and fail wait for before reporting success.
     durability: Durability,
+    /// Where the ids of jobs enqueued without one come from.
+    new_id: fn() -> String,
 }
 
 /// A claim request whose reply never arrived.
@@ -64,7 +70,15 @@ impl Queue {
             unanswered: Arc::default(),
             max_payload: DEFAULT_MAX_PAYLOAD,
             durability: Durability::Primary,
+            new_id: new_job_id,
         })
+    }
+
+    /// Draw the ids of jobs enqueued without one from `next` instead of [`new_job_id`]
+    /// (an id that enqueue reports as taken is drawn again, up to [`ID_DRAWS`] times).
+    pub fn id_source(mut self, next: fn() -> String) -> Queue {
+        self.new_id = next;
+        self
     }
 
     /// Wait for replication before enqueue, ack and fail report success (see
@@ -263,32 +277,58 @@ impl Queue {
                     validate_id(id)?;
                     id.clone()
                 }
-                None => new_job_id(),
+                None => (self.new_id)(),
             };
             ids.push(id);
         }
-        let job_keys: Vec<String> = ids.iter().map(|id| self.keys.job(id)).collect();
+        // A generated id that is taken (a collision, however unlikely with 71 random
+        // bits) is no duplicate: its job is sent again under a new id.
+        let mut created = vec![false; jobs.len()];
+        let mut todo: Vec<usize> = (0..jobs.len()).collect();
+        for draw in 1..=ID_DRAWS {
+            let flags = self.enqueue_call(&jobs, &ids, &todo).await?;
+            let mut again = Vec::new();
+            for (&i, flag) in todo.iter().zip(flags) {
+                created[i] = flag == 1;
+                if flag != 1 && jobs[i].id.is_none() && draw < ID_DRAWS {
+                    ids[i] = (self.new_id)();
+                    again.push(i);
+                }
+            }
+            if again.is_empty() {
+                break;
+            }
+            tracing::debug!(queue = %self.keys.name, n = again.len(),
+                "generated job ids were taken; enqueueing those jobs under new ids");
+            todo = again;
+        }
+        Ok(ids
+            .into_iter()
+            .zip(created)
+            .map(|(id, created)| Enqueued {
+                id: id.into(),
+                created,
+            })
+            .collect())
+    }
+
+    /// One enqueue call for the jobs at `which`: a flag per job, 1 when enqueued.
+    async fn enqueue_call(&self, jobs: &[NewJob], ids: &[String], which: &[usize]) -> Result<Vec<i64>> {
+        let job_keys: Vec<String> = which.iter().map(|&i| self.keys.job(&ids[i])).collect();
         let mut cmd = self.script_cmd(&SCRIPTS.enqueue, &job_keys);
-        cmd.arg(jobs.len());
-        for (job, id) in jobs.iter().zip(&ids) {
-            cmd.arg(id)
-                .arg(job.payload.as_ref())
-                .arg(job.delay.as_millis() as u64);
+        cmd.arg(which.len());
+        for &i in which {
+            cmd.arg(&ids[i])
+                .arg(jobs[i].payload.as_ref())
+                .arg(jobs[i].delay.as_millis() as u64);
         }
         let reply = self.run_durable(&SCRIPTS.enqueue, &cmd).await?;
         let flags =
             int_array(&reply).ok_or_else(|| self.protocol("enqueue", format!("{reply:?}")))?;
-        if flags.len() != ids.len() {
+        if flags.len() != which.len() {
             return Err(self.protocol("enqueue", "reply length differs from the job count"));
         }
-        Ok(ids
-            .into_iter()
-            .zip(flags)
-            .map(|(id, flag)| Enqueued {
-                id: id.into(),
-                created: flag == 1,
-            })
-            .collect())
+        Ok(flags)
     }
 
     /// Claim up to `n` ready jobs for `worker`. `visibility` overrides the queue's
@@ -1013,7 +1053,12 @@ impl Queue {
                 .get("payload")
                 .map(|p| Bytes::from(p.clone()))
                 .unwrap_or_default(),
-            status: text("status"),
+            // A job enqueued ready holds only its payload: no status means pending.
+            status: text("status").or_else(|| {
+                fields
+                    .contains_key("payload")
+                    .then(|| JobStatus::Pending.as_str().to_string())
+            }),
             attempts: int("attempts").unwrap_or(0).max(0) as u32,
             enqueued_at: int("enqueued_at"),
             claimed_at: int("claimed_at"),

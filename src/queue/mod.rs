@@ -24,7 +24,7 @@ mod settings;
 mod stats;
 mod types;
 
-pub use client::{Consumer, DEFAULT_MAX_PAYLOAD, Queue, reap_due};
+pub use client::{Consumer, DEFAULT_MAX_PAYLOAD, ID_DRAWS, Queue, reap_due};
 pub use connection::{ConnectOptions, Dedicated, Redis, pem_blocks, redact_url};
 pub use durability::{DEFAULT_WAIT_TIMEOUT, Durability};
 pub use error::{Error, Result, TlsProblem};

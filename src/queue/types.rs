@@ -465,12 +465,14 @@ fn serialize_payload<S: serde::Serializer>(payload: &Bytes, s: S) -> Result<S::O
 
 const ID_ALPHABET: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 
-/// A compact random job id: 16 characters of base62, about 95 bits.
+/// A compact random job id: 12 characters of base62, about 71 bits. Short, so that the
+/// job's key fits a small allocation; a collision is not ruled out, so the client that
+/// generated the id draws a new one when enqueue reports it as taken (see
+/// `Queue::enqueue_many`): a collision is never a lost job nor a false duplicate.
 pub fn new_job_id() -> String {
-    let mut rng = rand::rng();
-    let mut n: u128 = ((rng.next_u64() as u128) << 64) | rng.next_u64() as u128;
-    let mut id = String::with_capacity(16);
-    for _ in 0..16 {
+    let mut n = rand::rng().next_u64() as u128 | ((rand::rng().next_u64() as u128) << 64);
+    let mut id = String::with_capacity(12);
+    for _ in 0..12 {
         id.push(ID_ALPHABET[(n % 62) as usize] as char);
         n /= 62;
     }
@@ -506,7 +508,7 @@ mod tests {
         assert_eq!(ids.len(), 1000);
         assert!(
             ids.iter()
-                .all(|i| i.len() == 16 && i.chars().all(|c| c.is_ascii_alphanumeric()))
+                .all(|i| i.len() == 12 && i.chars().all(|c| c.is_ascii_alphanumeric()))
         );
     }
 
