@@ -209,8 +209,9 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone)
   if nc > 0 and orphans > 0 then redis.pcall('HINCRBY', K_STATS, 'orphans', S(orphans)) end
   if #aside > 0 then redis.pcall('HINCRBY', K_STATS, 'set_aside', S(#aside)) end
   -- markers of the jobs just taken must not wake idle workers: when an RPOP found pending
-  -- short of what it asked (pending is empty), wake is emptied (a wrong-typed wake is
-  -- left as it is); while pending holds ids, its markers are worth a claim
-  if pendingDone then redis.pcall('LTRIM', K_WAKE, '1', '0') end
+  -- short of what it asked and no promoted job was left there (pending is empty), wake is
+  -- emptied (a wrong-typed wake is left as it is); while pending holds ids, its markers
+  -- are worth a claim
+  if pendingDone and promoUsed >= #promo then redis.pcall('LTRIM', K_WAKE, '1', '0') end
   return { out, cIds, nc, more, vis }
 end

@@ -8,7 +8,8 @@ import atexit, os, shutil, socket, subprocess, tempfile, time
 import redis
 
 LUA = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'lua')
-NAMES = ['enqueue', 'claim', 'ack', 'extend', 'fail', 'reap', 'stats', 'redrive', 'purge']
+NAMES = ['enqueue', 'claim', 'settle_claim', 'ack', 'extend', 'fail', 'reap', 'stats', 'redrive',
+         'purge']
 
 
 def _start_server():
@@ -90,6 +91,14 @@ class Q:
         """The jobs of the reply."""
         jobs, more = self.claim_reply(n, worker, vis, tokens, request)
         return jobs
+    def settle_claim(self, n, acks=(), fails=(), worker='w1', vis=0, tokens=None, request=None):
+        """The whole reply: [jobs, more, acked, failed]. acks: (id, token) pairs; fails:
+        (id, token, error, mode, backoff) quintuples. A fresh request id unless given."""
+        if tokens is None: tokens = [os.urandom(16).hex() for _ in range(n)]
+        if request is None: request = os.urandom(16).hex()
+        args = [x for a in acks for x in a] + [x for f in fails for x in f]
+        return self.ev('settle_claim', [self.orphans, self.claimreq(request)], n, worker, vis,
+                       request, len(acks), len(fails), *tokens, *args)
     def ack(self, pairs):
         args = []
         for p in pairs: args += list(p)

@@ -36,7 +36,7 @@ def fifo_and_batch():
     assert q.claim(3) == []
     st = q.stats()
     assert st['enqueued'] == 4 and st['claimed'] == 4 and st['processing'] == 4, st
-    assert r.llen(q.wake) == 0  # claims trim wake to the length of pending
+    assert r.llen(q.wake) == 0  # the claim that found pending short emptied wake
 
 @test
 def claim_shape_and_fields():
@@ -51,7 +51,7 @@ def claim_shape_and_fields():
     h = q.job('x')
     assert h['status'] == b'processing' and h['claim_token'] == b'tok1' and h['worker'] == b'wk-7'
     assert int(h['lease_until']) == job[4] and int(h['attempts']) == 1
-    assert t0 <= int(h['claimed_at']) <= t1 and int(h['enqueued_at']) <= t1
+    assert t0 <= int(h['claimed_at']) <= t1 and 'enqueued_at' not in h  # enqueued ready
     assert r.zscore(q.processing, 'x') == job[4]
     # meta visibility used when 0
     r.hset(q.meta, 'visibility_timeout_ms', 1234)
@@ -558,7 +558,8 @@ def delayed_job_that_becomes_earliest_pushes_one_marker():
     q2 = fresh('wakefl')
     q2.enqueue([('x', 'p', 0), ('y', 'p', 0)])
     jx, jy = q2.claim(2)
-    assert r.llen(q2.wake) == 0
+    assert r.llen(q2.wake) == 2     # the claim took exactly what pending held: not short
+    r.delete(q2.wake)
     assert q2.fail('x', jx[3], 'e', 'retry', 5000) == b'delayed'
     assert r.llen(q2.wake) == 1
     assert q2.fail('y', jy[3], 'e', 'retry', 9000) == b'delayed'
@@ -816,14 +817,17 @@ def reap_promotes_due_delayed():
     assert q.reap_reply(1) == [0, 0, 0, 1, 0]
 
 @test
-def claim_trims_wake():
+def claim_empties_wake_when_pending_runs_short():
     q = fresh('wk')
     q.enqueue([(f'j{i}', 'p', 0) for i in range(5)])
     assert r.llen(q.wake) == 5
-    q.claim(3); assert r.llen(q.wake) == 2
+    q.claim(3); assert r.llen(q.wake) == 5     # pending still holds jobs: markers stay
     r.lpop(q.wake)                             # a worker woken by a marker
-    q.claim(1); assert r.llen(q.wake) == 1     # the other pending job keeps its marker
-    q.claim(5); assert r.llen(q.wake) == 0
+    q.claim(2); assert r.llen(q.wake) == 4     # took exactly what was left: not short
+    q.claim(1); assert r.llen(q.wake) == 0     # found pending empty: wake emptied
+    r.set(q.wake, 'not a list')                # a wrong-typed wake is left as it is
+    assert q.claim(1) == [] and r.get(q.wake) == b'not a list'
+    r.delete(q.wake)
 
 @test
 def claim_says_more():
@@ -881,6 +885,181 @@ def claim_request_retry():
     snap = q3.snapshot()
     m = err_of(lambda: q3.claim(1, request='bad'))
     assert q3.claimreq('bad') in m and 'wrong type' in m and q3.snapshot() == snap, m
+
+# settle_claim: acks and fails of finished leases, then a claim, in one call -----------
+
+@test
+def settle_claim_acks_then_claims():
+    q = fresh('sc')
+    q.enqueue([('a', 'pa', 0), ('b', 'pb', 0), ('c', 'pc', 0)])
+    ja = q.claim(1, tokens=['ta'])[0]
+    jobs, more, acked, failed = q.settle_claim(2, acks=[('a', 'ta')], tokens=['t1', 't2'])
+    assert [j[0] for j in jobs] == [b'b', b'c'] and [j[3] for j in jobs] == [b't1', b't2']
+    assert more == 0 and acked == [1] and failed == []
+    assert not r.exists(q.jk('a')) and r.zscore(q.processing, 'a') is None
+    assert q.job('b')['status'] == b'processing' and q.job('b')['claim_token'] == b't1'
+    st = q.stats()
+    assert st['acked'] == 1 and st['claimed'] == 3 and st['processing'] == 2, st
+    assert sum(v for k, v in st.items() if k.startswith('h:')) == 1, st
+    # retention keeps the acked job as done, as ack does
+    r.hset(q.meta, 'completed_retention_ms', 60000)
+    jobs, _, acked, _ = q.settle_claim(1, acks=[('b', 't1')])
+    assert acked == [1] and jobs == [] and q.job('b')['status'] == b'done'
+    assert 'claim_token' not in q.job('b') and r.pttl(q.jk('b')) > 0
+
+@test
+def settle_claim_stale_ack_is_counted_and_the_claim_happens():
+    q = fresh('scst')
+    q.enqueue([('a', 'p', 0), ('b', 'p', 0)])
+    q.claim(1, tokens=['ta'])
+    jobs, more, acked, failed = q.settle_claim(1, acks=[('a', 'wrong'), ('zz', 't')])
+    assert acked == [0, 0] and [j[0] for j in jobs] == [b'b']
+    st = q.stats(); assert st['stale'] == 1 and st['unknown'] == 1 and st['claimed'] == 2, st
+    assert q.job('a')['claim_token'] == b'ta'   # the holder keeps its lease
+    # a job named twice is settled once
+    jobs, _, acked, _ = q.settle_claim(1, acks=[('a', 'ta'), ('a', 'ta')])
+    assert acked == [1, 0] and q.stats()['stale'] == 2
+
+@test
+def settle_claim_fails_in_each_mode():
+    q = fresh('scf')
+    r.hset(q.meta, mapping={'max_attempts': 3, 'backoff_initial_ms': 5000})
+    q.enqueue([(x, 'p', 0) for x in 'abcde'] + [('f', 'p', 0)])
+    held = q.claim(5, tokens=['ta', 'tb', 'tc', 'td', 'te'])
+    r.delete(q.wake)
+    t0 = now_ms()
+    jobs, more, acked, failed = q.settle_claim(1, fails=[
+        ('a', 'ta', 'now', 'retry', 0), ('b', 'tb', 'policy', 'retry', -1),
+        ('c', 'tc', 'dead', 'dead', -1), ('d', 'td', '', 'release', 0),
+        ('e', 'wrong', 'x', 'retry', -1)])
+    t1 = now_ms()
+    assert failed == [b'pending', b'delayed', b'dead', b'pending', b'stale'], failed
+    assert acked == [] and [j[0] for j in jobs] == [b'f']   # claimed before they went back
+    assert r.lrange(q.pending, 0, -1) == [b'a', b'd']       # a at the back, d at the front
+    assert q.job('a')['last_error'] == b'now' and q.job('d')['attempts'] == b'0'
+    assert 'last_error' not in q.job('d')
+    assert t0 + 5000 <= r.zscore(q.delayed, 'b') <= t1 + 5000
+    assert q.job('c')['status'] == b'dead' and r.zscore(q.dead, 'c') is not None
+    for x in 'abcd':
+        assert 'claim_token' not in q.job(x) and 'lease_until' not in q.job(x)
+        assert r.zscore(q.processing, x) is None
+    assert r.llen(q.wake) == 3                  # a, d made ready; b the earliest delayed
+    st = q.stats()
+    assert (st['failed'], st['retried'], st['dead_lettered'], st['released'], st['stale']) == \
+        (3, 2, 1, 1, 1), st
+    # retry on the last attempt dead-letters, as fail does
+    r.hset(q.meta, 'max_attempts', 1)
+    jobs, _, _, failed = q.settle_claim(1, fails=[('f', jobs[0][3], 'x', 'retry', 0)])
+    assert failed == [b'dead']
+
+@test
+def settle_claim_without_settles_is_a_claim():
+    q = fresh('sce')
+    q.enqueue([('a', 'p', 0)])
+    assert q.settle_claim(2, tokens=['t1', 't2'], request='r1', vis=5000)[:3] == \
+        [[[b'a', b'p', 1, b't1', q.settle_claim(1, request='r1')[0][0][4]]], 0, []]
+    assert 4000 < r.pttl(q.claimreq('r1')) <= 5000
+    assert q.settle_claim(1, request='r2') == [[], 0, [], []]
+    assert not r.exists(q.claimreq('r2'))     # nothing claimed or settled: no record
+
+@test
+def settle_claim_resend_settles_once():
+    q = fresh('scr')
+    q.enqueue([('a', 'p', 0), ('b', 'p', 0), ('c', 'p', 0)])
+    q.claim(2, tokens=['ta', 'tb'])
+    call = dict(acks=[('a', 'ta')], fails=[('b', 'tb', 'e', 'retry', 0)], request='req')
+    first = q.settle_claim(1, tokens=['tc'], **call)
+    again = q.settle_claim(1, tokens=['other'], **call)
+    assert first == again and first[2] == [1] and first[3] == [b'pending'], (first, again)
+    st = q.stats()
+    assert (st['acked'], st['failed'], st['claimed'], st['replayed'], st.get('stale', 0)) == \
+        (1, 1, 3, 1, 0), st
+    assert r.lrange(q.pending, 0, -1) == [b'b']
+    # a settle-only call is recorded too: its resend is not counted stale
+    q.settle_claim(1, acks=[('c', 'tc')], request='only')
+    assert q.settle_claim(1, acks=[('c', 'tc')], request='only')[2] == [1]
+    assert q.stats().get('stale', 0) == 0
+
+@test
+def settle_claim_bad_arguments_are_named_and_change_nothing():
+    q = fresh('scargs')
+    q.enqueue([('a', 'p', 0)])
+    ja = q.claim(1, tokens=['ta'])
+    snap = q.snapshot()
+    K = [q.orphans, q.claimreq('r')]
+    def bad(args, keys=K):
+        return err_of(lambda: q.ev('settle_claim', keys, *args))
+    for args, name in [
+            (['0', 'w', '0', 'r', '0', '0'], 'invalid n'),
+            (['1', 'w', '-1', 'r', '0', '0', 't'], 'invalid visibility'),
+            (['1', 'w', '0', '', '0', '0', 't'], 'invalid request'),
+            (['1', 'w', '0', 'r', 'x', '0', 't'], 'invalid acks'),
+            (['1', 'w', '0', 'r', '0', '1001', 't'], 'invalid fails'),
+            (['1', 'w', '0', 'r', '500', '501', 't'], 'invalid fails'),
+            (['1', 'w', '0', 'r', '1', '0', 't', 'a'], 'invalid arguments'),
+            (['1', 'w', '0', 'r', '1', '0', 't', 'a', 'ta', 'extra'], 'invalid arguments'),
+            (['1', 'w', '0', 'r', '0', '1', 't', 'a', 'ta', 'e', 'later', '-1'], 'invalid mode'),
+            (['1', 'w', '0', 'r', '0', '1', 't', 'a', 'ta', 'e', 'retry', '-2'], 'invalid backoff')]:
+        m = bad(args)
+        assert m.startswith('jobqueue: ' + name) or ('jobqueue: ' + name) in m, (args, m)
+    m = bad(['1', 'w', '0', 'r', '0', '0', 't'], keys=[q.orphans])
+    assert 'invalid keys' in m, m
+    assert q.snapshot() == snap
+
+@test
+def settle_claim_wrong_typed_keys_are_named_and_change_nothing():
+    q = fresh('sctype')
+    q.enqueue([('a', 'p', 0), ('b', 'p', 0)])
+    q.claim(1, tokens=['ta'])
+    for key, want in [(q.stats_key, 'hash'), (q.dead, 'zset'), (q.jk('x'), 'hash')]:
+        saved = r.dump(key) if r.exists(key) else None
+        r.delete(key); r.set(key, 'oops')
+        snap = q.snapshot()
+        fails = [('a', 'ta', 'e', 'dead', -1)] if key == q.dead else []
+        acks = [('x', 't')] if key == q.jk('x') else ([('a', 'ta')] if not fails else [])
+        m = err_of(lambda: q.settle_claim(1, acks=acks, fails=fails, request='q'))
+        assert key in m and 'wrong type' in m and want in m, m
+        assert q.snapshot() == snap, key
+        r.delete(key)
+        if saved is not None: r.restore(key, 0, saved)
+    # processing, when nothing is claimed: pending is empty now
+    q.claim(1, tokens=['tb'])
+    r.rename(q.processing, 'saved-processing'); r.set(q.processing, 'oops')
+    snap = q.snapshot()
+    m = err_of(lambda: q.settle_claim(1, acks=[('a', 'ta')]))
+    assert q.processing in m and 'wrong type' in m and q.snapshot() == snap, m
+    r.delete(q.processing); r.rename('saved-processing', q.processing)
+    assert q.settle_claim(1, acks=[('a', 'ta'), ('b', 'tb')])[2] == [1, 1]
+
+# the job layout ---------------------------------------------------------------------
+
+@test
+def a_job_enqueued_ready_holds_only_its_payload():
+    q = fresh('lean')
+    q.enqueue([('a', 'pa', 0), ('d', 'pd', 60000)])
+    assert q.job('a') == {'payload': b'pa'}               # no status: pending
+    h = q.job('d')
+    assert h['status'] == b'delayed' and 'enqueued_at' in h and 'attempts' not in h
+    # an ack or extend for a pending job is stale (it exists), not unknown
+    assert q.ack([('a', 't')]) == [0] and q.extend(0, [('a', 't')]) == [0]
+    st = q.stats(); assert st['stale'] == 2 and st.get('unknown', 0) == 0, st
+    assert q.fail('a', 't') == b'stale'
+    j = q.claim(1, tokens=['ta'])[0]
+    assert j[:4] == [b'a', b'pa', 1, b'ta'] and q.job('a')['status'] == b'processing'
+    # a set-aside id whose lean hash came back is restored to pending
+    q.enqueue([('s', 'ps', 0)])
+    r.zadd(q.orphans, {'s': 1}); r.lrem(q.pending, 0, 's')
+    assert q.reap_reply()[4] == 1 and r.lrange(q.pending, 0, -1) == [b's']
+
+@test
+def a_job_in_the_older_layout_is_still_served():
+    q = fresh('old')
+    # as enqueue wrote it before: payload, status pending, enqueued_at
+    r.hset(q.jk('o'), mapping={'payload': 'po', 'status': 'pending', 'enqueued_at': now_ms()})
+    r.lpush(q.pending, 'o')
+    j = q.claim(1, tokens=['to'])[0]
+    assert j[:4] == [b'o', b'po', 1, b'to']
+    assert q.settle_claim(1, acks=[('o', 'to')])[2] == [1] and not r.exists(q.jk('o'))
 
 def main():
     failed = 0
