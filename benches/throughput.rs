@@ -10,7 +10,8 @@
 //! `--quick` runs every measurement on a tenth of the data (a smoke run; its figures are
 //! not the ones to publish). Run without `--bench` (as `cargo test --all-targets` does),
 //! it makes a smoke pass on a hundredth of the data. `--only` picks sections: primitives, cost, enqueue,
-//! claim_ack, durability, worker, reaper, memory, reconcile (add `primitives` for the ratios).
+//! claim_ack, durability, worker, reaper, memory, reconcile, settle_claim (add `primitives`
+//! for the ratios).
 
 #[path = "../tests/support/redis.rs"]
 mod common;
@@ -662,6 +663,45 @@ async fn claim_ack_cost(
     (script_cost(&c0, &c1), script_cost(&c1, &c2))
 }
 
+/// The combined call: COST_TASKS tasks each end the batch it claimed last and claim the
+/// next `batch` in one `settle_claim` call, `calls` calls in all; what the script cost
+/// Redis (INFO commandstats). The first claims and the last acks are outside the window.
+async fn settle_claim_cost(s: &mut Server, q: &Queue, batch: usize, calls: usize) -> ScriptCost {
+    use jobqueue::queue::{Settle, new_token};
+    let per_task = calls.div_ceil(COST_TASKS);
+    let held: Vec<Vec<Lease>> = {
+        let mut out = Vec::new();
+        for _ in 0..COST_TASKS {
+            out.push(q.claim(batch, "cost", None).await.unwrap());
+        }
+        out
+    };
+    let held = Arc::new(std::sync::Mutex::new(held));
+    let c0 = s.commandstats();
+    concurrently(COST_TASKS, |t| {
+        let (q, held) = (q.clone(), held.clone());
+        async move {
+            let mut mine = std::mem::take(&mut held.lock().unwrap()[t]);
+            for _ in 0..per_task {
+                let settles: Vec<Settle<'_>> =
+                    mine.iter().map(|l| Settle::Ack(l.lease_ref())).collect();
+                let r = q
+                    .settle_claim(&new_token(), &settles, batch, "cost", None)
+                    .await
+                    .unwrap();
+                mine = r.claimed.leases;
+            }
+            held.lock().unwrap()[t] = mine;
+        }
+    })
+    .await;
+    let c1 = s.commandstats();
+    let rest: Vec<Lease> = held.lock().unwrap().drain(..).flatten().collect();
+    let refs: Vec<_> = rest.iter().map(Lease::lease_ref).collect();
+    q.ack_many(&refs).await.unwrap();
+    script_cost(&c0, &c1)
+}
+
 /// Run a `Worker` (its defaults, or `concurrency`) with an empty handler until it has
 /// acked `jobs` jobs; the wall time from start to the last ack.
 async fn run_worker(q: &Queue, concurrency: Option<usize>, jobs: usize) -> (u64, Duration) {
@@ -916,6 +956,41 @@ async fn main() {
             )
             .extra(json!({"redis_calls_per_call": round3(enq.inner_per_call)})),
         );
+    }
+
+    // The combined call: ack the last batch and claim the next in one call -------------
+    if args.runs("settle_claim") {
+        for (batch, calls) in [(1usize, 5000usize), (32, 500)] {
+            eprintln!("Redis cost per job, settle_claim, batch {batch} …");
+            let calls = calls / scale;
+            let mut passes = Vec::new();
+            for _ in 0..COST_PASSES {
+                s.flush();
+                fill(&q, batch * (calls + 2 * COST_TASKS)).await;
+                passes.push(settle_claim_cost(&mut s, &q, batch, calls).await);
+            }
+            let per_job = |c: &ScriptCost| c.usec_per_call / batch as f64;
+            let best = passes
+                .iter()
+                .min_by(|x, y| per_job(x).total_cmp(&per_job(y)))
+                .unwrap();
+            // In claim-shaped units: µs per job over µs per call of the claim-shaped script.
+            let units = prim.as_ref().map(|p| per_job(best) / p.evalsha_us);
+            rows.push(
+                Row::new(
+                    format!("cost.settle_claim.b{batch}"),
+                    format!("Redis µs per job, settle_claim (ack+claim in one call), batch {batch}"),
+                    per_job(best),
+                    "µs/job",
+                )
+                .extra(json!({
+                    "passes_usec_per_job": passes.iter().map(|p| round3(per_job(p))).collect::<Vec<_>>(),
+                    "claim_shaped_units_per_job": units.map(round3),
+                    "redis_calls_per_call": round3(best.inner_per_call),
+                    "calls": best.calls,
+                })),
+            );
+        }
     }
 
     // Enqueue -------------------------------------------------------------------------

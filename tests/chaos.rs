@@ -1384,7 +1384,9 @@ async fn h_scale_to_zero_wakes_for_delayed_and_retried_jobs() {
 /// (i) The replies of claim calls lost at random (the connection cut after the request
 /// reached Redis): each lost claim is sent again with its request id and gets the leases
 /// made for it, so none waits for the reaper (leases of 30 s would show as `reaped`),
-/// none is charged twice, and no job dies without running.
+/// none is charged twice, and no job dies without running. Workers claim with
+/// `settle_claim` (ending their finished leases in the same call), so its replies are
+/// the ones cut, acks and fails included: a resend answers them from the record.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn i_lost_claim_replies_are_answered_by_their_retry() {
     let scale = scale();
@@ -1400,8 +1402,11 @@ async fn i_lost_claim_replies_are_answered_by_their_retry() {
         .await
         .unwrap();
     queue.load_scripts().await.unwrap();
-    let proxy =
-        ReplyDropper::start(server.port, jobqueue::queue::SCRIPTS.claim.sha.as_bytes()).await;
+    let proxy = ReplyDropper::start(
+        server.port,
+        jobqueue::queue::SCRIPTS.settle_claim.sha.as_bytes(),
+    )
+    .await;
     proxy.cut_at_random(150);
     let kinds = enqueue(&queue, jobs(0, n)).await;
     let stop = CancellationToken::new();

@@ -197,7 +197,7 @@ async fn enqueue_takes_a_payload_argument_and_prints_the_id() {
     let mut conn = server.conn();
     let out = run(&server, "arg", &["enqueue", r#"{"to":"ada"}"#]).ok();
     let id = out.stdout.trim();
-    assert_eq!(id.len(), 16, "{}", out.stdout);
+    assert_eq!(id.len(), 12, "{}", out.stdout);
     assert_eq!(
         payload_of(&mut conn, &queue, id).as_deref(),
         Some(&br#"{"to":"ada"}"#[..])

@@ -70,8 +70,12 @@ struct Run {
 }
 
 impl Run {
+    /// The job's status; a job enqueued ready has none until claimed: pending.
     fn status(&mut self, id: &str) -> Option<String> {
-        self.conn.hget(self.queue.keys().job(id), "status").unwrap()
+        let key = self.queue.keys().job(id);
+        let status: Option<String> = self.conn.hget(&key, "status").unwrap();
+        let exists: bool = self.conn.exists(&key).unwrap();
+        status.or_else(|| exists.then(|| "pending".to_string()))
     }
 
     fn check_invariants(&mut self) {

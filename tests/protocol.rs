@@ -411,7 +411,10 @@ async fn immediate_retry_goes_to_the_back_of_the_line() {
     }
     assert_eq!(order, ["b", "a"]);
     let wake: usize = c.llen(&q.keys().wake).unwrap();
-    assert_eq!(wake, 3, "no claim found pending short yet: the markers stay");
+    assert_eq!(
+        wake, 3,
+        "no claim found pending short yet: the markers stay"
+    );
     assert!(q.claim_one("w", None).await.unwrap().is_none());
     let wake: usize = c.llen(&q.keys().wake).unwrap();
     assert_eq!(wake, 0, "the claim that found pending empty emptied wake");
@@ -849,7 +852,12 @@ async fn malformed_arguments_are_named_and_change_nothing() {
         ),
         (&SCRIPTS.reap.sha, &[], &["0"], "batch"),
         // settle_claim: n, worker, visibility, request, acks, fails, tokens, acks, fails
-        (&SCRIPTS.settle_claim.sha, CLAIM_KEYS, &["0", "w", "0", "r", "0", "0"], "n"),
+        (
+            &SCRIPTS.settle_claim.sha,
+            CLAIM_KEYS,
+            &["0", "w", "0", "r", "0", "0"],
+            "n",
+        ),
         (
             &SCRIPTS.settle_claim.sha,
             CLAIM_KEYS,
@@ -889,13 +897,17 @@ async fn malformed_arguments_are_named_and_change_nothing() {
         (
             &SCRIPTS.settle_claim.sha,
             CLAIM_KEYS,
-            &["1", "w", "0", "r", "0", "1", "t", "a", "tok", "e", "maybe", "-1"],
+            &[
+                "1", "w", "0", "r", "0", "1", "t", "a", "tok", "e", "maybe", "-1",
+            ],
             "mode",
         ),
         (
             &SCRIPTS.settle_claim.sha,
             CLAIM_KEYS,
-            &["1", "w", "0", "r", "0", "1", "t", "a", "tok", "e", "dead", "1.5"],
+            &[
+                "1", "w", "0", "r", "0", "1", "t", "a", "tok", "e", "dead", "1.5",
+            ],
             "backoff",
         ),
         (
@@ -1064,14 +1076,21 @@ async fn settle_claim_acks_and_claims_in_one_call() {
     let ids: Vec<_> = r.claimed.leases.iter().map(|l| l.id.clone()).collect();
     assert_eq!(ids, ["b", "c"]);
     assert!(!r.claimed.more);
-    assert!(!c.exists::<_, bool>(q.keys().job("a")).unwrap(), "acked: deleted");
+    assert!(
+        !c.exists::<_, bool>(q.keys().job("a")).unwrap(),
+        "acked: deleted"
+    );
     assert_eq!(
         hget(&mut c, &q.keys().job("b"), "status").as_deref(),
         Some("processing")
     );
     let s = q.stats().await.unwrap();
     assert_eq!((s.acked, s.claimed, s.processing, s.pending), (1, 3, 2, 0));
-    assert_eq!(s.histogram.total(), 1, "the ack's processing time is counted");
+    assert_eq!(
+        s.histogram.total(),
+        1,
+        "the ack's processing time is counted"
+    );
 }
 
 #[tokio::test]
@@ -1096,7 +1115,11 @@ async fn settle_claim_counts_a_stale_ack_and_still_claims() {
         .await
         .unwrap();
     assert_eq!(r.settled, [Settled::Stale, Settled::Stale]);
-    assert_eq!(r.claimed.leases.len(), 1, "a stale ack never blocks the claim");
+    assert_eq!(
+        r.claimed.leases.len(),
+        1,
+        "a stale ack never blocks the claim"
+    );
     assert_eq!(r.claimed.leases[0].id, "b");
     let s = q.stats().await.unwrap();
     assert_eq!((s.stale, s.unknown, s.acked, s.claimed), (1, 1, 0, 2));
@@ -1214,12 +1237,18 @@ async fn settle_claim_with_nothing_to_settle_is_a_claim() {
     let s = q.stats().await.unwrap();
     assert_eq!((s.claimed, s.processing, s.acked, s.stale), (2, 2, 0, 0));
     let ttl: i64 = c.pttl(q.keys().claim_request(&request)).unwrap();
-    assert!(ttl > 29_000 && ttl <= 30_000, "the record lasts the visibility: {ttl}");
+    assert!(
+        ttl > 29_000 && ttl <= 30_000,
+        "the record lasts the visibility: {ttl}"
+    );
     // Nothing ready and nothing to settle: no record.
     let request = new_token();
     let r = q.settle_claim(&request, &[], 1, "w", None).await.unwrap();
     assert!(r.claimed.leases.is_empty() && !r.claimed.more);
-    assert!(!c.exists::<_, bool>(q.keys().claim_request(&request)).unwrap());
+    assert!(
+        !c.exists::<_, bool>(q.keys().claim_request(&request))
+            .unwrap()
+    );
 }
 
 #[tokio::test]
@@ -1248,8 +1277,14 @@ async fn a_resent_settle_claim_settles_once_and_answers_the_same() {
         .settle_claim(&request, &settles, 1, "w", None)
         .await
         .unwrap();
-    assert_eq!(first.settled, [Settled::Acked, Settled::Moved(FailOutcome::Pending)]);
-    assert_eq!(again.settled, first.settled, "the recorded answers, not stale");
+    assert_eq!(
+        first.settled,
+        [Settled::Acked, Settled::Moved(FailOutcome::Pending)]
+    );
+    assert_eq!(
+        again.settled, first.settled,
+        "the recorded answers, not stale"
+    );
     assert_eq!(again.claimed.leases, first.claimed.leases);
     let s = q.stats().await.unwrap();
     assert_eq!(
@@ -1322,7 +1357,13 @@ async fn settle_claim_refuses_wrong_typed_keys_and_changes_nothing() {
     let _: () = c.set(q.keys().job("x"), "not a hash").unwrap();
     let before = snapshot(&mut c);
     let err = q
-        .settle_claim(&new_token(), &[Settle::Ack(("x", "t").into())], 1, "w", None)
+        .settle_claim(
+            &new_token(),
+            &[Settle::Ack(("x", "t").into())],
+            1,
+            "w",
+            None,
+        )
         .await
         .unwrap_err();
     assert!(err.to_string().contains("jq:{sctypes}:job:x"), "{err}");
@@ -1374,7 +1415,11 @@ async fn a_generated_id_that_is_taken_is_drawn_again() {
 async fn a_job_enqueued_ready_holds_only_its_payload() {
     let (_s, q, mut c) = setup("lean").await;
     let got = q.enqueue(job("p")).await.unwrap();
-    assert_eq!(got.id.to_string().len(), 12, "generated ids are 12 characters");
+    assert_eq!(
+        got.id.to_string().len(),
+        12,
+        "generated ids are 12 characters"
+    );
     let fields: Vec<String> = c.hkeys(q.keys().job(&got.id.to_string())).unwrap();
     assert_eq!(fields, ["payload"]);
     // Readers see it as pending; a claim takes it.
@@ -1394,4 +1439,34 @@ async fn a_job_enqueued_ready_holds_only_its_payload() {
     let info = q.job(later.id.as_bytes()).await.unwrap().unwrap();
     assert_eq!(info.status.as_deref(), Some("delayed"));
     assert!(info.enqueued_at.is_some());
+}
+
+#[tokio::test]
+async fn replicated_durability_waits_for_the_settle_part() {
+    let (_s, q, _c) = setup("scdur").await;
+    for id in ["a", "b"] {
+        q.enqueue(job(id).id(id)).await.unwrap();
+    }
+    let a = q.claim_one("w", None).await.unwrap().unwrap();
+    // This server has no replica: any WAIT 1 comes back with 0.
+    let q = q.durability(jobqueue::queue::Durability::Replicated {
+        replicas: 1,
+        timeout: Duration::from_millis(10),
+    });
+    // Nothing to settle: a claim, which is not waited for (as claim).
+    let r = q
+        .settle_claim(&new_token(), &[], 1, "w", None)
+        .await
+        .unwrap();
+    assert_eq!(r.claimed.leases[0].id, "b");
+    // An ack is waited for: it ran on the primary, unconfirmed.
+    let err = q
+        .settle_claim(&new_token(), &[acked(&a)], 1, "w", None)
+        .await
+        .unwrap_err();
+    match err {
+        Error::NotReplicated { op, acked, .. } => assert_eq!((op, acked), ("settle_claim", 0)),
+        other => panic!("expected NotReplicated, got {other:?}"),
+    }
+    assert_eq!(q.stats().await.unwrap().acked, 1);
 }

@@ -617,10 +617,7 @@ async fn the_worker_recovers_from_killed_connections_and_a_restarted_server() {
 
 /// `calls` of `cmdstat_evalsha` in `INFO commandstats`: script calls the server ran.
 fn evalsha_calls(conn: &mut redis::Connection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(conn)
-        .unwrap();
+    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
     info.lines()
         .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
         .and_then(|rest| rest.split(',').next())

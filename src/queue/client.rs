@@ -313,7 +313,12 @@ impl Queue {
     }
 
     /// One enqueue call for the jobs at `which`: a flag per job, 1 when enqueued.
-    async fn enqueue_call(&self, jobs: &[NewJob], ids: &[String], which: &[usize]) -> Result<Vec<i64>> {
+    async fn enqueue_call(
+        &self,
+        jobs: &[NewJob],
+        ids: &[String],
+        which: &[usize],
+    ) -> Result<Vec<i64>> {
         let job_keys: Vec<String> = which.iter().map(|&i| self.keys.job(&ids[i])).collect();
         let mut cmd = self.script_cmd(&SCRIPTS.enqueue, &job_keys);
         cmd.arg(which.len());
@@ -530,7 +535,11 @@ impl Queue {
         let failed = failed.ok_or_else(|| self.protocol("settle_claim", "fail outcomes"))?;
         let mut settled = vec![Settled::Stale; settles.len()];
         for (&i, flag) in acks.iter().zip(acked) {
-            settled[i] = if flag == 1 { Settled::Acked } else { Settled::Stale };
+            settled[i] = if flag == 1 {
+                Settled::Acked
+            } else {
+                Settled::Stale
+            };
         }
         for (&i, outcome) in fails.iter().zip(failed) {
             settled[i] = match outcome {

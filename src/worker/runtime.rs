@@ -135,10 +135,12 @@ impl Shared {
             c,
             kind: EndKind::Ack,
         }));
-        endings.items.extend(fails.into_iter().map(|(c, text, mode)| Ending {
-            c,
-            kind: EndKind::Fail(text, mode),
-        }));
+        endings
+            .items
+            .extend(fails.into_iter().map(|(c, text, mode)| Ending {
+                c,
+                kind: EndKind::Fail(text, mode),
+            }));
         drop(endings);
         self.endings_ready.notify_one();
         (Vec::new(), Vec::new())
@@ -149,6 +151,18 @@ impl Shared {
         let mut endings = self.endings.lock().unwrap_or_else(|p| p.into_inner());
         let n = endings.items.len().min(MAX_BATCH);
         endings.items.drain(..n).collect()
+    }
+
+    /// Open or close the hand-over (the claim loop closes it while it waits for jobs, so
+    /// the completer ends leases itself meanwhile). Closing fails, returning false, when
+    /// something was handed over and not taken yet: the loop takes it first.
+    fn set_endings_open(&self, open: bool) -> bool {
+        let mut endings = self.endings.lock().unwrap_or_else(|p| p.into_inner());
+        if !open && !endings.items.is_empty() {
+            return false;
+        }
+        endings.open = open;
+        true
     }
 
     /// The claim loop stopped: from now on the completer ends leases itself; returns what
@@ -410,6 +424,12 @@ async fn claim_until_shutdown<H, F>(
                     // A run of orphans in front of the jobs: claim again at once.
                     continue;
                 }
+                // Jobs that finished during the call: end them (and claim) before waiting.
+                // While the loop waits, the completer ends leases itself, so a wait is
+                // never cut short (which would drop its connection) by a finished job.
+                if !shared.set_endings_open(false) {
+                    continue;
+                }
                 // Unreadable: wait the poll interval, the claim will say what is wrong.
                 let due_in = shared.queue.next_due_in().await.ok().flatten();
                 let until = due_in
@@ -419,13 +439,9 @@ async fn claim_until_shutdown<H, F>(
                     biased;
                     _ = shutdown.cancelled() => return,
                     _ = shared.delayed_changed.notified() => Ok(()),
-                    _ = shared.endings_ready.notified() => {
-                        // Not consumed here: the loop takes the endings at its top.
-                        shared.endings_ready.notify_one();
-                        Ok(())
-                    }
                     woke = waker.wait(&shared.queue, shared.poll, until) => woke,
                 };
+                shared.set_endings_open(true);
                 if let Err(err) = woke {
                     let wait = delay.next_delay();
                     shared.redis_error("waiting for jobs", &err, wait);
