@@ -456,7 +456,11 @@ if #ARGV ~= F0 + 5 * nf then
     (n + 2 * na + 5 * nf) .. ' arguments after ARGV[7] (n tokens, 2 per ack, 5 per fail), got ' ..
     math.max(#ARGV - 7, 0))
 end
-local fMode, fBackoff = {}, {}
+-- the lists a call leaves empty share one table, never written: a call without acks or
+-- fails (a claim) makes none of them
+local NONE = {}
+local fMode, fBackoff = NONE, NONE
+if nf > 0 then fMode, fBackoff = {}, {} end
 for j = 1, nf do
   local at = F0 + 5 * j
   local mode = ARGV[at - 1]
@@ -511,9 +515,10 @@ effects()
 local now = clock()
 
 -- settle part, reads ----------------------------------------------------------
-local done = {}              -- job keys settled by this call
-local acked, aIds, aKeys = {}, {}, {}
-local buckets, blist = {}, {}
+local done = NONE            -- job keys settled by this call
+if na + nf > 0 then done = {} end
+local acked, aIds, aKeys, buckets, blist = NONE, NONE, NONE, NONE, NONE
+if na > 0 then acked, aIds, aKeys, buckets, blist = {}, {}, {}, {}, {} end
 local stale, unknown = 0, 0
 for i = 1, na do
   local id = ARGV[A0 + 2 * i - 1]
@@ -543,8 +548,8 @@ for i = 1, na do
   end
 end
 
-local failed = {}
-local fIdx, fAtt = {}, {}   -- accepted fails: their index j, their attempts
+local failed, fIdx, fAtt = NONE, NONE, NONE -- fIdx, fAtt: accepted fails' index j, attempts
+if nf > 0 then failed, fIdx, fAtt = {}, {}, {} end
 local anyRetry, anyPolicy = false, false
 for j = 1, nf do
   local at = F0 + 5 * j
@@ -568,7 +573,8 @@ end
 
 -- one read of meta for everything the call needs from it
 local settled = #aIds + #fIdx
-local fields = {}
+local fields, m = NONE, NONE
+if na + nf > 0 then fields, m = {}, {} end
 if vis == 0 and settled + stale + unknown > 0 then fields[#fields + 1] = 'visibility_timeout_ms' end
 if #aIds > 0 then fields[#fields + 1] = 'completed_retention_ms' end
 if anyRetry then
@@ -579,7 +585,6 @@ if anyRetry then
     fields[#fields + 1] = 'backoff_multiplier'
   end
 end
-local m = {}
 if #fields > 0 then
   local r = redis.pcall('HMGET', K_META, unpack(fields))
   if r.err then return failure(r, K_META, 'hash') end
@@ -608,8 +613,11 @@ if anyRetry then
 end
 
 -- each accepted fail's outcome, grouped by where the job goes
-local toPending, toFront, toDelayed, toDead = {}, {}, {}, {}
-local fKeys, fIds = {}, {}
+local toPending, toFront, toDelayed, toDead = NONE, NONE, NONE, NONE
+local fKeys, fIds = NONE, NONE
+if #fIdx > 0 then
+  toPending, toFront, toDelayed, toDead, fKeys, fIds = {}, {}, {}, {}, {}, {}
+end
 local earliestAt = nil
 for k = 1, #fIdx do
   local j = fIdx[k]
@@ -653,13 +661,18 @@ if #toDead > 0 then
 end
 -- When the claim leases nothing and finds no orphan, it writes no counter: stats, which
 -- the settle part writes, is checked before the claim's first write.
-local function check(nc, orphans)
-  if nc > 0 or orphans > 0 or settled + stale + unknown == 0 then return nil end
-  return expect(K_STATS, 'hash')
+local check, gone = nil, nil
+if settled + stale + unknown > 0 then
+  check = function(nc, orphans)
+    if nc > 0 or orphans > 0 then return nil end
+    return expect(K_STATS, 'hash')
+  end
 end
-local gone = {}             -- the ended leases leave processing inside the claim part
-for i = 1, #aIds do gone[i] = aIds[i] end
-for k = 1, #fIds do gone[#gone + 1] = fIds[k] end
+if settled > 0 then
+  gone = {}                 -- the ended leases leave processing inside the claim part
+  for i = 1, #aIds do gone[i] = aIds[i] end
+  for k = 1, #fIds do gone[#gone + 1] = fIds[k] end
+end
 
 -- claim part (reads, then writes; a failure undoes its own writes) ------------------
 local R
