@@ -119,11 +119,13 @@ pub struct ConnectArgs {
     #[arg(long, env = "JOBQUEUE_TLS_CA", value_name = "FILE")]
     pub tls_ca: Option<std::path::PathBuf>,
     /// ACL user (Redis 6+) to authenticate as; its password is the URL's
-    /// (`redis://:PASSWORD@host`). Same as `redis://USER:PASSWORD@host`.
+    /// (`redis://:PASSWORD@host`), or JOBQUEUE_REDIS_PASSWORD with --sentinel. Same as
+    /// `redis://USER:PASSWORD@host`.
     #[arg(long, env = "JOBQUEUE_USERNAME", value_name = "USER")]
     pub username: Option<String>,
     /// PEM file of the client certificate for mutual TLS (with `rediss://`, for a Redis
-    /// started with `tls-auth-clients yes`); needs --tls-key.
+    /// started with `tls-auth-clients yes`); needs --tls-key. With --sentinel, this or
+    /// --tls-ca turns on TLS to the data nodes the Sentinels name.
     #[arg(
         long,
         env = "JOBQUEUE_TLS_CERT",
@@ -185,21 +187,17 @@ impl ConnectArgs {
             None => None,
         };
         if let Some(sentinels) = &self.sentinel {
-            if self.username.is_some() || cert.is_some() {
-                return Err(crate::queue::Error::InvalidArgument {
-                    what: "--sentinel",
-                    reason: "--username and --tls-cert are not supported with --sentinel yet"
-                        .into(),
-                });
-            }
             let master = self.master_name.clone().unwrap_or_default();
             let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+            // --tls-ca or --tls-cert: TLS to the data nodes the Sentinels name.
             return Ok(
                 ConnectOptions::sentinel(sentinels.split(',').map(str::to_string), master)
                     .sentinel_password(env("JOBQUEUE_SENTINEL_PASSWORD"))
                     .password(env("JOBQUEUE_REDIS_PASSWORD"))
                     .connect_timeout(Duration::from_secs(3))
-                    .ca_cert(ca),
+                    .ca_cert(ca)
+                    .username(self.username.clone())
+                    .client_cert(cert, key),
             );
         }
         Ok(ConnectOptions::new(self.redis.clone())
