@@ -162,14 +162,11 @@ pub struct ConnectArgs {
     pub master_name: Option<String>,
     /// What enqueue, ack and fail wait for: `primary` (default: the primary ran it) or
     /// `replicated[:REPLICAS[:TIMEOUT]]` (also confirmed by that many replicas, default
-    /// 1 within 1s, e.g. `replicated:1:500ms`). See docs/operations.md, Durability.
-    #[arg(
-        long,
-        env = "JOBQUEUE_DURABILITY",
-        value_name = "SETTING",
-        default_value = "primary"
-    )]
-    pub durability: String,
+    /// 1 within 1s, e.g. `replicated:1:500ms`). Without it, `primary`; a worker takes
+    /// the queue's own setting (`spec.durability`, published by the operator) instead.
+    /// See docs/operations.md, Durability.
+    #[arg(long, env = "JOBQUEUE_DURABILITY", value_name = "SETTING")]
+    pub durability: Option<String>,
 }
 
 impl ConnectArgs {
@@ -208,9 +205,12 @@ impl ConnectArgs {
             .client_cert(cert, key))
     }
 
-    /// The `--durability` setting.
+    /// The `--durability` setting (`primary` without one).
     pub fn durability(&self) -> crate::queue::Result<crate::queue::Durability> {
-        self.durability.parse()
+        match &self.durability {
+            Some(setting) => setting.parse(),
+            None => Ok(crate::queue::Durability::Primary),
+        }
     }
 
     pub async fn queue(&self) -> crate::queue::Result<Queue> {

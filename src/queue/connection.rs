@@ -150,6 +150,15 @@ impl ConnectOptions {
         self
     }
 
+    /// TLS to the data nodes the Sentinels name (with [`ConnectOptions::sentinel`]);
+    /// implied by a CA or a client certificate.
+    pub fn sentinel_tls(mut self, tls: bool) -> Self {
+        if let Some(sentinel) = &mut self.sentinel {
+            sentinel.tls = tls;
+        }
+        self
+    }
+
     /// How long a command waits for a new primary after losing the old one (with
     /// [`ConnectOptions::sentinel`]; default 30 s).
     pub fn failover_wait(mut self, wait: Duration) -> Self {
