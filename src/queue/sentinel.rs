@@ -384,7 +384,7 @@ impl SentinelTarget {
         if current.addr == format!("{ip}:{port}") {
             return;
         }
-        tracing::warn!(master = %self.master, promoting = %format!("{ip}:{port}"), was = %current.addr,
+        tracing::info!(master = %self.master, promoting = %format!("{ip}:{port}"), was = %current.addr,
             "failover under way: the Sentinels are promoting a replica; waiting for it");
         current.promoting = Some((ip.to_string(), port));
         current.conn = None;
