@@ -575,3 +575,48 @@ async fn an_acl_user_through_sentinel_signs_in_on_the_primary_and_after_a_failov
     );
     assert!(stdout.contains("\"pending\":1"), "{stdout}");
 }
+
+/// Mutual TLS through Sentinel: the Sentinels are asked in plain TCP, the primary they
+/// name is reached over TLS with the CA and the client certificate, as a direct
+/// connection would; without the certificate the node's refusal is named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_through_sentinel_reaches_the_primary_with_the_client_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = support::certs::Certs::new(dir.path());
+    certs.ca("ca").node("ca", "node").client("ca", "client");
+    let (setup, tls_ports) = SentinelSetup::start_tls(&certs);
+    assert_eq!(
+        setup.primary_port(),
+        tls_ports[0],
+        "the Sentinels monitor the TLS ports"
+    );
+    let options = || setup.options().ca_cert(Some(certs.read("ca.crt")));
+    let redis = Redis::connect(&options().client_cert(
+        Some(certs.read("client.crt")),
+        Some(certs.read("client.key")),
+    ))
+    .await
+    .expect("connect over mutual TLS through the Sentinels");
+    let queue = Queue::new(redis, "jq", "mtls").unwrap();
+    queue.enqueue(NewJob::new("a").id("a")).await.unwrap();
+    let lease = queue.claim_one("w", None).await.unwrap().expect("a job");
+    assert!(queue.ack(&lease).await.unwrap());
+    assert_eq!(queue.stats().await.unwrap().acked, 1);
+
+    // No client certificate: the node refuses the handshake, and the error says so.
+    let err = Redis::connect(&options()).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Tls {
+                problem: jobqueue::queue::TlsProblem::ClientCertRequired,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("requires a client certificate"),
+        "{err}"
+    );
+}
