@@ -66,6 +66,11 @@ fn in_spec_words(e: &QueueError) -> String {
              confirmed it within {timeout_ms}ms (spec.durability): check that the replicas \
              are up and linked to the primary, or lower spec.durability.replicas"
         ),
+        // A Sentinel refused its password: the spec's field, not the CLI's variable.
+        QueueError::Auth { .. } => e.to_string().replace(
+            "JOBQUEUE_SENTINEL_PASSWORD",
+            "spec.redis.sentinel.passwordSecretRef",
+        ),
         other => other.to_string(),
     }
 }
@@ -177,6 +182,19 @@ mod tests {
         assert_eq!((f.reason, f.redis_reached), ("NotReplicated", true));
         assert!(
             f.message.contains("only 0 of 2") && f.message.contains("spec.durability"),
+            "{}",
+            f.message
+        );
+
+        let sentinel_auth = QueueError::Auth {
+            endpoint: "the Sentinel at s-0:26379".into(),
+            detail: "s-0:26379: WRONGPASS (check JOBQUEUE_SENTINEL_PASSWORD)".into(),
+        };
+        let f = classify(&sentinel_auth);
+        assert_eq!(f.reason, "AuthFailed");
+        assert!(
+            f.message
+                .contains("check spec.redis.sentinel.passwordSecretRef"),
             "{}",
             f.message
         );
