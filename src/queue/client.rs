@@ -38,7 +38,7 @@ pub struct Queue {
     unanswered: Arc<Mutex<HashMap<String, Unanswered>>>,
     /// Payloads larger than this are refused before anything is sent.
     max_payload: usize,
-    /// What enqueue, ack and fail wait for before reporting success.
+    /// What enqueue, ack, fail and reap wait for before reporting success.
     durability: Durability,
 }
 
@@ -67,7 +67,7 @@ impl Queue {
         })
     }
 
-    /// Wait for replication before enqueue, ack and fail report success (see
+    /// Wait for replication before enqueue, ack, fail and reap report success (see
     /// [`Durability`]); the default is [`Durability::Primary`].
     pub fn durability(mut self, durability: Durability) -> Queue {
         self.durability = durability;
@@ -167,7 +167,7 @@ impl Queue {
             .map_err(|e| self.err(script.name, e))
     }
 
-    /// [`Queue::run`] for the writes that [`Durability`] covers (enqueue, ack, fail):
+    /// [`Queue::run`] for the writes that [`Durability`] covers (enqueue, ack, fail, reap):
     /// under `Replicated`, `WAIT` follows the script on the same connection, in the same
     /// round trip, and fewer confirmations than asked is [`Error::NotReplicated`].
     async fn run_durable(&self, script: &Script, cmd: &Cmd) -> Result<Value> {
