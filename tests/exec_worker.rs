@@ -516,3 +516,39 @@ async fn a_worker_without_durability_takes_the_one_published_in_meta() {
         "{log}"
     );
 }
+
+/// Redis gone: the worker says so once at warning level, and its further failed
+/// retries within the quiet window go to debug level, not a warning per retry of each
+/// claim, renewal and reap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_redis_is_one_warning_not_one_per_retry() {
+    let mut server = RedisServer::start();
+    let _queue = server.queue("quiet").await;
+    let out = tempfile::tempdir().unwrap();
+    let log = out.path().join("worker.log");
+    let mut child = Command::new(BIN)
+        .args(["worker", "--redis", &server.url(), "--tag", "quiet"])
+        .args(["--exec", "true"])
+        .env("RUST_LOG", "debug")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let read = || std::fs::read_to_string(&log).unwrap_or_default();
+    eventually("the worker started", || async {
+        read().contains("worker started")
+    })
+    .await;
+    server.kill();
+    let retries = |level: &str| {
+        read()
+            .lines()
+            .filter(|l| l.contains(level) && l.contains("failed; retrying"))
+            .count()
+    };
+    eventually("several retries failed", || async { retries("") >= 4 }).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(retries("WARN") + retries("ERROR"), 1, "{}", read());
+}
