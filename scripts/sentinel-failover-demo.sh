@@ -44,6 +44,7 @@ primary=$(free_port)
 "$REDIS_SERVER" --port "$primary" --bind 127.0.0.1 --save '' --appendonly no \
   --repl-ping-replica-period 1 --dir "$dir" --logfile "$dir/redis-$primary.log" &
 pids+=($!); primary_pid=$!
+disown "$primary_pid"   # its SIGKILL below is the point, not worth a shell notice
 up "$primary"
 replicas=()
 for _ in 1 2; do
