@@ -185,6 +185,11 @@ pub struct JobQueueSpec {
     #[serde(default)]
     pub reaper: ReaperSpec,
 
+    /// What the queue's writes wait for: the operator's own (reaps) and, published in
+    /// the queue's `meta`, those of workers started without `--durability`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub durability: Option<DurabilitySpec>,
+
     /// The worker workload to scale on backlog. Without it, the operator does not scale.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workers: Option<WorkersSpec>,
@@ -195,8 +200,16 @@ pub struct JobQueueSpec {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
-    validation = Rule::new("has(self.url) != has(self.urlSecretRef)")
-        .message("exactly one of url and urlSecretRef must be set"),
+    validation = Rule::new(
+        "(has(self.url) ? 1 : 0) + (has(self.urlSecretRef) ? 1 : 0) + \
+         (has(self.sentinel) ? 1 : 0) == 1"
+    )
+    .message("exactly one of url, urlSecretRef and sentinel must be set"),
+    validation = Rule::new("!has(self.sentinel) || !has(self.cluster) || !self.cluster")
+        .message(
+            "sentinel and cluster exclude each other: a Cluster fails over by itself, give \
+             its seed nodes in url"
+        ),
     validation = Rule::new(
         "has(self.url) == has(oldSelf.url) && (!has(self.url) || self.url == oldSelf.url)"
     )
@@ -206,6 +219,12 @@ pub struct JobQueueSpec {
          (!has(self.urlSecretRef) || self.urlSecretRef == oldSelf.urlSecretRef)"
     )
     .message(keys_stay!("redis.urlSecretRef")),
+    validation = Rule::new(
+        "has(self.sentinel) == has(oldSelf.sentinel) && (!has(self.sentinel) || \
+         (self.sentinel.masterName == oldSelf.sentinel.masterName && \
+          self.sentinel.addresses == oldSelf.sentinel.addresses))"
+    )
+    .message(keys_stay!("redis.sentinel (its addresses and masterName)")),
     validation = Rule::new(
         "(has(self.cluster) && self.cluster) == (has(oldSelf.cluster) && oldSelf.cluster)"
     )
@@ -230,7 +249,18 @@ pub struct RedisSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url_secret_ref: Option<SecretKeySelector>,
 
-    /// A Secret key holding the password (used instead of one in the URL).
+    /// Find the primary through Redis Sentinel (and follow its failovers) instead of a
+    /// URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sentinel: Option<SentinelSpec>,
+
+    /// A Secret key holding the ACL user (Redis 6+) to sign in as, used instead of one in
+    /// the URL; its password is `passwordSecretRef`'s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username_secret_ref: Option<SecretKeySelector>,
+
+    /// A Secret key holding the password of the Redis nodes (used instead of one in the
+    /// URL).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password_secret_ref: Option<SecretKeySelector>,
 
@@ -241,6 +271,29 @@ pub struct RedisSpec {
     /// Use TLS (`rediss://`) even when the URL says `redis://`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSpec>,
+}
+
+/// `spec.redis.sentinel`: the Sentinels to ask for the primary of one master name.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SentinelSpec {
+    /// `host:port` of each Sentinel (port 26379 when left out), not URLs; the first
+    /// that answers is asked.
+    #[x_kube(
+        validation = Rule::new("self.size() > 0").message("sentinel.addresses must not be empty")
+    )]
+    #[schemars(length(max = 16), inner(length(max = 256)))]
+    pub addresses: Vec<String>,
+    /// The master name the Sentinels monitor (`sentinel monitor NAME ...`).
+    #[x_kube(
+        validation = Rule::new("self.size() > 0").message("sentinel.masterName must not be empty")
+    )]
+    #[schemars(length(max = 256))]
+    pub master_name: String,
+    /// A Secret key holding the Sentinels' own password (their `requirepass`); the data
+    /// nodes' password is `redis.passwordSecretRef`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_secret_ref: Option<SecretKeySelector>,
 }
 
 /// A key of a Secret in the JobQueue's namespace.
@@ -260,11 +313,67 @@ pub struct SecretKeySelector {
 /// TLS settings.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("has(self.clientCertSecretRef) == has(self.clientKeySecretRef)")
+        .message("tls.clientCertSecretRef and tls.clientKeySecretRef go together: set both or neither")
+)]
 pub struct TlsSpec {
     /// A Secret key holding the PEM CA bundle that signs the server's certificate. The
     /// system roots are used without it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_secret_ref: Option<SecretKeySelector>,
+    /// A Secret key holding the PEM client certificate (chain) for mutual TLS, for a
+    /// Redis with `tls-auth-clients yes` (e.g. key `tls.crt` of a `kubernetes.io/tls`
+    /// Secret).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_cert_secret_ref: Option<SecretKeySelector>,
+    /// A Secret key holding the PEM private key of the client certificate (e.g. key
+    /// `tls.key` of the same Secret).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_key_secret_ref: Option<SecretKeySelector>,
+}
+
+/// `spec.durability`: what the queue's writes wait for before they count as done.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DurabilitySpec {
+    /// `primary`: a write is done once the primary ran it (a failover right after can
+    /// lose it). `replicated`: also once `replicas` replicas confirmed it within
+    /// `timeout` (`WAIT`), else the write reports an error.
+    #[serde(default)]
+    pub mode: DurabilityMode,
+    /// Replicas that must confirm a write (with `replicated`).
+    #[serde(default = "default_durability_replicas")]
+    #[schemars(range(min = 1, max = 100))]
+    pub replicas: u32,
+    /// How long a write waits for them (with `replicated`).
+    #[serde(default = "default_durability_timeout")]
+    #[x_kube(validation = Rule::new(POSITIVE).message("durability.timeout must be a positive duration"))]
+    #[schemars(length(max = 32))]
+    pub timeout: String,
+}
+
+/// The two durability modes.
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq,
+)]
+#[serde(rename_all = "camelCase")]
+pub enum DurabilityMode {
+    /// Done once the primary ran it.
+    #[default]
+    Primary,
+    /// Done once the primary ran it and `replicas` replicas confirmed it.
+    Replicated,
+}
+
+impl Default for DurabilitySpec {
+    fn default() -> Self {
+        DurabilitySpec {
+            mode: DurabilityMode::Primary,
+            replicas: default_durability_replicas(),
+            timeout: default_durability_timeout(),
+        }
+    }
 }
 
 /// Exponential backoff between retries: `initial × multiplier^(attempt-1)`, capped at `max`.
@@ -648,6 +757,7 @@ impl JobQueueSpec {
             completed_retention: default_completed_retention(),
             dead_letter: DeadLetterSpec::default(),
             reaper: ReaperSpec::default(),
+            durability: None,
             workers: None,
         }
     }
@@ -688,6 +798,12 @@ fn default_reaper_interval() -> String {
 /// 100,000 leases/s (docs/benchmarks.md).
 fn default_reaper_batch() -> u32 {
     250
+}
+fn default_durability_replicas() -> u32 {
+    1
+}
+fn default_durability_timeout() -> String {
+    "1s".into()
 }
 fn default_target_backlog() -> u32 {
     10

@@ -189,3 +189,69 @@ async fn scripts_are_reloaded_on_a_node_that_forgot_them() {
     queue.enqueue(NewJob::new(&b"b"[..])).await.unwrap();
     assert_eq!(queue.claim(5, "w", None).await.unwrap().len(), 2);
 }
+
+/// `replicated` durability on a Cluster: `WAIT` must run on the node that ran the
+/// script (it counts the replicas of that connection's writes). With the replica of one
+/// master stopped, writes to a queue on that master fail as not replicated, and writes
+/// to queues on the other masters succeed: WAIT followed each script to its node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicated_durability_waits_on_the_node_that_ran_the_script() {
+    use jobqueue::queue::{Durability, Error};
+    let mut cluster = RedisCluster::start_with_replicas();
+    let durability = Durability::Replicated {
+        replicas: 1,
+        timeout: Duration::from_millis(300),
+    };
+    let tags = cluster.tags_on_distinct_nodes(3);
+    let redis = cluster.redis().await;
+    let queues: Vec<(usize, Queue)> = tags
+        .iter()
+        .map(|tag| {
+            let node = cluster.node_of(&format!("{{{tag}}}"));
+            let queue = Queue::new(redis.clone(), "jq", tag)
+                .unwrap()
+                .durability(durability);
+            (node, queue)
+        })
+        .collect();
+    // Every master has its replica: every write is confirmed.
+    for (node, queue) in &queues {
+        queue
+            .enqueue(NewJob::new("a").id("a"))
+            .await
+            .unwrap_or_else(|e| panic!("node {node}: {e}"));
+        let lease = queue.claim_one("w", None).await.unwrap().unwrap();
+        assert!(queue.ack(&lease).await.unwrap(), "node {node}");
+    }
+
+    // Stop the replica of the master of the first queue.
+    let (down, _) = &queues[0];
+    cluster.replicas[*down].kill();
+    for (node, queue) in &queues {
+        let result = queue.enqueue(NewJob::new("b").id("b")).await;
+        if node == down {
+            let err = result.expect_err("no replica can confirm it");
+            assert!(
+                matches!(
+                    err,
+                    Error::NotReplicated {
+                        acked: 0,
+                        wanted: 1,
+                        ..
+                    }
+                ),
+                "node {node}: {err:?}"
+            );
+        } else {
+            result.unwrap_or_else(|e| panic!("node {node} still has its replica: {e}"));
+        }
+        // The write ran on the queue's own master either way.
+        let mut conn = cluster.nodes[*node].conn();
+        let status: String = redis::cmd("HGET")
+            .arg(format!("{}:job:b", queue.name()))
+            .arg("status")
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!(status, "pending", "node {node}");
+    }
+}

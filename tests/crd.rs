@@ -7,7 +7,7 @@ use std::process::Command;
 use clap::Parser;
 
 use jobqueue::controller::validate;
-use jobqueue::crd::{JobQueue, JobQueueSpec};
+use jobqueue::crd::{DurabilityMode, JobQueue, JobQueueSpec};
 use kube::CustomResourceExt;
 use kube::core::cel::{ScopeContext, Validator, WarningKind, analyze_rule, compile_schema};
 use serde_json::{Value, json};
@@ -194,11 +194,11 @@ fn bad_specs_are_refused_with_their_message() {
         ),
         (
             json!({"redis": {"url": null}}),
-            "exactly one of url and urlSecretRef must be set",
+            "exactly one of url, urlSecretRef and sentinel must be set",
         ),
         (
             json!({"redis": {"urlSecretRef": {"name": "r", "key": "url"}}}),
-            "exactly one of url and urlSecretRef must be set",
+            "exactly one of url, urlSecretRef and sentinel must be set",
         ),
         (
             json!({"redis": {"url": "http://redis:6379"}}),
@@ -374,8 +374,21 @@ fn every_example_queue_is_valid_and_its_secrets_are_there() {
             let redis = &obj["spec"]["redis"];
             for (field, sel) in [
                 ("urlSecretRef", &redis["urlSecretRef"]),
+                ("usernameSecretRef", &redis["usernameSecretRef"]),
                 ("passwordSecretRef", &redis["passwordSecretRef"]),
+                (
+                    "sentinel.passwordSecretRef",
+                    &redis["sentinel"]["passwordSecretRef"],
+                ),
                 ("tls.caSecretRef", &redis["tls"]["caSecretRef"]),
+                (
+                    "tls.clientCertSecretRef",
+                    &redis["tls"]["clientCertSecretRef"],
+                ),
+                (
+                    "tls.clientKeySecretRef",
+                    &redis["tls"]["clientKeySecretRef"],
+                ),
             ] {
                 if let (Some(name), Some(key)) = (sel["name"].as_str(), sel["key"].as_str()) {
                     assert!(
@@ -411,7 +424,31 @@ fn every_example_queue_is_valid_and_its_secrets_are_there() {
         "no example with Secrets and TLS"
     );
     assert!(queues.iter().any(cluster_seeds), "no Redis Cluster example");
-    assert!(queues.len() >= 4, "{} example queues", queues.len());
+    let sentinel_replicated = |q: &JobQueue| {
+        let r = &q.spec.redis;
+        r.sentinel.is_some()
+            && r.password_secret_ref.is_some()
+            && q.spec
+                .durability
+                .as_ref()
+                .is_some_and(|d| d.mode == DurabilityMode::Replicated)
+    };
+    let acl_user = |q: &JobQueue| {
+        let r = &q.spec.redis;
+        r.username_secret_ref.is_some() && r.password_secret_ref.is_some()
+    };
+    let mutual_tls = |q: &JobQueue| {
+        q.spec.redis.tls.as_ref().is_some_and(|t| {
+            t.client_cert_secret_ref.is_some() && t.client_key_secret_ref.is_some()
+        })
+    };
+    assert!(
+        queues.iter().any(sentinel_replicated),
+        "no Sentinel example with replicated durability"
+    );
+    assert!(queues.iter().any(acl_user), "no ACL user example");
+    assert!(queues.iter().any(mutual_tls), "no mutual TLS example");
+    assert!(queues.len() >= 7, "{} example queues", queues.len());
 }
 
 #[test]
@@ -561,6 +598,11 @@ fn conform(value: &Value, schema: &Value, path: &str, problems: &mut Vec<String>
         && n > max
     {
         problems.push(format!("{path}: {n} is above {max}"));
+    }
+    if let Some(allowed) = schema["enum"].as_array()
+        && !allowed.contains(value)
+    {
+        problems.push(format!("{path}: {value} is not one of {allowed:?}"));
     }
     if let (Some(max), Some(s)) = (schema["maxLength"].as_u64(), value.as_str())
         && s.chars().count() as u64 > max
@@ -994,4 +1036,133 @@ fn the_workers_fallback_is_checked() {
             "{fallback}: expected {message:?}, got {errors:?}"
         );
     }
+}
+
+#[test]
+fn sentinel_acl_and_mutual_tls_are_checked_by_the_schema() {
+    let sentinel = json!({
+        "sentinel": {"addresses": ["s-0:26379", "s-1"], "masterName": "mymaster"}
+    });
+    let good = [
+        json!({"redis": sentinel.clone(), "hashTag": "a"}),
+        json!({"redis": {"url": "redis://r:6379", "usernameSecretRef": {"name": "u", "key": "user"},
+                         "passwordSecretRef": {"name": "u", "key": "password"}}, "hashTag": "a"}),
+        json!({"redis": {"url": "rediss://r:6380", "tls": {
+            "clientCertSecretRef": {"name": "c", "key": "tls.crt"},
+            "clientKeySecretRef": {"name": "c", "key": "tls.key"}}}, "hashTag": "a"}),
+        json!({"redis": sentinel.clone(), "hashTag": "a",
+               "durability": {"mode": "replicated", "replicas": 2, "timeout": "500ms"}}),
+    ];
+    for spec in good {
+        assert_eq!(cel(&object(spec.clone()), None), Ok(()), "{spec}");
+        assert!(spec_problems(&spec, &schema()).is_empty(), "{spec}");
+        let jq: JobQueue = serde_json::from_value(object(spec.clone())).unwrap();
+        validate::plan(&jq.spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
+    }
+    let with_url = json!({"url": "redis://r:6379", "sentinel": sentinel["sentinel"]});
+    let bad = [
+        (
+            json!({"redis": with_url}),
+            "exactly one of url, urlSecretRef and sentinel",
+        ),
+        (
+            json!({"redis": {}}),
+            "exactly one of url, urlSecretRef and sentinel",
+        ),
+        (
+            json!({"redis": {"cluster": true, "sentinel": sentinel["sentinel"]}}),
+            "sentinel and cluster exclude each other",
+        ),
+        (
+            json!({"redis": {"sentinel": {"addresses": [], "masterName": "m"}}}),
+            "sentinel.addresses must not be empty",
+        ),
+        (
+            json!({"redis": {"sentinel": {"addresses": ["s"], "masterName": ""}}}),
+            "sentinel.masterName must not be empty",
+        ),
+        (
+            json!({"redis": {"url": "rediss://r", "tls": {"clientCertSecretRef": {"name": "c", "key": "tls.crt"}}}}),
+            "clientCertSecretRef and tls.clientKeySecretRef go together",
+        ),
+        (
+            json!({"redis": {"url": "redis://r"}, "durability": {"mode": "replicated", "timeout": "0s"}}),
+            "durability.timeout must be a positive duration",
+        ),
+    ];
+    for (patch, message) in bad {
+        let mut spec = json!({"hashTag": "a"});
+        json_patch_merge(&mut spec, &patch);
+        let errors =
+            cel(&object(spec.clone()), None).expect_err(&format!("{spec} must be refused"));
+        assert!(
+            errors.iter().any(|e| e.contains(message)),
+            "{spec}: expected {message:?}, got {errors:?}"
+        );
+    }
+    // The schema refuses a replica count of 0 and a mode it does not know.
+    for durability in [
+        json!({"mode": "replicated", "replicas": 0}),
+        json!({"mode": "sync"}),
+    ] {
+        let spec = json!({"redis": {"url": "redis://r"}, "hashTag": "a", "durability": durability});
+        assert!(!spec_problems(&spec, &schema()).is_empty(), "{spec}");
+    }
+    // The defaults: replicated waits for one replica for 1s.
+    let defaulted = kube::core::cel::apply_defaults(
+        &schema(),
+        &object(
+            json!({"redis": {"url": "redis://r"}, "hashTag": "a", "durability": {"mode": "replicated"}}),
+        ),
+    );
+    assert_eq!(defaulted["spec"]["durability"]["replicas"], 1);
+    assert_eq!(defaulted["spec"]["durability"]["timeout"], "1s");
+}
+
+#[test]
+fn the_sentinels_are_immutable_but_their_password_is_not() {
+    let old = object(json!({
+        "redis": {"sentinel": {"addresses": ["s-0:26379"], "masterName": "mymaster"}},
+        "hashTag": "a",
+    }));
+    for (patch, message) in [
+        (
+            json!({"redis": {"sentinel": {"masterName": "other"}}}),
+            "redis.sentinel (its addresses and masterName) is immutable",
+        ),
+        (
+            json!({"redis": {"sentinel": {"addresses": ["s-9:26379"]}}}),
+            "redis.sentinel (its addresses and masterName) is immutable",
+        ),
+        (
+            json!({"redis": {"sentinel": null, "url": "redis://r:6379"}}),
+            "redis.sentinel (its addresses and masterName) is immutable",
+        ),
+    ] {
+        let mut new = old.clone();
+        json_patch_merge(&mut new["spec"], &patch);
+        let errors = cel(&new, Some(&old)).expect_err(&format!("{patch} must be refused"));
+        assert!(
+            errors.iter().any(|e| e.contains(message)),
+            "{patch}: expected {message:?}, got {errors:?}"
+        );
+    }
+    // From a URL to the Sentinels: refused too (the keys would move).
+    let old_url = object(json!({"redis": {"url": "redis://r:6379"}, "hashTag": "a"}));
+    let mut new = old_url.clone();
+    json_patch_merge(
+        &mut new["spec"],
+        &json!({"redis": {"url": null, "sentinel": {"addresses": ["s"], "masterName": "m"}}}),
+    );
+    assert!(cel(&new, Some(&old_url)).is_err());
+    // A new Sentinel password, user or durability: allowed.
+    let mut new = old.clone();
+    json_patch_merge(
+        &mut new["spec"],
+        &json!({"redis": {"sentinel": {"passwordSecretRef": {"name": "s", "key": "p"}},
+                          "usernameSecretRef": {"name": "u", "key": "u"},
+                          "passwordSecretRef": {"name": "u", "key": "p"}},
+                "durability": {"mode": "replicated"}}),
+    );
+    assert_eq!(cel(&new, Some(&old)), Ok(()));
 }

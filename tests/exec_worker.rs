@@ -456,3 +456,99 @@ async fn shutdown_releases_an_interrupted_job_without_charging_an_attempt() {
     assert_eq!((stats.pending, stats.dead, stats.failed), (1, 0, 0));
     assert_eq!(stats.released, 1);
 }
+
+/// A worker started without `--durability` takes the queue's own (published in `meta`
+/// by the operator from `spec.durability`); an explicit flag wins. Here the queue asks
+/// for one replica and the server has none: the adopting worker's acks run but are
+/// reported as not replicated, the other worker's are plain acks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_without_durability_takes_the_one_published_in_meta() {
+    use jobqueue::queue::Durability;
+    let server = RedisServer::start();
+    let queue = server.queue("dur").await;
+    queue
+        .clone()
+        .durability(Durability::Replicated {
+            replicas: 1,
+            timeout: Duration::from_millis(100),
+        })
+        .publish_durability()
+        .await
+        .unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let adopting = ExecWorker::start(&server, "dur", out.path(), &[], "cat >/dev/null");
+    queue.enqueue(NewJob::new("a").id("a")).await.unwrap();
+    eventually(
+        "the adopting worker reports its ack unconfirmed",
+        || async {
+            adopting
+                .log()
+                .contains("only 0 of 1 replica(s) confirmed it within 100ms")
+        },
+    )
+    .await;
+    let (_, log) = adopting.terminate().await;
+    assert!(
+        log.contains("using the queue's durability setting")
+            && log.contains("durability=replicated:1:100ms"),
+        "{log}"
+    );
+    // The ack ran on the primary all the same.
+    assert_eq!(status(&queue, "a").await, None);
+
+    let explicit = ExecWorker::start(
+        &server,
+        "dur",
+        out.path(),
+        &["--durability", "primary"],
+        "cat >/dev/null",
+    );
+    let acked = queue.stats().await.unwrap().acked;
+    queue.enqueue(NewJob::new("b").id("b")).await.unwrap();
+    eventually("acked by the explicit worker", || async {
+        queue.stats().await.unwrap().acked == acked + 1
+    })
+    .await;
+    let (exit, log) = explicit.terminate().await;
+    assert!(exit.success(), "{exit:?}\n{log}");
+    assert!(
+        !log.contains("using the queue's durability") && !log.contains("replica"),
+        "{log}"
+    );
+}
+
+/// Redis gone: the worker says so once at warning level, and its further failed
+/// retries within the quiet window go to debug level, not a warning per retry of each
+/// claim, renewal and reap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_redis_is_one_warning_not_one_per_retry() {
+    let mut server = RedisServer::start();
+    let _queue = server.queue("quiet").await;
+    let out = tempfile::tempdir().unwrap();
+    let log = out.path().join("worker.log");
+    let mut child = Command::new(BIN)
+        .args(["worker", "--redis", &server.url(), "--tag", "quiet"])
+        .args(["--exec", "true"])
+        .env("RUST_LOG", "debug")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let read = || std::fs::read_to_string(&log).unwrap_or_default();
+    eventually("the worker started", || async {
+        read().contains("worker started")
+    })
+    .await;
+    server.kill();
+    let retries = |level: &str| {
+        read()
+            .lines()
+            .filter(|l| l.contains(level) && l.contains("failed; retrying"))
+            .count()
+    };
+    eventually("several retries failed", || async { retries("") >= 4 }).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(retries("WARN") + retries("ERROR"), 1, "{}", read());
+}

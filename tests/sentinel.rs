@@ -422,17 +422,201 @@ async fn readonly_from_a_demoted_primary_sends_the_write_to_the_new_primary() {
 }
 
 #[tokio::test]
-async fn tls_or_cluster_through_sentinel_is_refused_not_ignored() {
+async fn cluster_through_sentinel_is_refused_and_credentials_are_checked_first() {
+    let err = Redis::connect(&ConnectOptions::sentinel(["127.0.0.1:1"], MASTER).cluster(true))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidUrl { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("not supported through Sentinel"),
+        "{err}"
+    );
+    // A user needs a password, a certificate its key: named before any Sentinel is asked.
+    let err = Redis::connect(
+        &ConnectOptions::sentinel(["127.0.0.1:1"], MASTER).username(Some("w".into())),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidArgument {
+                what: "username",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     let pem = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".to_vec();
-    for options in [
-        ConnectOptions::sentinel(["127.0.0.1:1"], MASTER).ca_cert(Some(pem)),
-        ConnectOptions::sentinel(["127.0.0.1:1"], MASTER).cluster(true),
-    ] {
-        let err = Redis::connect(&options).await.unwrap_err();
-        assert!(matches!(err, Error::InvalidUrl { .. }), "{err:?}");
-        assert!(
-            err.to_string().contains("not supported through Sentinel"),
-            "{err}"
-        );
+    let err = Redis::connect(
+        &ConnectOptions::sentinel(["127.0.0.1:1"], MASTER).client_cert(Some(pem.clone()), None),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidArgument {
+                what: "client certificate",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    // A CA is taken (TLS to the data nodes), not refused: the Sentinels are asked.
+    let closed = format!("127.0.0.1:{}", free_port());
+    let err = Redis::connect(
+        &ConnectOptions::sentinel([closed], MASTER)
+            .ca_cert(Some(pem))
+            .connect_timeout(Duration::from_millis(500)),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, Error::NoSentinel { .. }), "{err:?}");
+}
+
+/// `ACL SETUSER` is not replicated: the user is created on every data node, as an
+/// operator of a Sentinel set-up does.
+fn create_user_everywhere(setup: &SentinelSetup, user: &str, password: &str) {
+    for server in &setup.servers {
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(user)
+            .arg("on")
+            .arg(format!(">{password}"))
+            .arg("~jq:{*")
+            .arg("+@all")
+            .query(&mut server.conn())
+            .unwrap();
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acl_user_through_sentinel_signs_in_on_the_primary_and_after_a_failover() {
+    let setup = SentinelSetup::start();
+    create_user_everywhere(&setup, "jq-sentinel-user", "user-pw");
+    let options = || {
+        setup
+            .options()
+            .username(Some("jq-sentinel-user".into()))
+            .password(Some("user-pw".into()))
+    };
+    let redis = Redis::connect(&options())
+        .await
+        .expect("connect as the user");
+    assert_eq!(redis.user(), "jq-sentinel-user");
+    let queue = Queue::new(redis, "jq", "acl").unwrap();
+    let whoami = |queue: Queue| async move {
+        let who = queue
+            .redis()
+            .query_on_node_of("jq:{acl}:meta", redis::cmd("ACL").arg("WHOAMI").clone())
+            .await
+            .unwrap();
+        redis::from_redis_value::<String>(who).unwrap()
+    };
+    assert_eq!(whoami(queue.clone()).await, "jq-sentinel-user");
+    queue.enqueue(NewJob::new("a").id("a")).await.unwrap();
+    let lease = queue.claim_one("w", None).await.unwrap().expect("a job");
+    assert!(queue.ack(&lease).await.unwrap());
+
+    // Through a failover: the new primary is signed in to as the same user.
+    let old = setup.primary_port();
+    let new = tokio::task::block_in_place(|| setup.failover());
+    assert_ne!(new, old);
+    queue
+        .enqueue(NewJob::new("b").id("b"))
+        .await
+        .expect("a write after the failover, as the user");
+    assert_eq!(whoami(queue.clone()).await, "jq-sentinel-user");
+    let mut on_new = redis::Client::open(format!("redis://127.0.0.1:{new}"))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let status: String = redis::cmd("HGET")
+        .arg("jq:{acl}:job:b")
+        .arg("status")
+        .query(&mut on_new)
+        .unwrap();
+    assert_eq!(status, "pending");
+
+    // A wrong password: refused, naming the user and not the password.
+    let err = Redis::connect(&options().password(Some("wrong-pw".into())))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Auth { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("\"jq-sentinel-user\"") && !text.contains("wrong-pw"),
+        "{text}"
+    );
+
+    // The CLI's --username with --sentinel (the password from JOBQUEUE_REDIS_PASSWORD).
+    let out = Command::new(BIN)
+        .args([
+            "stats",
+            "--sentinel",
+            &setup.addr_list(),
+            "--master-name",
+            MASTER,
+            "--username",
+            "jq-sentinel-user",
+            "--tag",
+            "acl",
+            "--json",
+        ])
+        .env("JOBQUEUE_REDIS_PASSWORD", "user-pw")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("\"pending\":1"), "{stdout}");
+}
+
+/// Mutual TLS through Sentinel: the Sentinels are asked in plain TCP, the primary they
+/// name is reached over TLS with the CA and the client certificate, as a direct
+/// connection would; without the certificate the node's refusal is named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_through_sentinel_reaches_the_primary_with_the_client_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = support::certs::Certs::new(dir.path());
+    certs.ca("ca").node("ca", "node").client("ca", "client");
+    let (setup, tls_ports) = SentinelSetup::start_tls(&certs);
+    assert_eq!(
+        setup.primary_port(),
+        tls_ports[0],
+        "the Sentinels monitor the TLS ports"
+    );
+    let options = || setup.options().ca_cert(Some(certs.read("ca.crt")));
+    let redis = Redis::connect(&options().client_cert(
+        Some(certs.read("client.crt")),
+        Some(certs.read("client.key")),
+    ))
+    .await
+    .expect("connect over mutual TLS through the Sentinels");
+    let queue = Queue::new(redis, "jq", "mtls").unwrap();
+    queue.enqueue(NewJob::new("a").id("a")).await.unwrap();
+    let lease = queue.claim_one("w", None).await.unwrap().expect("a job");
+    assert!(queue.ack(&lease).await.unwrap());
+    assert_eq!(queue.stats().await.unwrap().acked, 1);
+
+    // No client certificate: the node refuses the handshake, and the error says so.
+    let err = Redis::connect(&options()).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Tls {
+                problem: jobqueue::queue::TlsProblem::ClientCertRequired,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("requires a client certificate"),
+        "{err}"
+    );
 }

@@ -119,11 +119,13 @@ pub struct ConnectArgs {
     #[arg(long, env = "JOBQUEUE_TLS_CA", value_name = "FILE")]
     pub tls_ca: Option<std::path::PathBuf>,
     /// ACL user (Redis 6+) to authenticate as; its password is the URL's
-    /// (`redis://:PASSWORD@host`). Same as `redis://USER:PASSWORD@host`.
+    /// (`redis://:PASSWORD@host`), or JOBQUEUE_REDIS_PASSWORD with --sentinel. Same as
+    /// `redis://USER:PASSWORD@host`.
     #[arg(long, env = "JOBQUEUE_USERNAME", value_name = "USER")]
     pub username: Option<String>,
     /// PEM file of the client certificate for mutual TLS (with `rediss://`, for a Redis
-    /// started with `tls-auth-clients yes`); needs --tls-key.
+    /// started with `tls-auth-clients yes`); needs --tls-key. With --sentinel, this or
+    /// --tls-ca turns on TLS to the data nodes the Sentinels name.
     #[arg(
         long,
         env = "JOBQUEUE_TLS_CERT",
@@ -158,16 +160,13 @@ pub struct ConnectArgs {
         requires = "sentinel"
     )]
     pub master_name: Option<String>,
-    /// What enqueue, ack and fail wait for: `primary` (default: the primary ran it) or
+    /// What enqueue, ack, fail and reap wait for: `primary` (default: the primary ran it) or
     /// `replicated[:REPLICAS[:TIMEOUT]]` (also confirmed by that many replicas, default
-    /// 1 within 1s, e.g. `replicated:1:500ms`). See docs/operations.md, Durability.
-    #[arg(
-        long,
-        env = "JOBQUEUE_DURABILITY",
-        value_name = "SETTING",
-        default_value = "primary"
-    )]
-    pub durability: String,
+    /// 1 within 1s, e.g. `replicated:1:500ms`). Without it, `primary`; a worker takes
+    /// the queue's own setting (`spec.durability`, published by the operator) instead.
+    /// See docs/operations.md, Durability.
+    #[arg(long, env = "JOBQUEUE_DURABILITY", value_name = "SETTING")]
+    pub durability: Option<String>,
 }
 
 impl ConnectArgs {
@@ -185,21 +184,17 @@ impl ConnectArgs {
             None => None,
         };
         if let Some(sentinels) = &self.sentinel {
-            if self.username.is_some() || cert.is_some() {
-                return Err(crate::queue::Error::InvalidArgument {
-                    what: "--sentinel",
-                    reason: "--username and --tls-cert are not supported with --sentinel yet"
-                        .into(),
-                });
-            }
             let master = self.master_name.clone().unwrap_or_default();
             let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+            // --tls-ca or --tls-cert: TLS to the data nodes the Sentinels name.
             return Ok(
                 ConnectOptions::sentinel(sentinels.split(',').map(str::to_string), master)
                     .sentinel_password(env("JOBQUEUE_SENTINEL_PASSWORD"))
                     .password(env("JOBQUEUE_REDIS_PASSWORD"))
                     .connect_timeout(Duration::from_secs(3))
-                    .ca_cert(ca),
+                    .ca_cert(ca)
+                    .username(self.username.clone())
+                    .client_cert(cert, key),
             );
         }
         Ok(ConnectOptions::new(self.redis.clone())
@@ -210,9 +205,12 @@ impl ConnectArgs {
             .client_cert(cert, key))
     }
 
-    /// The `--durability` setting.
+    /// The `--durability` setting (`primary` without one).
     pub fn durability(&self) -> crate::queue::Result<crate::queue::Durability> {
-        self.durability.parse()
+        match &self.durability {
+            Some(setting) => setting.parse(),
+            None => Ok(crate::queue::Durability::Primary),
+        }
     }
 
     pub async fn queue(&self) -> crate::queue::Result<Queue> {

@@ -128,6 +128,19 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     // A wrong-typed key is named at start (exit 5), not retried by every claim.
     let queue = super::common::open(&args.connect).await?;
     super::common::note_if_absent(&queue).await?;
+    // Without --durability, the queue's own (spec.durability, which the operator
+    // publishes in meta); an explicit flag wins.
+    let queue = match &args.connect.durability {
+        Some(_) => queue,
+        None => match queue.published_durability().await? {
+            Some(published) => {
+                tracing::info!(queue = %queue.name(), durability = %published,
+                    "using the queue's durability setting");
+                queue.durability(published)
+            }
+            None => queue,
+        },
+    };
     let mut builder = Worker::builder(queue)
         .concurrency(usize::from(args.concurrency))
         .visibility(args.visibility)

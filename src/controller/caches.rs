@@ -128,7 +128,8 @@ impl Caches {
     }
 }
 
-/// The queues of `queues` that read the Secret `ns/name` (URL, password or CA).
+/// The queues of `queues` that read the Secret `ns/name` (URL, user, passwords, CA or
+/// client certificate).
 pub fn queues_naming_secret(
     queues: &[Arc<JobQueue>],
     ns: &str,
@@ -139,11 +140,18 @@ pub fn queues_naming_secret(
         .filter(|jq| jq.namespace().as_deref() == Some(ns))
         .filter(|jq| {
             let redis = &jq.spec.redis;
-            let tls_ca = redis.tls.as_ref().and_then(|t| t.ca_secret_ref.as_ref());
+            let tls = redis.tls.as_ref();
             [
                 redis.url_secret_ref.as_ref(),
+                redis.username_secret_ref.as_ref(),
                 redis.password_secret_ref.as_ref(),
-                tls_ca,
+                redis
+                    .sentinel
+                    .as_ref()
+                    .and_then(|s| s.password_secret_ref.as_ref()),
+                tls.and_then(|t| t.ca_secret_ref.as_ref()),
+                tls.and_then(|t| t.client_cert_secret_ref.as_ref()),
+                tls.and_then(|t| t.client_key_secret_ref.as_ref()),
             ]
             .into_iter()
             .flatten()
@@ -490,6 +498,35 @@ mod tests {
             vec!["a/other"]
         );
         assert!(queues_naming_secret(&queues, "a", "unnamed").is_empty());
+
+        // The user, the Sentinels' password and the client certificate count too.
+        let mut by_cert = queue("a", "mtls");
+        by_cert.spec.redis.tls = Some(crate::crd::TlsSpec {
+            client_cert_secret_ref: sel("client-tls"),
+            client_key_secret_ref: sel("client-tls"),
+            ..Default::default()
+        });
+        let mut by_sentinel = queue("a", "sentinel");
+        by_sentinel.spec.redis.url = None;
+        by_sentinel.spec.redis.sentinel = Some(crate::crd::SentinelSpec {
+            addresses: vec!["s:26379".into()],
+            master_name: "m".into(),
+            password_secret_ref: sel("sentinel-auth"),
+        });
+        by_sentinel.spec.redis.username_secret_ref = sel("acl");
+        let queues: Vec<Arc<JobQueue>> = [by_cert, by_sentinel].into_iter().map(Arc::new).collect();
+        assert_eq!(
+            names(queues_naming_secret(&queues, "a", "client-tls")),
+            vec!["a/mtls"]
+        );
+        assert_eq!(
+            names(queues_naming_secret(&queues, "a", "sentinel-auth")),
+            vec!["a/sentinel"]
+        );
+        assert_eq!(
+            names(queues_naming_secret(&queues, "a", "acl")),
+            vec!["a/sentinel"]
+        );
     }
 
     #[test]

@@ -97,26 +97,90 @@ pub async fn resolve_endpoint_in(
         })?;
         Ok(text.trim().to_string())
     };
-    let url = match &plan.url {
-        UrlSource::Inline(url) => url.clone(),
-        UrlSource::Secret(sel) => text(sel, "spec.redis.urlSecretRef")?,
-    };
-    let url = if plan.tls { force_tls(&url) } else { url };
     let password = match &plan.password {
         Some(sel) => Some(text(sel, "spec.redis.passwordSecretRef")?),
+        None => None,
+    };
+    let username = match &plan.username {
+        Some(sel) => Some(text(sel, "spec.redis.usernameSecretRef")?),
         None => None,
     };
     let ca = match &plan.ca {
         Some(sel) => Some(value(sel, "spec.redis.tls.caSecretRef")?),
         None => None,
     };
-    let options = ConnectOptions::new(url)
+    let client_cert = match &plan.client_cert {
+        Some(sel) => Some(pem(
+            value(sel, "spec.redis.tls.clientCertSecretRef")?,
+            sel,
+            "spec.redis.tls.clientCertSecretRef",
+            "CERTIFICATE",
+        )?),
+        None => None,
+    };
+    let client_key = match &plan.client_key {
+        Some(sel) => Some(pem(
+            value(sel, "spec.redis.tls.clientKeySecretRef")?,
+            sel,
+            "spec.redis.tls.clientKeySecretRef",
+            "PRIVATE KEY",
+        )?),
+        None => None,
+    };
+    let options = match &plan.url {
+        UrlSource::Sentinel {
+            addresses,
+            master_name,
+        } => {
+            let sentinel_password = match &plan.sentinel_password {
+                Some(sel) => Some(text(sel, "spec.redis.sentinel.passwordSecretRef")?),
+                None => None,
+            };
+            ConnectOptions::sentinel(addresses.clone(), master_name.clone())
+                .sentinel_password(sentinel_password)
+                .sentinel_tls(plan.tls)
+        }
+        UrlSource::Inline(url) => url_options(url, plan.tls),
+        UrlSource::Secret(sel) => url_options(&text(sel, "spec.redis.urlSecretRef")?, plan.tls),
+    };
+    let options = options
         .cluster(plan.cluster)
         .password(password)
+        .username(username)
+        .client_cert(client_cert, client_key)
         .connect_timeout(settings.connect_timeout)
         .response_timeout(settings.response_timeout)
         .ca_cert(ca.clone());
     Ok(Endpoint { options, ca })
+}
+
+/// The options of a URL, `rediss://` when the spec asks for TLS.
+fn url_options(url: &str, tls: bool) -> ConnectOptions {
+    ConnectOptions::new(if tls { force_tls(url) } else { url.to_string() })
+}
+
+/// A Secret's value that must hold a PEM block of `label`: named when it does not (the
+/// value itself is never shown).
+fn pem(
+    bytes: Vec<u8>,
+    sel: &SecretKeySelector,
+    field: &str,
+    label: &str,
+) -> Result<Vec<u8>, Failure> {
+    if crate::queue::pem_blocks(&bytes, label) == 0 {
+        return Err(Failure {
+            reason: reasons::SECRET_KEY_MISSING,
+            message: format!(
+                "Secret key {:?} of {} (named by {field}) holds no PEM {} (no -----BEGIN \
+                 ...{label}----- line)",
+                sel.key,
+                sel.name,
+                label.to_lowercase()
+            ),
+            redis_reached: false,
+        });
+    }
+    Ok(bytes)
 }
 
 /// `redis://` → `rediss://`, for every URL of a comma-separated list.

@@ -457,7 +457,9 @@ async fn observe(ctx: &Context, ns: &str, plan: &QueuePlan) -> Result<Observatio
         .map_err(|e| classify(&e))?;
     let cluster = redis.is_cluster();
     let endpoint_name = redis.endpoint().to_string();
-    let queue = Queue::new(redis, &plan.prefix, &plan.tag).map_err(|e| classify(&e))?;
+    let queue = Queue::new(redis, &plan.prefix, &plan.tag)
+        .map_err(|e| classify(&e))?
+        .durability(plan.durability);
     // One round trip when meta is current and nothing expired (see Queue::maintain).
     let done = queue
         .maintain(&plan.settings, plan.batch, ctx.settings.reap_budget)

@@ -73,6 +73,11 @@ impl RedisPool {
         endpoint.options.username.hash(&mut h);
         endpoint.options.client_cert.hash(&mut h);
         endpoint.options.client_key.hash(&mut h);
+        // Through Sentinel: their password and TLS to the data nodes.
+        if let Some(sentinel) = &endpoint.options.sentinel {
+            sentinel.password.hash(&mut h);
+            sentinel.tls.hash(&mut h);
+        }
         Key {
             endpoint: endpoint.options.redacted_url(),
             cluster: endpoint.options.cluster,

@@ -47,6 +47,14 @@ pub mod reasons {
     pub const ACL_DENIED: &str = "AclDenied";
     /// A TLS certificate was refused: the server's by the operator, or the operator's.
     pub const TLS_REJECTED: &str = "TlsRejected";
+    /// No Sentinel of `spec.redis.sentinel.addresses` answered.
+    pub const SENTINEL_UNREACHABLE: &str = "SentinelUnreachable";
+    /// The Sentinels answered but monitor no master of `spec.redis.sentinel.masterName`.
+    pub const UNKNOWN_MASTER: &str = "UnknownMaster";
+    /// The Redis of the URL is a replica: it refused a write (`READONLY`).
+    pub const READ_ONLY: &str = "ReadOnly";
+    /// Under `spec.durability: replicated`, fewer replicas than asked confirmed a write.
+    pub const NOT_REPLICATED: &str = "NotReplicated";
     pub const INVALID_URL: &str = "InvalidURL";
     pub const WRONG_TYPE: &str = "WrongType";
     pub const REDIS_ERROR: &str = "RedisError";

@@ -18,10 +18,10 @@ use std::time::Duration;
 
 use super::scaling::{Per, RateKind, RateLimit, ScalePolicy, ScaleUp, Select, TargetRef};
 use crate::crd::{
-    JobQueueSpec, RedisSpec, ScaleUpRules, ScalingPolicyType, SecretKeySelector, SelectPolicy,
-    WorkersSpec,
+    DurabilityMode, DurabilitySpec, JobQueueSpec, RedisSpec, ScaleUpRules, ScalingPolicyType,
+    SecretKeySelector, SelectPolicy, WorkersSpec,
 };
-use crate::queue::{MAX_BATCH, QueueSettings};
+use crate::queue::{Durability, MAX_BATCH, QueueSettings};
 
 /// A spec the controller cannot act on, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -37,17 +37,29 @@ pub struct InvalidSpec {
 pub enum UrlSource {
     Inline(String),
     Secret(SecretKeySelector),
+    /// No URL: the primary the Sentinels at `addresses` name for `master_name`.
+    Sentinel {
+        addresses: Vec<String>,
+        master_name: String,
+    },
 }
 
 /// How to reach the queue's Redis, before Secrets are read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EndpointPlan {
     pub url: UrlSource,
+    /// The ACL user.
+    pub username: Option<SecretKeySelector>,
     pub password: Option<SecretKeySelector>,
+    /// The Sentinels' own password (with [`UrlSource::Sentinel`]).
+    pub sentinel_password: Option<SecretKeySelector>,
     pub cluster: bool,
-    /// Force `rediss://`.
+    /// Force `rediss://` (through Sentinel: TLS to the data nodes).
     pub tls: bool,
     pub ca: Option<SecretKeySelector>,
+    /// The client certificate and its key, for mutual TLS (both or neither).
+    pub client_cert: Option<SecretKeySelector>,
+    pub client_key: Option<SecretKeySelector>,
 }
 
 impl EndpointPlan {
@@ -57,10 +69,14 @@ impl EndpointPlan {
         let refs = [
             match &self.url {
                 UrlSource::Secret(s) => Some(s),
-                UrlSource::Inline(_) => None,
+                UrlSource::Inline(_) | UrlSource::Sentinel { .. } => None,
             },
+            self.username.as_ref(),
             self.password.as_ref(),
+            self.sentinel_password.as_ref(),
             self.ca.as_ref(),
+            self.client_cert.as_ref(),
+            self.client_key.as_ref(),
         ];
         for r in refs.into_iter().flatten() {
             if !names.contains(&r.name.as_str()) {
@@ -83,6 +99,8 @@ pub struct QueuePlan {
     pub interval: Duration,
     /// Expired leases per reaper call.
     pub batch: usize,
+    /// What the queue's writes wait for (`spec.durability`; primary without it).
+    pub durability: Durability,
     /// How to scale the workers, when the spec names them (and they are valid).
     pub workers: Option<ScalePolicy>,
     /// Why `spec.workers` cannot be acted on, when it cannot: then `workers` is `None`
@@ -148,6 +166,7 @@ pub fn plan(spec: &JobQueueSpec) -> Result<QueuePlan, InvalidSpec> {
     check_tag("spec.keyPrefix", &spec.key_prefix, "key prefix")?;
     let settings = queue_settings(spec)?;
     let (interval, batch) = reaper(spec)?;
+    let durability = durability(spec.durability.as_ref())?;
     // The client's own check, so the plan never holds settings `configure` would refuse.
     settings
         .validate()
@@ -165,21 +184,17 @@ pub fn plan(spec: &JobQueueSpec) -> Result<QueuePlan, InvalidSpec> {
         settings,
         interval,
         batch,
+        durability,
         workers,
         invalid_workers,
     })
 }
 
-/// `spec.redis`: exactly one URL source, and Secret references that name a key.
+/// `spec.redis`: exactly one of a URL, its Secret and the Sentinels; Secret references
+/// that name a key; a client certificate with its key.
 fn endpoint_plan(redis: &RedisSpec) -> Result<EndpointPlan, InvalidSpec> {
-    let url = match (&redis.url, &redis.url_secret_ref) {
-        (Some(_), Some(_)) | (None, None) => {
-            return Err(invalid(
-                "spec.redis",
-                "exactly one of url and urlSecretRef must be set",
-            ));
-        }
-        (Some(url), None) => {
+    let url = match (&redis.url, &redis.url_secret_ref, &redis.sentinel) {
+        (Some(url), None, None) => {
             let url = url.trim();
             let schemes_ok = url
                 .split(',')
@@ -193,25 +208,157 @@ fn endpoint_plan(redis: &RedisSpec) -> Result<EndpointPlan, InvalidSpec> {
             }
             UrlSource::Inline(url.to_string())
         }
-        (None, Some(secret)) => {
+        (None, Some(secret), None) => {
             check_secret_ref("spec.redis.urlSecretRef", secret)?;
             UrlSource::Secret(secret.clone())
         }
+        (None, None, Some(sentinel)) => {
+            if redis.cluster {
+                return Err(invalid(
+                    "spec.redis.sentinel",
+                    "sentinel and cluster exclude each other: a Cluster fails over by itself, \
+                     give its seed nodes in url",
+                ));
+            }
+            if sentinel.addresses.is_empty() {
+                return Err(invalid(
+                    "spec.redis.sentinel.addresses",
+                    "give at least one Sentinel (host:port)",
+                ));
+            }
+            for address in &sentinel.addresses {
+                check_sentinel_address(address)?;
+            }
+            if sentinel.master_name.trim().is_empty() {
+                return Err(invalid(
+                    "spec.redis.sentinel.masterName",
+                    "must not be empty (the name of `sentinel monitor NAME ...`)",
+                ));
+            }
+            UrlSource::Sentinel {
+                addresses: sentinel.addresses.iter().map(|a| a.trim().into()).collect(),
+                master_name: sentinel.master_name.trim().to_string(),
+            }
+        }
+        _ => {
+            return Err(invalid(
+                "spec.redis",
+                "exactly one of url, urlSecretRef and sentinel must be set",
+            ));
+        }
     };
+    let sentinel_password = redis
+        .sentinel
+        .as_ref()
+        .and_then(|s| s.password_secret_ref.clone());
+    if let Some(p) = &sentinel_password {
+        check_secret_ref("spec.redis.sentinel.passwordSecretRef", p)?;
+    }
+    if let Some(u) = &redis.username_secret_ref {
+        check_secret_ref("spec.redis.usernameSecretRef", u)?;
+        // Through Sentinel the password can only come from its Secret.
+        if redis.password_secret_ref.is_none() && redis.sentinel.is_some() {
+            return Err(invalid(
+                "spec.redis.usernameSecretRef",
+                "an ACL user needs a password: set spec.redis.passwordSecretRef",
+            ));
+        }
+    }
     if let Some(p) = &redis.password_secret_ref {
         check_secret_ref("spec.redis.passwordSecretRef", p)?;
     }
-    let ca = redis.tls.as_ref().and_then(|t| t.ca_secret_ref.clone());
-    if let Some(ca) = &ca {
+    let tls = redis.tls.clone().unwrap_or_default();
+    if let Some(ca) = &tls.ca_secret_ref {
         check_secret_ref("spec.redis.tls.caSecretRef", ca)?;
+    }
+    match (&tls.client_cert_secret_ref, &tls.client_key_secret_ref) {
+        (Some(cert), Some(key)) => {
+            check_secret_ref("spec.redis.tls.clientCertSecretRef", cert)?;
+            check_secret_ref("spec.redis.tls.clientKeySecretRef", key)?;
+        }
+        (Some(_), None) => {
+            return Err(invalid(
+                "spec.redis.tls.clientKeySecretRef",
+                "a client certificate needs its private key: set clientKeySecretRef too",
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(invalid(
+                "spec.redis.tls.clientCertSecretRef",
+                "a client key needs its certificate: set clientCertSecretRef too",
+            ));
+        }
+        (None, None) => {}
     }
     Ok(EndpointPlan {
         url,
+        username: redis.username_secret_ref.clone(),
         password: redis.password_secret_ref.clone(),
+        sentinel_password,
         cluster: redis.cluster,
         tls: redis.tls.is_some(),
-        ca,
+        ca: tls.ca_secret_ref,
+        client_cert: tls.client_cert_secret_ref,
+        client_key: tls.client_key_secret_ref,
     })
+}
+
+/// One of `spec.redis.sentinel.addresses`: `host` or `host:port`, not a URL.
+fn check_sentinel_address(address: &str) -> Result<(), InvalidSpec> {
+    let field = "spec.redis.sentinel.addresses";
+    let address = address.trim();
+    if address.contains("://") {
+        return Err(invalid(
+            field,
+            format!("{address:?} is a URL: write host:port (e.g. redis-sentinel:26379)"),
+        ));
+    }
+    let (host, port) = match address.rsplit_once(':') {
+        Some((host, port)) if !host.ends_with(':') => (host, Some(port)),
+        _ => (address, None),
+    };
+    if host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .is_empty()
+    {
+        return Err(invalid(field, format!("{address:?} has no host")));
+    }
+    if let Some(port) = port
+        && port.parse::<u16>().is_err()
+    {
+        return Err(invalid(
+            field,
+            format!("{address:?}: port {port:?} is not a number from 0 to 65535"),
+        ));
+    }
+    Ok(())
+}
+
+/// `spec.durability`: primary, or replicated with at least one replica and a timeout.
+fn durability(spec: Option<&DurabilitySpec>) -> Result<Durability, InvalidSpec> {
+    let Some(spec) = spec else {
+        return Ok(Durability::Primary);
+    };
+    match spec.mode {
+        DurabilityMode::Primary => Ok(Durability::Primary),
+        DurabilityMode::Replicated => {
+            if spec.replicas < 1 {
+                return Err(invalid(
+                    "spec.durability.replicas",
+                    "must be at least 1 (or use mode: primary)",
+                ));
+            }
+            let timeout = parse_duration("spec.durability.timeout", &spec.timeout, true)?;
+            if timeout < Duration::from_millis(1) {
+                return Err(invalid("spec.durability.timeout", "must be at least 1ms"));
+            }
+            Ok(Durability::Replicated {
+                replicas: spec.replicas,
+                timeout,
+            })
+        }
+    }
 }
 
 /// What goes into the queue's `meta` hash: the lease, the retries and the retention.
@@ -648,10 +795,153 @@ mod tests {
                 name: "ca".into(),
                 key: "ca.crt".into(),
             }),
+            ..TlsSpec::default()
         });
         let plan = plan(&s).unwrap();
         assert_eq!(plan.endpoint.secret_names(), vec!["redis", "ca"]);
         assert!(plan.endpoint.tls);
+    }
+
+    #[test]
+    fn sentinel_user_client_certificate_and_durability_are_checked_by_field() {
+        use crate::crd::{DurabilityMode, DurabilitySpec, SentinelSpec};
+        fn sel(name: &str, key: &str) -> Option<SecretKeySelector> {
+            Some(SecretKeySelector {
+                name: name.into(),
+                key: key.into(),
+            })
+        }
+        let sentinel = |addresses: &[&str], master: &str| {
+            let mut s = spec();
+            s.redis.url = None;
+            s.redis.sentinel = Some(SentinelSpec {
+                addresses: addresses.iter().map(|a| a.to_string()).collect(),
+                master_name: master.into(),
+                password_secret_ref: sel("sentinel", "password"),
+            });
+            s
+        };
+        // A good one: the Sentinels, their password and the user's Secrets.
+        let mut good = sentinel(&["s-0:26379", " s-1 ", "[::1]:5000"], "mymaster");
+        good.redis.username_secret_ref = sel("redis", "username");
+        good.redis.password_secret_ref = sel("redis", "password");
+        good.durability = Some(DurabilitySpec {
+            mode: DurabilityMode::Replicated,
+            replicas: 2,
+            timeout: "500ms".into(),
+        });
+        let p = plan(&good).unwrap();
+        assert_eq!(
+            p.endpoint.url,
+            UrlSource::Sentinel {
+                addresses: vec!["s-0:26379".into(), "s-1".into(), "[::1]:5000".into()],
+                master_name: "mymaster".into()
+            }
+        );
+        assert_eq!(p.endpoint.secret_names(), vec!["redis", "sentinel"]);
+        assert_eq!(
+            p.durability,
+            Durability::Replicated {
+                replicas: 2,
+                timeout: Duration::from_millis(500)
+            }
+        );
+        assert_eq!(plan(&spec()).unwrap().durability, Durability::Primary);
+
+        type Edit = Box<dyn Fn(&mut JobQueueSpec)>;
+        let cases: Vec<(&str, &str, Edit)> = vec![
+            (
+                "spec.redis",
+                "exactly one of url, urlSecretRef and sentinel",
+                Box::new(|s| s.redis.url = Some("redis://r".into())),
+            ),
+            (
+                "spec.redis.sentinel",
+                "exclude each other",
+                Box::new(|s| s.redis.cluster = true),
+            ),
+            (
+                "spec.redis.sentinel.addresses",
+                "at least one",
+                Box::new(|s| s.redis.sentinel.as_mut().unwrap().addresses.clear()),
+            ),
+            (
+                "spec.redis.sentinel.addresses",
+                "is a URL",
+                Box::new(|s| {
+                    s.redis.sentinel.as_mut().unwrap().addresses = vec!["redis://s:26379".into()]
+                }),
+            ),
+            (
+                "spec.redis.sentinel.addresses",
+                "port \"x\"",
+                Box::new(|s| s.redis.sentinel.as_mut().unwrap().addresses = vec!["s:x".into()]),
+            ),
+            (
+                "spec.redis.sentinel.masterName",
+                "must not be empty",
+                Box::new(|s| s.redis.sentinel.as_mut().unwrap().master_name = " ".into()),
+            ),
+            (
+                "spec.redis.sentinel.passwordSecretRef",
+                "both name and key",
+                Box::new(|s| s.redis.sentinel.as_mut().unwrap().password_secret_ref = sel("s", "")),
+            ),
+            (
+                "spec.redis.usernameSecretRef",
+                "needs a password",
+                Box::new(|s| s.redis.username_secret_ref = sel("redis", "username")),
+            ),
+            (
+                "spec.redis.tls.clientKeySecretRef",
+                "needs its private key",
+                Box::new(|s| {
+                    s.redis.tls = Some(TlsSpec {
+                        client_cert_secret_ref: sel("c", "tls.crt"),
+                        ..TlsSpec::default()
+                    })
+                }),
+            ),
+            (
+                "spec.redis.tls.clientCertSecretRef",
+                "needs its certificate",
+                Box::new(|s| {
+                    s.redis.tls = Some(TlsSpec {
+                        client_key_secret_ref: sel("c", "tls.key"),
+                        ..TlsSpec::default()
+                    })
+                }),
+            ),
+            (
+                "spec.durability.replicas",
+                "at least 1",
+                Box::new(|s| {
+                    s.durability = Some(DurabilitySpec {
+                        mode: DurabilityMode::Replicated,
+                        replicas: 0,
+                        ..DurabilitySpec::default()
+                    })
+                }),
+            ),
+            (
+                "spec.durability.timeout",
+                "not a duration",
+                Box::new(|s| {
+                    s.durability = Some(DurabilitySpec {
+                        mode: DurabilityMode::Replicated,
+                        timeout: "soon".into(),
+                        ..DurabilitySpec::default()
+                    })
+                }),
+            ),
+        ];
+        for (field, words, break_it) in cases {
+            let mut s = sentinel(&["s-0:26379"], "mymaster");
+            break_it(&mut s);
+            let err = plan(&s).expect_err(field);
+            assert_eq!(err.field, field, "{err}");
+            assert!(err.reason.contains(words), "{field}: {err}");
+        }
     }
 
     #[test]

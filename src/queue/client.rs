@@ -13,7 +13,7 @@ use super::durability::Durability;
 use super::error::{Error, Result};
 use super::keys::{QueueKeys, validate_id};
 use super::scripts::{SCRIPTS, Script};
-use super::settings::QueueSettings;
+use super::settings::{DURABILITY_FIELD, QueueSettings};
 use super::stats::QueueStats;
 use super::types::*;
 
@@ -42,7 +42,7 @@ pub struct Queue {
     unanswered: Arc<Mutex<HashMap<String, Unanswered>>>,
     /// Payloads larger than this are refused before anything is sent.
     max_payload: usize,
-    /// What enqueue, ack and fail wait for before reporting success.
+    /// What enqueue, ack, fail and reap wait for before reporting success.
     durability: Durability,
     /// Where the ids of jobs enqueued without one come from.
     new_id: fn() -> String,
@@ -81,7 +81,8 @@ impl Queue {
         self
     }
 
-    /// Wait for replication before enqueue, ack and fail report success (see
+    /// Wait for replication before enqueue, ack, fail, settle_claim and reap report
+    /// success (see
     /// [`Durability`]); the default is [`Durability::Primary`].
     pub fn durability(mut self, durability: Durability) -> Queue {
         self.durability = durability;
@@ -181,7 +182,7 @@ impl Queue {
             .map_err(|e| self.err(script.name, e))
     }
 
-    /// [`Queue::run`] for the writes that [`Durability`] covers (enqueue, ack, fail):
+    /// [`Queue::run`] for the writes that [`Durability`] covers (enqueue, ack, fail, reap):
     /// under `Replicated`, `WAIT` follows the script on the same connection, in the same
     /// round trip, and fewer confirmations than asked is [`Error::NotReplicated`].
     async fn run_durable(&self, script: &Script, cmd: &Cmd) -> Result<Value> {
@@ -756,7 +757,8 @@ impl Queue {
         check_count("batch", batch)?;
         let mut cmd = self.script_cmd(&SCRIPTS.reap, std::slice::from_ref(&self.keys.orphans));
         cmd.arg(batch);
-        let reply = self.run(&SCRIPTS.reap, &cmd).await?;
+        // Under `replicated`, a reap's outcome counts once replicas confirmed it.
+        let reply = self.run_durable(&SCRIPTS.reap, &cmd).await?;
         match int_array(&reply).as_deref() {
             Some(&[requeued, dead_lettered, more, promoted, restored]) => Ok(ReapOutcome {
                 requeued: requeued.max(0) as u64,
@@ -878,6 +880,60 @@ impl Queue {
             .await
             .map_err(|e| self.err_on("HSET meta", &self.keys.meta, e))?;
         Ok(())
+    }
+
+    /// The `durability` field of `meta` for this handle's durability: absent for
+    /// `primary` (what a worker without the field assumes).
+    fn published(&self) -> Option<String> {
+        match self.durability {
+            Durability::Primary => None,
+            replicated => Some(replicated.to_string()),
+        }
+    }
+
+    /// Write this handle's durability into `meta` (`durability`), where workers started
+    /// without a durability of their own read it ([`Queue::published_durability`]);
+    /// `primary` removes the field.
+    pub async fn publish_durability(&self) -> Result<()> {
+        let mut conn = self.redis.clone();
+        let cmd = match self.published() {
+            Some(value) => {
+                let mut cmd = redis::cmd("HSET");
+                cmd.arg(&self.keys.meta).arg(DURABILITY_FIELD).arg(value);
+                cmd
+            }
+            None => {
+                let mut cmd = redis::cmd("HDEL");
+                cmd.arg(&self.keys.meta).arg(DURABILITY_FIELD);
+                cmd
+            }
+        };
+        let _: Value = cmd
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err_on("HSET meta", &self.keys.meta, e))?;
+        Ok(())
+    }
+
+    /// The durability published in `meta` (by the operator, from `spec.durability`):
+    /// `None` when the field is absent. A value that does not read is an error naming
+    /// the queue.
+    pub async fn published_durability(&self) -> Result<Option<Durability>> {
+        let mut conn = self.redis.clone();
+        let value: Option<String> = redis::cmd("HGET")
+            .arg(&self.keys.meta)
+            .arg(DURABILITY_FIELD)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err_on("HGET meta", &self.keys.meta, e))?;
+        value
+            .map(|v| {
+                v.parse().map_err(|e: Error| Error::InvalidArgument {
+                    what: "durability",
+                    reason: format!("field durability of {} holds {v:?}: {e}", self.keys.meta),
+                })
+            })
+            .transpose()
     }
 
     /// The settings in `meta` (defaults for absent fields).
@@ -1006,6 +1062,10 @@ impl Queue {
         let configured = !meta_holds(&meta, settings);
         if configured {
             self.configure(settings).await?;
+            round_trips += 1;
+        }
+        if meta.get(DURABILITY_FIELD) != self.published().as_ref() {
+            self.publish_durability().await?;
             round_trips += 1;
         }
         let oldest_dead = oldest_dead.first().map(|(_, at)| *at as i64);

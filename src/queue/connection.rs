@@ -30,7 +30,7 @@ use redis::{
 };
 
 use super::error::{Error, Result, acl_denial, tls_problem};
-use super::sentinel::{SentinelOptions, SentinelTarget};
+use super::sentinel::{NodeAuth, SentinelOptions, SentinelTarget};
 
 /// How to reach Redis.
 #[derive(Clone)]
@@ -150,6 +150,15 @@ impl ConnectOptions {
         self
     }
 
+    /// TLS to the data nodes the Sentinels name (with [`ConnectOptions::sentinel`]);
+    /// implied by a CA or a client certificate.
+    pub fn sentinel_tls(mut self, tls: bool) -> Self {
+        if let Some(sentinel) = &mut self.sentinel {
+            sentinel.tls = tls;
+        }
+        self
+    }
+
     /// How long a command waits for a new primary after losing the old one (with
     /// [`ConnectOptions::sentinel`]; default 30 s).
     pub fn failover_wait(mut self, wait: Duration) -> Self {
@@ -239,7 +248,8 @@ fn tls_certificates(options: &ConnectOptions) -> Option<redis::TlsCertificates> 
 
 /// Check the TLS material and the user before connecting, so that a missing half or a
 /// file that is not PEM is named instead of failing the handshake later.
-fn check_credentials(options: &ConnectOptions, endpoint: &str) -> Result<()> {
+/// `tls`: the connection speaks TLS (`rediss://`, or TLS to the nodes a Sentinel names).
+fn check_credentials(options: &ConnectOptions, endpoint: &str, tls: bool) -> Result<()> {
     let invalid = |what: &'static str, reason: String| Error::InvalidArgument { what, reason };
     match (&options.client_cert, &options.client_key) {
         (Some(_), None) => {
@@ -255,7 +265,7 @@ fn check_credentials(options: &ConnectOptions, endpoint: &str) -> Result<()> {
             ));
         }
         (Some(cert), Some(key)) => {
-            if !options.url.contains("rediss://") {
+            if !tls {
                 return Err(Error::InvalidUrl {
                     url: endpoint.to_string(),
                     reason: "a client certificate was given but the URL is not rediss:// (TLS)"
@@ -390,15 +400,27 @@ impl Redis {
     pub async fn connect(options: &ConnectOptions) -> Result<Redis> {
         install_crypto_provider();
         if let Some(sentinel) = &options.sentinel {
-            if options.ca_cert.is_some() || options.cluster {
+            let endpoint = sentinel.endpoint();
+            if options.cluster {
                 return Err(Error::InvalidUrl {
-                    url: sentinel.endpoint(),
-                    reason: "TLS and Cluster mode are not supported through Sentinel".into(),
+                    url: endpoint,
+                    reason: "Cluster mode is not supported through Sentinel (a Cluster \
+                             fails over by itself: give its seed nodes instead)"
+                        .into(),
                 });
             }
+            // A CA or a client certificate means TLS to the data nodes.
+            let tls = sentinel.tls || options.ca_cert.is_some() || options.client_cert.is_some();
+            check_credentials(options, &endpoint, tls)?;
+            let node = NodeAuth {
+                username: options.username.clone().filter(|u| !u.is_empty()),
+                password: options.password.clone(),
+                tls,
+                certs: tls_certificates(options),
+            };
             let target = SentinelTarget::connect(
                 sentinel,
-                options.password.as_deref(),
+                node,
                 options.response_timeout,
                 options.connect_timeout,
             )
@@ -422,7 +444,7 @@ impl Redis {
                 "a CA certificate was given but the URL is not rediss:// (TLS)".into(),
             ));
         }
-        check_credentials(options, &endpoint)?;
+        check_credentials(options, &endpoint, options.url.contains("rediss://"))?;
         let user = options.user();
         let urls: Vec<&str> = options
             .url

@@ -1,4 +1,4 @@
-//! How sure a write must be before `enqueue`, `ack` and `fail` report success.
+//! How sure a write must be before `enqueue`, `ack`, `fail` and `reap` report success.
 
 use std::time::Duration;
 

@@ -31,7 +31,7 @@ use redis::{
 };
 use tokio::time::Instant;
 
-use super::error::{Error, Result, is_readonly};
+use super::error::{Error, Result, acl_denial, is_readonly, tls_problem};
 
 /// Where the Sentinels are and which master to follow.
 #[derive(Clone)]
@@ -45,6 +45,10 @@ pub struct SentinelOptions {
     /// How long one command waits for a primary after it lost the old one (a failover
     /// takes `down-after-milliseconds` plus the election, seconds).
     pub failover_wait: Duration,
+    /// Speak TLS to the data nodes (the Sentinels themselves are asked in plain TCP).
+    /// Implied by a CA or a client certificate in the connection options; set it alone
+    /// for nodes whose certificates the system trust store knows.
+    pub tls: bool,
 }
 
 impl SentinelOptions {
@@ -57,6 +61,7 @@ impl SentinelOptions {
             master_name: master_name.into(),
             password: None,
             failover_wait: Duration::from_secs(30),
+            tls: false,
         }
     }
 
@@ -74,6 +79,7 @@ impl std::fmt::Debug for SentinelOptions {
             .field("master_name", &self.master_name)
             .field("password", &self.password.as_ref().map(|_| "***"))
             .field("failover_wait", &self.failover_wait)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -100,6 +106,48 @@ fn parse_addr(addr: &str) -> std::result::Result<(String, u16), String> {
     Ok((host.to_string(), port))
 }
 
+/// How this client signs in to the data nodes the Sentinels name (the Sentinels' own
+/// password is [`SentinelOptions::password`]): the same user, password and TLS material
+/// as a direct connection, applied to whichever node is the primary now.
+#[derive(Clone, Default)]
+pub(crate) struct NodeAuth {
+    pub username: Option<String>,
+    pub password: Option<String>,
+    /// TLS to the data nodes.
+    pub tls: bool,
+    /// The CA bundle and the client certificate for that TLS, when given.
+    pub certs: Option<redis::TlsCertificates>,
+}
+
+impl NodeAuth {
+    /// A client for the data node at `ip:port`, signed in as the options say.
+    fn client(&self, ip: &str, port: u16) -> RedisResult<Client> {
+        let addr = if self.tls {
+            ConnectionAddr::TcpTls {
+                host: ip.to_string(),
+                port,
+                insecure: false,
+                tls_params: None,
+            }
+        } else {
+            ConnectionAddr::Tcp(ip.to_string(), port)
+        };
+        let mut info = addr.into_connection_info()?;
+        let mut settings = info.redis_settings().clone();
+        if let Some(password) = &self.password {
+            settings = settings.set_password(password.clone());
+        }
+        if let Some(username) = &self.username {
+            settings = settings.set_username(username.clone());
+        }
+        info = info.set_redis_settings(settings);
+        match (&self.certs, self.tls) {
+            (Some(certs), true) => Client::build_with_tls(info, certs.clone()),
+            _ => Client::open(info),
+        }
+    }
+}
+
 /// How long commands wait for a replica being promoted to say it is the primary before
 /// asking the Sentinels instead (a failover aborted, or the replica is out of reach).
 const PROMOTION_WAIT: Duration = Duration::from_secs(5);
@@ -121,7 +169,7 @@ pub(crate) struct SentinelTarget {
     endpoint: String,
     master: String,
     password: Option<String>,
-    redis_password: Option<String>,
+    node: NodeAuth,
     config: AsyncConnectionConfig,
     connect_timeout: Duration,
     failover_wait: Duration,
@@ -132,7 +180,7 @@ impl SentinelTarget {
     /// Sentinel answers, none knows the master name, or no primary can be reached.
     pub(crate) async fn connect(
         options: &SentinelOptions,
-        redis_password: Option<&str>,
+        node: NodeAuth,
         response_timeout: Duration,
         connect_timeout: Duration,
     ) -> Result<SentinelTarget> {
@@ -167,8 +215,17 @@ impl SentinelTarget {
             SentinelServerType::Master,
         )
         .map_err(|e| invalid(e.to_string()))?;
-        if let Some(password) = redis_password {
+        if let Some(password) = &node.password {
             builder = builder.set_client_to_redis_password(password);
+        }
+        if let Some(username) = &node.username {
+            builder = builder.set_client_to_redis_username(username);
+        }
+        if node.tls {
+            builder = builder.set_client_to_redis_tls_mode(redis::TlsMode::Secure);
+            if let Some(certs) = &node.certs {
+                builder = builder.set_client_to_redis_certificates(certs.clone());
+            }
         }
         if let Some(password) = &options.password {
             builder = builder.set_client_to_sentinel_password(password);
@@ -187,7 +244,7 @@ impl SentinelTarget {
             endpoint: endpoint.clone(),
             master: options.master_name.clone(),
             password: options.password.clone(),
-            redis_password: redis_password.map(str::to_string),
+            node,
             config: AsyncConnectionConfig::new()
                 .set_response_timeout(Some(response_timeout))
                 .set_connection_timeout(Some(connect_timeout)),
@@ -210,6 +267,11 @@ impl SentinelTarget {
 
     pub(crate) fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+
+    /// The ACL user of the data nodes (`default` without one).
+    fn user(&self) -> &str {
+        self.node.username.as_deref().unwrap_or("default")
     }
 
     /// The primary the Sentinels name now, and a connection to it.
@@ -322,7 +384,7 @@ impl SentinelTarget {
         if current.addr == format!("{ip}:{port}") {
             return;
         }
-        tracing::warn!(master = %self.master, promoting = %format!("{ip}:{port}"), was = %current.addr,
+        tracing::info!(master = %self.master, promoting = %format!("{ip}:{port}"), was = %current.addr,
             "failover under way: the Sentinels are promoting a replica; waiting for it");
         current.promoting = Some((ip.to_string(), port));
         current.conn = None;
@@ -337,14 +399,7 @@ impl SentinelTarget {
         port: u16,
         until: Instant,
     ) -> Option<(Client, MultiplexedConnection)> {
-        let mut info = ConnectionAddr::Tcp(ip.to_string(), port)
-            .into_connection_info()
-            .ok()?;
-        if let Some(password) = &self.redis_password {
-            let settings = info.redis_settings().clone().set_password(password.clone());
-            info = info.set_redis_settings(settings);
-        }
-        let client = Client::open(info).ok()?;
+        let client = self.node.client(ip, port).ok()?;
         while Instant::now() < until {
             if let Ok(Ok(mut conn)) = tokio::time::timeout(
                 self.connect_timeout,
@@ -587,12 +642,24 @@ impl SentinelTarget {
             {
                 Error::Auth {
                     endpoint: format!("the primary of {} ({})", self.master, self.endpoint),
-                    detail: err
-                        .detail()
-                        .unwrap_or("invalid username-password pair")
-                        .to_string(),
+                    detail: format!(
+                        "user {:?}: {}",
+                        self.user(),
+                        err.detail().unwrap_or("invalid username-password pair")
+                    ),
                 }
             }
+            Some(err) if acl_denial(&err).is_some() => Error::Denied {
+                on: format!("the primary of {} ({})", self.master, self.endpoint),
+                op: "connect",
+                user: self.user().to_string(),
+                detail: acl_denial(&err).unwrap_or_default(),
+            },
+            Some(err) if tls_problem(&err).is_some() => Error::Tls {
+                endpoint: format!("the primary of {} ({})", self.master, self.endpoint),
+                problem: tls_problem(&err).expect("checked above"),
+                source: err,
+            },
             Some(err) => Error::Unavailable(format!(
                 "{}: the Sentinels know {:?} but name no primary that answers ({err}); a \
                  failover may be under way",

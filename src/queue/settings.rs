@@ -5,6 +5,10 @@ use std::time::Duration;
 
 use super::error::{Error, Result};
 
+/// The field of `meta` that holds the queue's durability (`replicated:1:1000ms`), for
+/// clients: the scripts do not read it. Absent means `primary`.
+pub const DURABILITY_FIELD: &str = "durability";
+
 /// The settings of `meta`. `Default` gives what the scripts assume for absent fields.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct QueueSettings {

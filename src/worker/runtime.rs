@@ -108,7 +108,15 @@ struct Shared {
     shutdown: CancellationToken,
     /// Cancelled at the shutdown deadline: stop retrying, abandon what is left.
     hard_stop: CancellationToken,
+    /// When a failure to reach Redis was last logged as a warning (see `redis_error`).
+    quiet_until: Mutex<Option<std::time::Instant>>,
 }
+
+/// After a warning that Redis cannot be reached, the same kind of failure is logged at
+/// debug level for this long: an outage or a failover is a few lines in the log (the
+/// connection's own "lost the primary" and "going on with the new primary"), not one
+/// per retry of each claim, ack and renewal.
+const TRANSIENT_QUIET: Duration = Duration::from_secs(10);
 
 impl Shared {
     fn inflight(&self) -> std::sync::MutexGuard<'_, HashMap<String, InFlight>> {
@@ -184,7 +192,16 @@ impl Shared {
     fn redis_error(&self, what: &str, err: &Error, delay: Duration) {
         Counters::add(&self.counters.redis_errors, 1);
         if err.is_transient() {
-            warn!(queue = %self.queue_name, error = %err, retry_in = %duration::format(delay), "{what} failed; retrying");
+            let now = std::time::Instant::now();
+            let mut quiet = self.quiet_until.lock().unwrap_or_else(|p| p.into_inner());
+            if quiet.is_some_and(|until| now < until) {
+                debug!(queue = %self.queue_name, error = %err, retry_in = %duration::format(delay), "{what} failed; retrying");
+            } else {
+                *quiet = Some(now + TRANSIENT_QUIET);
+                warn!(queue = %self.queue_name, error = %err, retry_in = %duration::format(delay),
+                    "{what} failed; retrying (failures to reach Redis in the next {} are logged at debug level)",
+                    duration::format(TRANSIENT_QUIET));
+            }
         } else {
             error!(queue = %self.queue_name, error = %err, retry_in = %duration::format(delay), "{what} failed; retrying");
         }
@@ -287,6 +304,7 @@ where
         endings_ready: Notify::new(),
         shutdown,
         hard_stop: CancellationToken::new(),
+        quiet_until: Mutex::new(None),
     });
     // The lease length in effect: the worker's own, else the queue's setting.
     let visibility = match config.visibility {

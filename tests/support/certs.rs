@@ -122,6 +122,17 @@ impl Certs {
         )
     }
 
+    /// A certificate for 127.0.0.1 that serves and signs in as a client both: a Redis
+    /// node that replicates over TLS, or a Sentinel that monitors one.
+    pub fn node(&self, ca: &str, name: &str) -> &Self {
+        self.issue(
+            ca,
+            name,
+            "127.0.0.1",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n",
+        )
+    }
+
     /// A client certificate.
     pub fn client(&self, ca: &str, name: &str) -> &Self {
         self.issue(ca, name, name, "extendedKeyUsage=clientAuth\n")

@@ -175,12 +175,109 @@ pub fn wait_until_up(port: u16, child: &mut Child, dir: &Path) -> Result<(), Str
     }
 }
 
-/// A real 3-master Redis Cluster on loopback.
+/// A real 3-master Redis Cluster on loopback (with one replica per master when started
+/// by [`RedisCluster::start_with_replicas`]).
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
+    /// `replicas[i]` replicates `nodes[i]`.
+    pub replicas: Vec<RedisServer>,
+}
+
+/// A node of a Cluster: its own bus port, a short node timeout.
+fn cluster_node() -> RedisServer {
+    let bus = free_port().to_string();
+    RedisServer::start_with(&[
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-port",
+        &bus,
+        "--cluster-node-timeout",
+        "5000",
+    ])
 }
 
 impl RedisCluster {
+    /// The 3 masters, and one replica for each, in sync.
+    pub fn start_with_replicas() -> RedisCluster {
+        let mut cluster = Self::start();
+        let mut first = cluster.nodes[0].conn();
+        for master in &cluster.nodes {
+            let replica = cluster_node();
+            let bus: u16 = redis::cmd("CONFIG")
+                .arg("GET")
+                .arg("cluster-port")
+                .query::<Vec<String>>(&mut replica.conn())
+                .unwrap()[1]
+                .parse()
+                .unwrap();
+            let _: () = redis::cmd("CLUSTER")
+                .arg("MEET")
+                .arg("127.0.0.1")
+                .arg(replica.port)
+                .arg(bus)
+                .query(&mut first)
+                .expect("CLUSTER MEET");
+            let id: String = redis::cmd("CLUSTER")
+                .arg("MYID")
+                .query(&mut master.conn())
+                .unwrap();
+            // REPLICATE needs the replica to know the master: wait for the handshake.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let done: redis::RedisResult<()> = redis::cmd("CLUSTER")
+                    .arg("REPLICATE")
+                    .arg(&id)
+                    .query(&mut replica.conn());
+                match done {
+                    Ok(()) => break,
+                    Err(e) => assert!(Instant::now() < deadline, "CLUSTER REPLICATE: {e}"),
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            cluster.replicas.push(replica);
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for replica in &cluster.replicas {
+            let mut conn = replica.conn();
+            loop {
+                let info: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query(&mut conn)
+                    .unwrap();
+                if info.contains("master_link_status:up") {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "replica not in sync: {info}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        for master in &cluster.nodes {
+            let mut conn = master.conn();
+            loop {
+                let info: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query(&mut conn)
+                    .unwrap();
+                let cluster_info: String =
+                    redis::cmd("CLUSTER").arg("INFO").query(&mut conn).unwrap();
+                if info.contains("connected_slaves:1")
+                    && cluster_info.contains("cluster_known_nodes:6")
+                    && cluster_info.contains("cluster_state:ok")
+                {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "master without its replica: {info}"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        cluster
+    }
+
     pub fn start() -> RedisCluster {
         let mut bus_ports = vec![];
         let nodes: Vec<RedisServer> = (0..3)
@@ -231,7 +328,10 @@ impl RedisCluster {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
-        RedisCluster { nodes }
+        RedisCluster {
+            nodes,
+            replicas: Vec::new(),
+        }
     }
 
     /// Seed URLs of all nodes, comma-separated.

@@ -61,6 +61,64 @@ impl SentinelSetup {
         setup
     }
 
+    /// The set-up over TLS: every data node takes clients, replicas and Sentinels only on
+    /// a TLS port that asks for a client certificate signed by `ca` (`tls-auth-clients
+    /// yes`, `tls-replication yes`), with the certificate `node` (for 127.0.0.1, server
+    /// and client use); the Sentinels monitor those ports. Returns the set-up and the
+    /// TLS port of each data node (the plain ports stay for the harness's own checks).
+    pub fn start_tls(certs: &super::certs::Certs) -> (SentinelSetup, Vec<u16>) {
+        let tls = |port: u16| -> Vec<String> {
+            vec![
+                "--tls-port".into(),
+                port.to_string(),
+                "--tls-cert-file".into(),
+                certs.path("node.crt"),
+                "--tls-key-file".into(),
+                certs.path("node.key"),
+                "--tls-ca-cert-file".into(),
+                certs.path("ca.crt"),
+                "--tls-auth-clients".into(),
+                "yes".into(),
+                "--tls-replication".into(),
+                "yes".into(),
+                "--repl-ping-replica-period".into(),
+                "1".into(),
+            ]
+        };
+        let start = |args: Vec<String>| {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            RedisServer::start_with(&args)
+        };
+        let tls_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let mut servers = vec![start(tls(tls_ports[0]))];
+        for port in &tls_ports[1..] {
+            let mut args = tls(*port);
+            args.extend([
+                "--replicaof".into(),
+                "127.0.0.1".into(),
+                tls_ports[0].to_string(),
+            ]);
+            servers.push(start(args));
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let extra = format!(
+            "tls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\ntls-replication yes\n",
+            certs.path("node.crt"),
+            certs.path("node.key"),
+            certs.path("ca.crt"),
+        );
+        let sentinels = (0..3)
+            .map(|_| start_sentinel_with(dir.path(), tls_ports[0], &extra))
+            .collect();
+        let setup = SentinelSetup {
+            servers,
+            sentinels,
+            dir,
+        };
+        setup.wait_until_ready();
+        (setup, tls_ports)
+    }
+
     /// `127.0.0.1:PORT` of each Sentinel.
     pub fn addrs(&self) -> Vec<String> {
         self.sentinels
@@ -294,6 +352,11 @@ impl SentinelSetup {
 
 /// One Sentinel that monitors the server on `primary` as [`MASTER`].
 pub fn start_sentinel(dir: &Path, primary: u16) -> SentinelProc {
+    start_sentinel_with(dir, primary, "")
+}
+
+/// [`start_sentinel`] with more configuration lines (`extra`, ending in a newline).
+pub fn start_sentinel_with(dir: &Path, primary: u16, extra: &str) -> SentinelProc {
     for _ in 0..20 {
         let port = free_port();
         let conf = dir.join(format!("sentinel-{port}.conf"));
@@ -306,7 +369,7 @@ pub fn start_sentinel(dir: &Path, primary: u16) -> SentinelProc {
                  sentinel monitor {MASTER} 127.0.0.1 {primary} 2\n\
                  sentinel down-after-milliseconds {MASTER} 1000\n\
                  sentinel failover-timeout {MASTER} 3000\n\
-                 sentinel parallel-syncs {MASTER} 2\n",
+                 sentinel parallel-syncs {MASTER} 2\n{extra}",
                 dir = dir.display(),
                 log = log.display(),
             ),
