@@ -103,6 +103,7 @@ fn names_columns_and_subresources() {
             ("Dead", 0),
             ("Due", 1),
             ("Orphaned", 1),
+            ("Partitions", 1),
             ("Replicas", 0),
             ("Ready", 0),
             ("Age", 0)
@@ -208,6 +209,8 @@ fn bad_specs_are_refused_with_their_message() {
             json!({"workers": {"scaleTargetRef": {"name": "w"}, "minReplicas": 5, "maxReplicas": 2}}),
             "minReplicas must not exceed maxReplicas",
         ),
+        (json!({"partitions": 0}), "partitions must be between 1 and 256"),
+        (json!({"partitions": 257}), "partitions must be between 1 and 256"),
     ];
     for (patch, message) in cases {
         let obj = with(patch.clone());
@@ -411,6 +414,10 @@ fn every_example_queue_is_valid_and_its_secrets_are_there() {
         "no example with Secrets and TLS"
     );
     assert!(queues.iter().any(cluster_seeds), "no Redis Cluster example");
+    assert!(
+        queues.iter().any(|q| q.spec.partitions > 1),
+        "no partitioned example"
+    );
     assert!(queues.len() >= 4, "{} example queues", queues.len());
 }
 

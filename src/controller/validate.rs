@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use super::scaling::{Per, RateKind, RateLimit, ScalePolicy, ScaleUp, Select, TargetRef};
 use crate::crd::{
-    JobQueueSpec, RedisSpec, ScaleUpRules, ScalingPolicyType, SecretKeySelector, SelectPolicy,
+    JobQueueSpec, MAX_SPEC_PARTITIONS, RedisSpec, ScaleUpRules, ScalingPolicyType, SecretKeySelector, SelectPolicy,
     WorkersSpec,
 };
 use crate::queue::{MAX_BATCH, QueueSettings};
@@ -83,6 +83,8 @@ pub struct QueuePlan {
     pub interval: Duration,
     /// Expired leases per reaper call.
     pub batch: usize,
+    /// How many partitions new jobs are spread over (`spec.partitions`, 1 to 256).
+    pub partitions: usize,
     /// How to scale the workers, when the spec names them (and they are valid).
     pub workers: Option<ScalePolicy>,
     /// Why `spec.workers` cannot be acted on, when it cannot: then `workers` is `None`
@@ -148,6 +150,7 @@ pub fn plan(spec: &JobQueueSpec) -> Result<QueuePlan, InvalidSpec> {
     check_tag("spec.keyPrefix", &spec.key_prefix, "key prefix")?;
     let settings = queue_settings(spec)?;
     let (interval, batch) = reaper(spec)?;
+    let partitions = partitions(spec)?;
     // The client's own check, so the plan never holds settings `configure` would refuse.
     settings
         .validate()
@@ -165,9 +168,26 @@ pub fn plan(spec: &JobQueueSpec) -> Result<QueuePlan, InvalidSpec> {
         settings,
         interval,
         batch,
+        partitions,
         workers,
         invalid_workers,
     })
+}
+
+/// `spec.partitions`: 1 to 256, and a tag found for each partition (each partition's
+/// tag, `hashTag~k`, must be a valid tag too).
+fn partitions(spec: &JobQueueSpec) -> Result<usize, InvalidSpec> {
+    let n = spec.partitions;
+    if !(1..=MAX_SPEC_PARTITIONS).contains(&n) {
+        return Err(invalid(
+            "spec.partitions",
+            format!("{n} is not between 1 and {MAX_SPEC_PARTITIONS}"),
+        ));
+    }
+    let n = n as usize;
+    crate::queue::partition_tags(&spec.hash_tag, n)
+        .map_err(|e| invalid("spec.partitions", e.to_string()))?;
+    Ok(n)
 }
 
 /// `spec.redis`: exactly one URL source, and Secret references that name a key.
@@ -511,6 +531,16 @@ mod tests {
             (
                 "spec.reaper.batchSize",
                 Box::new(|s| s.reaper.batch_size = 1001),
+            ),
+            ("spec.partitions", Box::new(|s| s.partitions = 0)),
+            ("spec.partitions", Box::new(|s| s.partitions = 257)),
+            (
+                "spec.partitions",
+                // A tag of 256 bytes leaves no room for a partition's `~k`.
+                Box::new(|s| {
+                    s.hash_tag = "t".repeat(256);
+                    s.partitions = 4
+                }),
             ),
             (
                 "spec.redis",
