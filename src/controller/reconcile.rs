@@ -509,13 +509,10 @@ async fn observe(
             stats: done.stats,
         });
     }
-    let name = match (layout.tags.len(), layout.draining.len()) {
-        (1, 0) => queues[0].0.name().to_string(),
-        (n, 0) => format!("{}:{{{}}} ({n} partitions)", plan.prefix, plan.tag),
-        (n, d) => format!(
-            "{}:{{{}}} ({n} partitions, {d} of an earlier layout)",
-            plan.prefix, plan.tag
-        ),
+    // The draining partitions are the PartitionsDrained condition's to name.
+    let name = match layout.tags.len() {
+        1 => queues[0].0.name().to_string(),
+        n => format!("{}:{{{}}} ({n} partitions)", plan.prefix, plan.tag),
     };
     Ok(Observation {
         endpoint: endpoint_name,
