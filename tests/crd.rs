@@ -209,8 +209,14 @@ fn bad_specs_are_refused_with_their_message() {
             json!({"workers": {"scaleTargetRef": {"name": "w"}, "minReplicas": 5, "maxReplicas": 2}}),
             "minReplicas must not exceed maxReplicas",
         ),
-        (json!({"partitions": 0}), "partitions must be between 1 and 256"),
-        (json!({"partitions": 257}), "partitions must be between 1 and 256"),
+        (
+            json!({"partitions": 0}),
+            "partitions must be between 1 and 256",
+        ),
+        (
+            json!({"partitions": 257}),
+            "partitions must be between 1 and 256",
+        ),
     ];
     for (patch, message) in cases {
         let obj = with(patch.clone());

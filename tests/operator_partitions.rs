@@ -15,7 +15,7 @@ use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 use support::fixtures::{JobQueueExt, ScaleTarget, TestClock, deployment, queue, workers};
 use support::mock_api::{Expect, Scenario, test_context, test_context_at};
-use support::redis::{RedisServer, wait_past};
+use support::redis::{RedisCluster, RedisServer, wait_past};
 
 const WORKER: ScaleTarget = deployment("worker");
 
@@ -180,7 +180,10 @@ async fn a_shrink_from_4_to_2_drains_the_removed_partitions_then_says_so() {
     result.unwrap();
     let draining = seen.statuses.remove(0);
     assert_eq!(draining.pending, 12, "nothing lost: the total is the same");
-    assert_eq!(draining.reaped, 1, "the lease in a removed partition was reaped");
+    assert_eq!(
+        draining.reaped, 1,
+        "the lease in a removed partition was reaped"
+    );
     assert_eq!(leased.stats().await.unwrap().pending, 3);
     let record = draining.partitions.as_ref().unwrap();
     assert_eq!(record.desired, 2);
@@ -234,9 +237,15 @@ async fn a_shrink_from_4_to_2_drains_the_removed_partitions_then_says_so() {
     let again = shrunk.clone().with_status(half);
     let (result, mut seen) = Scenario::new(&again)
         .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Normal", "Drained"))
         .run(&ctx, &mut api)
         .await;
     result.unwrap();
+    assert_eq!(
+        seen.events[0]["note"],
+        "the partitions of earlier layouts are empty: every job is in the 2 partitions of \
+         spec.partitions"
+    );
     let drained = seen.statuses.remove(0);
     let (s, reason, _) = condition(&drained, "PartitionsDrained");
     assert_eq!((s, reason), ("True", "Drained"));
@@ -288,7 +297,10 @@ async fn a_queue_created_again_without_its_status_finds_the_old_partitions() {
         .await;
     result.unwrap();
     let status = seen.statuses.remove(0);
-    let record = status.partitions.as_ref().expect("partitions found draining");
+    let record = status
+        .partitions
+        .as_ref()
+        .expect("partitions found draining");
     assert_eq!(record.desired, 1);
     let mut found = record.draining.clone();
     found.sort();
@@ -319,4 +331,73 @@ async fn an_unpartitioned_queue_keeps_its_status_as_it_was() {
     );
     let text = jobqueue::controller::metrics::encode(&registry);
     assert!(!text.contains("partition_pending{"), "{text}");
+}
+
+#[tokio::test]
+async fn on_a_cluster_the_partitions_spread_over_the_masters_and_old_ones_are_found() {
+    // A queue once of 6 partitions, created again with 3 and no status: the probe finds
+    // the three left out on the Cluster's nodes, and they drain.
+    let cluster = RedisCluster::start();
+    let redis = cluster.redis().await;
+    let six = partition_tags("rep", 6).unwrap();
+    let three = partition_tags("rep", 3).unwrap();
+    let mut parts = Vec::new();
+    for t in &six {
+        let q = Queue::new(redis.clone(), "jq", t).unwrap();
+        enqueue(&q, 2).await;
+        parts.push(q);
+    }
+    let jq = queue("rep", &cluster.url(), "rep").edit(|s| {
+        s.redis.cluster = true;
+        s.partitions = 3;
+    });
+    let (ctx, mut api, _) = test_context();
+    let (result, mut seen) = Scenario::new(&jq)
+        .expect(Expect::StatusPatch)
+        .run(&ctx, &mut api)
+        .await;
+    result.unwrap();
+    let status = seen.statuses.remove(0);
+    assert_eq!(
+        status.pending, 12,
+        "every job of the six partitions is counted"
+    );
+    let record = status.partitions.as_ref().unwrap();
+    let mut draining = record.draining.clone();
+    draining.sort();
+    let mut left_out: Vec<String> = six.iter().filter(|t| !three.contains(t)).cloned().collect();
+    left_out.sort();
+    assert_eq!(draining, left_out);
+    // The three partitions in force, one per master.
+    let nodes: Vec<usize> = record
+        .items
+        .iter()
+        .filter(|i| !i.draining)
+        .map(|i| cluster.node_of(&format!("{{{}}}", i.tag)))
+        .collect();
+    assert_eq!(nodes, [0, 1, 2]);
+    let (_, _, message) = condition(&status, "Ready");
+    assert!(message.contains("(3 partitions)"), "{message}");
+    assert!(
+        condition(&status, "RedisAvailable")
+            .2
+            .contains("Redis Cluster")
+    );
+
+    for (q, t) in parts.iter().zip(&six) {
+        if !three.contains(t) {
+            work_off(q).await;
+        }
+    }
+    let again = jq.clone().with_status(status);
+    let (result, mut seen) = Scenario::new(&again)
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Normal", "Drained"))
+        .run(&ctx, &mut api)
+        .await;
+    result.unwrap();
+    let drained = seen.statuses.remove(0);
+    assert_eq!(condition(&drained, "PartitionsDrained").1, "Drained");
+    assert_eq!(drained.pending, 6);
+    assert_eq!(drained.partitions.unwrap().items.len(), 3);
 }

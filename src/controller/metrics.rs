@@ -599,7 +599,10 @@ mod tests {
                 })
                 .collect(),
         };
-        metrics.partitions(&q, Some(&record(&["emails", "emails~1", "emails~4"], &["emails~4"])));
+        metrics.partitions(
+            &q,
+            Some(&record(&["emails", "emails~1", "emails~4"], &["emails~4"])),
+        );
         let text = encode(&registry);
         for line in [
             r#"jobqueue_partition_pending{namespace="prod",name="emails",partition="emails"} 3"#,

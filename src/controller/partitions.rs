@@ -9,7 +9,8 @@
 //! no job at all, so nothing is lost, and it remembers them in the status
 //! (`status.partitions.draining`): the status is its memory across restarts. A status
 //! that is gone (a JobQueue deleted and created again) is made up for by a probe, once,
-//! of every tag any layout up to [`PROBE_MAX`] partitions has ([`probe_tags`]).
+//! of every tag any layout up to [`PROBE_MAX`] partitions has ([`probe_tags`]), when
+//! no successful reconcile has recorded the queue's partitions yet.
 //!
 //! Growing N adds partitions. When the old N divides the new one, the old partitions
 //! are all in the new layout and nothing drains; otherwise the old ones left out drain
@@ -79,13 +80,6 @@ fn others(current: &[String], earlier: Vec<String>) -> Vec<String> {
         .into_iter()
         .filter(|t| seen.insert(t.clone()))
         .collect()
-}
-
-/// Whether a reconcile must probe for partitions of earlier layouts: no successful
-/// reconcile has recorded the queue's partitions yet (a new JobQueue, or one deleted
-/// and created again over keys that are still in Redis).
-pub fn needs_probe(prev: Option<&JobQueueStatus>) -> bool {
-    prev.is_none_or(|s| !super::status::has_counts(s))
 }
 
 /// Every tag of the layouts of 1 to [`PROBE_MAX`] partitions that is not in `current`:
@@ -358,22 +352,6 @@ mod tests {
     }
 
     #[test]
-    fn only_a_queue_without_a_successful_reconcile_is_probed() {
-        assert!(needs_probe(None));
-        assert!(needs_probe(Some(&JobQueueStatus::default())));
-        let mut seen = record_of(1, &[]);
-        seen.conditions.push(super::super::status::condition(
-            super::super::status::types::LEASE_TOO_SHORT,
-            super::super::status::Status::False,
-            "NoRecentStaleAcks",
-            "",
-            None,
-            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-        ));
-        assert!(!needs_probe(Some(&seen)));
-    }
-
-    #[test]
     fn totals_sum_every_partition() {
         let mut a = part("e", false, 3, 1);
         a.stats.processing = 2;
@@ -407,7 +385,10 @@ mod tests {
         assert_eq!(r.items[1].slot, u32::from(tag_slot(b"e~1")));
         assert_eq!(draining_summary(&parts), "e~2 (3 dead)");
         // Drained down to one partition: the status is an unpartitioned queue's again.
-        assert_eq!(record(1, &[part("e", false, 9, 0), part("e~3", true, 0, 0)]), None);
+        assert_eq!(
+            record(1, &[part("e", false, 9, 0), part("e~3", true, 0, 0)]),
+            None
+        );
         assert!(record(1, &[part("e", false, 0, 0), part("e~3", true, 1, 0)]).is_some());
     }
 }

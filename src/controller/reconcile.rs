@@ -49,8 +49,8 @@ use tracing::{debug, info, warn};
 use super::events::{self, EventSpec};
 use super::failures::{classify, kube_reason};
 use super::metrics::QueueLabels;
-use super::scaling::{self, Backlog, Decision, ScalePolicy, TargetRef, TargetState};
 use super::partitions::{self, PartitionObservation};
+use super::scaling::{self, Backlog, Decision, ScalePolicy, TargetRef, TargetState};
 use super::status::{self, Failure, Observation, SpecVerdict, reasons};
 use super::validate::{self, InvalidSpec, QueuePlan};
 use super::{
@@ -469,10 +469,10 @@ async fn observe(
     let endpoint_name = redis.endpoint().to_string();
     let mut layout =
         partitions::layout(&plan.tag, plan.partitions, prev).map_err(|e| classify(&e))?;
-    if partitions::needs_probe(prev) {
+    if status::needs_partition_probe(prev) {
         // No status remembers what drains: look for partitions of earlier layouts.
         let probe = partitions::probe_tags(&plan.tag, &layout.tags).map_err(|e| classify(&e))?;
-        for tag in holding_jobs(&redis, &plan.prefix, probe).await? {
+        for tag in holding_jobs(&redis, &plan.prefix, probe).await {
             if !layout.draining.contains(&tag) {
                 layout.draining.push(tag);
             }
@@ -532,11 +532,9 @@ const PARALLEL_UPKEEP: usize = 16;
 
 /// Of the partition tags `tags`, those whose queue holds a job (any of its pending,
 /// processing, delayed, dead or orphans keys exists): one `EXISTS` each, on its node.
-async fn holding_jobs(
-    redis: &crate::queue::Redis,
-    prefix: &str,
-    tags: Vec<String>,
-) -> Result<Vec<String>, Failure> {
+/// Best effort: a tag that cannot be checked (an ACL that grants the queue's own keys
+/// alone, a node down) is left out, and the probe says how many in the log.
+async fn holding_jobs(redis: &crate::queue::Redis, prefix: &str, tags: Vec<String>) -> Vec<String> {
     let checks: Vec<_> = tags
         .into_iter()
         .map(|tag| {
@@ -559,12 +557,23 @@ async fn holding_jobs(
         .collect()
         .await;
     let mut holding = Vec::new();
+    let mut unchecked = Vec::new();
     for f in found {
-        if let Some(tag) = f.map_err(|e| classify(&e))? {
-            holding.push(tag);
+        match f {
+            Ok(Some(tag)) => holding.push(tag),
+            Ok(None) => {}
+            Err(e) => unchecked.push(e),
         }
     }
-    Ok(holding)
+    if let Some(first) = unchecked.first() {
+        warn!(
+            prefix,
+            unchecked = unchecked.len(),
+            error = %first,
+            "cannot look for partitions of earlier layouts in all their places"
+        );
+    }
+    holding
 }
 
 /// `EXISTS` calls of a probe in flight at once.

@@ -172,6 +172,13 @@ pub fn has_counts(status: &JobQueueStatus) -> bool {
     status.condition(types::LEASE_TOO_SHORT).is_some()
 }
 
+/// Whether a reconcile must probe for partitions of earlier layouts: no successful
+/// reconcile has recorded the queue's partitions yet (a new JobQueue, or one deleted
+/// and created again over keys that are still in Redis; see `partitions::probe_tags`).
+pub fn needs_partition_probe(prev: Option<&JobQueueStatus>) -> bool {
+    prev.is_none_or(|s| !has_counts(s))
+}
+
 /// The status after a successful reconcile.
 pub fn observed(
     prev: Option<&JobQueueStatus>,
@@ -824,7 +831,10 @@ mod tests {
         ];
         let s = observed(None, Some(2), &o, t(0));
         let record = s.partitions.as_ref().expect("a partitioned queue's record");
-        assert_eq!((record.desired, &record.draining[..]), (2, &["e~2".to_string()][..]));
+        assert_eq!(
+            (record.desired, &record.draining[..]),
+            (2, &["e~2".to_string()][..])
+        );
         assert_eq!(record.items.len(), 3, "e~5 is empty: drained and forgotten");
         let c = cond(&s, types::PARTITIONS_DRAINED);
         assert_eq!(
@@ -843,7 +853,11 @@ mod tests {
         let done = observed(Some(&s), Some(2), &o, t(30));
         let c = cond(&done, types::PARTITIONS_DRAINED);
         assert_eq!(
-            (c.status.as_str(), c.reason.as_str(), &c.last_transition_time),
+            (
+                c.status.as_str(),
+                c.reason.as_str(),
+                &c.last_transition_time
+            ),
             ("True", "Drained", &Time(t(30)))
         );
         let record = done.partitions.as_ref().unwrap();
@@ -854,6 +868,24 @@ mod tests {
         o.partitions.truncate(2);
         let later = observed(Some(&done), Some(2), &o, t(60));
         assert_eq!(later, done);
+    }
+
+    #[test]
+    fn only_a_queue_without_a_successful_reconcile_is_probed() {
+        assert!(needs_partition_probe(None));
+        let down = Failure {
+            reason: reasons::REDIS_UNREACHABLE,
+            message: "down".into(),
+            redis_reached: false,
+        };
+        assert!(needs_partition_probe(Some(&failed(
+            None,
+            Some(1),
+            &down,
+            t(0)
+        ))));
+        let seen = observed(None, Some(1), &obs(0, 0), t(0));
+        assert!(!needs_partition_probe(Some(&seen)));
     }
 
     #[test]

@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use super::scaling::{Per, RateKind, RateLimit, ScalePolicy, ScaleUp, Select, TargetRef};
 use crate::crd::{
-    JobQueueSpec, MAX_SPEC_PARTITIONS, RedisSpec, ScaleUpRules, ScalingPolicyType, SecretKeySelector, SelectPolicy,
-    WorkersSpec,
+    JobQueueSpec, MAX_SPEC_PARTITIONS, RedisSpec, ScaleUpRules, ScalingPolicyType,
+    SecretKeySelector, SelectPolicy, WorkersSpec,
 };
 use crate::queue::{MAX_BATCH, QueueSettings};
 
