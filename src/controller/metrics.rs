@@ -744,6 +744,16 @@ mod tests {
         stats.histogram.buckets.insert(9, 10);
         metrics.observed(q, &stats, &ReapOutcome::default());
         metrics.replicas(q, Some(2), Some(1));
+        let record = PartitionsStatus {
+            desired: 2,
+            draining: vec!["emails~3".into()],
+            items: vec![crate::crd::PartitionCounts {
+                tag: "emails".into(),
+                pending: 1,
+                ..Default::default()
+            }],
+        };
+        metrics.partitions(q, Some(&record));
         metrics.scaled(q, 1, 2);
         metrics.scaled(q, 2, 1);
         metrics.outcome(
