@@ -401,3 +401,58 @@ async fn on_a_cluster_the_partitions_spread_over_the_masters_and_old_ones_are_fo
     assert_eq!(drained.pending, 6);
     assert_eq!(drained.partitions.unwrap().items.len(), 3);
 }
+
+#[tokio::test]
+async fn under_the_operators_acl_the_probe_stops_at_its_first_refusal() {
+    // docs/operations.md's operator user grants the keys of `emails` alone: the probe's
+    // first other tag is refused, once, and the queue is reconciled as always.
+    let redis = RedisServer::start();
+    let doc = include_str!("../docs/operations.md");
+    let line = doc
+        .lines()
+        .find(|l| l.starts_with("ACL SETUSER jq-operator "))
+        .expect("the operator's ACL line");
+    let mut admin = redis.conn();
+    let mut cmd = redis::cmd("ACL");
+    for arg in line.split_whitespace().skip(1) {
+        cmd.arg(if arg.starts_with('>') { ">op" } else { arg });
+    }
+    let _: () = cmd.query(&mut admin).unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg("LOG")
+        .arg("RESET")
+        .query(&mut admin)
+        .unwrap();
+    enqueue(&redis.queue("emails").await, 2).await;
+
+    let url = redis.url().replace("redis://", "redis://jq-operator:op@");
+    let jq = queue("emails", &url, "emails");
+    let (ctx, mut api, _) = test_context();
+    let (result, mut seen) = Scenario::new(&jq)
+        .expect(Expect::StatusPatch)
+        .run(&ctx, &mut api)
+        .await;
+    result.unwrap();
+    let status = seen.statuses.remove(0);
+    assert_eq!(condition(&status, "Ready").0, "True");
+    assert_eq!((status.pending, status.partitions), (2, None));
+    // ACL LOG entries: `[.., "object", key, ..]`, one per refused key.
+    let log: Vec<Vec<redis::Value>> = redis::cmd("ACL").arg("LOG").query(&mut admin).unwrap();
+    let refused: Vec<String> = log
+        .iter()
+        .map(|entry| {
+            let at = entry
+                .iter()
+                .position(|v| matches!(v, redis::Value::BulkString(b) if b == b"object"))
+                .expect("an object field");
+            redis::from_redis_value(entry[at + 1].clone()).unwrap()
+        })
+        .collect();
+    // The five keys of the first tag probed, in its one round trip; no other tag.
+    assert_eq!(refused.len(), 5, "{refused:?}");
+    let tag = refused[0].split(':').nth(1).unwrap().to_string();
+    assert!(
+        refused.iter().all(|k| k.split(':').nth(1) == Some(&tag)),
+        "{refused:?}"
+    );
+}

@@ -472,7 +472,7 @@ async fn observe(
     if status::needs_partition_probe(prev) {
         // No status remembers what drains: look for partitions of earlier layouts.
         let probe = partitions::probe_tags(&plan.tag, &layout.tags).map_err(|e| classify(&e))?;
-        for tag in holding_jobs(&redis, &plan.prefix, probe).await {
+        for tag in holding_jobs(&redis, &plan.prefix, &plan.tag, probe).await {
             if !layout.draining.contains(&tag) {
                 layout.draining.push(tag);
             }
@@ -531,32 +531,38 @@ async fn observe(
 const PARALLEL_UPKEEP: usize = 16;
 
 /// Of the partition tags `tags`, those whose queue holds a job (any of its pending,
-/// processing, delayed, dead or orphans keys exists): one `EXISTS` each, on its node.
-/// Best effort: a tag that cannot be checked (an ACL that grants the queue's own keys
-/// alone, a node down) is left out, and the probe says how many in the log.
-async fn holding_jobs(redis: &crate::queue::Redis, prefix: &str, tags: Vec<String>) -> Vec<String> {
+/// processing, delayed, dead or orphans keys exists): one pipelined round trip of `TYPE`
+/// each (a command the operator's ACL grants), on its node. Best effort: when the first
+/// tag cannot be checked (an ACL that grants the queue's own keys alone), the probe stops
+/// there, and a tag that fails later (a node down) is left out; the log says so.
+async fn holding_jobs(
+    redis: &crate::queue::Redis,
+    prefix: &str,
+    queue: &str,
+    tags: Vec<String>,
+) -> Vec<String> {
+    let name = format!("{prefix}:{{{queue}}}");
+    let Some(first) = tags.first().cloned() else {
+        return Vec::new();
+    };
+    let mut holding = Vec::new();
+    match holds_jobs(redis.clone(), prefix.to_string(), first).await {
+        Ok(Some(tag)) => holding.push(tag),
+        Ok(None) => {}
+        Err(e) => {
+            info!(queue = %name, error = %e, "not looking for partitions of earlier layouts");
+            return holding;
+        }
+    }
     let checks: Vec<_> = tags
         .into_iter()
-        .map(|tag| {
-            let (redis, prefix) = (redis.clone(), prefix.to_string());
-            async move {
-                let queue = Queue::new(redis.clone(), &prefix, &tag)?;
-                let k = queue.keys();
-                let mut conn = redis;
-                let found: u64 = redis::cmd("EXISTS")
-                    .arg(&[&k.pending, &k.processing, &k.delayed, &k.dead, &k.orphans])
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(|e| crate::queue::Error::from_redis(queue.name(), "EXISTS", e))?;
-                Ok::<_, crate::queue::Error>((found > 0).then_some(tag))
-            }
-        })
+        .skip(1)
+        .map(|tag| holds_jobs(redis.clone(), prefix.to_string(), tag))
         .collect();
     let found: Vec<_> = futures::stream::iter(checks)
         .buffered(PARALLEL_PROBES)
         .collect()
         .await;
-    let mut holding = Vec::new();
     let mut unchecked = Vec::new();
     for f in found {
         match f {
@@ -567,7 +573,7 @@ async fn holding_jobs(redis: &crate::queue::Redis, prefix: &str, tags: Vec<Strin
     }
     if let Some(first) = unchecked.first() {
         warn!(
-            prefix,
+            queue = %name,
             unchecked = unchecked.len(),
             error = %first,
             "cannot look for partitions of earlier layouts in all their places"
@@ -576,7 +582,27 @@ async fn holding_jobs(redis: &crate::queue::Redis, prefix: &str, tags: Vec<Strin
     holding
 }
 
-/// `EXISTS` calls of a probe in flight at once.
+/// `Some(tag)` when partition `tag` holds a job (see [`holding_jobs`]).
+async fn holds_jobs(
+    redis: crate::queue::Redis,
+    prefix: String,
+    tag: String,
+) -> crate::queue::Result<Option<String>> {
+    let queue = Queue::new(redis.clone(), &prefix, &tag)?;
+    let k = queue.keys();
+    let mut pipe = redis::pipe();
+    for key in [&k.pending, &k.processing, &k.delayed, &k.dead, &k.orphans] {
+        pipe.cmd("TYPE").arg(key);
+    }
+    let mut conn = redis;
+    let types: Vec<String> = pipe
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| crate::queue::Error::from_redis(queue.name(), "TYPE", e))?;
+    Ok(types.iter().any(|t| t != "none").then_some(tag))
+}
+
+/// Partitions a probe checks at once.
 const PARALLEL_PROBES: usize = 32;
 
 /// Step 4: read the target, decide, and patch the scale when the replicas must change.
