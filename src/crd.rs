@@ -109,6 +109,13 @@ const RETRY_BOUNDS: &str = concat!(
         priority = 1
     ),
     printcolumn(
+        name = "Partitions",
+        type_ = "integer",
+        json_path = ".spec.partitions",
+        description = "Partitions the queue is spread over",
+        priority = 1
+    ),
+    printcolumn(
         name = "Replicas",
         type_ = "integer",
         json_path = ".status.currentReplicas",
@@ -193,7 +200,24 @@ pub struct JobQueueSpec {
     /// The worker workload to scale on backlog. Without it, the operator does not scale.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workers: Option<WorkersSpec>,
+
+    /// How many partitions the queue is spread over (1 to 256): each is an ordinary
+    /// queue with a hash tag of its own (`emails`, `emails~17`, ...), so on a Redis
+    /// Cluster they spread over the masters. 1, the default, is the queue as it always
+    /// was. May change: growing adds partitions; shrinking drains the removed ones
+    /// (reaped and counted until empty, `status.partitions.draining`), nothing is lost.
+    #[serde(default = "default_partitions")]
+    #[x_kube(
+        validation = Rule::new("self >= 1 && self <= 256")
+            .message("partitions must be between 1 and 256")
+    )]
+    #[schemars(range(min = 1, max = 256))]
+    pub partitions: u32,
 }
+
+/// The most partitions `spec.partitions` allows: a worker waits on one connection per
+/// partition, and the operator maintains each one per `reaper.interval`.
+pub const MAX_SPEC_PARTITIONS: u32 = 256;
 
 /// How to reach Redis. Credentials come from Secrets and are never copied into the
 /// status, events or logs.
@@ -689,11 +713,60 @@ pub struct JobQueueStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original_replicas: Option<OriginalReplicas>,
 
+    /// The partitions of a partitioned queue (`spec.partitions` above 1, or partitions
+    /// of an earlier layout still draining): what the counts above are the sum of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<PartitionsStatus>,
+
     /// `Ready`, `RedisAvailable`, `LeaseTooShort`, `JobsOrphaned` (and `Scaling` with
-    /// workers).
+    /// workers, `PartitionsDrained` once `spec.partitions` has shrunk).
     #[serde(default)]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
+}
+
+/// `status.partitions`: the layout in force, the partitions of earlier layouts still
+/// draining (the operator's memory across restarts: it goes on reaping them until they
+/// are empty), and each partition's counts.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PartitionsStatus {
+    /// The partition count in force (`spec.partitions` of `observedGeneration`).
+    pub desired: u32,
+    /// The hash tags of partitions of an earlier layout that still hold jobs (pending,
+    /// processing, delayed, dead or set aside): reaped and counted until they are empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1024))]
+    pub draining: Vec<String>,
+    /// Each partition's counts: the layout's partitions in order, then the draining ones.
+    #[serde(default)]
+    #[schemars(length(max = 1280))]
+    pub items: Vec<PartitionCounts>,
+}
+
+/// One partition's counts.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PartitionCounts {
+    /// The partition's hash tag (`emails`, `emails~17`): its keys are `prefix:{tag}:…`.
+    pub tag: String,
+    /// The Redis Cluster slot of its keys: the node serving that slot holds it.
+    pub slot: u32,
+    /// A partition of an earlier layout, draining.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub draining: bool,
+    #[serde(default)]
+    pub pending: u64,
+    #[serde(default)]
+    pub processing: u64,
+    #[serde(default)]
+    pub delayed: u64,
+    #[serde(default)]
+    pub due: u64,
+    #[serde(default)]
+    pub dead: u64,
+    #[serde(default)]
+    pub orphaned: u64,
 }
 
 /// A scale target's replicas before the operator first scaled it.
@@ -759,6 +832,7 @@ impl JobQueueSpec {
             reaper: ReaperSpec::default(),
             durability: None,
             workers: None,
+            partitions: default_partitions(),
         }
     }
 }
@@ -804,6 +878,9 @@ fn default_durability_replicas() -> u32 {
 }
 fn default_durability_timeout() -> String {
     "1s".into()
+}
+fn default_partitions() -> u32 {
+    1
 }
 fn default_target_backlog() -> u32 {
     10

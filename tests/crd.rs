@@ -103,6 +103,7 @@ fn names_columns_and_subresources() {
             ("Dead", 0),
             ("Due", 1),
             ("Orphaned", 1),
+            ("Partitions", 1),
             ("Replicas", 0),
             ("Ready", 0),
             ("Age", 0)
@@ -207,6 +208,14 @@ fn bad_specs_are_refused_with_their_message() {
         (
             json!({"workers": {"scaleTargetRef": {"name": "w"}, "minReplicas": 5, "maxReplicas": 2}}),
             "minReplicas must not exceed maxReplicas",
+        ),
+        (
+            json!({"partitions": 0}),
+            "partitions must be between 1 and 256",
+        ),
+        (
+            json!({"partitions": 257}),
+            "partitions must be between 1 and 256",
         ),
     ];
     for (patch, message) in cases {
@@ -448,7 +457,11 @@ fn every_example_queue_is_valid_and_its_secrets_are_there() {
     );
     assert!(queues.iter().any(acl_user), "no ACL user example");
     assert!(queues.iter().any(mutual_tls), "no mutual TLS example");
-    assert!(queues.len() >= 7, "{} example queues", queues.len());
+    assert!(
+        queues.iter().any(|q| q.spec.partitions > 1),
+        "no partitioned example"
+    );
+    assert!(queues.len() >= 8, "{} example queues", queues.len());
 }
 
 #[test]

@@ -238,6 +238,7 @@ fn controller_decisions_do_no_io() {
         "controller::scaling",
         "controller::status",
         "controller::lifecycle",
+        "controller::partitions",
     ] {
         let text = modules
             .get(module)

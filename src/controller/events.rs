@@ -2,6 +2,7 @@
 //! what the reconcile saw: what changed and needs a person's attention, not every
 //! reconcile. The reconciler publishes them.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::runtime::events::{Event, EventType};
 
 use super::scaling::{Decision, Reason};
@@ -122,6 +123,14 @@ pub fn success_events(
             "Recovered",
             format!("queue {} is healthy again", obs.queue),
         ));
+    }
+    // A shrink finished draining: once, as the condition turns True.
+    fn drained(s: &JobQueueStatus) -> Option<&Condition> {
+        s.condition(status::types::PARTITIONS_DRAINED)
+            .filter(|c| c.status == "True")
+    }
+    if let (None, Some(c)) = (drained(prev), drained(new)) {
+        events.push(EventSpec::normal(reasons::DRAINED, c.message.clone()));
     }
     // Totals grew since counts were last seen (not since a failure wrote zeros).
     let counted = status::has_counts(prev);

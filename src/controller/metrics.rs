@@ -15,7 +15,7 @@ use prometheus_client::registry::Registry;
 use k8s_openapi::jiff::Timestamp;
 
 use super::status::types;
-use crate::crd::JobQueueStatus;
+use crate::crd::{JobQueueStatus, PartitionsStatus};
 use crate::queue::{QueueStats, ReapOutcome};
 
 /// One JobQueue.
@@ -61,6 +61,15 @@ pub struct ScaleLabels {
     pub direction: String,
 }
 
+/// One partition of a partitioned JobQueue, by its hash tag (at most 256 plus the
+/// draining ones per queue; unpartitioned queues have none).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PartitionLabels {
+    pub namespace: String,
+    pub name: String,
+    pub partition: String,
+}
+
 /// Every metric of the operator.
 pub struct Metrics {
     pub pending: Family<QueueLabels, Gauge>,
@@ -101,6 +110,15 @@ pub struct Metrics {
     pub desired_replicas: Family<QueueLabels, Gauge>,
     pub current_replicas: Family<QueueLabels, Gauge>,
     pub scale_operations: Family<ScaleLabels, Counter>,
+    /// Pending jobs per partition of a partitioned queue: the one count with a
+    /// `partition` label, enough to see a hot or a stuck partition (the other counts
+    /// are the queue's totals).
+    pub partition_pending: Family<PartitionLabels, Gauge>,
+    /// Partitions of an earlier layout still holding jobs (after `spec.partitions`
+    /// shrank); partitioned queues only.
+    pub partitions_draining: Family<QueueLabels, Gauge>,
+    /// The partitions each queue has `partition_pending` series for.
+    partitions_known: Mutex<HashMap<QueueLabels, Vec<String>>>,
     /// Queues with series, and the `error` labels each has failed with, so every series
     /// of a deleted queue can be forgotten.
     known: Mutex<HashMap<QueueLabels, BTreeSet<String>>>,
@@ -135,6 +153,9 @@ impl Default for Metrics {
             desired_replicas: Family::default(),
             current_replicas: Family::default(),
             scale_operations: Family::default(),
+            partition_pending: Family::default(),
+            partitions_draining: Family::default(),
+            partitions_known: Mutex::default(),
             known: Mutex::default(),
         }
     }
@@ -256,7 +277,57 @@ impl Metrics {
             "Scale patches of the worker workload, by direction",
             self.scale_operations.clone(),
         );
+        r.register(
+            "partition_pending",
+            "Jobs ready to be claimed in one partition of a partitioned queue",
+            self.partition_pending.clone(),
+        );
+        r.register(
+            "partitions_draining",
+            "Partitions of an earlier layout of a partitioned queue that still hold jobs",
+            self.partitions_draining.clone(),
+        );
         self
+    }
+
+    /// Mirror `status.partitions`: one `partition_pending` series per partition listed,
+    /// the series of partitions no longer listed dropped; `None` (an unpartitioned queue)
+    /// drops them all.
+    pub fn partitions(&self, queue: &QueueLabels, record: Option<&PartitionsStatus>) {
+        let now: Vec<String> = record
+            .map(|r| r.items.iter().map(|i| i.tag.clone()).collect())
+            .unwrap_or_default();
+        let before = {
+            let mut known = self.partitions_known.lock().expect("metrics lock");
+            match record {
+                Some(_) => known.insert(queue.clone(), now.clone()),
+                None => known.remove(queue),
+            }
+            .unwrap_or_default()
+        };
+        let labels = |partition: &str| PartitionLabels {
+            namespace: queue.namespace.clone(),
+            name: queue.name.clone(),
+            partition: partition.to_string(),
+        };
+        for gone in before.iter().filter(|t| !now.contains(t)) {
+            self.partition_pending.remove(&labels(gone));
+        }
+        match record {
+            Some(r) => {
+                for item in &r.items {
+                    self.partition_pending
+                        .get_or_create(&labels(&item.tag))
+                        .set(i64::try_from(item.pending).unwrap_or(i64::MAX));
+                }
+                self.partitions_draining
+                    .get_or_create(queue)
+                    .set(r.draining.len() as i64);
+            }
+            None => {
+                self.partitions_draining.remove(queue);
+            }
+        }
     }
 
     /// Count a reconcile and time it until the guard drops.
@@ -449,6 +520,7 @@ impl Metrics {
         ] {
             family.remove(queue);
         }
+        self.partitions(queue, None);
         for family in [
             &self.stale_acks,
             &self.unknown_acks,
@@ -507,6 +579,50 @@ pub fn encode(registry: &Registry) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn partition_series_follow_the_record_and_go_with_the_queue() {
+        use crate::crd::PartitionCounts;
+        let mut registry = Registry::default();
+        let metrics = Metrics::default().register(&mut registry);
+        let q = QueueLabels::new("prod", "emails");
+        let record = |tags: &[&str], draining: &[&str]| PartitionsStatus {
+            desired: 2,
+            draining: draining.iter().map(|t| t.to_string()).collect(),
+            items: tags
+                .iter()
+                .enumerate()
+                .map(|(i, t)| PartitionCounts {
+                    tag: t.to_string(),
+                    pending: i as u64 + 3,
+                    ..PartitionCounts::default()
+                })
+                .collect(),
+        };
+        metrics.partitions(
+            &q,
+            Some(&record(&["emails", "emails~1", "emails~4"], &["emails~4"])),
+        );
+        let text = encode(&registry);
+        for line in [
+            r#"jobqueue_partition_pending{namespace="prod",name="emails",partition="emails"} 3"#,
+            r#"jobqueue_partition_pending{namespace="prod",name="emails",partition="emails~4"} 5"#,
+            r#"jobqueue_partitions_draining{namespace="prod",name="emails"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+        // emails~4 drained: its series goes.
+        metrics.partitions(&q, Some(&record(&["emails", "emails~1"], &[])));
+        let text = encode(&registry);
+        assert!(!text.contains(r#"partition="emails~4""#), "{text}");
+        assert!(text.contains(r#"jobqueue_partitions_draining{namespace="prod",name="emails"} 0"#));
+        // The queue deleted: every partition series goes with it.
+        metrics.observed(&q, &QueueStats::default(), &ReapOutcome::default());
+        metrics.forget(&q);
+        let text = encode(&registry);
+        assert!(!text.contains("partition_pending{"), "{text}");
+        assert!(!text.contains("partitions_draining{"), "{text}");
+    }
 
     #[test]
     fn gauges_counters_and_failures_are_exported() {
@@ -628,6 +744,16 @@ mod tests {
         stats.histogram.buckets.insert(9, 10);
         metrics.observed(q, &stats, &ReapOutcome::default());
         metrics.replicas(q, Some(2), Some(1));
+        let record = PartitionsStatus {
+            desired: 2,
+            draining: vec!["emails~3".into()],
+            items: vec![crate::crd::PartitionCounts {
+                tag: "emails".into(),
+                pending: 1,
+                ..Default::default()
+            }],
+        };
+        metrics.partitions(q, Some(&record));
         metrics.scaled(q, 1, 2);
         metrics.scaled(q, 2, 1);
         metrics.outcome(

@@ -34,6 +34,7 @@ pub mod lifecycle;
 pub mod metrics;
 pub mod operator;
 pub mod ownership;
+pub mod partitions;
 pub mod pause;
 pub mod reconcile;
 pub mod redis_pool;

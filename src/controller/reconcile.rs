@@ -36,6 +36,8 @@
 
 use std::sync::Arc;
 
+use futures::StreamExt;
+
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -47,6 +49,7 @@ use tracing::{debug, info, warn};
 use super::events::{self, EventSpec};
 use super::failures::{classify, kube_reason};
 use super::metrics::QueueLabels;
+use super::partitions::{self, PartitionObservation};
 use super::scaling::{self, Backlog, Decision, ScalePolicy, TargetRef, TargetState};
 use super::status::{self, Failure, Observation, SpecVerdict, reasons};
 use super::validate::{self, InvalidSpec, QueuePlan};
@@ -54,7 +57,7 @@ use super::{
     Context, Error, FIELD_MANAGER, Result, caches, cluster_reads, lifecycle, ownership, pause,
 };
 use crate::crd::{API_VERSION, JobQueue, JobQueueStatus, OnDelete, WorkersSpec};
-use crate::queue::{Queue, QueueStats};
+use crate::queue::{Queue, QueueStats, ReapOutcome};
 
 /// Reconcile one JobQueue: through the finalizer [`lifecycle::FINALIZER`], the pipeline
 /// (`apply`) while the queue exists, the cleanup once it is deleted.
@@ -227,7 +230,7 @@ async fn apply(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
     }
 
     // 2 and 3. Read the Secrets, connect, Redis upkeep.
-    let obs = match observe(&ctx, &q.ns, &plan).await {
+    let obs = match observe(&ctx, &q.ns, &plan, q.prev).await {
         Ok(obs) => obs,
         Err(failure) => {
             let status = status::failed(q.prev, q.generation, &failure, q.now);
@@ -301,6 +304,7 @@ async fn apply(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
         ctx.status_written(&jq, q.now);
     }
     ctx.metrics.observed(&q.labels, &obs.stats, &obs.reaped);
+    ctx.metrics.partitions(&q.labels, new.partitions.as_ref());
     ctx.metrics.replicas(
         &q.labels,
         scaling.as_ref().and_then(|d| d.desired),
@@ -440,8 +444,14 @@ async fn publish_spec_warning(ctx: &Context, q: &Subject<'_>, new: &JobQueueStat
     }
 }
 
-/// Steps 2 and 3: Secrets, connection, and the queue's upkeep.
-async fn observe(ctx: &Context, ns: &str, plan: &QueuePlan) -> Result<Observation, Failure> {
+/// Steps 2 and 3: Secrets, connection, and the queue's upkeep: of each partition, the
+/// layout's and those of earlier layouts still draining (see [`partitions`]).
+async fn observe(
+    ctx: &Context,
+    ns: &str,
+    plan: &QueuePlan,
+    prev: Option<&JobQueueStatus>,
+) -> Result<Observation, Failure> {
     let endpoint = cluster_reads::resolve_endpoint_in(
         &ctx.caches_for(ns),
         &ctx.client,
@@ -457,23 +467,146 @@ async fn observe(ctx: &Context, ns: &str, plan: &QueuePlan) -> Result<Observatio
         .map_err(|e| classify(&e))?;
     let cluster = redis.is_cluster();
     let endpoint_name = redis.endpoint().to_string();
-    let queue = Queue::new(redis, &plan.prefix, &plan.tag)
-        .map_err(|e| classify(&e))?
-        .durability(plan.durability);
-    // One round trip when meta is current and nothing expired (see Queue::maintain).
-    let done = queue
-        .maintain(&plan.settings, plan.batch, ctx.settings.reap_budget)
-        .await
+    let mut layout =
+        partitions::layout(&plan.tag, plan.partitions, prev).map_err(|e| classify(&e))?;
+    if status::needs_partition_probe(prev) {
+        // No status remembers what drains: look for partitions of earlier layouts.
+        let probe = partitions::probe_tags(&plan.tag, &layout.tags).map_err(|e| classify(&e))?;
+        for tag in holding_jobs(&redis, &plan.prefix, &plan.tag, probe).await {
+            if !layout.draining.contains(&tag) {
+                layout.draining.push(tag);
+            }
+        }
+    }
+    let queues = layout
+        .all()
+        .map(|(tag, draining)| {
+            let queue = Queue::new(redis.clone(), &plan.prefix, tag)?.durability(plan.durability);
+            Ok((queue, tag, draining))
+        })
+        .collect::<crate::queue::Result<Vec<_>>>()
         .map_err(|e| classify(&e))?;
+    // Each partition: one round trip when meta is current and nothing expired (see
+    // Queue::maintain), the partitions' in parallel on the shared connection.
+    let (batch, budget) = (plan.batch, ctx.settings.reap_budget);
+    // Owned futures (the stream holds no borrowing closure, so the reconcile stays Send).
+    let upkeep: Vec<_> = queues
+        .iter()
+        .map(|(queue, _, _)| {
+            let (queue, settings) = (queue.clone(), plan.settings.clone());
+            async move { queue.maintain(&settings, batch, budget).await }
+        })
+        .collect();
+    let done: Vec<_> = futures::stream::iter(upkeep)
+        .buffered(PARALLEL_UPKEEP)
+        .collect()
+        .await;
+    let mut reaped = ReapOutcome::default();
+    let mut parts = Vec::with_capacity(queues.len());
+    for ((_, tag, draining), done) in queues.iter().zip(done) {
+        let done = done.map_err(|e| classify(&e))?;
+        reaped += done.reaped;
+        parts.push(PartitionObservation {
+            tag: tag.to_string(),
+            draining: *draining,
+            stats: done.stats,
+        });
+    }
+    // The draining partitions are the PartitionsDrained condition's to name.
+    let name = match layout.tags.len() {
+        1 => queues[0].0.name().to_string(),
+        n => format!("{}:{{{}}} ({n} partitions)", plan.prefix, plan.tag),
+    };
     Ok(Observation {
         endpoint: endpoint_name,
         cluster,
-        queue: queue.name().to_string(),
-        reaped: done.reaped,
-        stats: done.stats,
+        queue: name,
+        reaped,
+        stats: partitions::total(&parts),
         visibility_timeout: plan.settings.visibility_timeout,
+        desired_partitions: plan.partitions,
+        partitions: parts,
     })
 }
+
+/// Partitions maintained at once by one reconcile (each a pipelined round trip on the
+/// shared connection).
+const PARALLEL_UPKEEP: usize = 16;
+
+/// Of the partition tags `tags`, those whose queue holds a job (any of its pending,
+/// processing, delayed, dead or orphans keys exists): one pipelined round trip of `TYPE`
+/// each (a command the operator's ACL grants), on its node. Best effort: when the first
+/// tag cannot be checked (an ACL that grants the queue's own keys alone), the probe stops
+/// there, and a tag that fails later (a node down) is left out; the log says so.
+async fn holding_jobs(
+    redis: &crate::queue::Redis,
+    prefix: &str,
+    queue: &str,
+    tags: Vec<String>,
+) -> Vec<String> {
+    let name = format!("{prefix}:{{{queue}}}");
+    let Some(first) = tags.first().cloned() else {
+        return Vec::new();
+    };
+    let mut holding = Vec::new();
+    match holds_jobs(redis.clone(), prefix.to_string(), first).await {
+        Ok(Some(tag)) => holding.push(tag),
+        Ok(None) => {}
+        Err(e) => {
+            info!(queue = %name, error = %e, "not looking for partitions of earlier layouts");
+            return holding;
+        }
+    }
+    let checks: Vec<_> = tags
+        .into_iter()
+        .skip(1)
+        .map(|tag| holds_jobs(redis.clone(), prefix.to_string(), tag))
+        .collect();
+    let found: Vec<_> = futures::stream::iter(checks)
+        .buffered(PARALLEL_PROBES)
+        .collect()
+        .await;
+    let mut unchecked = Vec::new();
+    for f in found {
+        match f {
+            Ok(Some(tag)) => holding.push(tag),
+            Ok(None) => {}
+            Err(e) => unchecked.push(e),
+        }
+    }
+    if let Some(first) = unchecked.first() {
+        warn!(
+            queue = %name,
+            unchecked = unchecked.len(),
+            error = %first,
+            "cannot look for partitions of earlier layouts in all their places"
+        );
+    }
+    holding
+}
+
+/// `Some(tag)` when partition `tag` holds a job (see [`holding_jobs`]).
+async fn holds_jobs(
+    redis: crate::queue::Redis,
+    prefix: String,
+    tag: String,
+) -> crate::queue::Result<Option<String>> {
+    let queue = Queue::new(redis.clone(), &prefix, &tag)?;
+    let k = queue.keys();
+    let mut pipe = redis::pipe();
+    for key in [&k.pending, &k.processing, &k.delayed, &k.dead, &k.orphans] {
+        pipe.cmd("TYPE").arg(key);
+    }
+    let mut conn = redis;
+    let types: Vec<String> = pipe
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| crate::queue::Error::from_redis(queue.name(), "TYPE", e))?;
+    Ok(types.iter().any(|t| t != "none").then_some(tag))
+}
+
+/// Partitions a probe checks at once.
+const PARALLEL_PROBES: usize = 32;
 
 /// Step 4: read the target, decide, and patch the scale when the replicas must change.
 /// What goes wrong is the decision's reason, never an error: the reconcile goes on.

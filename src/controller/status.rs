@@ -10,6 +10,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
+use super::partitions::{self, PartitionObservation};
 use super::scaling::{Decision, Reason};
 use crate::crd::JobQueueStatus;
 use crate::queue::{Histogram, QueueStats, ReapOutcome};
@@ -26,6 +27,10 @@ pub mod types {
     pub const SCALING: &str = "Scaling";
     /// Ids sit in the orphans set: their job hash was absent when a script looked.
     pub const JOBS_ORPHANED: &str = "JobsOrphaned";
+    /// The partitions `spec.partitions` left out of its layout (after a shrink) are
+    /// empty: `False` while they still hold jobs, `True` once they are drained. Present
+    /// once a reconcile has had partitions of an earlier layout to drain.
+    pub const PARTITIONS_DRAINED: &str = "PartitionsDrained";
     /// The spec passed the controller's validation and is in force as written; when
     /// `False`, the reason says what the operator does instead (see [`SpecVerdict`]).
     ///
@@ -68,6 +73,10 @@ pub mod reasons {
     /// The spec is invalid as a whole: the queue is reaped and counted with the last
     /// settings that passed validation.
     pub const LAST_GOOD_SPEC: &str = "LastGoodSpec";
+    /// Partitions of an earlier layout still hold jobs.
+    pub const DRAINING: &str = "Draining";
+    /// Every partition of an earlier layout is empty.
+    pub const DRAINED: &str = "Drained";
 }
 
 /// How long `LeaseTooShort` stays true after the stale-ack count last grew.
@@ -153,10 +162,15 @@ pub struct Observation {
     pub queue: String,
     /// What this reconcile's reaper calls did.
     pub reaped: ReapOutcome,
-    /// The counts after reaping.
+    /// The counts after reaping: the sum over the partitions.
     pub stats: QueueStats,
     /// The queue's visibility timeout, for the stale-ack message.
     pub visibility_timeout: Duration,
+    /// `spec.partitions` in force (0 reads as 1).
+    pub desired_partitions: usize,
+    /// Each partition maintained: the layout's, then those of earlier layouts still
+    /// draining (empty reads as the one unpartitioned queue).
+    pub partitions: Vec<PartitionObservation>,
 }
 
 /// Whether `status` holds counts a reconcile observed (a status written only by failed
@@ -164,6 +178,13 @@ pub struct Observation {
 pub fn has_counts(status: &JobQueueStatus) -> bool {
     // Only a successful reconcile sets this condition.
     status.condition(types::LEASE_TOO_SHORT).is_some()
+}
+
+/// Whether a reconcile must probe for partitions of earlier layouts: no successful
+/// reconcile has recorded the queue's partitions yet (a new JobQueue, or one deleted
+/// and created again over keys that are still in Redis; see `partitions::probe_tags`).
+pub fn needs_partition_probe(prev: Option<&JobQueueStatus>) -> bool {
+    prev.is_none_or(|s| !has_counts(s))
 }
 
 /// The status after a successful reconcile.
@@ -227,7 +248,61 @@ pub fn observed(
     set_condition(&mut status.conditions, lease);
     let orphans = orphans_condition(stats.orphaned, generation, now);
     set_condition(&mut status.conditions, orphans);
+    let desired = obs.desired_partitions.max(1);
+    status.partitions = partitions::record(desired, &obs.partitions);
+    let checked_draining = obs.partitions.iter().any(|p| p.draining);
+    if checked_draining || status.condition(types::PARTITIONS_DRAINED).is_some() {
+        let drained = drained_condition(desired, &obs.partitions, generation, now);
+        set_condition(&mut status.conditions, drained);
+    }
     status
+}
+
+/// `PartitionsDrained`: false while partitions of an earlier layout hold jobs, true once
+/// they are all empty (and forgotten).
+fn drained_condition(
+    desired: usize,
+    parts: &[PartitionObservation],
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Condition {
+    let left = partitions::still_draining(parts);
+    let layout = match desired {
+        1 => "the one partition".to_string(),
+        n => format!("the {n} partitions"),
+    };
+    if left.is_empty() {
+        condition(
+            types::PARTITIONS_DRAINED,
+            Status::True,
+            reasons::DRAINED,
+            format!(
+                "the partitions of earlier layouts are empty: every job is in {layout} of \
+                 spec.partitions"
+            ),
+            generation,
+            now,
+        )
+    } else {
+        let (partitions, hold) = match left.len() {
+            1 => ("1 partition".to_string(), "holds"),
+            n => (format!("{n} partitions"), "hold"),
+        };
+        condition(
+            types::PARTITIONS_DRAINED,
+            Status::False,
+            reasons::DRAINING,
+            format!(
+                "{partitions} of an earlier layout still {hold} jobs: {}. They are reaped \
+                 and counted until they are empty; new jobs go to {layout} of \
+                 spec.partitions, and workers must go on claiming from these (e.g. \
+                 `--drain-partitions`) until this condition is True",
+                partitions::draining_summary(parts)
+            ),
+            generation,
+            now,
+        )
+    }
 }
 
 /// `JobsOrphaned`: true while ids sit in the orphans set. The reaper puts an id back as
@@ -661,6 +736,7 @@ mod tests {
                 ..QueueStats::default()
             },
             visibility_timeout: Duration::from_secs(30),
+            ..Observation::default()
         }
     }
 
@@ -738,6 +814,96 @@ mod tests {
             ("False", Time(t(10)))
         );
         assert_eq!(back.orphaned, 0);
+    }
+
+    fn partition(tag: &str, draining: bool, pending: u64) -> PartitionObservation {
+        PartitionObservation {
+            tag: tag.into(),
+            draining,
+            stats: QueueStats {
+                pending,
+                ..QueueStats::default()
+            },
+        }
+    }
+
+    #[test]
+    fn a_shrink_is_drained_once_the_removed_partitions_are_empty() {
+        let mut o = obs(0, 0);
+        o.desired_partitions = 2;
+        o.partitions = vec![
+            partition("e", false, 1),
+            partition("e~1", false, 2),
+            partition("e~2", true, 3),
+            partition("e~5", true, 0),
+        ];
+        let s = observed(None, Some(2), &o, t(0));
+        let record = s.partitions.as_ref().expect("a partitioned queue's record");
+        assert_eq!(
+            (record.desired, &record.draining[..]),
+            (2, &["e~2".to_string()][..])
+        );
+        assert_eq!(record.items.len(), 3, "e~5 is empty: drained and forgotten");
+        let c = cond(&s, types::PARTITIONS_DRAINED);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "Draining")
+        );
+        assert!(
+            c.message
+                .starts_with("1 partition of an earlier layout still holds jobs: e~2 (3 pending)."),
+            "{}",
+            c.message
+        );
+        // The next reconcile maintains e~2 alone of the old ones; it is empty now.
+        o.partitions.truncate(3);
+        o.partitions[2].stats.pending = 0;
+        let done = observed(Some(&s), Some(2), &o, t(30));
+        let c = cond(&done, types::PARTITIONS_DRAINED);
+        assert_eq!(
+            (
+                c.status.as_str(),
+                c.reason.as_str(),
+                &c.last_transition_time
+            ),
+            ("True", "Drained", &Time(t(30)))
+        );
+        let record = done.partitions.as_ref().unwrap();
+        assert!(record.draining.is_empty());
+        let tags: Vec<&str> = record.items.iter().map(|i| i.tag.as_str()).collect();
+        assert_eq!(tags, ["e", "e~1"]);
+        // Afterwards, with nothing left to drain, the condition stays as it was.
+        o.partitions.truncate(2);
+        let later = observed(Some(&done), Some(2), &o, t(60));
+        assert_eq!(later, done);
+    }
+
+    #[test]
+    fn only_a_queue_without_a_successful_reconcile_is_probed() {
+        assert!(needs_partition_probe(None));
+        let down = Failure {
+            reason: reasons::REDIS_UNREACHABLE,
+            message: "down".into(),
+            redis_reached: false,
+        };
+        assert!(needs_partition_probe(Some(&failed(
+            None,
+            Some(1),
+            &down,
+            t(0)
+        ))));
+        let seen = observed(None, Some(1), &obs(0, 0), t(0));
+        assert!(!needs_partition_probe(Some(&seen)));
+    }
+
+    #[test]
+    fn an_unpartitioned_queue_has_no_partition_record_nor_condition() {
+        let mut o = obs(4, 0);
+        o.desired_partitions = 1;
+        o.partitions = vec![partition("emails", false, 4)];
+        let s = observed(None, Some(1), &o, t(0));
+        assert_eq!(s.partitions, None);
+        assert!(s.condition(types::PARTITIONS_DRAINED).is_none());
     }
 
     #[test]

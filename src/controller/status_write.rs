@@ -13,7 +13,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::crd::JobQueueStatus;
+use crate::crd::{JobQueueStatus, PartitionCounts, PartitionsStatus};
 
 /// What to do with a new status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +83,20 @@ fn without_counts(s: &JobQueueStatus) -> JobQueueStatus {
         p99: None,
         last_reap_time: None,
         last_stale_ack_time: None,
+        // Which partitions there are, and which drain, is news; their counts are counts.
+        partitions: s.partitions.as_ref().map(|p| PartitionsStatus {
+            items: p
+                .items
+                .iter()
+                .map(|i| PartitionCounts {
+                    tag: i.tag.clone(),
+                    slot: i.slot,
+                    draining: i.draining,
+                    ..PartitionCounts::default()
+                })
+                .collect(),
+            ..p.clone()
+        }),
         conditions: s
             .conditions
             .iter()
@@ -123,6 +137,19 @@ mod tests {
             current_replicas: Some(2),
             desired_replicas: Some(2),
             conditions: vec![ready("Ready")],
+            partitions: Some(PartitionsStatus {
+                desired: 2,
+                draining: vec!["e~3".into()],
+                items: ["e", "e~1", "e~3"]
+                    .iter()
+                    .map(|t| PartitionCounts {
+                        tag: t.to_string(),
+                        draining: *t == "e~3",
+                        pending: 1,
+                        ..PartitionCounts::default()
+                    })
+                    .collect(),
+            }),
             ..JobQueueStatus::default()
         }
     }
@@ -268,6 +295,34 @@ mod tests {
                     s.pending = 9;
                     s.conditions[0].reason = "X".into()
                 },
+                Some(0),
+                1,
+                s30,
+                StatusWrite::Significant,
+            ),
+            (
+                "a partition's counts",
+                |s| s.partitions.as_mut().unwrap().items[0].pending = 7,
+                Some(0),
+                1,
+                s30,
+                StatusWrite::Deferred,
+            ),
+            (
+                "a partition drained (and forgotten)",
+                |s| {
+                    let p = s.partitions.as_mut().unwrap();
+                    p.draining.clear();
+                    p.items.pop();
+                },
+                Some(0),
+                1,
+                s30,
+                StatusWrite::Significant,
+            ),
+            (
+                "the partition count",
+                |s| s.partitions.as_mut().unwrap().desired = 4,
                 Some(0),
                 1,
                 s30,

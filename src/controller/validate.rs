@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use super::scaling::{Per, RateKind, RateLimit, ScalePolicy, ScaleUp, Select, TargetRef};
 use crate::crd::{
-    DurabilityMode, DurabilitySpec, JobQueueSpec, RedisSpec, ScaleUpRules, ScalingPolicyType,
-    SecretKeySelector, SelectPolicy, WorkersSpec,
+    DurabilityMode, DurabilitySpec, JobQueueSpec, MAX_SPEC_PARTITIONS, RedisSpec, ScaleUpRules,
+    ScalingPolicyType, SecretKeySelector, SelectPolicy, WorkersSpec,
 };
 use crate::queue::{Durability, MAX_BATCH, QueueSettings};
 
@@ -101,6 +101,8 @@ pub struct QueuePlan {
     pub batch: usize,
     /// What the queue's writes wait for (`spec.durability`; primary without it).
     pub durability: Durability,
+    /// How many partitions new jobs are spread over (`spec.partitions`, 1 to 256).
+    pub partitions: usize,
     /// How to scale the workers, when the spec names them (and they are valid).
     pub workers: Option<ScalePolicy>,
     /// Why `spec.workers` cannot be acted on, when it cannot: then `workers` is `None`
@@ -167,6 +169,7 @@ pub fn plan(spec: &JobQueueSpec) -> Result<QueuePlan, InvalidSpec> {
     let settings = queue_settings(spec)?;
     let (interval, batch) = reaper(spec)?;
     let durability = durability(spec.durability.as_ref())?;
+    let partitions = partitions(spec)?;
     // The client's own check, so the plan never holds settings `configure` would refuse.
     settings
         .validate()
@@ -185,9 +188,26 @@ pub fn plan(spec: &JobQueueSpec) -> Result<QueuePlan, InvalidSpec> {
         interval,
         batch,
         durability,
+        partitions,
         workers,
         invalid_workers,
     })
+}
+
+/// `spec.partitions`: 1 to 256, and a tag found for each partition (each partition's
+/// tag, `hashTag~k`, must be a valid tag too).
+fn partitions(spec: &JobQueueSpec) -> Result<usize, InvalidSpec> {
+    let n = spec.partitions;
+    if !(1..=MAX_SPEC_PARTITIONS).contains(&n) {
+        return Err(invalid(
+            "spec.partitions",
+            format!("{n} is not between 1 and {MAX_SPEC_PARTITIONS}"),
+        ));
+    }
+    let n = n as usize;
+    crate::queue::partition_tags(&spec.hash_tag, n)
+        .map_err(|e| invalid("spec.partitions", e.to_string()))?;
+    Ok(n)
 }
 
 /// `spec.redis`: exactly one of a URL, its Secret and the Sentinels; Secret references
@@ -658,6 +678,16 @@ mod tests {
             (
                 "spec.reaper.batchSize",
                 Box::new(|s| s.reaper.batch_size = 1001),
+            ),
+            ("spec.partitions", Box::new(|s| s.partitions = 0)),
+            ("spec.partitions", Box::new(|s| s.partitions = 257)),
+            (
+                "spec.partitions",
+                // A tag of 256 bytes leaves no room for a partition's `~k`.
+                Box::new(|s| {
+                    s.hash_tag = "t".repeat(256);
+                    s.partitions = 4
+                }),
             ),
             (
                 "spec.redis",
