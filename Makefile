@@ -3,7 +3,7 @@
 CARGO ?= cargo
 export REDIS_SERVER ?= redis-server
 
-.PHONY: all build test lint fmt demo chaos bench crds lua chart-check conformance clean redis
+.PHONY: all build test lint fmt demo chaos bench bench-instructions bench-peers crds lua chart-check conformance clean redis
 
 all: build
 
@@ -41,6 +41,25 @@ SCALE_BENCH_ARGS ?=
 bench: redis
 	$(CARGO) bench --bench throughput -- $(BENCH_ARGS)
 	$(CARGO) bench --bench operator_scale -- $(SCALE_BENCH_ARGS)
+
+## The instructions redis-server executes per job, counted by valgrind's callgrind (they do
+## not drift with the machine as wall-clock figures do): claim+ack at batch 1 and 32,
+## enqueue at 1 and 1000, reap at 250, the combined ack+claim when the protocol has it, the
+## worker runtime; each also in units of the claim-shaped script. Installs valgrind with
+## apt-get when missing. Options through INSTR_ARGS: `--quick`, `--only claim_ack,reap`.
+INSTR_ARGS ?=
+bench-instructions: redis
+	@./scripts/ensure-valgrind.sh
+	$(CARGO) bench --bench instructions -- $(INSTR_ARGS)
+
+## jobqueue and BullMQ side by side on one private redis-server: enqueue, processing at
+## concurrency 1, 16 and 64 with an empty handler, bytes per waiting job, and the ratios.
+## Installs the pinned BullMQ (benches/peers/package-lock.json) into benches/peers/node_modules;
+## needs Node.js 18+ and npm. Options through PEERS_ARGS: `--jobs N` (default 50000), `--quick`.
+PEERS_ARGS ?=
+bench-peers: redis
+	@./scripts/ensure-peers.sh
+	$(CARGO) bench --bench peers -- $(PEERS_ARGS)
 
 ## The embedded demo: a private redis-server on a free loopback port, worker processes of
 ## which some are SIGKILLed mid-job, the reaper, live counts, and a check that no job was

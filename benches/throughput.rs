@@ -86,6 +86,10 @@ struct Row {
     unit: &'static str,
     target: Option<Target>,
     limit: Option<Limit>,
+    /// A Redis cost (µs) in claim-shaped units: the value divided by the µs of one call
+    /// of the claim-shaped script in the same run, which moves with the machine as the
+    /// value does (see `claim_shaped_units`).
+    units: Option<f64>,
     extra: serde_json::Value,
 }
 
@@ -103,6 +107,7 @@ impl Row {
             unit,
             target: None,
             limit: None,
+            units: None,
             extra: json!({}),
         }
     }
@@ -147,12 +152,41 @@ impl Row {
         if let Some(r) = self.ratio() {
             o["ratio"] = json!(round3(r));
         }
+        if let Some(u) = self.units {
+            o["claim_shaped_units"] = json!(round3(u));
+        }
         if let serde_json::Value::Object(extra) = &self.extra {
             for (k, v) in extra {
                 o[k] = v.clone();
             }
         }
         o
+    }
+}
+
+/// Every Redis cost in µs, in claim-shaped units too: divided by `unit_us`, the Redis µs
+/// of one call of the claim-shaped script in the same run. The machine's speed drifts by
+/// tens of percent from minute to minute and moves both alike, so units compare across
+/// runs where µs do not. Rows in µs per job, call or lease get the `units` column; the
+/// `…usec_per…` figures in a row's JSON get a `…units_per…` twin.
+fn claim_shaped_units(rows: &mut [Row], unit_us: f64) {
+    if unit_us <= 0.0 {
+        return;
+    }
+    for r in rows {
+        if matches!(r.unit, "µs/job" | "µs/call" | "µs/lease") {
+            r.units = Some(r.value / unit_us);
+        }
+        if let serde_json::Value::Object(extra) = &mut r.extra {
+            let twins: Vec<(String, f64)> = extra
+                .iter()
+                .filter(|(k, _)| k.contains("usec_per"))
+                .filter_map(|(k, v)| Some((k.replace("usec_per", "units_per"), v.as_f64()?)))
+                .collect();
+            for (k, v) in twins {
+                extra.insert(k, json!(round3(v / unit_us)));
+            }
+        }
     }
 }
 
@@ -220,18 +254,20 @@ fn print_table(rows: &[Row]) {
         "measurement",
         "value",
         "unit",
+        "units",
         "target",
         "met",
         "ratio",
         "limit (same run)",
     ];
-    let cells: Vec<[String; 7]> = rows
+    let cells: Vec<[String; 8]> = rows
         .iter()
         .map(|r| {
             [
                 r.what.clone(),
                 human(r.value),
                 r.unit.to_string(),
+                r.units.map(|u| format!("{u:.2}")).unwrap_or_default(),
                 r.target.map(|t| t.text()).unwrap_or_default(),
                 match r.target {
                     Some(t) if t.met(r.value) => "yes".into(),
@@ -256,7 +292,7 @@ fn print_table(rows: &[Row]) {
         let mut s = String::from("|");
         for (i, c) in cols.iter().enumerate() {
             let pad = width[i] - c.chars().count();
-            if i == 1 || i == 5 {
+            if i == 1 || i == 3 || i == 6 {
                 s.push_str(&format!(" {}{} |", " ".repeat(pad), c));
             } else {
                 s.push_str(&format!(" {}{} |", c, " ".repeat(pad)));
@@ -956,6 +992,32 @@ async fn main() {
             )
             .extra(json!({"redis_calls_per_call": round3(enq.inner_per_call)})),
         );
+        // and at batch 1, from COST_TASKS callers at once as above
+        s.flush();
+        let per_task = (2000 / scale).div_ceil(COST_TASKS);
+        let c0 = s.commandstats();
+        concurrently(COST_TASKS, |t| {
+            let q = q.clone();
+            async move {
+                for i in 0..per_task {
+                    q.enqueue(NewJob::new(payload(t * per_task + i)))
+                        .await
+                        .unwrap();
+                }
+            }
+        })
+        .await;
+        let c1 = s.commandstats();
+        let enq = script_cost(&c0, &c1);
+        rows.push(
+            Row::new(
+                "cost.enqueue.b1",
+                "Redis µs per job, enqueue, batch 1",
+                enq.usec_per_call,
+                "µs/job",
+            )
+            .extra(json!({"redis_calls_per_call": round3(enq.inner_per_call)})),
+        );
     }
 
     // The combined call: ack the last batch and claim the next in one call -------------
@@ -1236,6 +1298,12 @@ async fn main() {
                 row = row.target(Target::AtLeast(100_000.0));
             }
             rows.push(row);
+            rows.push(Row::new(
+                format!("cost.reap.b{batch}"),
+                format!("  Redis µs per lease, reap batch {batch}"),
+                cost.usec_per_call * cost.calls as f64 / leases as f64,
+                "µs/lease",
+            ));
             let mut row = Row::new(
                 format!("reaper.longest_call.b{batch}"),
                 format!("reaper, longest single call (SLOWLOG), batch {batch}{default}"),
@@ -1425,6 +1493,9 @@ async fn main() {
     }
 
     let _ = (&l_lpush, &l_rpop, &l_eval_p);
+    if let Some(p) = &prim {
+        claim_shaped_units(&mut rows, p.evalsha_us);
+    }
     println!();
     print_table(&rows);
     println!();
