@@ -26,7 +26,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use jobqueue::queue::{ConnectOptions, Lease, NewJob, Queue, Redis, SCRIPTS};
+use jobqueue::queue::{ConnectOptions, Lease, NewJob, Queue, Redis, SCRIPTS, Settle};
 use serde_json::json;
 
 const TAG: &str = "bench";
@@ -328,12 +328,18 @@ fn combined_script() -> Option<&'static str> {
         .find(|n| !KNOWN_SCRIPTS.contains(n) && n.contains("claim"))
 }
 
-/// Ack `done` and claim up to `n` more in one call of the combined script, as a busy
-/// worker does in its steady state. `None`: this harness does not make that call in this
-/// build (the protocol has no combined script yet, or its client call is not wired here).
-/// When the call lands, this is the one function to change.
-async fn ack_and_claim(_q: &Queue, _done: &[Lease], _n: usize) -> Option<Vec<Lease>> {
-    None
+/// Ack `done` and claim up to `n` more in one `settle_claim` call, as a busy worker does
+/// in its steady state (a fresh request id each call, as the worker runtime sends).
+async fn ack_and_claim(q: &Queue, done: &[Lease], n: usize) -> Option<Vec<Lease>> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let request = format!("grind-{}", NEXT.fetch_add(1, Ordering::Relaxed));
+    let settles: Vec<Settle<'_>> = done.iter().map(|l| Settle::Ack(l.lease_ref())).collect();
+    let out = q
+        .settle_claim(&request, &settles, n, "grind", None)
+        .await
+        .expect("settle_claim");
+    Some(out.claimed.leases)
 }
 
 /// Run a `Worker` with an empty handler until it has acked `jobs` jobs.
