@@ -444,6 +444,7 @@ impl Queue {
         let lease = LeaseRef {
             id: id.as_bytes(),
             token: &token,
+            partition: 0,
         };
         let ended = self
             .end_lease(
@@ -1218,6 +1219,7 @@ fn parse_lease(v: Value) -> std::result::Result<Lease, Unreadable> {
         attempts,
         token,
         lease_until,
+        partition: 0,
     })
 }
 
