@@ -35,11 +35,15 @@ chaos: redis
 ## on a private redis-server (see docs/benchmarks.md). Options go through BENCH_ARGS:
 ## `--quick` (a tenth of the data) or `--only claim_ack,reaper`. Then the operator at scale
 ## (500 JobQueues against the stand-in API server); its options go through
-## SCALE_BENCH_ARGS, e.g. `--queues 200 --interval 5 --window 60`.
+## SCALE_BENCH_ARGS, e.g. `--queues 200 --interval 5 --window 60`. Then one queue over 1, 3 and
+## 6 partitions on a 3-master Cluster: jobs/s, Redis CPU per node and its spread
+## (PARTITIONS_BENCH_ARGS: `--quick`).
+PARTITIONS_BENCH_ARGS ?=
 BENCH_ARGS ?=
 SCALE_BENCH_ARGS ?=
 bench: redis
 	$(CARGO) bench --bench throughput -- $(BENCH_ARGS)
+	$(CARGO) bench --bench partitions -- $(PARTITIONS_BENCH_ARGS)
 	$(CARGO) bench --bench operator_scale -- $(SCALE_BENCH_ARGS)
 
 ## The embedded demo: a private redis-server on a free loopback port, worker processes of

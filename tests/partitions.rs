@@ -461,3 +461,138 @@ async fn six_partitions_on_a_cluster_shrunk_to_three_lose_nothing() {
         stats.partitions
     );
 }
+
+/// `jobqueue` with `args`, stdin `input`; returns stdout, failing the test on a non-zero exit.
+fn cli(args: &[&str], input: &str) -> String {
+    use std::io::Write;
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "jobqueue {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn the_cli_enqueues_counts_and_redrives_across_partitions() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let base = ["--redis", url.as_str(), "--tag", "cli", "--partitions", "3"];
+    let with = |extra: &[&str]| -> Vec<String> {
+        extra
+            .iter()
+            .chain(base.iter())
+            .map(|s| s.to_string())
+            .collect()
+    };
+    let run = |extra: &[&str], input: &str| {
+        let args = with(extra);
+        cli(&args.iter().map(String::as_str).collect::<Vec<_>>(), input)
+    };
+    let lines: String = (0..30).map(|i| format!("job {i}\n")).collect();
+    run(&["enqueue", "--stdin"], &lines);
+    run(
+        &["enqueue", "--partition-key", "k", "--id", "keyed-1", "x"],
+        "",
+    );
+
+    let stats: serde_json::Value = serde_json::from_str(&run(&["stats", "--json"], "")).unwrap();
+    assert_eq!(stats["pending"], 31, "{stats}");
+    let parts = stats["partitions"].as_array().unwrap();
+    assert_eq!(parts.len(), 3);
+    let sum: u64 = parts.iter().map(|p| p["pending"].as_u64().unwrap()).sum();
+    assert_eq!(sum, 31);
+    assert!(
+        parts.iter().all(|p| p["pending"].as_u64().unwrap() > 0),
+        "{stats}"
+    );
+    let one: serde_json::Value =
+        serde_json::from_str(&run(&["stats", "--json", "--partition", "1"], "")).unwrap();
+    assert_eq!(one["pending"], parts[1]["pending"]);
+    assert_eq!(one["queue"], parts[1]["queue"]);
+
+    // The library sees the same layout, and the keyed job where its key says.
+    let queue = PartitionedQueue::new(server.redis().await, "jq", "cli", 3).unwrap();
+    let p = queue.partition_for(b"k");
+    assert!(
+        queue.partitions()[p]
+            .job("keyed-1")
+            .await
+            .unwrap()
+            .is_some()
+    );
+
+    // Dead jobs in several partitions: the CLI redrives the oldest over all of them.
+    let mut dead = 0;
+    while dead < 6 {
+        let leases = queue.claim(10, "w", None).await.unwrap();
+        assert!(!leases.is_empty());
+        for lease in leases {
+            queue
+                .fail(
+                    &lease,
+                    "no",
+                    jobqueue::queue::FailMode::Dead,
+                    jobqueue::queue::Backoff::Policy,
+                )
+                .await
+                .unwrap();
+            dead += 1;
+        }
+    }
+    let out = run(&["dead", "redrive", "--oldest", "4"], "");
+    assert!(out.contains("redrove 4 dead jobs"), "{out}");
+    let stats = queue.stats().await.unwrap();
+    assert_eq!(stats.total.dead, dead - 4);
+    let out = run(&["dead", "purge", "--all", "--yes"], "");
+    assert!(
+        out.contains(&format!("purged {} dead jobs", dead - 4)),
+        "{out}"
+    );
+    assert_eq!(queue.stats().await.unwrap().total.dead, 0);
+    let out = run(&["reap"], "");
+    assert!(out.contains("(3 partitions)"), "{out}");
+}
+
+#[tokio::test]
+async fn a_failing_partition_does_not_stop_claims_from_the_others() {
+    let server = RedisServer::start();
+    let queue = PartitionedQueue::new(server.redis().await, "jq", "sick", 3).unwrap();
+    // Partition 0's pending list is a string: every claim there fails (WRONGTYPE), as
+    // one on a node that is down would.
+    let _: () = redis::cmd("SET")
+        .arg(&queue.partitions()[0].keys().pending)
+        .arg("not a list")
+        .query(&mut server.conn())
+        .unwrap();
+    for p in [1, 2] {
+        let jobs = (0..5)
+            .map(|i| NewJob::new(&b"x"[..]).id(format!("p{p}-{i}")))
+            .collect();
+        queue.partitions()[p].enqueue_many(jobs).await.unwrap();
+    }
+    for _ in 0..10 {
+        let leases = queue.claim(1, "w", None).await.unwrap();
+        assert_eq!(leases.len(), 1);
+        assert_ne!(leases[0].partition, 0);
+    }
+    // Nothing left elsewhere: now the failure is reported.
+    let err = queue.claim(1, "w", None).await.unwrap_err();
+    // It names the partition that failed.
+    let sick = queue.partitions()[0].name();
+    assert!(err.to_string().contains(sick), "{err}");
+}

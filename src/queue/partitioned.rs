@@ -226,12 +226,21 @@ impl PartitionedQueue {
     ) -> Result<Vec<Lease>> {
         let count = self.parts.len();
         let start = self.cursor.load(Ordering::Relaxed) % count;
+        // A partition that fails (its node down) does not stop the others: its error is
+        // returned only when no other partition gave jobs.
+        let mut failed = None;
         for step in 0..count {
             let p = (start + step) % count;
             if self.empty[p].load(Ordering::Relaxed) {
                 continue;
             }
-            let mut leases = self.parts[p].claim(n, worker, visibility).await?;
+            let mut leases = match self.parts[p].claim(n, worker, visibility).await {
+                Ok(leases) => leases,
+                Err(err) => {
+                    failed.get_or_insert(err);
+                    continue;
+                }
+            };
             if leases.is_empty() {
                 self.empty[p].store(true, Ordering::Relaxed);
                 continue;
@@ -242,7 +251,14 @@ impl PartitionedQueue {
             }
             return Ok(leases);
         }
-        Ok(Vec::new())
+        match failed {
+            Some(err) => {
+                // The next claim starts after the partition that failed first.
+                self.cursor.store(start + 1, Ordering::Relaxed);
+                Err(err)
+            }
+            None => Ok(Vec::new()),
+        }
     }
 
     /// Partition `p` may have jobs again (a wake marker came from it).
@@ -369,6 +385,13 @@ impl PartitionedQueue {
         let outcomes =
             try_join_all(self.parts.iter().map(|q| q.reap_expired(batch, max_calls))).await?;
         Ok(sum_reaps(outcomes))
+    }
+
+    /// Load every script ahead of the first calls, on the node(s) of every partition
+    /// (see `Queue::load_scripts`).
+    pub async fn load_scripts(&self) -> Result<()> {
+        try_join_all(self.parts.iter().map(|q| q.load_scripts())).await?;
+        Ok(())
     }
 
     /// Write `settings` to every partition's `meta`.
