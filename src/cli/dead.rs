@@ -237,7 +237,7 @@ async fn show(args: ShowArgs) -> anyhow::Result<()> {
             break;
         }
     }
-    let view = super::show::load(&queue, args.id.as_bytes()).await?;
+    let view = super::show::load(queue, args.id.as_bytes()).await?;
     let mut out = std::io::stdout().lock();
     if args.raw {
         out.write_all(&view.info.payload)?;
