@@ -566,6 +566,21 @@ async fn the_cli_enqueues_counts_and_redrives_across_partitions() {
     assert_eq!(queue.stats().await.unwrap().total.dead, 0);
     let out = run(&["reap"], "");
     assert!(out.contains("(3 partitions)"), "{out}");
+
+    // A partition that is not there is a usage error naming the range.
+    for (partitions, partition) in [("3", "3"), ("1", "2")] {
+        let out = Command::new(BIN)
+            .args(["stats", "--redis", url.as_str(), "--tag", "cli"])
+            .args(["--partitions", partitions, "--partition", partition])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains(&format!("{partition} is not a partition")),
+            "{err}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -242,6 +242,14 @@ impl ConnectArgs {
             let queue = self.partitioned_on(self.connect().await?, durability)?;
             return Ok(queue.partition(self.partition.unwrap_or_default())?.clone());
         }
+        if let Some(p) = self.partition.filter(|p| *p != 0) {
+            return Err(crate::queue::Error::InvalidArgument {
+                what: "--partition",
+                reason: format!(
+                    "{p} is not a partition of a queue of 1 partition (give --partitions)"
+                ),
+            });
+        }
         let redis = self.connect().await?;
         Ok(Queue::new(redis, &self.prefix, &self.tag)?.durability(durability))
     }
