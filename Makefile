@@ -24,11 +24,13 @@ test: redis
 
 ## The chaos and durability suite at full size: worker processes SIGKILLed, two reapers,
 ## connections cut, Redis SIGKILLed and restarted with an AOF, a 3-master Cluster, and
-## behind Sentinel the primary SIGKILLed and a manual failover (tests/support/sentinel.rs).
+## behind Sentinel the primary SIGKILLed and a manual failover (tests/support/sentinel.rs); then a
+## queue of 6 partitions on the Cluster shrunk to 3 under SIGKILLed workers (tests/partitions.rs).
 ## Prints one tally per scenario; `make test` runs the same suite CI-sized.
 CHAOS_SCALE ?= 10
 chaos: redis
 	JOBQUEUE_CHAOS_SCALE=$(CHAOS_SCALE) $(CARGO) test --test chaos -- --nocapture --test-threads=1
+	JOBQUEUE_CHAOS_SCALE=$(CHAOS_SCALE) $(CARGO) test --test partitions six_partitions -- --nocapture
 
 ## Throughput, Redis cost per job, reaper speed, memory per job and the operator's cost
 ## per reconcile, each next to redis-benchmark's figure for the primitive it is bound by,
