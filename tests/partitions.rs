@@ -272,6 +272,18 @@ fn spawn_worker(url: &str, dir: &Path, id: &str, partitions: &[&str]) -> Child {
         .expect("run jobqueue worker")
 }
 
+/// The worker id of some lease held now, if any.
+async fn lease_holder(queue: &PartitionedQueue) -> Option<String> {
+    for part in queue.partitions() {
+        for (id, _) in part.processing_ids(1).await.ok()? {
+            if let Some(worker) = part.job(id.as_bytes()).await.ok()?.and_then(|j| j.worker) {
+                return Some(worker);
+            }
+        }
+    }
+    None
+}
+
 /// `poison` is dead-lettered at once, `flaky` fails its first attempt, the rest sleep.
 const HANDLER: &str = r#"
 read kind secs
@@ -299,18 +311,17 @@ async fn six_partitions_on_a_cluster_shrunk_to_three_lose_nothing() {
     })
     .await
     .unwrap();
-    let total = 600 * scale();
-    let kills = 3 * scale();
+    // Batches of 60 jobs; half before the shrink, half after; a worker SIGKILLed after
+    // every second batch.
+    let batches = 10 * scale();
+    let total = 60 * batches;
 
     // Workers on all six partitions.
-    let mut workers: Vec<Child> = (0..3)
+    let mut workers: Vec<(String, Child)> = (0..3)
         .map(|i| {
-            spawn_worker(
-                &url,
-                dir.path(),
-                &format!("six-{i}"),
-                &["--partitions", "6"],
-            )
+            let id = format!("six-{i}");
+            let child = spawn_worker(&url, dir.path(), &id, &["--partitions", "6"]);
+            (id, child)
         })
         .collect();
     // A reaper over every partition (the operator's part, here the library's).
@@ -338,9 +349,9 @@ async fn six_partitions_on_a_cluster_shrunk_to_three_lose_nothing() {
     let mut kinds: HashMap<String, &str> = HashMap::new();
     let mut rng = rand::rng();
     let mut killed = 0;
-    for batch in 0..10 {
-        let queue = if batch < 5 { &six } else { &three };
-        let jobs: Vec<NewJob> = (batch * total / 10..(batch + 1) * total / 10)
+    for batch in 0..batches {
+        let queue = if batch < batches / 2 { &six } else { &three };
+        let jobs: Vec<NewJob> = (batch * 60..(batch + 1) * 60)
             .map(|i| {
                 let kind = match i % 17 {
                     3 => "poison",
@@ -348,39 +359,37 @@ async fn six_partitions_on_a_cluster_shrunk_to_three_lose_nothing() {
                     _ => "ok",
                 };
                 kinds.insert(format!("j{i}"), kind);
-                let secs = rng.random_range(5..60) as f64 / 1000.0;
+                let secs = rng.random_range(20..200) as f64 / 1000.0;
                 NewJob::new(format!("{kind} {secs:.3}\n").into_bytes()).id(format!("j{i}"))
             })
             .collect();
         let out = queue.enqueue_many(jobs).await.unwrap();
         assert!(out.iter().all(|e| e.created));
-        if batch == 4 {
+        if batch == batches / 2 - 1 {
             // The shrink: after this no job goes to the removed partitions...
             let before = six.stats().await.unwrap();
             let enqueued_removed: u64 =
                 removed.iter().map(|&p| before.partitions[p].enqueued).sum();
             assert!(enqueued_removed > 0);
             // ...and new workers drain all six while routing to three.
-            workers.push(spawn_worker(
-                &url,
-                dir.path(),
-                "three-0",
-                &["--partitions", "3", "--drain-partitions", "6"],
-            ));
+            let id = "three-0".to_string();
+            let args = ["--partitions", "3", "--drain-partitions", "6"];
+            workers.push((id.clone(), spawn_worker(&url, dir.path(), &id, &args)));
         }
-        // SIGKILL a worker now and then, and start another in its place.
-        if killed < kills && batch % 3 == 1 {
-            let i = rng.random_range(0..workers.len());
-            let mut child = workers.remove(i);
+        // SIGKILL a worker that holds a lease (a random one when none is seen), and
+        // start another in its place.
+        if batch % 2 == 1 {
+            let holder = lease_holder(&three).await;
+            let i = holder
+                .and_then(|w| workers.iter().position(|(id, _)| *id == w))
+                .unwrap_or_else(|| rng.random_range(0..workers.len()));
+            let (_, mut child) = workers.remove(i);
             let _ = child.kill();
             let _ = child.wait();
             killed += 1;
-            workers.push(spawn_worker(
-                &url,
-                dir.path(),
-                &format!("after-kill-{killed}"),
-                &["--partitions", "3", "--drain-partitions", "6"],
-            ));
+            let id = format!("after-kill-{killed}");
+            let args = ["--partitions", "3", "--drain-partitions", "6"];
+            workers.push((id.clone(), spawn_worker(&url, dir.path(), &id, &args)));
         }
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
@@ -394,7 +403,7 @@ async fn six_partitions_on_a_cluster_shrunk_to_three_lose_nothing() {
     };
     let last = std::sync::Mutex::new(None);
     Wait::for_("every partition drained and every job done or dead")
-        .within(Duration::from_secs(120))
+        .within(Duration::from_secs(60 + 30 * scale() as u64))
         .every(Duration::from_millis(200))
         .explained_by(|| format!("last stats: {:?}\nlogs:\n{}", last.lock().unwrap(), logs()))
         .until(async || {
@@ -408,7 +417,7 @@ async fn six_partitions_on_a_cluster_shrunk_to_three_lose_nothing() {
         .await;
     stop.cancel();
     let requeued = reaper.await.unwrap();
-    for mut child in workers {
+    for (_, mut child) in workers {
         let _ = child.kill();
         let _ = child.wait();
     }
@@ -430,12 +439,15 @@ async fn six_partitions_on_a_cluster_shrunk_to_three_lose_nothing() {
     let stats = three.stats().await.unwrap();
     println!(
         "partitions 6 → 3 on a 3-master Cluster: {total} jobs, {done} done, {dead} dead, \
-         lost {}, {killed} workers SIGKILLed, {requeued} leases reaped; per partition \
-         (acked): {:?}",
+         lost {}, {killed} workers SIGKILLed, {} leases reaped ({requeued} by the test's \
+         reaper); per partition (acked): {:?}",
         lost.len(),
+        stats.total.reaped,
         stats.partitions.iter().map(|s| s.acked).collect::<Vec<_>>()
     );
     assert!(lost.is_empty(), "lost or wrong: {lost:?}");
+    // The killed workers' leases were taken back by a reaper (the test's or a worker's).
+    assert!(stats.total.reaped > 0, "{:?}", stats.total);
     assert_eq!(done + dead, total);
     // Each partition drained; the removed ones got no job after the shrink (their
     // enqueued counters are what the first half put there).
