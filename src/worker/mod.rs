@@ -55,6 +55,10 @@
 //!   reach Redis, the lease expires for the reaper to hand the job out again.)
 //! - Redis failures are retried with capped, jittered exponential backoff; the worker
 //!   never spins and never exits because Redis went away.
+//! - On a partitioned queue ([`JobSource::Partitioned`], see `docs/partitions.md`) each
+//!   claim takes jobs from one partition, in rotation; each lease's ack, renewal, fail or
+//!   release goes to its partition; an idle worker waits on every partition's `wake`
+//!   list; the reaper reaps every partition.
 
 mod backoff;
 pub mod exec;
