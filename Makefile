@@ -24,22 +24,28 @@ test: redis
 
 ## The chaos and durability suite at full size: worker processes SIGKILLed, two reapers,
 ## connections cut, Redis SIGKILLed and restarted with an AOF, a 3-master Cluster, and
-## behind Sentinel the primary SIGKILLed and a manual failover (tests/support/sentinel.rs).
+## behind Sentinel the primary SIGKILLed and a manual failover (tests/support/sentinel.rs); then a
+## queue of 6 partitions on the Cluster shrunk to 3 under SIGKILLed workers (tests/partitions.rs).
 ## Prints one tally per scenario; `make test` runs the same suite CI-sized.
 CHAOS_SCALE ?= 10
 chaos: redis
 	JOBQUEUE_CHAOS_SCALE=$(CHAOS_SCALE) $(CARGO) test --test chaos -- --nocapture --test-threads=1
+	JOBQUEUE_CHAOS_SCALE=$(CHAOS_SCALE) $(CARGO) test --test partitions six_partitions -- --nocapture
 
 ## Throughput, Redis cost per job, reaper speed, memory per job and the operator's cost
 ## per reconcile, each next to redis-benchmark's figure for the primitive it is bound by,
 ## on a private redis-server (see docs/benchmarks.md). Options go through BENCH_ARGS:
 ## `--quick` (a tenth of the data) or `--only claim_ack,reaper`. Then the operator at scale
 ## (500 JobQueues against the stand-in API server); its options go through
-## SCALE_BENCH_ARGS, e.g. `--queues 200 --interval 5 --window 60`.
+## SCALE_BENCH_ARGS, e.g. `--queues 200 --interval 5 --window 60`. Then one queue over 1, 3 and
+## 6 partitions on a 3-master Cluster: jobs/s, Redis CPU per node and its spread
+## (PARTITIONS_BENCH_ARGS: `--quick`).
+PARTITIONS_BENCH_ARGS ?=
 BENCH_ARGS ?=
 SCALE_BENCH_ARGS ?=
 bench: redis
 	$(CARGO) bench --bench throughput -- $(BENCH_ARGS)
+	$(CARGO) bench --bench partitions -- $(PARTITIONS_BENCH_ARGS)
 	$(CARGO) bench --bench operator_scale -- $(SCALE_BENCH_ARGS)
 
 ## The instructions redis-server executes per job, counted by valgrind's callgrind (they do

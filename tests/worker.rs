@@ -239,6 +239,7 @@ async fn stale_renewal_cancels_the_handler_and_its_result_is_not_acked() {
             LeaseRef {
                 id: b"x",
                 token: &token,
+                partition: 0,
             },
             "taken away",
             FailMode::Retry,

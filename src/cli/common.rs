@@ -1,7 +1,7 @@
 //! What the operations subcommands share: opening a queue, signals, usage errors.
 
 use super::ConnectArgs;
-use crate::queue::Queue;
+use crate::queue::{PartitionedQueue, Queue, QueueStats, ReapOutcome, Selection};
 use crate::shutdown::Signal;
 
 /// Stopped by Ctrl-C or SIGTERM before the work was finished.
@@ -39,5 +39,90 @@ pub async fn stop_signal() -> &'static str {
     match crate::shutdown::shutdown_signal().await {
         Signal::Interrupt => "Ctrl-C",
         Signal::Terminate => "SIGTERM",
+    }
+}
+
+/// What an operations command acts on: one queue (an unpartitioned queue, or the
+/// partition `--partition` names), or every partition of a partitioned queue.
+#[derive(Clone)]
+pub enum Target {
+    One(Queue),
+    All(PartitionedQueue),
+}
+
+impl Target {
+    pub fn name(&self) -> &str {
+        match self {
+            Target::One(q) => q.name(),
+            Target::All(q) => q.name(),
+        }
+    }
+
+    /// The one queue, or each partition: for commands that list per partition.
+    pub fn queues(&self) -> Vec<Queue> {
+        match self {
+            Target::One(q) => vec![q.clone()],
+            Target::All(q) => q.partitions().to_vec(),
+        }
+    }
+
+    pub async fn reap_expired(
+        &self,
+        batch: usize,
+        calls: usize,
+    ) -> crate::queue::Result<ReapOutcome> {
+        match self {
+            Target::One(q) => q.reap_expired(batch, calls).await,
+            Target::All(q) => q.reap_expired(batch, calls).await,
+        }
+    }
+
+    pub async fn redrive(&self, selection: &Selection) -> crate::queue::Result<u64> {
+        match self {
+            Target::One(q) => q.redrive(selection).await,
+            Target::All(q) => q.redrive(selection).await,
+        }
+    }
+
+    pub async fn purge(&self, selection: &Selection) -> crate::queue::Result<u64> {
+        match self {
+            Target::One(q) => q.purge(selection).await,
+            Target::All(q) => q.purge(selection).await,
+        }
+    }
+
+    /// The counts and counters: the queue's, or the sum over the partitions.
+    pub async fn stats(&self) -> crate::queue::Result<QueueStats> {
+        match self {
+            Target::One(q) => q.stats().await,
+            Target::All(q) => Ok(q.stats().await?.total),
+        }
+    }
+}
+
+/// [`open`] for the commands that understand a partitioned queue: with `--partitions`
+/// (or `--drain-partitions`) and no `--partition`, every partition, each checked.
+pub async fn open_target(connect: &ConnectArgs) -> anyhow::Result<Target> {
+    if !connect.all_partitions() {
+        return Ok(Target::One(open(connect).await?));
+    }
+    let queue = connect.partitioned().await?;
+    queue.check_key_types().await?;
+    Ok(Target::All(queue))
+}
+
+/// [`note_if_absent`] for every partition.
+pub async fn note_if_target_absent(target: &Target) -> anyhow::Result<()> {
+    match target {
+        Target::One(q) => note_if_absent(q).await,
+        Target::All(q) => {
+            if !q.exists().await? {
+                eprintln!(
+                    "note: no partition of {} exists (none of their keys are in Redis): check --tag, --prefix and --partitions",
+                    q.name()
+                );
+            }
+            Ok(())
+        }
     }
 }

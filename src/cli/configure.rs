@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::ConnectArgs;
-use super::common::open;
+use super::common::open_target;
 use crate::duration;
 use crate::queue::QueueSettings;
 
@@ -96,11 +96,15 @@ impl ConfigureArgs {
 }
 
 pub async fn run(args: ConfigureArgs) -> anyhow::Result<()> {
-    let queue = open(&args.connect).await?;
-    let current = queue.settings().await?;
+    // Partitioned: read the first partition, write every one (all are configured alike).
+    let target = open_target(&args.connect).await?;
+    let queues = target.queues();
+    let current = queues[0].settings().await?;
     let (settings, written) = match args.apply(&current) {
         Some(new) => {
-            queue.configure(&new).await?;
+            for queue in &queues {
+                queue.configure(&new).await?;
+            }
             (new, true)
         }
         None => (current, false),
@@ -123,7 +127,7 @@ pub async fn run(args: ConfigureArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let state = if written { "written" } else { "unchanged" };
-    writeln!(out, "settings of {} ({state})", queue.name())?;
+    writeln!(out, "settings of {} ({state})", target.name())?;
     write!(out, "{}", table(&settings))?;
     Ok(())
 }

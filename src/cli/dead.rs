@@ -6,7 +6,7 @@ use std::io::Write;
 use clap::{ArgGroup, Args, Subcommand};
 
 use super::ConnectArgs;
-use super::common::{UsageError, open};
+use super::common::{Target, UsageError, open_target};
 use super::format::{add_id_hex, count, format_epoch_ms, preview_end};
 use super::progress::Progress;
 use super::show::Payload;
@@ -19,7 +19,8 @@ Examples:
   jobqueue dead redrive --tag emails 8fK2pQ0aZr1xYc3d
   jobqueue dead redrive --tag emails --oldest 100
   jobqueue dead purge --tag emails --all --yes
-  jobqueue dead purge --tag emails --orphans --yes";
+  jobqueue dead purge --tag emails --orphans --yes
+  jobqueue dead redrive --tag emails --partitions 6 --oldest 100   # oldest over all partitions";
 
 #[derive(Debug, Args)]
 pub struct DeadArgs {
@@ -151,9 +152,26 @@ async fn ls(args: LsArgs) -> anyhow::Result<()> {
     if args.limit == 0 {
         return Err(UsageError("--limit must be above 0 (e.g. --limit 20)".into()).into());
     }
-    let queue = open(&args.connect).await?;
+    let target = open_target(&args.connect).await?;
+    let queues = target.queues();
+    for (i, queue) in queues.iter().enumerate() {
+        if queues.len() > 1 && !args.json {
+            let mut out = std::io::stdout().lock();
+            if i > 0 {
+                writeln!(out)?;
+            }
+            writeln!(out, "partition {i} of {}:", queues.len())?;
+        }
+        ls_one(queue, &args).await?;
+    }
+    Ok(())
+}
+
+/// The dead jobs of one queue (or partition).
+async fn ls_one(queue: &Queue, args: &LsArgs) -> anyhow::Result<()> {
     let total = queue.stats().await?.dead;
     let entries = queue.dead_ids(args.offset, args.limit).await?;
+    let queue = queue.clone();
     let mut out = std::io::stdout().lock();
     if !args.json {
         if total == 0 {
@@ -210,8 +228,16 @@ async fn job(queue: &Queue, id: impl AsRef<[u8]>) -> anyhow::Result<Option<JobIn
 }
 
 async fn show(args: ShowArgs) -> anyhow::Result<()> {
-    let queue = open(&args.connect).await?;
-    let view = super::show::load(&queue, args.id.as_bytes()).await?;
+    let queues = open_target(&args.connect).await?.queues();
+    // The partition that holds the job (the first, when none does: it says so).
+    let mut queue = &queues[0];
+    for q in &queues {
+        if q.job(args.id.as_bytes()).await?.is_some() {
+            queue = q;
+            break;
+        }
+    }
+    let view = super::show::load(queue, args.id.as_bytes()).await?;
     let mut out = std::io::stdout().lock();
     if args.raw {
         out.write_all(&view.info.payload)?;
@@ -248,7 +274,7 @@ async fn select(args: SelectArgs, action: Action) -> anyhow::Result<()> {
     if args.oldest == Some(0) {
         return Err(UsageError("--oldest needs a number above 0".into()).into());
     }
-    let queue = open(&args.connect).await?;
+    let queue = open_target(&args.connect).await?;
     let apply = async |selection: Selection| -> anyhow::Result<u64> {
         Ok(match action {
             Action::Redrive => queue.redrive(&selection).await?,
@@ -256,7 +282,11 @@ async fn select(args: SelectArgs, action: Action) -> anyhow::Result<()> {
         })
     };
     // Read before acting: once redriven or purged, a job no longer says why it was not.
-    let skipped = not_dead(&queue, &args.ids).await?;
+    let skipped = match &queue {
+        Target::One(q) => not_dead(q, &args.ids).await?,
+        // Each id is looked for in every partition.
+        Target::All(_) => Vec::new(),
+    };
     let (done, asked) = if !args.ids.is_empty() {
         (
             apply(Selection::Ids(args.ids.clone())).await?,
@@ -361,7 +391,13 @@ async fn purge_orphans(connect: &ConnectArgs, yes: bool) -> anyhow::Result<()> {
         )
         .into());
     }
-    let queue = open(connect).await?;
+    for queue in open_target(connect).await?.queues() {
+        purge_orphans_one(&queue).await?;
+    }
+    Ok(())
+}
+
+async fn purge_orphans_one(queue: &Queue) -> anyhow::Result<()> {
     let orphaned = queue.stats().await?.orphaned;
     let mut done = 0u64;
     while done < orphaned {

@@ -8,10 +8,10 @@ use anyhow::Context;
 use clap::{ArgGroup, Args};
 
 use super::ConnectArgs;
-use super::common::{UsageError, open};
+use super::common::UsageError;
 use super::format::count;
 use super::progress::Progress;
-use crate::queue::{MAX_BATCH, NewJob, Queue};
+use crate::queue::{Enqueued, MAX_BATCH, NewJob, PartitionedQueue, Queue};
 
 pub const EXAMPLES: &str = "\
 Examples:
@@ -19,6 +19,7 @@ Examples:
   jobqueue enqueue --tag emails --id welcome-42 --delay 10m '{\"to\":\"ada@example.com\"}'
   jobqueue enqueue --tag emails --file job.json
   jobqueue enqueue --tag emails --stdin < jobs.ndjson     # one payload per line
+  jobqueue enqueue --tag emails --partitions 6 --partition-key ada@example.com '{...}'
 
 Prints the job id (one per line with --stdin --print-ids, else a count). With --id, an
 id that already exists is left unchanged and reported on stderr.";
@@ -49,6 +50,55 @@ pub struct EnqueueArgs {
     /// GiB suffix. Redis itself takes up to 512 MiB (proto-max-bulk-len).
     #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "64MiB")]
     pub max_payload: usize,
+    /// With --partitions: send every job of this call to the partition of this key
+    /// instead of each to the partition of its id, so jobs of one key keep their order.
+    #[arg(long, value_name = "KEY", conflicts_with = "partition")]
+    pub partition_key: Option<String>,
+}
+
+/// Where the jobs go: the partition of each job's id, of `--partition-key`, or the one
+/// `--partition` names (an unpartitioned queue is its own single partition).
+struct Producer {
+    queue: PartitionedQueue,
+    only: Option<usize>,
+    key: Option<Vec<u8>>,
+}
+
+impl Producer {
+    async fn open(args: &EnqueueArgs) -> anyhow::Result<Producer> {
+        let queue = args.connect.partitioned().await?;
+        queue.check_key_types().await?;
+        let max = args.max_payload;
+        let queue = queue.map_partitions(|q| q.max_payload(max));
+        if let Some(p) = args.connect.partition {
+            queue.partition(p)?;
+        }
+        Ok(Producer {
+            queue,
+            only: args.connect.partition,
+            key: args.partition_key.clone().map(String::into_bytes),
+        })
+    }
+
+    async fn send(&self, jobs: Vec<NewJob>) -> crate::queue::Result<Vec<Enqueued>> {
+        match (self.only, &self.key) {
+            (Some(p), _) => self.queue.partitions()[p].enqueue_many(jobs).await,
+            (None, Some(key)) => self.queue.enqueue_keyed(key, jobs).await,
+            (None, None) => self.queue.enqueue_many(jobs).await,
+        }
+    }
+
+    fn name(&self) -> &str {
+        match self.only {
+            Some(p) => self.queue.partitions()[p].name(),
+            None => self.queue.name(),
+        }
+    }
+
+    /// A partition's handle, for reading the server's limits.
+    fn any(&self) -> &Queue {
+        &self.queue.partitions()[self.only.unwrap_or_default()]
+    }
 }
 
 /// `1048576`, `512KiB`, `64MiB`, `1GiB`.
@@ -80,7 +130,7 @@ pub async fn run(args: EnqueueArgs) -> anyhow::Result<()> {
         )
         .into());
     }
-    let queue = open(&args.connect).await?.max_payload(args.max_payload);
+    let queue = Producer::open(&args).await?;
     if args.stdin {
         return enqueue_lines(&queue, std::io::stdin().lock(), &args).await;
     }
@@ -96,9 +146,9 @@ pub async fn run(args: EnqueueArgs) -> anyhow::Result<()> {
         job = job.id(id.clone());
     }
     let size = job.payload.len();
-    let out = match queue.enqueue(job).await {
-        Ok(out) => out,
-        Err(err) => return Err(explain_size(&queue, size, err).await),
+    let out = match queue.send(vec![job]).await {
+        Ok(mut out) => out.pop().context("an enqueue reply without its job")?,
+        Err(err) => return Err(explain_size(queue.any(), size, err).await),
     };
     writeln!(std::io::stdout().lock(), "{}", out.id)?;
     if !out.created {
@@ -148,7 +198,7 @@ async fn explain_size(queue: &Queue, size: usize, err: crate::queue::Error) -> a
 /// A closed stdout (`--print-ids | head -1`) stops the printing, not the enqueueing:
 /// every line is still sent, then the broken pipe ends the command quietly.
 async fn enqueue_lines(
-    queue: &Queue,
+    queue: &Producer,
     mut input: impl BufRead,
     args: &EnqueueArgs,
 ) -> anyhow::Result<()> {
@@ -170,7 +220,7 @@ async fn enqueue_lines(
             }
         }
         if batch.len() == MAX_BATCH || (n == 0 && !batch.is_empty()) {
-            for job in queue.enqueue_many(std::mem::take(&mut batch)).await? {
+            for job in queue.send(std::mem::take(&mut batch)).await? {
                 if job.created {
                     created += 1;
                     if args.print_ids && closed.is_none() {

@@ -167,6 +167,24 @@ pub struct ConnectArgs {
     /// See docs/operations.md, Durability.
     #[arg(long, env = "JOBQUEUE_DURABILITY", value_name = "SETTING")]
     pub durability: Option<String>,
+    /// The queue's partition count (see docs/partitions.md): its jobs are spread over N
+    /// queues whose tags derive from --tag. 1 (the default) is an unpartitioned queue.
+    #[arg(
+        long,
+        env = "JOBQUEUE_PARTITIONS",
+        value_name = "N",
+        default_value_t = 1
+    )]
+    pub partitions: usize,
+    /// While the queue is resized from (or to) M partitions: also claim from, count, reap,
+    /// redrive and purge the queues of the M-partition layout; new jobs still go to the
+    /// --partitions layout.
+    #[arg(long, env = "JOBQUEUE_DRAIN_PARTITIONS", value_name = "M")]
+    pub drain_partitions: Option<usize>,
+    /// Act on this one partition only (0-based, in the order `jobqueue stats` lists
+    /// them) instead of all of them.
+    #[arg(long, env = "JOBQUEUE_PARTITION", value_name = "I")]
+    pub partition: Option<usize>,
 }
 
 impl ConnectArgs {
@@ -213,12 +231,63 @@ impl ConnectArgs {
         }
     }
 
+    /// The one queue named: the queue itself, or with `--partition`, that partition.
     pub async fn queue(&self) -> crate::queue::Result<Queue> {
         // Check the tag before connecting: a bad tag is a usage error, not a Redis one.
         crate::queue::validate_tag(&self.tag)?;
         let durability = self.durability()?;
-        let redis = Redis::connect(&self.options()?).await?;
+        if self.is_partitioned() {
+            let queue = self.partitioned_on(self.connect().await?, durability)?;
+            return Ok(queue.partition(self.partition.unwrap_or_default())?.clone());
+        }
+        if let Some(p) = self.partition.filter(|p| *p != 0) {
+            return Err(crate::queue::Error::InvalidArgument {
+                what: "--partition",
+                reason: format!(
+                    "{p} is not a partition of a queue of 1 partition (give --partitions)"
+                ),
+            });
+        }
+        let redis = self.connect().await?;
         Ok(Queue::new(redis, &self.prefix, &self.tag)?.durability(durability))
+    }
+
+    /// Whether the flags name more than one queue (`--partitions` or
+    /// `--drain-partitions` above 1).
+    pub fn is_partitioned(&self) -> bool {
+        self.partitions != 1 || self.drain_partitions.is_some_and(|m| m != 1)
+    }
+
+    /// Whether a command acts on all partitions (partitioned, without `--partition`).
+    pub fn all_partitions(&self) -> bool {
+        self.is_partitioned() && self.partition.is_none()
+    }
+
+    /// Every partition of the queue (with one partition, the queue itself).
+    pub async fn partitioned(&self) -> crate::queue::Result<crate::queue::PartitionedQueue> {
+        crate::queue::validate_tag(&self.tag)?;
+        let durability = self.durability()?;
+        self.partitioned_on(self.connect().await?, durability)
+    }
+
+    fn partitioned_on(
+        &self,
+        redis: Redis,
+        durability: crate::queue::Durability,
+    ) -> crate::queue::Result<crate::queue::PartitionedQueue> {
+        let drain = self.drain_partitions.unwrap_or(self.partitions);
+        let queue = crate::queue::PartitionedQueue::resizing(
+            redis,
+            &self.prefix,
+            &self.tag,
+            self.partitions,
+            drain,
+        )?;
+        Ok(queue.map_partitions(|q| q.durability(durability)))
+    }
+
+    async fn connect(&self) -> crate::queue::Result<Redis> {
+        Redis::connect(&self.options()?).await
     }
 }
 
@@ -330,7 +399,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Crd => crd::run(),
         Command::Operator(args) => operator::run(args).await,
-        Command::Worker(args) => worker::run(args).await,
+        // Boxed: the worker's future is deep enough to overflow the layout query depth.
+        Command::Worker(args) => Box::pin(worker::run(args)).await,
         Command::Enqueue(args) => enqueue::run(args).await,
         Command::Stats(args) => stats::run(args).await,
         Command::Dead(args) => dead::run(args).await,

@@ -8,7 +8,7 @@ use std::io::Write;
 use clap::Args;
 
 use super::ConnectArgs;
-use super::common::{note_if_absent, open};
+use super::common::{note_if_target_absent, open_target};
 use super::format::{add_id_hex, format_age, preview};
 use super::show::{self, Payload};
 use crate::queue::{JobStatus, Queue};
@@ -19,7 +19,8 @@ Examples:
   jobqueue peek --tag emails -n 50 --width 120
   jobqueue peek --tag emails --json
   jobqueue peek --tag emails --delayed       # next due first, with the time to due
-  jobqueue peek --tag emails --processing    # claimed: lease time left and worker";
+  jobqueue peek --tag emails --processing    # claimed: lease time left and worker
+  jobqueue peek --tag emails --partitions 6  # each partition in turn (--partition 2: one)";
 
 #[derive(Debug, Args)]
 pub struct PeekArgs {
@@ -45,10 +46,27 @@ pub struct PeekArgs {
 }
 
 pub async fn run(args: PeekArgs) -> anyhow::Result<()> {
-    let queue = open(&args.connect).await?;
-    note_if_absent(&queue).await?;
+    let target = open_target(&args.connect).await?;
+    note_if_target_absent(&target).await?;
+    let queues = target.queues();
+    for (i, queue) in queues.iter().enumerate() {
+        if queues.len() > 1 && !args.json {
+            let mut out = std::io::stdout().lock();
+            if i > 0 {
+                writeln!(out)?;
+            }
+            writeln!(out, "partition {i} of {}:", queues.len())?;
+        }
+        peek(queue, &args).await?;
+    }
+    Ok(())
+}
+
+/// One queue (or partition).
+async fn peek(queue: &Queue, args: &PeekArgs) -> anyhow::Result<()> {
+    let queue = queue.clone();
     if args.delayed || args.processing {
-        return filed(&queue, &args).await;
+        return filed(&queue, args).await;
     }
     let stats = queue.stats().await?;
     let ids = queue.pending_ids(args.count as usize).await?;

@@ -9,15 +9,16 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use clap::Args;
 
 use super::ConnectArgs;
-use super::common::{open, stop_signal};
+use super::common::{Target, open_target, stop_signal};
 use super::format::format_epoch_ms;
 use crate::duration;
-use crate::queue::{Queue, ReapOutcome};
+use crate::queue::ReapOutcome;
 
 pub const EXAMPLES: &str = "\
 Examples:
   jobqueue reap --tag emails                 # once: everything expired now
-  jobqueue reap --tag emails --every 5s      # a standalone reaper, until Ctrl-C/SIGTERM";
+  jobqueue reap --tag emails --every 5s      # a standalone reaper, until Ctrl-C/SIGTERM
+  jobqueue reap --tag emails --partitions 6  # every partition (or --partition 2: one)";
 
 /// Script calls per pass: a pass stops there even if expired leases remain (the next
 /// pass goes on), so one pass never holds Redis for long.
@@ -40,7 +41,7 @@ pub async fn run(args: ReapArgs) -> anyhow::Result<()> {
     if args.every.is_some_and(|every| every.is_zero()) {
         return Err(super::common::UsageError("--every must be above 0".into()).into());
     }
-    let queue = open(&args.connect).await?;
+    let queue = open_target(&args.connect).await?;
     let batch = args.batch as usize;
     // Written through one lock, errors returned: a closed stdout ends the command quietly.
     let mut out = std::io::stdout().lock();
@@ -87,11 +88,11 @@ pub async fn run(args: ReapArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn pass(queue: &Queue, batch: usize) -> crate::queue::Result<ReapOutcome> {
+async fn pass(queue: &Target, batch: usize) -> crate::queue::Result<ReapOutcome> {
     queue.reap_expired(batch, MAX_CALLS_PER_PASS).await
 }
 
-fn describe(queue: &Queue, o: ReapOutcome) -> String {
+fn describe(queue: &Target, o: ReapOutcome) -> String {
     let mut line = format!(
         "reaped {}: requeued {}, dead-lettered {}",
         queue.name(),

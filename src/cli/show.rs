@@ -11,7 +11,7 @@ use anyhow::{Context, anyhow};
 use clap::Args;
 
 use super::ConnectArgs;
-use super::common::{UsageError, open};
+use super::common::UsageError;
 use super::format::{add_id_hex, escape, format_epoch_ms};
 use crate::queue::{JobId, JobInfo, JobStatus, Queue};
 
@@ -289,7 +289,15 @@ fn id_bytes(args: &ShowArgs) -> anyhow::Result<Vec<u8>> {
 
 pub async fn run(args: ShowArgs) -> anyhow::Result<()> {
     let id = id_bytes(&args)?;
-    let queue = open(&args.connect).await?;
+    let queues = super::common::open_target(&args.connect).await?.queues();
+    // Partitioned: the partition that holds the job (the first, when none does).
+    let mut queue = queues[0].clone();
+    for q in &queues {
+        if q.job(&id).await?.is_some() {
+            queue = q.clone();
+            break;
+        }
+    }
     let view = load(&queue, &id).await?;
     if let Some(path) = &args.out {
         std::fs::write(path, &view.info.payload)

@@ -6,16 +6,18 @@ use std::time::Duration;
 use clap::Args;
 
 use super::ConnectArgs;
-use super::common::{UsageError, note_if_absent, open, stop_signal};
+use super::common::{Target, UsageError, note_if_target_absent, open_target, stop_signal};
 use super::format::{count, format_latency};
-use crate::queue::{Queue, QueueStats};
+use crate::queue::{PartitionedStats, Queue, QueueStats};
 
 pub const EXAMPLES: &str = "\
 Examples:
   jobqueue stats --redis redis://127.0.0.1:6379 --tag emails
   jobqueue stats --tag emails --watch          # refresh every 2s until Ctrl-C
   jobqueue stats --tag emails --watch 500ms
-  jobqueue stats --tag emails --json | jq .pending";
+  jobqueue stats --tag emails --json | jq .pending
+  jobqueue stats --tag emails --partitions 6   # the totals, then one line per partition
+  jobqueue stats --tag emails --partitions 6 --partition 2";
 
 #[derive(Debug, Args)]
 pub struct StatsArgs {
@@ -34,11 +36,10 @@ pub async fn run(args: StatsArgs) -> anyhow::Result<()> {
     if args.watch.is_some_and(|every| every.is_zero()) {
         return Err(UsageError("--watch must be above 0 (e.g. --watch 2s)".into()).into());
     }
-    let queue = open(&args.connect).await?;
-    note_if_absent(&queue).await?;
+    let queue = open_target(&args.connect).await?;
+    note_if_target_absent(&queue).await?;
     let Some(every) = args.watch else {
-        let stats = queue.stats().await?;
-        print!("{}", render(&queue, &stats, args.json));
+        print!("{}", read_and_render(&queue, args.json).await?);
         return Ok(());
     };
     let every = every.max(Duration::from_millis(100));
@@ -52,8 +53,8 @@ pub async fn run(args: StatsArgs) -> anyhow::Result<()> {
             _ = &mut stop => return Ok(()),
             _ = tick.tick() => {}
         }
-        let text = match queue.stats().await {
-            Ok(stats) => render(&queue, &stats, args.json),
+        let text = match read_and_render(&queue, args.json).await {
+            Ok(text) => text,
             // A blip while watching is shown and retried, not fatal.
             Err(err) if err.is_transient() => format!("error: {err} (retrying)\n"),
             Err(err) => return Err(err.into()),
@@ -76,6 +77,75 @@ pub async fn run(args: StatsArgs) -> anyhow::Result<()> {
     }
 }
 
+/// One reading: the queue's stats, or the partitions' totals and each partition's.
+async fn read_and_render(target: &Target, json: bool) -> crate::queue::Result<String> {
+    match target {
+        Target::One(queue) => Ok(render(queue, &queue.stats().await?, json)),
+        Target::All(queue) => {
+            let stats = queue.stats().await?;
+            Ok(render_partitioned(queue, &stats, json))
+        }
+    }
+}
+
+/// The totals (as for one queue, named `prefix:{tag} (N partitions)`), then one line per
+/// partition: its tag and live counts. JSON: the totals' object with a `partitions`
+/// array of each partition's object.
+fn render_partitioned(
+    queue: &crate::queue::PartitionedQueue,
+    stats: &PartitionedStats,
+    json: bool,
+) -> String {
+    let parts = queue.partitions();
+    let endpoint = parts[0].redis().endpoint();
+    if json {
+        let mut value = to_json_named(queue.name(), &stats.total);
+        if let Some(obj) = value.as_object_mut() {
+            obj.insert("endpoint".into(), endpoint.into());
+            obj.insert("routed".into(), queue.layout().route.clone().into());
+            let each: Vec<serde_json::Value> = parts
+                .iter()
+                .zip(&stats.partitions)
+                .enumerate()
+                .map(|(i, (q, s))| {
+                    let mut v = to_json(q, s);
+                    if let Some(o) = v.as_object_mut() {
+                        o.insert("partition".into(), i.into());
+                    }
+                    v
+                })
+                .collect();
+            obj.insert("partitions".into(), each.into());
+        }
+        return format!("{value}\n");
+    }
+    let mut out = table(queue.name(), endpoint, &stats.total);
+    out.push_str("partitions\n");
+    out.push_str(&format!(
+        "  {:>3}  {:<28}{:>10}{:>11}{:>9}{:>9}{:>10}\n",
+        "#", "QUEUE", "PENDING", "PROCESSING", "DELAYED", "DEAD", "ACKED"
+    ));
+    let routed = &queue.layout().route;
+    for (i, (q, s)) in parts.iter().zip(&stats.partitions).enumerate() {
+        // A queue of the layout being drained, that new jobs no longer go to.
+        let mark = if routed.contains(&i) {
+            ""
+        } else {
+            "  (draining)"
+        };
+        out.push_str(&format!(
+            "  {i:>3}  {:<28}{:>10}{:>11}{:>9}{:>9}{:>10}{mark}\n",
+            q.name(),
+            s.pending,
+            s.processing,
+            s.delayed,
+            s.dead,
+            s.acked
+        ));
+    }
+    out
+}
+
 fn render(queue: &Queue, stats: &QueueStats, json: bool) -> String {
     if json {
         let mut value = to_json(queue, stats);
@@ -90,9 +160,13 @@ fn render(queue: &Queue, stats: &QueueStats, json: bool) -> String {
 
 /// The stats as JSON: every count and counter, the histogram, and p50/p99 in ms.
 pub fn to_json(queue: &Queue, stats: &QueueStats) -> serde_json::Value {
+    to_json_named(queue.name(), stats)
+}
+
+fn to_json_named(name: &str, stats: &QueueStats) -> serde_json::Value {
     let mut value = serde_json::to_value(stats).unwrap_or_default();
     if let Some(obj) = value.as_object_mut() {
-        obj.insert("queue".into(), queue.name().into());
+        obj.insert("queue".into(), name.into());
         for (name, q) in [("p50_ms", 0.5), ("p99_ms", 0.99)] {
             let ms = stats
                 .histogram

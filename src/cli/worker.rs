@@ -19,6 +19,9 @@ Examples:
   # A shell one-liner; everything after --exec is the command and its arguments:
   jobqueue worker --tag thumbs --exec sh -c 'convert - -resize 64x64 \"/out/$JOBQUEUE_JOB_ID.png\"'
 
+  # A queue of 6 partitions (docs/partitions.md): claim from all of them in rotation:
+  jobqueue worker --tag emails --partitions 6 --concurrency 8 --exec ./send-email.py
+
 What the command gets and how its exit is read:
   stdin                 the job's payload (exact bytes)
   JOBQUEUE_JOB_ID       the job's id
@@ -126,22 +129,27 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     };
     telemetry::init(format, "info")?;
     // A wrong-typed key is named at start (exit 5), not retried by every claim.
-    let queue = super::common::open(&args.connect).await?;
-    super::common::note_if_absent(&queue).await?;
+    // A partitioned queue: claim from every partition (and those of --drain-partitions).
+    let target = super::common::open_target(&args.connect).await?;
+    super::common::note_if_target_absent(&target).await?;
+    let source: crate::worker::JobSource = match target {
+        super::common::Target::One(queue) => queue.into(),
+        super::common::Target::All(queue) => queue.into(),
+    };
     // Without --durability, the queue's own (spec.durability, which the operator
     // publishes in meta); an explicit flag wins.
-    let queue = match &args.connect.durability {
-        Some(_) => queue,
-        None => match queue.published_durability().await? {
+    let source = match &args.connect.durability {
+        Some(_) => source,
+        None => match source.published_durability().await? {
             Some(published) => {
-                tracing::info!(queue = %queue.name(), durability = %published,
+                tracing::info!(queue = %source.name(), durability = %published,
                     "using the queue's durability setting");
-                queue.durability(published)
+                source.with_durability(published)
             }
-            None => queue,
+            None => source,
         },
     };
-    let mut builder = Worker::builder(queue)
+    let mut builder = Worker::builder(source)
         .concurrency(usize::from(args.concurrency))
         .visibility(args.visibility)
         .shutdown_deadline(args.shutdown_timeout)

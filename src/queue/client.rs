@@ -624,6 +624,7 @@ impl Queue {
         let lease = LeaseRef {
             id: id.as_bytes(),
             token: &token,
+            partition: 0,
         };
         let ended = self
             .end_lease(
@@ -1462,6 +1463,7 @@ fn parse_lease(v: Value) -> std::result::Result<Lease, Unreadable> {
         attempts,
         token,
         lease_until,
+        partition: 0,
     })
 }
 

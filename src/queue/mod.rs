@@ -18,6 +18,7 @@ mod connection;
 mod durability;
 mod error;
 mod keys;
+mod partitioned;
 pub mod partitions;
 mod scripts;
 mod sentinel;
@@ -30,6 +31,9 @@ pub use connection::{ConnectOptions, Dedicated, Redis, pem_blocks, redact_url};
 pub use durability::{DEFAULT_WAIT_TIMEOUT, Durability};
 pub use error::{Error, Result, TlsProblem};
 pub use keys::{DEFAULT_PREFIX, QueueKeys, validate_id, validate_tag};
+pub use partitioned::{
+    PartitionWaiter, PartitionedConsumer, PartitionedQueue, PartitionedStats, add_stats,
+};
 pub use partitions::{MAX_PARTITIONS, PartitionLayout, partition_of, partition_tags};
 pub use scripts::{SCRIPTS, Script, Scripts};
 pub use sentinel::SentinelOptions;

@@ -214,6 +214,9 @@ pub struct Lease {
     pub token: String,
     /// Lease expiry, milliseconds since the epoch on the Redis clock.
     pub lease_until: i64,
+    /// The partition the job was claimed from (its index in `PartitionedQueue::partitions`),
+    /// where its ack, extend and fail must go; 0 for a queue that is not partitioned.
+    pub partition: usize,
 }
 
 impl Lease {
@@ -223,15 +226,27 @@ impl Lease {
         LeaseRef {
             id: self.id.as_bytes(),
             token: &self.token,
+            partition: self.partition,
         }
     }
 }
 
-/// Id and token: all that acking, extending or failing a lease needs.
+/// Id and token (and the partition of a partitioned queue): all that acking, extending
+/// or failing a lease needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaseRef<'a> {
     pub id: &'a [u8],
     pub token: &'a str,
+    /// See [`Lease::partition`]; a plain `Queue` ignores it.
+    pub partition: usize,
+}
+
+impl LeaseRef<'_> {
+    /// The same lease, held in partition `partition` of a partitioned queue.
+    pub fn in_partition(mut self, partition: usize) -> Self {
+        self.partition = partition;
+        self
+    }
 }
 
 impl<'a> From<&'a Lease> for LeaseRef<'a> {
@@ -245,6 +260,7 @@ impl<'a> From<(&'a str, &'a str)> for LeaseRef<'a> {
         LeaseRef {
             id: id.as_bytes(),
             token,
+            partition: 0,
         }
     }
 }
@@ -254,6 +270,7 @@ impl<'a> From<(&'a JobId, &'a str)> for LeaseRef<'a> {
         LeaseRef {
             id: id.as_bytes(),
             token,
+            partition: 0,
         }
     }
 }

@@ -55,11 +55,16 @@
 //!   reach Redis, the lease expires for the reaper to hand the job out again.)
 //! - Redis failures are retried with capped, jittered exponential backoff; the worker
 //!   never spins and never exits because Redis went away.
+//! - On a partitioned queue ([`JobSource::Partitioned`], see `docs/partitions.md`) each
+//!   claim takes jobs from one partition, in rotation; each lease's ack, renewal, fail or
+//!   release goes to its partition; an idle worker waits on every partition's `wake`
+//!   list; the reaper reaps every partition.
 
 mod backoff;
 pub mod exec;
 mod lease;
 mod runtime;
+mod source;
 pub mod supervisor;
 
 use std::fmt;
@@ -69,9 +74,10 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::queue::{Backoff, Error, MAX_BATCH, Queue, Result};
+use crate::queue::{Backoff, Error, MAX_BATCH, Result};
 
 pub use backoff::RetryDelay;
+pub use source::JobSource;
 
 /// The most bytes of error text a worker stores in a job's `last_error`.
 pub const MAX_ERROR_TEXT: usize = 4096;
@@ -291,7 +297,7 @@ pub struct WorkerConfig {
 /// Builds a [`Worker`].
 #[derive(Debug)]
 pub struct WorkerBuilder {
-    queue: Queue,
+    queue: JobSource,
     config: WorkerConfig,
     shutdown: Option<CancellationToken>,
 }
@@ -424,16 +430,18 @@ impl WorkerBuilder {
 /// Runs a handler over a queue's jobs. See the module documentation.
 #[derive(Debug)]
 pub struct Worker {
-    queue: Queue,
+    queue: JobSource,
     config: WorkerConfig,
     shutdown: CancellationToken,
     counters: Arc<Counters>,
 }
 
 impl Worker {
-    pub fn builder(queue: Queue) -> WorkerBuilder {
+    /// A worker on one queue, or on a partitioned queue (`PartitionedQueue`): it then
+    /// claims from the partitions in rotation and waits on all of them when idle.
+    pub fn builder(queue: impl Into<JobSource>) -> WorkerBuilder {
         WorkerBuilder {
-            queue,
+            queue: queue.into(),
             config: WorkerConfig {
                 concurrency: 1,
                 visibility: None,

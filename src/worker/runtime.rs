@@ -23,11 +23,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use super::lease::{self, Step};
+use super::source::{JobSource, PartitionWake};
 use super::{Counters, JobContext, JobError, MAX_ERROR_TEXT, RetryDelay, Worker, WorkerStats};
 use crate::duration;
 use crate::queue::{
-    Dedicated, Error, FailMode, FailOutcome, JobId, Lease, LeaseRef, MAX_BATCH, Queue, Result,
-    Settle, Settled, new_token,
+    Dedicated, Error, FailMode, FailOutcome, JobId, Lease, LeaseRef, MAX_BATCH, Result, Settle,
+    Settled, new_token,
 };
 use crate::shutdown::Signals;
 
@@ -56,6 +57,8 @@ struct InFlight {
     deadline: Instant,
     /// When the handler was cancelled because the lease was lost.
     lost_at: Option<Instant>,
+    /// The partition the lease is held in (0 unless the queue is partitioned).
+    partition: usize,
 }
 
 impl InFlight {
@@ -73,7 +76,7 @@ impl InFlight {
 
 /// Everything the worker's tasks share.
 struct Shared {
-    queue: Queue,
+    queue: JobSource,
     worker_id: Arc<str>,
     queue_name: Arc<str>,
     visibility: Option<Duration>,
@@ -651,6 +654,7 @@ fn start_job<H, F>(
             abort: Some(task.abort_handle()),
             deadline,
             lost_at: None,
+            partition: lease.partition,
         },
     );
     shared.deadlines_changed.notify_one();
@@ -868,7 +872,7 @@ where
 
 /// The queue's visibility timeout, or the default when it cannot be read (claims then
 /// fail and retry anyway).
-async fn queue_visibility(queue: &Queue) -> Duration {
+async fn queue_visibility(queue: &JobSource) -> Duration {
     queue
         .settings()
         .await
@@ -904,11 +908,11 @@ async fn renew_leases(shared: Arc<Shared>, mut visibility: Duration, stop: Cance
         let _gate = shared.renew_gate.lock().await;
         let sent = Instant::now();
         // Leases past their deadline are the watcher's: a reply cannot save them.
-        let held: Vec<(JobId, String, Instant)> = shared
+        let held: Vec<(JobId, String, Instant, usize)> = shared
             .inflight()
             .iter()
             .filter(|(_, f)| !f.completing && !f.is_lost(sent))
-            .map(|(token, f)| (f.id.clone(), token.clone(), f.deadline))
+            .map(|(token, f)| (f.id.clone(), token.clone(), f.deadline, f.partition))
             .collect();
         let Some(budget) = lease::extend_timeout(sent, held.iter().map(|h| h.2)) else {
             wait = interval;
@@ -916,7 +920,7 @@ async fn renew_leases(shared: Arc<Shared>, mut visibility: Duration, stop: Cance
         };
         let refs: Vec<LeaseRef<'_>> = held
             .iter()
-            .map(|(id, token, _)| LeaseRef::from((id, token.as_str())))
+            .map(|(id, token, _, p)| LeaseRef::from((id, token.as_str())).in_partition(*p))
             .collect();
         let reply = tokio::time::timeout(budget, shared.queue.extend_many(&refs, Some(lease_len)));
         match reply.await {
@@ -927,7 +931,7 @@ async fn renew_leases(shared: Arc<Shared>, mut visibility: Duration, stop: Cance
                 let renewed = lease::deadline(sent, lease_len);
                 let now = Instant::now();
                 let mut map = shared.inflight();
-                for ((id, token, _), until) in held.iter().zip(results) {
+                for ((id, token, _, _), until) in held.iter().zip(results) {
                     let Some(f) = map.get_mut(token) else {
                         continue;
                     };
@@ -1064,6 +1068,8 @@ async fn listen_for_signals(shared: Arc<Shared>) {
 #[derive(Default)]
 struct Waker {
     conn: Option<Dedicated>,
+    /// A partitioned queue's wait: one BLPOP per partition.
+    partitions: PartitionWake,
 }
 
 impl Waker {
@@ -1074,10 +1080,17 @@ impl Waker {
     /// follows, so that claim sees its job: no wake-up is lost.
     async fn wait(
         &mut self,
-        queue: &Queue,
+        source: &JobSource,
         block: Duration,
         until: Option<Duration>,
     ) -> Result<()> {
+        let queue = match source {
+            JobSource::One(queue) => queue,
+            JobSource::Partitioned(queue) => {
+                self.partitions.wait(queue, block, until).await;
+                return Ok(());
+            }
+        };
         // Taken out for the wait: a wait dropped halfway (shutdown, a poke) drops the
         // connection, whose reply would otherwise come to the next BLPOP.
         let mut conn = match self.conn.take() {

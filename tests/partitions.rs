@@ -1,0 +1,625 @@
+//! Partitioned queues (docs/partitions.md): the partition tags on a real 3-master
+//! Cluster, routing and deduplication, fair claims across partitions, acks that go to
+//! the partition of their lease, the idle wait on every partition, and the scenario: a
+//! queue of 6 partitions on the Cluster with a producer, `jobqueue worker --exec`
+//! processes (some SIGKILLed), a reaper, and a shrink from 6 to 3 partitions midway.
+//! At the end no job is lost, every job is done or dead, and every partition is drained.
+//!
+//! (tests/partition.rs is about network partitions, not these.)
+//!
+//! CI-sized by default; `JOBQUEUE_CHAOS_SCALE=N` multiplies the jobs and the kills.
+
+mod support;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use jobqueue::queue::partitions::tag_slot;
+use jobqueue::queue::{
+    NewJob, PartitionedQueue, QueueSettings, Redis, partition_of, partition_tags,
+};
+use rand::Rng;
+use support::eventually::Wait;
+use support::redis::{RedisCluster, RedisServer};
+use tokio_util::sync::CancellationToken;
+
+const BIN: &str = env!("CARGO_BIN_EXE_jobqueue");
+
+fn scale() -> usize {
+    std::env::var("JOBQUEUE_CHAOS_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|&s| s >= 1)
+        .unwrap_or(1)
+}
+
+#[tokio::test]
+async fn partition_tags_spread_over_the_cluster_nodes() {
+    let cluster = RedisCluster::start();
+    for n in [3, 6] {
+        let tags = partition_tags("orders", n).unwrap();
+        let mut per_node = [0usize; 3];
+        for t in &tags {
+            // The slot the library computes is the one the Cluster computes.
+            let key = format!("jq:{{{t}}}:pending");
+            let slot: u16 = redis::cmd("CLUSTER")
+                .arg("KEYSLOT")
+                .arg(&key)
+                .query(&mut cluster.nodes[0].conn())
+                .unwrap();
+            assert_eq!(slot, tag_slot(t.as_bytes()), "{t}");
+            per_node[cluster.node_of(&key)] += 1;
+        }
+        // Slots split evenly over 3 masters: each master serves n/3 partitions.
+        assert_eq!(per_node, [n / 3; 3], "{n} partitions: {tags:?}");
+    }
+}
+
+#[tokio::test]
+async fn the_same_id_goes_to_the_same_partition_and_is_deduplicated() {
+    let server = RedisServer::start();
+    let queue = PartitionedQueue::new(server.redis().await, "jq", "dedup", 6).unwrap();
+    let first = queue
+        .enqueue(NewJob::new(&b"a"[..]).id("order-17"))
+        .await
+        .unwrap();
+    assert!(first.created);
+    let again = queue
+        .enqueue(NewJob::new(&b"b"[..]).id("order-17"))
+        .await
+        .unwrap();
+    assert!(!again.created, "the second enqueue of an id is refused");
+    let p = queue.partition_for(b"order-17");
+    assert_eq!(p, partition_of(b"order-17", 6));
+    let stats = queue.stats().await.unwrap();
+    assert_eq!(stats.total.pending, 1);
+    assert_eq!(stats.partitions[p].pending, 1, "{:?}", stats.partitions);
+
+    // A batch is split over the partitions, each job where its id says.
+    let jobs: Vec<NewJob> = (0..120)
+        .map(|i| NewJob::new(&b"x"[..]).id(format!("j{i}")))
+        .collect();
+    let out = queue.enqueue_many(jobs).await.unwrap();
+    assert_eq!(out.len(), 120);
+    assert!(
+        out.iter()
+            .enumerate()
+            .all(|(i, e)| e.created && e.id.as_str() == Some(&format!("j{i}")))
+    );
+    for i in 0..120 {
+        let id = format!("j{i}");
+        let p = queue.partition_for(id.as_bytes());
+        assert!(
+            queue.partitions()[p].job(&id).await.unwrap().is_some(),
+            "{id} not in partition {p}"
+        );
+    }
+    let stats = queue.stats().await.unwrap();
+    assert_eq!(stats.total.pending, 121);
+    assert!(stats.partitions.iter().all(|s| s.pending > 0), "{stats:?}");
+
+    // A partition key keeps its jobs together, in order.
+    let keyed: Vec<NewJob> = (0..5)
+        .map(|i| NewJob::new(format!("{i}").into_bytes()).id(format!("k{i}")))
+        .collect();
+    queue.enqueue_keyed(b"customer-9", keyed).await.unwrap();
+    let p = queue.partition_for(b"customer-9");
+    let ids = queue.partitions()[p].pending_ids(1000).await.unwrap();
+    let order: Vec<&str> = ids
+        .iter()
+        .filter_map(|id| id.as_str())
+        .filter(|id| id.starts_with('k'))
+        .collect();
+    assert_eq!(order, ["k0", "k1", "k2", "k3", "k4"]);
+}
+
+#[tokio::test]
+async fn claims_rotate_so_no_partition_starves() {
+    let server = RedisServer::start();
+    let queue = PartitionedQueue::new(server.redis().await, "jq", "fair", 6).unwrap();
+    // Every partition loaded alike: strict rotation, 10 claims each.
+    for (p, part) in queue.partitions().iter().enumerate() {
+        let jobs = (0..10)
+            .map(|i| NewJob::new(&b"x"[..]).id(format!("p{p}-{i}")))
+            .collect();
+        part.enqueue_many(jobs).await.unwrap();
+    }
+    let mut claims = [0usize; 6];
+    for _ in 0..60 {
+        let leases = queue.claim(1, "w", None).await.unwrap();
+        assert_eq!(leases.len(), 1);
+        claims[leases[0].partition] += 1;
+        assert!(queue.ack(&leases[0]).await.unwrap());
+    }
+    assert_eq!(claims, [10; 6]);
+
+    // One partition flooded, another with two jobs: the small one is served within
+    // every second claim, not after the flood.
+    let flood = (0..200)
+        .map(|i| NewJob::new(&b"x"[..]).id(format!("f{i}")))
+        .collect();
+    queue.partitions()[0].enqueue_many(flood).await.unwrap();
+    queue.mark_all_ready();
+    let few = (0..2)
+        .map(|i| NewJob::new(&b"x"[..]).id(format!("s{i}")))
+        .collect();
+    queue.partitions()[4].enqueue_many(few).await.unwrap();
+    let mut small_at = Vec::new();
+    for claim in 0..10 {
+        let leases = queue.claim(5, "w", None).await.unwrap();
+        assert!(!leases.is_empty());
+        if leases[0].partition == 4 {
+            small_at.push(claim);
+        }
+    }
+    assert!(!small_at.is_empty() && small_at[0] < 2, "{small_at:?}");
+    assert_eq!(
+        queue.partitions()[4].stats().await.unwrap().pending,
+        0,
+        "the small partition was drained while the flood waits"
+    );
+}
+
+#[tokio::test]
+async fn leases_are_acked_extended_and_failed_in_their_partition() {
+    let server = RedisServer::start();
+    let queue = PartitionedQueue::new(server.redis().await, "jq", "route", 4).unwrap();
+    let jobs = (0..40)
+        .map(|i| NewJob::new(&b"x"[..]).id(format!("j{i}")))
+        .collect();
+    queue.enqueue_many(jobs).await.unwrap();
+    let mut leases = Vec::new();
+    while leases.len() < 40 {
+        let got = queue.claim(7, "w", None).await.unwrap();
+        assert!(!got.is_empty(), "all 40 are claimable");
+        leases.extend(got);
+    }
+    for lease in &leases {
+        let id = lease.id.as_str().unwrap();
+        assert_eq!(lease.partition, queue.partition_for(id.as_bytes()), "{id}");
+    }
+    // Refs of every partition in one call: each goes where its lease was made.
+    let refs: Vec<_> = leases.iter().map(|l| l.lease_ref()).collect();
+    let extended = queue
+        .extend_many(&refs, Some(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert!(extended.iter().all(Option::is_some), "{extended:?}");
+    let (fail, ack) = leases.split_at(1);
+    let outcome = queue
+        .fail(
+            &fail[0],
+            "boom",
+            jobqueue::queue::FailMode::Dead,
+            jobqueue::queue::Backoff::Policy,
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome, jobqueue::queue::FailOutcome::Dead);
+    let refs: Vec<_> = ack.iter().map(|l| l.lease_ref()).collect();
+    assert_eq!(queue.ack_many(&refs).await.unwrap(), vec![true; 39]);
+    let stats = queue.stats().await.unwrap();
+    assert_eq!(
+        (stats.total.acked, stats.total.dead, stats.total.stale),
+        (39, 1, 0)
+    );
+    // A lease sent to a partition it does not belong to is stale there, not acked.
+    let wrong = fail[0]
+        .lease_ref()
+        .in_partition((fail[0].partition + 1) % 4);
+    assert!(!queue.ack(wrong).await.unwrap());
+    // The dead job is redriven from whichever partition holds it.
+    let sel = jobqueue::queue::Selection::Oldest(10);
+    assert_eq!(queue.redrive(&sel).await.unwrap(), 1);
+    assert_eq!(queue.stats().await.unwrap().total.pending, 1);
+}
+
+#[tokio::test]
+async fn an_idle_consumer_wakes_for_a_job_in_any_partition() {
+    let server = RedisServer::start();
+    let redis = server.redis().await;
+    let queue = PartitionedQueue::new(redis.clone(), "jq", "wake", 6).unwrap();
+    let mut consumer = queue.consumer("w");
+    // Nothing yet: every partition is found empty.
+    assert!(
+        consumer
+            .next_jobs(1, Duration::from_millis(50))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(queue.all_empty());
+    let producer = PartitionedQueue::new(redis, "jq", "wake", 6).unwrap();
+    let waiting = tokio::spawn(async move {
+        consumer
+            .next_job(Duration::from_secs(30))
+            .await
+            .map(|l| l.map(|l| (l.id.to_string(), l.partition)))
+    });
+    // The consumer is idle with every partition found empty: the job's wake marker,
+    // not a poll, tells it where to look.
+    producer
+        .enqueue(NewJob::new(&b"x"[..]).id("late"))
+        .await
+        .unwrap();
+    let got = waiting.await.unwrap().unwrap();
+    assert_eq!(
+        got,
+        Some(("late".to_string(), producer.partition_for(b"late")))
+    );
+}
+
+/// A worker process on the queue, with its partition flags.
+fn spawn_worker(url: &str, dir: &Path, id: &str, partitions: &[&str]) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(format!("{id}.log")))
+        .unwrap();
+    Command::new(BIN)
+        .args(["worker", "--redis", url, "--cluster", "--tag", "parts"])
+        .args(partitions)
+        .args(["--concurrency", "4", "--visibility", "1s"])
+        .args(["--shutdown-timeout", "3s", "--worker-id", id])
+        .args(["--exec", "sh", "-c", HANDLER])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("run jobqueue worker")
+}
+
+/// The worker id of some lease held now, if any.
+async fn lease_holder(queue: &PartitionedQueue) -> Option<String> {
+    for part in queue.partitions() {
+        for (id, _) in part.processing_ids(1).await.ok()? {
+            if let Some(worker) = part.job(id.as_bytes()).await.ok()?.and_then(|j| j.worker) {
+                return Some(worker);
+            }
+        }
+    }
+    None
+}
+
+/// `poison` is dead-lettered at once, `flaky` fails its first attempt, the rest sleep.
+const HANDLER: &str = r#"
+read kind secs
+case "$kind" in
+  poison) exit 99 ;;
+  flaky) if [ "$JOBQUEUE_ATTEMPT" = 1 ]; then exit 1; fi ;;
+esac
+sleep "$secs"
+"#;
+
+#[tokio::test]
+async fn six_partitions_on_a_cluster_shrunk_to_three_lose_nothing() {
+    let cluster = RedisCluster::start();
+    let dir = tempfile::tempdir().unwrap();
+    let url = cluster.url();
+    let redis: Redis = cluster.redis().await;
+    let six = PartitionedQueue::new(redis.clone(), "jq", "parts", 6).unwrap();
+    six.configure(&QueueSettings {
+        visibility_timeout: Duration::from_secs(1),
+        max_attempts: 20,
+        backoff_initial: Duration::from_millis(10),
+        backoff_max: Duration::from_millis(100),
+        completed_retention: Duration::from_secs(3600),
+        ..QueueSettings::default()
+    })
+    .await
+    .unwrap();
+    // Batches of 60 jobs; half before the shrink, half after; a worker SIGKILLed after
+    // every second batch.
+    let batches = 10 * scale();
+    let total = 60 * batches;
+
+    // Workers on all six partitions.
+    let mut workers: Vec<(String, Child)> = (0..3)
+        .map(|i| {
+            let id = format!("six-{i}");
+            let child = spawn_worker(&url, dir.path(), &id, &["--partitions", "6"]);
+            (id, child)
+        })
+        .collect();
+    // A reaper over every partition (the operator's part, here the library's).
+    let stop = CancellationToken::new();
+    let reaper = {
+        let queue = six.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut requeued = 0;
+            while !stop.is_cancelled() {
+                if let Ok(o) = queue.reap_expired(100, 10).await {
+                    requeued += o.requeued;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            requeued
+        })
+    };
+
+    // The producer: half the jobs on 6 partitions, then the shrink, then half on 3.
+    let three = PartitionedQueue::resizing(redis.clone(), "jq", "parts", 3, 6).unwrap();
+    let kept: Vec<usize> = three.layout().route.clone();
+    assert_eq!(three.partitions().len(), 6, "6 → 3 drains the six queues");
+    let removed: Vec<usize> = (0..6).filter(|p| !kept.contains(p)).collect();
+    let mut kinds: HashMap<String, &str> = HashMap::new();
+    let mut rng = rand::rng();
+    let mut killed = 0;
+    for batch in 0..batches {
+        let queue = if batch < batches / 2 { &six } else { &three };
+        let jobs: Vec<NewJob> = (batch * 60..(batch + 1) * 60)
+            .map(|i| {
+                let kind = match i % 17 {
+                    3 => "poison",
+                    5 | 11 => "flaky",
+                    _ => "ok",
+                };
+                kinds.insert(format!("j{i}"), kind);
+                let secs = rng.random_range(20..200) as f64 / 1000.0;
+                NewJob::new(format!("{kind} {secs:.3}\n").into_bytes()).id(format!("j{i}"))
+            })
+            .collect();
+        let out = queue.enqueue_many(jobs).await.unwrap();
+        assert!(out.iter().all(|e| e.created));
+        if batch == batches / 2 - 1 {
+            // The shrink: after this no job goes to the removed partitions...
+            let before = six.stats().await.unwrap();
+            let enqueued_removed: u64 =
+                removed.iter().map(|&p| before.partitions[p].enqueued).sum();
+            assert!(enqueued_removed > 0);
+            // ...and new workers drain all six while routing to three.
+            let id = "three-0".to_string();
+            let args = ["--partitions", "3", "--drain-partitions", "6"];
+            workers.push((id.clone(), spawn_worker(&url, dir.path(), &id, &args)));
+        }
+        // SIGKILL a worker that holds a lease (a random one when none is seen), and
+        // start another in its place.
+        if batch % 2 == 1 {
+            let holder = lease_holder(&three).await;
+            let i = holder
+                .and_then(|w| workers.iter().position(|(id, _)| *id == w))
+                .unwrap_or_else(|| rng.random_range(0..workers.len()));
+            let (_, mut child) = workers.remove(i);
+            let _ = child.kill();
+            let _ = child.wait();
+            killed += 1;
+            let id = format!("after-kill-{killed}");
+            let args = ["--partitions", "3", "--drain-partitions", "6"];
+            workers.push((id.clone(), spawn_worker(&url, dir.path(), &id, &args)));
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+
+    let logs = || {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let last = std::sync::Mutex::new(None);
+    Wait::for_("every partition drained and every job done or dead")
+        .within(Duration::from_secs(60 + 30 * scale() as u64))
+        .every(Duration::from_millis(200))
+        .explained_by(|| format!("last stats: {:?}\nlogs:\n{}", last.lock().unwrap(), logs()))
+        .until(async || {
+            let stats = three.stats().await;
+            let done = matches!(&stats, Ok(s) if s.partitions.iter().all(|p| p.pending == 0
+                && p.processing == 0 && p.delayed == 0)
+                && (s.total.acked + s.total.dead) as usize >= total);
+            *last.lock().unwrap() = stats.ok();
+            done
+        })
+        .await;
+    stop.cancel();
+    let requeued = reaper.await.unwrap();
+    for (_, mut child) in workers {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    // Every job is done or dead, in the partition its layout routed it to; poison ones dead.
+    let mut lost = Vec::new();
+    let (mut done, mut dead) = (0, 0);
+    for (id, kind) in &kinds {
+        let n: usize = id[1..].parse().unwrap();
+        let queue = if n < total / 2 { &six } else { &three };
+        let p = queue.partition_for(id.as_bytes());
+        let info = queue.partitions()[p].job(id).await.unwrap();
+        match info.and_then(|i| i.status) {
+            Some(s) if s == "done" && *kind != "poison" => done += 1,
+            Some(s) if s == "dead" && *kind == "poison" => dead += 1,
+            other => lost.push(format!("{id} ({kind}) in partition {p}: {other:?}")),
+        }
+    }
+    let stats = three.stats().await.unwrap();
+    println!(
+        "partitions 6 → 3 on a 3-master Cluster: {total} jobs, {done} done, {dead} dead, \
+         lost {}, {killed} workers SIGKILLed, {} leases reaped ({requeued} by the test's \
+         reaper); per partition (acked): {:?}",
+        lost.len(),
+        stats.total.reaped,
+        stats.partitions.iter().map(|s| s.acked).collect::<Vec<_>>()
+    );
+    assert!(lost.is_empty(), "lost or wrong: {lost:?}");
+    // The killed workers' leases were taken back by a reaper (the test's or a worker's).
+    assert!(stats.total.reaped > 0, "{:?}", stats.total);
+    assert_eq!(done + dead, total);
+    // Each partition drained; the removed ones got no job after the shrink (their
+    // enqueued counters are what the first half put there).
+    for (p, s) in stats.partitions.iter().enumerate() {
+        assert_eq!(
+            (s.pending, s.processing, s.delayed),
+            (0, 0, 0),
+            "partition {p}"
+        );
+    }
+    let first_half: Vec<String> = (0..total / 2).map(|i| format!("j{i}")).collect();
+    for &p in &removed {
+        let routed_there = first_half
+            .iter()
+            .filter(|id| six.partition_for(id.as_bytes()) == p)
+            .count() as u64;
+        assert_eq!(stats.partitions[p].enqueued, routed_there, "partition {p}");
+    }
+    // Every partition did work: claims were spread over all six.
+    assert!(
+        stats.partitions.iter().all(|s| s.acked > 0),
+        "{:?}",
+        stats.partitions
+    );
+}
+
+/// `jobqueue` with `args`, stdin `input`; returns stdout, failing the test on a non-zero exit.
+fn cli(args: &[&str], input: &str) -> String {
+    use std::io::Write;
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "jobqueue {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn the_cli_enqueues_counts_and_redrives_across_partitions() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let base = ["--redis", url.as_str(), "--tag", "cli", "--partitions", "3"];
+    let with = |extra: &[&str]| -> Vec<String> {
+        extra
+            .iter()
+            .chain(base.iter())
+            .map(|s| s.to_string())
+            .collect()
+    };
+    let run = |extra: &[&str], input: &str| {
+        let args = with(extra);
+        cli(&args.iter().map(String::as_str).collect::<Vec<_>>(), input)
+    };
+    let lines: String = (0..30).map(|i| format!("job {i}\n")).collect();
+    run(&["enqueue", "--stdin"], &lines);
+    run(
+        &["enqueue", "--partition-key", "k", "--id", "keyed-1", "x"],
+        "",
+    );
+
+    let stats: serde_json::Value = serde_json::from_str(&run(&["stats", "--json"], "")).unwrap();
+    assert_eq!(stats["pending"], 31, "{stats}");
+    let parts = stats["partitions"].as_array().unwrap();
+    assert_eq!(parts.len(), 3);
+    let sum: u64 = parts.iter().map(|p| p["pending"].as_u64().unwrap()).sum();
+    assert_eq!(sum, 31);
+    assert!(
+        parts.iter().all(|p| p["pending"].as_u64().unwrap() > 0),
+        "{stats}"
+    );
+    let one: serde_json::Value =
+        serde_json::from_str(&run(&["stats", "--json", "--partition", "1"], "")).unwrap();
+    assert_eq!(one["pending"], parts[1]["pending"]);
+    assert_eq!(one["queue"], parts[1]["queue"]);
+
+    // The library sees the same layout, and the keyed job where its key says.
+    let queue = PartitionedQueue::new(server.redis().await, "jq", "cli", 3).unwrap();
+    let p = queue.partition_for(b"k");
+    assert!(
+        queue.partitions()[p]
+            .job("keyed-1")
+            .await
+            .unwrap()
+            .is_some()
+    );
+
+    // Dead jobs in several partitions: the CLI redrives the oldest over all of them.
+    let mut dead = 0;
+    while dead < 6 {
+        let leases = queue.claim(10, "w", None).await.unwrap();
+        assert!(!leases.is_empty());
+        for lease in leases {
+            queue
+                .fail(
+                    &lease,
+                    "no",
+                    jobqueue::queue::FailMode::Dead,
+                    jobqueue::queue::Backoff::Policy,
+                )
+                .await
+                .unwrap();
+            dead += 1;
+        }
+    }
+    let out = run(&["dead", "redrive", "--oldest", "4"], "");
+    assert!(out.contains("redrove 4 dead jobs"), "{out}");
+    let stats = queue.stats().await.unwrap();
+    assert_eq!(stats.total.dead, dead - 4);
+    let out = run(&["dead", "purge", "--all", "--yes"], "");
+    assert!(
+        out.contains(&format!("purged {} dead jobs", dead - 4)),
+        "{out}"
+    );
+    assert_eq!(queue.stats().await.unwrap().total.dead, 0);
+    let out = run(&["reap"], "");
+    assert!(out.contains("(3 partitions)"), "{out}");
+
+    // A partition that is not there is a usage error naming the range.
+    for (partitions, partition) in [("3", "3"), ("1", "2")] {
+        let out = Command::new(BIN)
+            .args(["stats", "--redis", url.as_str(), "--tag", "cli"])
+            .args(["--partitions", partitions, "--partition", partition])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains(&format!("{partition} is not a partition")),
+            "{err}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_failing_partition_does_not_stop_claims_from_the_others() {
+    let server = RedisServer::start();
+    let queue = PartitionedQueue::new(server.redis().await, "jq", "sick", 3).unwrap();
+    // Partition 0's pending list is a string: every claim there fails (WRONGTYPE), as
+    // one on a node that is down would.
+    let _: () = redis::cmd("SET")
+        .arg(&queue.partitions()[0].keys().pending)
+        .arg("not a list")
+        .query(&mut server.conn())
+        .unwrap();
+    for p in [1, 2] {
+        let jobs = (0..5)
+            .map(|i| NewJob::new(&b"x"[..]).id(format!("p{p}-{i}")))
+            .collect();
+        queue.partitions()[p].enqueue_many(jobs).await.unwrap();
+    }
+    for _ in 0..10 {
+        let leases = queue.claim(1, "w", None).await.unwrap();
+        assert_eq!(leases.len(), 1);
+        assert_ne!(leases[0].partition, 0);
+    }
+    // Nothing left elsewhere: now the failure is reported.
+    let err = queue.claim(1, "w", None).await.unwrap_err();
+    // It names the partition that failed.
+    let sick = queue.partitions()[0].name();
+    assert!(err.to_string().contains(sick), "{err}");
+}
