@@ -3,7 +3,7 @@
 CARGO ?= cargo
 export REDIS_SERVER ?= redis-server
 
-.PHONY: all build test lint fmt demo chaos bench crds lua chart-check conformance clean redis
+.PHONY: all build test lint fmt demo chaos bench crds lua chart-check conformance clean redis browser
 
 all: build
 
@@ -13,9 +13,15 @@ build:
 redis:
 	@./scripts/ensure-redis.sh
 
+## The console's browser tests (tests/console.rs): Debian's Chromium and its driver, and
+## playwright-core (pinned) under tests/console/node_modules; installed when missing.
+browser:
+	@./scripts/ensure-browser.sh
+
 ## The full test suite: formatting, lints, the Helm chart checks, unit and integration tests (real Redis,
-## standalone and a 3-master Cluster, started by the tests themselves).
-test: redis
+## standalone and a 3-master Cluster, started by the tests themselves), and the web console
+## in a headless Chromium.
+test: redis browser
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 	./scripts/chart-check.sh
@@ -35,12 +41,16 @@ chaos: redis
 ## on a private redis-server (see docs/benchmarks.md). Options go through BENCH_ARGS:
 ## `--quick` (a tenth of the data) or `--only claim_ack,reaper`. Then the operator at scale
 ## (500 JobQueues against the stand-in API server); its options go through
-## SCALE_BENCH_ARGS, e.g. `--queues 200 --interval 5 --window 60`.
+## SCALE_BENCH_ARGS, e.g. `--queues 200 --interval 5 --window 60`. Last, the web console's
+## Redis cost (`stats` calls per queue per refresh, counted by INFO commandstats) with 1,
+## 10 and 50 API pollers over 200 queues; options through CONSOLE_BENCH_ARGS.
 BENCH_ARGS ?=
 SCALE_BENCH_ARGS ?=
+CONSOLE_BENCH_ARGS ?=
 bench: redis
 	$(CARGO) bench --bench throughput -- $(BENCH_ARGS)
 	$(CARGO) bench --bench operator_scale -- $(SCALE_BENCH_ARGS)
+	$(CARGO) bench --bench console -- $(CONSOLE_BENCH_ARGS)
 
 ## The embedded demo: a private redis-server on a free loopback port, worker processes of
 ## which some are SIGKILLed mid-job, the reaper, live counts, and a check that no job was

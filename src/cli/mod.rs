@@ -15,8 +15,9 @@ pub mod format;
 mod peek;
 mod progress;
 mod reap;
-mod show;
+pub(crate) mod show;
 mod stats;
+pub mod ui;
 pub mod worker;
 
 pub use common::Interrupted;
@@ -88,6 +89,9 @@ pub enum Command {
     /// A local queue with crashing workers recovered by the reaper (needs redis-server).
     #[command(after_help = demo::EXAMPLES)]
     Demo(demo::DemoArgs),
+    /// Serve the web console of the queues of one Redis (or of the cluster's JobQueues).
+    #[command(after_help = ui::EXAMPLES)]
+    Ui(ui::UiArgs),
     /// One worker process of the demo (started by `jobqueue demo`).
     #[command(hide = true)]
     DemoWorker(demo::worker::DemoWorkerArgs),
@@ -96,6 +100,20 @@ pub enum Command {
 /// How to reach a queue: shared by every operations subcommand.
 #[derive(Debug, Clone, Args)]
 pub struct ConnectArgs {
+    #[command(flatten)]
+    pub endpoint: RedisArgs,
+    /// The queue's hash tag, e.g. `emails` (keys become `jq:{emails}:…`).
+    #[arg(long, env = "JOBQUEUE_TAG")]
+    pub tag: String,
+    /// Key prefix.
+    #[arg(long, env = "JOBQUEUE_PREFIX", default_value = DEFAULT_PREFIX)]
+    pub prefix: String,
+}
+
+/// How to reach a Redis (standalone, Cluster or behind Sentinel): the part of
+/// [`ConnectArgs`] that names no queue, shared with `jobqueue ui`.
+#[derive(Debug, Clone, Args)]
+pub struct RedisArgs {
     /// Redis URL (`redis://[user:password@]host:port[/db]`, `rediss://` for TLS; for a
     /// Cluster, seed nodes separated by commas).
     #[arg(
@@ -108,12 +126,6 @@ pub struct ConnectArgs {
     /// Talk to a Redis Cluster.
     #[arg(long, env = "JOBQUEUE_CLUSTER")]
     pub cluster: bool,
-    /// The queue's hash tag, e.g. `emails` (keys become `jq:{emails}:…`).
-    #[arg(long, env = "JOBQUEUE_TAG")]
-    pub tag: String,
-    /// Key prefix.
-    #[arg(long, env = "JOBQUEUE_PREFIX", default_value = DEFAULT_PREFIX)]
-    pub prefix: String,
     /// PEM file of the CA that signs the server's certificate (with `rediss://`), for a
     /// Redis whose certificate the system trust store does not know.
     #[arg(long, env = "JOBQUEUE_TLS_CA", value_name = "FILE")]
@@ -172,6 +184,25 @@ pub struct ConnectArgs {
 
 impl ConnectArgs {
     pub fn options(&self) -> crate::queue::Result<ConnectOptions> {
+        self.endpoint.options()
+    }
+
+    /// The `--durability` setting.
+    pub fn durability(&self) -> crate::queue::Result<crate::queue::Durability> {
+        self.endpoint.durability()
+    }
+
+    pub async fn queue(&self) -> crate::queue::Result<Queue> {
+        // Check the tag before connecting: a bad tag is a usage error, not a Redis one.
+        crate::queue::validate_tag(&self.tag)?;
+        let durability = self.durability()?;
+        let redis = Redis::connect(&self.options()?).await?;
+        Ok(Queue::new(redis, &self.prefix, &self.tag)?.durability(durability))
+    }
+}
+
+impl RedisArgs {
+    pub fn options(&self) -> crate::queue::Result<ConnectOptions> {
         let ca = match &self.tls_ca {
             Some(path) => Some(read_pem(path)?),
             None => None,
@@ -213,14 +244,6 @@ impl ConnectArgs {
     /// The `--durability` setting.
     pub fn durability(&self) -> crate::queue::Result<crate::queue::Durability> {
         self.durability.parse()
-    }
-
-    pub async fn queue(&self) -> crate::queue::Result<Queue> {
-        // Check the tag before connecting: a bad tag is a usage error, not a Redis one.
-        crate::queue::validate_tag(&self.tag)?;
-        let durability = self.durability()?;
-        let redis = Redis::connect(&self.options()?).await?;
-        Ok(Queue::new(redis, &self.prefix, &self.tag)?.durability(durability))
     }
 }
 
@@ -341,6 +364,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Configure(args) => configure::run(args).await,
         Command::Reap(args) => reap::run(args).await,
         Command::Demo(args) => demo::run(args).await,
+        Command::Ui(args) => ui::run(args).await,
         Command::DemoWorker(args) => demo::worker::run(args).await,
     }
 }
