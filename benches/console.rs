@@ -145,7 +145,7 @@ async fn main() {
         refresh: REFRESH,
         history: Duration::from_secs(60),
     };
-    let source = Source::redis(redis, "jq", None, Durability::Primary);
+    let source = Source::redis(redis, "jq", None, Durability::Primary, REFRESH);
     let (addr, server_task) = console::serve(config, source, shutdown.clone())
         .await
         .unwrap();

@@ -12,10 +12,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use jobqueue::crd::{JobQueue, JobQueueSpec, JobQueueStatus};
 use jobqueue::queue::{Backoff, FailMode, NewJob, Queue, QueueSettings};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::Value;
 use support::eventually::Wait;
 use support::redis::RedisServer;
+use support::standin::StandIn;
 
 const BIN: &str = env!("CARGO_BIN_EXE_jobqueue");
 const TAG: &str = "shop";
@@ -48,7 +51,17 @@ struct Ui {
 impl Ui {
     fn start(redis: &str, extra: &[&str]) -> Ui {
         let mut child = Command::new(BIN)
-            .args(["ui", "--redis", redis, "--port", "0", "--refresh", "200ms"])
+            .args([
+                "ui",
+                "--redis",
+                redis,
+                "--port",
+                "0",
+                "--refresh",
+                "200ms",
+                "--rescan",
+                "200ms",
+            ])
             .args(extra)
             .env("NO_COLOR", "1")
             .stdout(Stdio::piped())
@@ -265,8 +278,33 @@ async fn the_console_in_a_browser_shows_counts_finds_and_redrives_dead_jobs() {
     ensure_browser();
     let server = RedisServer::start();
     let queue = server.queue(TAG).await;
-    let shop = fill(&queue).await;
+    // The console runs while the worker does: its charts show the rates.
+    queue.enqueue(NewJob::new("first")).await.unwrap();
     let ui = Ui::start(&server.url(), &["--allow-writes"]);
+    let _ = ui.overview_after(now_ms());
+    let first = queue.claim_one("worker-1", None).await.unwrap().unwrap();
+    assert!(queue.ack(&first).await.unwrap());
+    // Two more queues at work over a few refreshes, for the overview's charts.
+    let others = [server.queue("emails").await, server.queue("reports").await];
+    for wave in 0..6u64 {
+        for (n, q) in others.iter().enumerate() {
+            for i in 0..(wave * (n as u64 + 1)) % 5 + 1 {
+                q.enqueue(NewJob::new(format!("{{\"wave\":{wave},\"i\":{i}}}")))
+                    .await
+                    .unwrap();
+            }
+            let lease = q.claim_one("worker-2", None).await.unwrap().unwrap();
+            if wave == 4 && n == 1 {
+                q.fail(&lease, "template missing", FailMode::Dead, Backoff::Policy)
+                    .await
+                    .unwrap();
+            } else {
+                assert!(q.ack(&lease).await.unwrap());
+            }
+        }
+        let _ = ui.overview_after(now_ms());
+    }
+    let shop = fill(&queue).await;
     let stats = cli_stats(&server.url());
     let set_up = now_ms();
     let _ = ui.overview_after(set_up);
@@ -291,6 +329,15 @@ async fn the_console_in_a_browser_shows_counts_finds_and_redrives_dead_jobs() {
     }
     assert_eq!(row["dead"], "3");
     assert_eq!(row["pending"], "3");
+    // The dead letters grew while the console watched: the badge says so.
+    assert!(
+        seen["overview_badges"][TAG]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b.as_str().unwrap().starts_with("dead letters growing: 3")),
+        "{seen}"
+    );
     // p50/p99 come from the acks' histogram (three acks here).
     assert!(
         seen["overview_latency"]
@@ -616,4 +663,169 @@ async fn two_hundred_queues_and_ten_pollers_cost_one_stats_call_per_queue_per_re
         requests > after - before,
         "the pollers made {requests} requests: more than the refreshes, or the bound says nothing"
     );
+}
+
+fn b64(s: &str) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in s.as_bytes().chunks(3) {
+        let n = (chunk[0] as u32) << 16
+            | (*chunk.get(1).unwrap_or(&0) as u32) << 8
+            | *chunk.get(2).unwrap_or(&0) as u32;
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(T[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn condition(type_: &str, status: &str, reason: &str) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message: format!("{type_} is {status}"),
+        last_transition_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+        observed_generation: Some(1),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_kubernetes_each_jobqueue_is_read_through_the_secrets_its_spec_names() {
+    const PASSWORD: &str = "pw-console-7Qx2";
+    let server = RedisServer::start_with(&["--requirepass", PASSWORD]);
+    let url = format!("redis://:{PASSWORD}@127.0.0.1:{}", server.port);
+    let redis = jobqueue::queue::Redis::connect(&jobqueue::queue::ConnectOptions::new(&url))
+        .await
+        .unwrap();
+    let queue = Queue::new(redis, "jq", "orders").unwrap();
+    for i in 0..4 {
+        queue.enqueue(NewJob::new(format!("{i}"))).await.unwrap();
+    }
+
+    let api = StandIn::start().await;
+    api.put(
+        "/api/v1",
+        "secrets",
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "redis-orders", "namespace": "jobs"},
+            "data": {
+                "url": b64(&format!("redis://127.0.0.1:{}", server.port)),
+                "password": b64(PASSWORD),
+            }
+        }),
+    );
+    let mut spec = JobQueueSpec::new("redis://unused:1", "orders");
+    spec.redis.url = None;
+    spec.redis.url_secret_ref = Some(jobqueue::crd::SecretKeySelector {
+        name: "redis-orders".into(),
+        key: "url".into(),
+    });
+    spec.redis.password_secret_ref = Some(jobqueue::crd::SecretKeySelector {
+        name: "redis-orders".into(),
+        key: "password".into(),
+    });
+    spec.workers = Some(support::fixtures::workers(1, 5));
+    let mut jq = JobQueue::new("orders", spec.clone());
+    jq.metadata.namespace = Some("jobs".into());
+    jq.status = Some(JobQueueStatus {
+        desired_replicas: Some(3),
+        current_replicas: Some(2),
+        conditions: vec![
+            condition("Ready", "True", "Reconciled"),
+            condition("LeaseTooShort", "False", "NoStaleAcks"),
+        ],
+        ..JobQueueStatus::default()
+    });
+    api.put(
+        "/apis/jobqueue.dev/v1alpha1",
+        "jobqueues",
+        serde_json::to_value(&jq).unwrap(),
+    );
+    // A second queue whose Secret is missing: listed, with why it cannot be read.
+    let mut broken = JobQueue::new("broken", {
+        let mut s = spec.clone();
+        s.hash_tag = "broken".into();
+        s.redis.url_secret_ref.as_mut().unwrap().name = "no-such-secret".into();
+        s.redis.password_secret_ref = None;
+        s.workers = None;
+        s
+    });
+    broken.metadata.namespace = Some("jobs".into());
+    api.put(
+        "/apis/jobqueue.dev/v1alpha1",
+        "jobqueues",
+        serde_json::to_value(&broken).unwrap(),
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, api.kubeconfig("jobs")).unwrap();
+    let mut child = Command::new(BIN)
+        .args(["ui", "--kubernetes", "--port", "0", "--refresh", "200ms"])
+        .env("KUBECONFIG", &kubeconfig)
+        .env("NO_COLOR", "1")
+        .env("RUST_LOG", "debug")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    let ui = Ui { child, addr };
+    let o = Wait::for_("both JobQueues read").until_blocking(|| {
+        let o = ui.get_json("/api/overview");
+        let ok = o["queues"]
+            .as_array()
+            .is_some_and(|q| q.len() == 2 && q.iter().any(|q| q["counts"]["pending"] == 4));
+        ok.then_some(o)
+    });
+    let queues = o["queues"].as_array().unwrap();
+    let orders = queues.iter().find(|q| q["id"] == "jobs/orders").unwrap();
+    assert_eq!(orders["name"], "jq:{orders}");
+    assert_eq!(orders["kube"]["desired_replicas"], 3);
+    assert_eq!(orders["kube"]["current_replicas"], 2);
+    assert_eq!(orders["kube"]["workers"], "Deployment/worker");
+    assert_eq!(orders["kube"]["conditions"][0]["type"], "Ready");
+    assert_eq!(orders["kube"]["conditions"][0]["status"], "True");
+    let broken = queues.iter().find(|q| q["id"] == "jobs/broken").unwrap();
+    assert!(broken["counts"].is_null(), "{broken}");
+    assert!(
+        broken["error"]
+            .as_str()
+            .unwrap()
+            .contains("Secret jobs/no-such-secret not found"),
+        "{broken}"
+    );
+    // The queue page reads through the same handle.
+    let page = ui.get_json("/api/queue?q=jobs%2Forders");
+    assert_eq!(page["pending"].as_array().unwrap().len(), 4);
+    // The password is in no reply and no log line.
+    let (_, html) = ui.get("/");
+    let text = format!("{o}{page}{html}");
+    assert!(!text.contains(PASSWORD), "the password leaked into a reply");
+    let mut child = ui;
+    let _ = child.child.kill();
+    let mut log = String::new();
+    child
+        .child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    assert!(!log.contains(PASSWORD), "the password leaked into the log");
 }

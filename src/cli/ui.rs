@@ -58,6 +58,10 @@ pub struct UiArgs {
     /// the number of open pages.
     #[arg(long, default_value = "2s", value_parser = crate::duration::parse)]
     pub refresh: Duration,
+    /// Without --tag: how often the keys are scanned again for new queues (a scan reads
+    /// the whole keyspace).
+    #[arg(long, default_value = "30s", value_parser = crate::duration::parse)]
+    pub rescan: Duration,
     /// How far back the rate charts and the health badges look.
     #[arg(long, default_value = "5m", value_parser = crate::duration::parse)]
     pub history: Duration,
@@ -123,7 +127,7 @@ pub async fn run(args: UiArgs) -> anyhow::Result<()> {
         let durability = args.endpoint.durability()?;
         let redis = Redis::connect(&args.endpoint.options()?).await?;
         let tags = (!tags.is_empty()).then_some(tags);
-        Source::redis(redis, &args.prefix, tags, durability)
+        Source::redis(redis, &args.prefix, tags, durability, args.rescan)
     };
     let described = source.describe();
     let config = Config {

@@ -15,8 +15,9 @@ use crate::controller::validate::plan;
 use crate::crd::JobQueue;
 use crate::queue::{Durability, Queue, Redis};
 
-/// How often a scan for queue keys runs again (new queues appear, deleted ones go).
-const RESCAN: Duration = Duration::from_secs(30);
+/// How often a scan for queue keys runs again by default (new queues appear, deleted
+/// ones go): a scan reads the whole keyspace, job hashes included, so not every refresh.
+pub const RESCAN: Duration = Duration::from_secs(30);
 /// SCAN's COUNT hint: keys looked at per call.
 const SCAN_COUNT: usize = 1000;
 
@@ -56,12 +57,13 @@ pub struct KubeCondition {
 /// Where the queues come from.
 pub enum Source {
     /// One Redis: the tags given, or (none given) a scan for `PREFIX:{tag}:stats` and
-    /// `PREFIX:{tag}:meta` keys, again every [`RESCAN`].
+    /// `PREFIX:{tag}:meta` keys, again every `rescan`.
     Redis {
         redis: Redis,
         prefix: String,
         tags: Option<Vec<String>>,
         durability: Durability,
+        rescan: Duration,
         scanned: Mutex<Option<(Instant, Vec<Found>)>>,
     },
     /// The JobQueues of a cluster (of one namespace, or all).
@@ -82,12 +84,14 @@ impl Source {
         prefix: &str,
         tags: Option<Vec<String>>,
         durability: Durability,
+        rescan: Duration,
     ) -> Source {
         Source::Redis {
             redis,
             prefix: prefix.to_string(),
             tags,
             durability,
+            rescan,
             scanned: Mutex::new(None),
         }
     }
@@ -114,6 +118,7 @@ impl Source {
                 prefix,
                 tags,
                 durability,
+                rescan,
                 scanned,
             } => {
                 let build = |tag: &str| -> Found {
@@ -136,7 +141,7 @@ impl Source {
                     return Ok(tags.iter().map(|t| build(t)).collect());
                 }
                 if let Some((at, found)) = scanned.lock().expect("scan lock").as_ref()
-                    && at.elapsed() < RESCAN
+                    && at.elapsed() < *rescan
                 {
                     return Ok(found.clone());
                 }

@@ -37,6 +37,9 @@ try {
       [...r.querySelectorAll("td[data-count]")].map((td) => [td.dataset.count, td.textContent.trim()]))])));
   seen.overview_latency = await page.$$eval(`#overview tr[data-queue="${queue}"] td[data-latency]`,
     (tds) => tds.map((td) => td.textContent.trim()));
+  seen.overview_badges = await page.$$eval("#overview tbody tr", (rows) =>
+    Object.fromEntries(rows.map((r) => [r.dataset.queue,
+      [...r.querySelectorAll(".badge")].map((b) => b.textContent.trim())])));
   seen.overview_sparklines = await page.$$eval("#overview svg.spark polyline", (l) => l.length);
   if (shots) await page.screenshot({ path: `${shots}/console-overview.png`, fullPage: true });
 
