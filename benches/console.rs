@@ -95,7 +95,7 @@ async fn window(
             tokio::spawn(async move {
                 let mut n = 0usize;
                 while !stop.load(Ordering::Relaxed) {
-                    let path = if n % 2 == 0 {
+                    let path = if n.is_multiple_of(2) {
                         "/api/overview".to_string()
                     } else {
                         format!("/api/queue?q=q{:04}", (i * 7) % queues)

@@ -619,7 +619,7 @@ async fn two_hundred_queues_and_ten_pollers_cost_one_stats_call_per_queue_per_re
             std::thread::spawn(move || {
                 let mut n = 0u64;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let path = if n % 2 == 0 {
+                    let path = if n.is_multiple_of(2) {
                         "/api/overview".to_string()
                     } else {
                         format!("/api/queue?q=q{:03}", i * 7)

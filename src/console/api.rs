@@ -244,19 +244,40 @@ fn default_limit() -> usize {
     20
 }
 
-type ApiResult = Result<Response, Response>;
+type ApiResult = Result<Response, ApiError>;
 
-fn entry(console: &Console, id: &str) -> Result<(Entry, Queue), Response> {
+/// A failed API call: its status and what went wrong, sent as `{"error": "..."}`.
+pub struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        error(self.status, self.message)
+    }
+}
+
+fn entry(console: &Console, id: &str) -> Result<(Entry, Queue), ApiError> {
     let snap = console.snapshot.get();
     let Some(e) = snap.entries.get(id) else {
-        return Err(error(
+        return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("no queue {id:?} in this console"),
         ));
     };
     match &e.queue {
         Some(q) => Ok((e.clone(), q.clone())),
-        None => Err(error(
+        None => Err(ApiError::new(
             StatusCode::BAD_GATEWAY,
             format!(
                 "queue {id:?} cannot be read: {}",
@@ -266,12 +287,12 @@ fn entry(console: &Console, id: &str) -> Result<(Entry, Queue), Response> {
     }
 }
 
-fn failed(e: impl std::fmt::Display) -> Response {
-    error(StatusCode::BAD_GATEWAY, e.to_string())
+fn failed(e: impl std::fmt::Display) -> ApiError {
+    ApiError::new(StatusCode::BAD_GATEWAY, e.to_string())
 }
 
 /// A job for a list: id, status, attempts, times, worker, last error, a payload preview.
-fn job_row(view: &JobView) -> Result<Value, Response> {
+fn job_row(view: &JobView) -> Result<Value, ApiError> {
     let mut v = view.json(Payload::Preview).map_err(failed)?;
     if let Some(obj) = v.as_object_mut() {
         obj.insert("now_ms".into(), view.now.into());
@@ -285,7 +306,7 @@ async fn rows(
     queue: &Queue,
     ids: impl IntoIterator<Item = Vec<u8>>,
     wanted: JobStatus,
-) -> Result<Vec<Value>, Response> {
+) -> Result<Vec<Value>, ApiError> {
     let mut out = Vec::new();
     for id in ids {
         let Some(view) = find(queue, &id).await.map_err(failed)? else {
@@ -402,7 +423,7 @@ async fn dead_page(
 
 /// The dead jobs whose id or last error contains `needle` (lowercase), oldest death
 /// first; how many were looked at; whether the cap stopped the search.
-async fn search_dead(queue: &Queue, needle: &str) -> Result<(Vec<Vec<u8>>, usize, bool), Response> {
+async fn search_dead(queue: &Queue, needle: &str) -> Result<(Vec<Vec<u8>>, usize, bool), ApiError> {
     let mut conn = queue.redis().clone();
     let mut matches = Vec::new();
     let mut scanned = 0;
@@ -453,10 +474,13 @@ struct JobQuery {
 async fn job(State(console): State<Arc<Console>>, Query(query): Query<JobQuery>) -> ApiResult {
     let (_, queue) = entry(&console, &query.q)?;
     if query.id.is_empty() {
-        return Err(error(StatusCode::BAD_REQUEST, "the job id is empty"));
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "the job id is empty",
+        ));
     }
     let Some(view) = find(&queue, query.id.as_bytes()).await.map_err(failed)? else {
-        return Err(error(
+        return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!(
                 "no job {:?} in {}: never enqueued there, or gone (a done job is kept only \
@@ -496,7 +520,7 @@ async fn job(State(console): State<Arc<Console>>, Query(query): Query<JobQuery>)
 async fn payload(State(console): State<Arc<Console>>, Query(query): Query<JobQuery>) -> ApiResult {
     let (_, queue) = entry(&console, &query.q)?;
     let Some(info) = queue.job(query.id.as_bytes()).await.map_err(failed)? else {
-        return Err(error(
+        return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("no job {:?}", query.id),
         ));
@@ -561,14 +585,14 @@ async fn purge(
 /// Redrive or purge through the protocol's scripts; a dry run says how many would be.
 async fn act(console: &Console, body: DeadAction, action: Action) -> ApiResult {
     let (_, queue) = entry(console, &body.q)?;
-    if body.all == !body.ids.is_empty() {
-        return Err(error(
+    if body.all != body.ids.is_empty() {
+        return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             "give either \"ids\" (a non-empty list) or \"all\": true",
         ));
     }
     if body.ids.len() > MAX_BATCH {
-        return Err(error(
+        return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             format!("at most {MAX_BATCH} ids at once"),
         ));
@@ -613,7 +637,7 @@ async fn act(console: &Console, body: DeadAction, action: Action) -> ApiResult {
     } else {
         apply(Selection::Ids(body.ids.clone()))
             .await
-            .map_err(|e| error(StatusCode::BAD_REQUEST, e.to_string()))?
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.to_string()))?
     };
     let verb = match action {
         Action::Redrive => "redrove",
