@@ -478,15 +478,20 @@ async fn a_read_only_console_offers_no_write_and_refuses_them() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_guards_hosts_tokens_and_payloads() {
-    let server = RedisServer::start();
-    let queue = server.queue(TAG).await;
+    const PASSWORD: &str = "pw-in-the-url-9Zk";
+    let server = RedisServer::start_with(&["--requirepass", PASSWORD]);
+    let url = format!("redis://:{PASSWORD}@127.0.0.1:{}", server.port);
+    let redis = jobqueue::queue::Redis::connect(&jobqueue::queue::ConnectOptions::new(&url))
+        .await
+        .unwrap();
+    let queue = Queue::new(redis, "jq", TAG).unwrap();
     fill(&queue).await;
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("token");
     let token = "s3cret-token-0123456789";
     std::fs::write(&token_file, format!("{token}\n")).unwrap();
     let ui = Ui::start(
-        &server.url(),
+        &url,
         &[
             "--allow-writes",
             "--token-file",
@@ -503,6 +508,9 @@ async fn the_api_guards_hosts_tokens_and_payloads() {
     let (code, body) = http(&ui.addr, "GET", "/api/overview", &auth, "");
     assert_eq!(code, 200, "{body}");
     assert!(!body.contains(token));
+    // The Redis password of the URL is in no reply: the endpoint is shown redacted.
+    assert!(!body.contains(PASSWORD), "{body}");
+    assert!(body.contains(":***@127.0.0.1"), "{body}");
     // The login form gives a cookie that is not the token.
     let form = format!("token={token}");
     let (code, _) = http(
