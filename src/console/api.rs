@@ -301,16 +301,27 @@ fn job_row(view: &JobView) -> Result<Value, ApiError> {
     Ok(v)
 }
 
-/// Each id's job, as filed with `wanted` (a job that moved meanwhile is left out).
+/// Each id's job, as filed with `wanted` (a job that moved meanwhile is left out), with
+/// the score it was listed with (run-at, lease end, time of death; none for pending):
+/// one read of its hash per job and one of Redis's clock per list.
 async fn rows(
     queue: &Queue,
-    ids: impl IntoIterator<Item = Vec<u8>>,
+    ids: Vec<(Vec<u8>, Option<i64>)>,
     wanted: JobStatus,
 ) -> Result<Vec<Value>, ApiError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let now = queue.now_ms().await.map_err(failed)?;
     let mut out = Vec::new();
-    for id in ids {
-        let Some(view) = find(queue, &id).await.map_err(failed)? else {
+    for (id, filed_at) in ids {
+        let Some(info) = queue.job(&id).await.map_err(failed)? else {
             continue;
+        };
+        let view = JobView {
+            info,
+            filed_at,
+            now,
         };
         if view.status() != Some(wanted) {
             continue;
@@ -318,6 +329,13 @@ async fn rows(
         out.push(job_row(&view)?);
     }
     Ok(out)
+}
+
+/// Ids with their scores, as `rows` takes them.
+fn scored(ids: Vec<(crate::queue::JobId, i64)>) -> Vec<(Vec<u8>, Option<i64>)> {
+    ids.into_iter()
+        .map(|(id, at)| (id.as_bytes().to_vec(), Some(at)))
+        .collect()
 }
 
 /// `GET /api/queue?q=TAG&offset=&limit=`: the queue's counts and rates (snapshot), its
@@ -342,21 +360,12 @@ async fn queue_page(
         .await
         .map_err(failed)?;
     pending.reverse();
+    let pending = pending.into_iter().map(|id| (id, None)).collect();
     let pending = rows(&queue, pending, JobStatus::Pending).await?;
     let leases = queue.processing_ids(limit).await.map_err(failed)?;
-    let leases = rows(
-        &queue,
-        leases.into_iter().map(|(id, _)| id.as_bytes().to_vec()),
-        JobStatus::Processing,
-    )
-    .await?;
+    let leases = rows(&queue, scored(leases), JobStatus::Processing).await?;
     let delayed = queue.delayed_ids(limit).await.map_err(failed)?;
-    let delayed = rows(
-        &queue,
-        delayed.into_iter().map(|(id, _)| id.as_bytes().to_vec()),
-        JobStatus::Delayed,
-    )
-    .await?;
+    let delayed = rows(&queue, scored(delayed), JobStatus::Delayed).await?;
     let settings: Vec<Value> = settings
         .to_fields()
         .into_iter()
@@ -393,11 +402,7 @@ async fn dead_page(
     let (ids, matched, scanned, truncated) = match &search {
         None => {
             let ids = queue.dead_ids(query.offset, limit).await.map_err(failed)?;
-            let ids: Vec<Vec<u8>> = ids
-                .into_iter()
-                .map(|(id, _)| id.as_bytes().to_vec())
-                .collect();
-            (ids, None, None, false)
+            (scored(ids), None, None, false)
         }
         Some(needle) => {
             let (matches, scanned, truncated) = search_dead(&queue, needle).await?;
@@ -423,15 +428,19 @@ async fn dead_page(
 
 /// The dead jobs whose id or last error contains `needle` (lowercase), oldest death
 /// first; how many were looked at; whether the cap stopped the search.
-async fn search_dead(queue: &Queue, needle: &str) -> Result<(Vec<Vec<u8>>, usize, bool), ApiError> {
+async fn search_dead(
+    queue: &Queue,
+    needle: &str,
+) -> Result<(Vec<(Vec<u8>, Option<i64>)>, usize, bool), ApiError> {
     let mut conn = queue.redis().clone();
     let mut matches = Vec::new();
     let mut scanned = 0;
     loop {
-        let ids: Vec<Vec<u8>> = redis::cmd("ZRANGE")
+        let ids: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGE")
             .arg(&queue.keys().dead)
             .arg(scanned)
             .arg(scanned + SEARCH_CHUNK - 1)
+            .arg("WITHSCORES")
             .query_async(&mut conn)
             .await
             .map_err(failed)?;
@@ -439,18 +448,17 @@ async fn search_dead(queue: &Queue, needle: &str) -> Result<(Vec<Vec<u8>>, usize
             return Ok((matches, scanned, false));
         }
         let mut pipe = redis::pipe();
-        for id in &ids {
+        for (id, _) in &ids {
             pipe.cmd("HGET")
                 .arg(queue.keys().job_key(id))
                 .arg("last_error");
         }
         let errors: Vec<Option<Vec<u8>>> = pipe.query_async(&mut conn).await.map_err(failed)?;
         let n = ids.len();
-        for (id, err) in ids.into_iter().zip(errors) {
-            let hit = String::from_utf8_lossy(&id).to_lowercase().contains(needle)
-                || err.is_some_and(|e| String::from_utf8_lossy(&e).to_lowercase().contains(needle));
-            if hit {
-                matches.push(id);
+        let lower = |b: &[u8]| String::from_utf8_lossy(b).to_lowercase();
+        for ((id, died_at), err) in ids.into_iter().zip(errors) {
+            if lower(&id).contains(needle) || err.is_some_and(|e| lower(&e).contains(needle)) {
+                matches.push((id, Some(died_at as i64)));
             }
         }
         scanned += n;

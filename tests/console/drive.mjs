@@ -104,6 +104,17 @@ try {
     });
     return { status: r.status, body: await r.json() };
   }, queue);
+  // A selection on the dead-letter page: every row checked, purged after the count.
+  if (scenario === "writes") {
+    await page.goto(`${url}/dead?q=${q}`);
+    await page.waitForSelector("#dead tbody tr");
+    for (const box of await page.$$("#dead tbody input[type=checkbox]")) await box.check();
+    await page.click("#purge-selected");
+    await page.waitForSelector("#notice");
+    seen.purge_notice = await page.textContent("#notice");
+    seen.dead_rows_after_purge = await page.$$eval("#dead tbody tr", (r) => r.length);
+    seen.dead_total_after_purge = await page.textContent("#dead-total");
+  }
   process.stdout.write(JSON.stringify(seen) + "\n");
 } catch (err) {
   seen.failure = String(err && err.stack || err);
