@@ -840,3 +840,69 @@ async fn with_kubernetes_each_jobqueue_is_read_through_the_secrets_its_spec_name
         .unwrap();
     assert!(!log.contains(PASSWORD), "the password leaked into the log");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_sentinel_the_console_finds_the_queues_of_the_primary() {
+    let setup = support::sentinel::SentinelSetup::start();
+    let queue = setup.queue("behind").await;
+    for i in 0..2 {
+        queue.enqueue(NewJob::new(format!("{i}"))).await.unwrap();
+    }
+    let ui = Ui::start(
+        "redis://127.0.0.1:1",
+        &[
+            "--sentinel",
+            &setup.addr_list(),
+            "--master-name",
+            support::sentinel::MASTER,
+        ],
+    );
+    let o = Wait::for_("the queue behind Sentinel").until_blocking(|| {
+        let o = ui.get_json("/api/overview");
+        let found = o["queues"].as_array().is_some_and(|q| {
+            q.iter()
+                .any(|q| q["id"] == "behind" && q["counts"]["pending"] == 2)
+        });
+        found.then_some(o)
+    });
+    assert!(
+        o["source"].as_str().unwrap().starts_with("sentinel://"),
+        "{o}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_the_console_reads_the_tags_given_and_asks_for_them() {
+    let cluster = support::redis::RedisCluster::start();
+    let tags = cluster.tags_on_distinct_nodes(2);
+    let redis = cluster.redis().await;
+    for (n, tag) in tags.iter().enumerate() {
+        let q = Queue::new(redis.clone(), "jq", tag).unwrap();
+        for i in 0..=n {
+            q.enqueue(NewJob::new(format!("{i}"))).await.unwrap();
+        }
+    }
+    // Without --tag: a usage error that says what to do.
+    let out = Command::new(BIN)
+        .args(["ui", "--cluster", "--redis", &cluster.url(), "--port", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("name them with --tag"), "{err}");
+
+    let list = tags.join(",");
+    let ui = Ui::start(&cluster.url(), &["--cluster", "--tag", &list]);
+    Wait::for_("both queues of the Cluster").until_blocking(|| {
+        let o = ui.get_json("/api/overview");
+        tags.iter().enumerate().all(|(n, tag)| {
+            o["queues"].as_array().is_some_and(|q| {
+                q.iter()
+                    .any(|q| q["id"] == tag.as_str() && q["counts"]["pending"] == n as u64 + 1)
+            })
+        })
+    });
+    // A queue page reads its lists on the node that holds the queue.
+    let page = ui.get_json(&format!("/api/queue?q={}", tags[1]));
+    assert_eq!(page["pending"].as_array().unwrap().len(), 2);
+}
