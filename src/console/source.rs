@@ -18,6 +18,9 @@ use crate::queue::{Durability, Queue, Redis};
 /// How often a scan for queue keys runs again by default (new queues appear, deleted
 /// ones go): a scan reads the whole keyspace, job hashes included, so not every refresh.
 pub const RESCAN: Duration = Duration::from_secs(30);
+/// How long a JobQueue whose Redis or Secrets could not be read waits before the next
+/// try (a connection attempt may take the whole connect timeout).
+const RETRY: Duration = Duration::from_secs(30);
 /// SCAN's COUNT hint: keys looked at per call.
 const SCAN_COUNT: usize = 1000;
 
@@ -54,6 +57,13 @@ pub struct KubeCondition {
     pub message: String,
 }
 
+/// A JobQueue as last connected (or not).
+pub struct Connected {
+    generation: Option<i64>,
+    at: Instant,
+    found: Found,
+}
+
 /// Where the queues come from.
 pub enum Source {
     /// One Redis: the tags given, or (none given) a scan for `PREFIX:{tag}:stats` and
@@ -71,9 +81,10 @@ pub enum Source {
         client: Client,
         namespace: Option<String>,
         settings: Settings,
-        /// Connected queues by `namespace/name`, with the spec generation they were made
-        /// for: a new generation (another URL, tag or Secret reference) connects again.
-        connected: tokio::sync::Mutex<BTreeMap<String, (Option<i64>, Found)>>,
+        /// Queues by `namespace/name`, with the spec generation they were made for (a new
+        /// generation, another URL, tag or Secret reference, connects again) and when: one
+        /// that could not be reached is tried again after [`RETRY`], not at every refresh.
+        connected: tokio::sync::Mutex<BTreeMap<String, Connected>>,
     },
 }
 
@@ -232,7 +243,7 @@ async fn list_kubernetes(
     client: &Client,
     namespace: Option<&str>,
     settings: &Settings,
-    connected: &tokio::sync::Mutex<BTreeMap<String, (Option<i64>, Found)>>,
+    connected: &tokio::sync::Mutex<BTreeMap<String, Connected>>,
 ) -> anyhow::Result<Vec<Found>> {
     let api: Api<JobQueue> = match namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
@@ -254,13 +265,22 @@ async fn list_kubernetes(
         let generation = jq.metadata.generation;
         let reuse = connected
             .get(&id)
-            .filter(|(g, found)| *g == generation && found.queue.is_some())
-            .map(|(_, found)| found.clone());
+            .filter(|c| {
+                c.generation == generation && (c.found.queue.is_some() || c.at.elapsed() < RETRY)
+            })
+            .map(|c| c.found.clone());
         let mut found = match reuse {
             Some(found) => found,
             None => {
                 let found = connect(client, settings, &ns, &id, &jq).await;
-                connected.insert(id.clone(), (generation, found.clone()));
+                connected.insert(
+                    id.clone(),
+                    Connected {
+                        generation,
+                        at: Instant::now(),
+                        found: found.clone(),
+                    },
+                );
                 found
             }
         };
