@@ -236,13 +236,22 @@ fn cli_stats(redis: &str) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-/// Run the browser scenario; what it saw.
+/// Run the browser scenario on queue `TAG`; what it saw.
 fn drive(ui: &Ui, scenario: &str, search: &str, shots: Option<&Path>) -> Value {
+    drive_with(ui, scenario, TAG, search, shots)
+}
+
+/// Run the browser scenario on queue `queue`; what it saw.
+fn drive_queue(ui: &Ui, scenario: &str, queue: &str, shots: Option<&Path>) -> Value {
+    drive_with(ui, scenario, queue, "", shots)
+}
+
+fn drive_with(ui: &Ui, scenario: &str, queue: &str, search: &str, shots: Option<&Path>) -> Value {
     let mut cmd = Command::new("node");
     cmd.arg(root().join("tests/console/drive.mjs"))
         .arg(scenario)
         .env("CONSOLE_URL", ui.url())
-        .env("QUEUE", TAG)
+        .env("QUEUE", queue)
         .env("SEARCH", search);
     if let Some(dir) = shots {
         cmd.env("SHOTS", dir);
@@ -820,6 +829,30 @@ async fn with_kubernetes_each_jobqueue_is_read_through_the_secrets_its_spec_name
             .unwrap()
             .contains("Secret jobs/no-such-secret not found"),
         "{broken}"
+    );
+    // In the browser: the JobQueue's conditions and replicas beside the counts.
+    ensure_browser();
+    let seen = drive_queue(&ui, "kubernetes", "jobs/orders", Some(&shots_dir()));
+    let row = &seen["kube"]["jobs/orders"];
+    assert_eq!(row["pending"], "4", "{seen}");
+    assert_eq!(
+        row["badges"],
+        serde_json::json!(["Ready=True", "LeaseTooShort=False"]),
+        "{seen}"
+    );
+    assert!(
+        row["text"]
+            .as_str()
+            .unwrap()
+            .contains("Deployment/worker: 2 of 3 replicas"),
+        "{seen}"
+    );
+    assert!(
+        seen["kube"]["jobs/broken"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("not found"),
+        "{seen}"
     );
     // The queue page reads through the same handle.
     let page = ui.get_json("/api/queue?q=jobs%2Forders");

@@ -29,6 +29,22 @@ try {
   page.on("dialog", async (d) => { seen.dialogs.push(d.message()); await d.accept(); });
   const q = encodeURIComponent(queue);
 
+  // With --kubernetes: the JobQueue column beside the counts, and nothing else.
+  if (scenario === "kubernetes") {
+    await page.goto(`${url}/`);
+    await page.waitForSelector(`#overview tr[data-queue="${queue}"] td[data-kube]`);
+    seen.kube = await page.$$eval("#overview tbody tr", (rows) => Object.fromEntries(rows.map((r) =>
+      [r.dataset.queue, {
+        badges: [...r.querySelectorAll("td[data-kube] .badge")].map((b) => b.textContent.trim()),
+        text: r.querySelector("td[data-kube]").textContent.trim(),
+        pending: r.querySelector('td[data-count="pending"]').textContent.trim(),
+        error: r.querySelector(".error")?.textContent.trim() ?? null,
+      }])));
+    if (shots) await page.screenshot({ path: `${shots}/console-kubernetes.png`, fullPage: true });
+    process.stdout.write(JSON.stringify(seen) + "\n");
+    process.exit(0);
+  }
+
   // The overview: the counts of each queue as the table shows them.
   await page.goto(`${url}/`);
   await page.waitForSelector(`#overview tr[data-queue="${queue}"]`);

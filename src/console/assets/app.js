@@ -184,7 +184,7 @@ async function overviewPage() {
       h("td", { class: "num", "data-latency": "p50", title: q.latency_note || "" }, q.p50_ms === null ? "n/a" : fmtMs(q.p50_ms)),
       h("td", { class: "num", "data-latency": "p99", title: q.latency_note || "" }, q.p99_ms === null ? "n/a" : fmtMs(q.p99_ms)),
       h("td", {}, badges(q)),
-      kube ? h("td", {}, kubeCell(q.kube)) : null));
+      kube ? h("td", { "data-kube": "" }, kubeCell(q.kube)) : null));
     main(
       h("h1", {}, "Queues"),
       o.error ? h("p", { class: "error" }, `listing the queues failed: ${o.error}`) : null,
