@@ -557,6 +557,43 @@ async fn the_api_guards_hosts_tokens_and_payloads() {
     );
     assert_eq!(code, 200);
     assert_eq!(body, "x".repeat(5000));
+    // Every dead job at once, over the API as a script would: the page's CSRF token,
+    // a dry run that counts, then the redrive.
+    let (_, page) = http(&ui.addr, "GET", "/", &auth, "");
+    let csrf = page
+        .split("name=\"csrf-token\" content=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .unwrap()
+        .to_string();
+    let write = |body: &str| {
+        http(
+            &ui.addr,
+            "POST",
+            "/api/dead/redrive",
+            &[
+                ("Authorization", bearer.as_str()),
+                ("Content-Type", "application/json"),
+                ("X-CSRF-Token", csrf.as_str()),
+            ],
+            body,
+        )
+    };
+    let (code, reply) = write(&format!(
+        "{{\"q\":\"{TAG}\",\"all\":true,\"dry_run\":true}}"
+    ));
+    assert_eq!(code, 200, "{reply}");
+    assert!(reply.contains("\"would\":3"), "{reply}");
+    assert_eq!(queue.stats().await.unwrap().dead, 3);
+    let (code, reply) = write(&format!("{{\"q\":\"{TAG}\",\"all\":true}}"));
+    assert_eq!(code, 200, "{reply}");
+    assert!(reply.contains("\"done\":3"), "{reply}");
+    let stats = queue.stats().await.unwrap();
+    assert_eq!((stats.dead, stats.redriven), (0, 3));
+    // Neither ids nor all, or both: refused, naming what is expected.
+    let (code, reply) = write(&format!("{{\"q\":\"{TAG}\"}}"));
+    assert_eq!(code, 400, "{reply}");
+    assert!(reply.contains("either"), "{reply}");
     // Pages carry the CSP that forbids inline scripts.
     let mut s = std::net::TcpStream::connect(&ui.addr).unwrap();
     write!(
