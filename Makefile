@@ -3,7 +3,7 @@
 CARGO ?= cargo
 export REDIS_SERVER ?= redis-server
 
-.PHONY: all build test lint fmt demo chaos bench crds lua chart-check conformance clean redis browser
+.PHONY: all build test lint fmt demo chaos bench crds lua chart-check conformance clean redis browser screenshots
 
 all: build
 
@@ -17,6 +17,11 @@ redis:
 ## playwright-core (pinned) under tests/console/node_modules; installed when missing.
 browser:
 	@./scripts/ensure-browser.sh
+
+## Retake the console's screenshots that README and docs/console.md show (docs/images/),
+## with the browser tests that take them.
+screenshots: redis browser
+	JOBQUEUE_SCREENSHOTS=docs/images $(CARGO) test --test console -- browser kubernetes
 
 ## The full test suite: formatting, lints, the Helm chart checks, unit and integration tests (real Redis,
 ## standalone and a 3-master Cluster, started by the tests themselves), and the web console

@@ -276,10 +276,26 @@ fn drive_with(ui: &Ui, scenario: &str, queue: &str, search: &str, shots: Option<
     seen
 }
 
+/// Where the browser tests put their screenshots: `target/console-screenshots/`, or
+/// with `JOBQUEUE_SCREENSHOTS=docs/images` (`make screenshots`) the ones the docs show.
 fn shots_dir() -> PathBuf {
-    let dir = root().join("docs/images");
+    let dir = match std::env::var_os("JOBQUEUE_SCREENSHOTS") {
+        Some(dir) => root().join(dir),
+        None => root().join("target/console-screenshots"),
+    };
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// The screenshot `name` was written, as a PNG.
+fn assert_png(name: &str) {
+    let path = shots_dir().join(name);
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(
+        bytes.starts_with(b"\x89PNG\r\n\x1a\n") && bytes.len() > 10_000,
+        "{} is not a screenshot",
+        path.display()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -318,7 +334,22 @@ async fn the_console_in_a_browser_shows_counts_finds_and_redrives_dead_jobs() {
     let set_up = now_ms();
     let _ = ui.overview_after(set_up);
 
-    let seen = drive(&ui, "writes", "card declined", Some(&shots_dir()));
+    let shots = shots_dir();
+    for name in [
+        "console-overview.png",
+        "console-queue.png",
+        "console-dead.png",
+    ] {
+        let _ = std::fs::remove_file(shots.join(name));
+    }
+    let seen = drive(&ui, "writes", "card declined", Some(&shots));
+    for name in [
+        "console-overview.png",
+        "console-queue.png",
+        "console-dead.png",
+    ] {
+        assert_png(name);
+    }
 
     // The overview shows the counts `jobqueue stats` prints.
     let row = &seen["overview"][TAG];
@@ -869,7 +900,9 @@ async fn with_kubernetes_each_jobqueue_is_read_through_the_secrets_its_spec_name
     );
     // In the browser: the JobQueue's conditions and replicas beside the counts.
     ensure_browser();
+    let _ = std::fs::remove_file(shots_dir().join("console-kubernetes.png"));
     let seen = drive_queue(&ui, "kubernetes", "jobs/orders", Some(&shots_dir()));
+    assert_png("console-kubernetes.png");
     let row = &seen["kube"]["jobs/orders"];
     assert_eq!(row["pending"], "4", "{seen}");
     assert_eq!(
