@@ -588,6 +588,26 @@ async fn the_api_guards_hosts_tokens_and_payloads() {
     );
     assert_eq!(code, 200);
     assert_eq!(body, "x".repeat(5000));
+    // Pages of the line: the next job first, then the one after, as the queue holds them.
+    let next: Vec<String> = queue
+        .pending_ids(2)
+        .await
+        .unwrap()
+        .iter()
+        .map(|id| id.as_str().unwrap().to_string())
+        .collect();
+    for (offset, want) in next.iter().enumerate() {
+        let path = format!("/api/queue?q={TAG}&offset={offset}&limit=1");
+        let (code, body) = http(&ui.addr, "GET", &path, &auth, "");
+        assert_eq!(code, 200, "{body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            v["pending"][0]["id"],
+            want.as_str(),
+            "offset {offset}: {body}"
+        );
+        assert_eq!(v["pending"].as_array().unwrap().len(), 1);
+    }
     // Every dead job at once, over the API as a script would: the page's CSRF token,
     // a dry run that counts, then the redrive.
     let (_, page) = http(&ui.addr, "GET", "/", &auth, "");
