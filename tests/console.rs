@@ -608,6 +608,11 @@ async fn the_api_guards_hosts_tokens_and_payloads() {
         );
         assert_eq!(v["pending"].as_array().unwrap().len(), 1);
     }
+    // An offset past any list is an empty page, not a failure.
+    let path = format!("/api/dead?q={TAG}&offset={}", usize::MAX);
+    let (code, body) = http(&ui.addr, "GET", &path, &auth, "");
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("\"jobs\":[]"), "{body}");
     // Every dead job at once, over the API as a script would: the page's CSRF token,
     // a dry run that counts, then the redrive.
     let (_, page) = http(&ui.addr, "GET", "/", &auth, "");

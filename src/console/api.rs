@@ -31,6 +31,8 @@ const APP_CSS: &str = include_str!("assets/app.css");
 const MAX_PAGE: usize = 200;
 /// A search of the dead-letter set looks at this many dead jobs at most (oldest first).
 const MAX_SEARCHED: usize = 20_000;
+/// The largest offset a page takes (past it every list is empty anyway).
+const MAX_OFFSET: usize = 1 << 40;
 /// Dead jobs read per round trip while searching.
 const SEARCH_CHUNK: usize = 500;
 
@@ -347,11 +349,12 @@ async fn queue_page(
 ) -> ApiResult {
     let (e, queue) = entry(&console, &query.q)?;
     let limit = query.limit.clamp(1, MAX_PAGE);
+    let offset = query.offset.min(MAX_OFFSET);
     let settings = queue.settings().await.map_err(failed)?;
     let mut conn = queue.redis().clone();
     // Next in line is the list's tail: page `offset` counts from there.
-    let start = -((query.offset + limit) as i64);
-    let stop = -((query.offset + 1) as i64);
+    let start = -((offset + limit) as i64);
+    let stop = -((offset + 1) as i64);
     let mut pending: Vec<Vec<u8>> = redis::cmd("LRANGE")
         .arg(&queue.keys().pending)
         .arg(start)
@@ -375,7 +378,7 @@ async fn queue_page(
         "queue": entry_json(&console, &e),
         "writes": console.config.allow_writes,
         "settings": settings,
-        "offset": query.offset,
+        "offset": offset,
         "limit": limit,
         "pending": pending,
         "leases": leases,
@@ -393,6 +396,7 @@ async fn dead_page(
 ) -> ApiResult {
     let (e, queue) = entry(&console, &query.q)?;
     let limit = query.limit.clamp(1, MAX_PAGE);
+    let offset = query.offset.min(MAX_OFFSET);
     let search = query
         .search
         .as_deref()
@@ -401,13 +405,13 @@ async fn dead_page(
         .map(str::to_lowercase);
     let (ids, matched, scanned, truncated) = match &search {
         None => {
-            let ids = queue.dead_ids(query.offset, limit).await.map_err(failed)?;
+            let ids = queue.dead_ids(offset, limit).await.map_err(failed)?;
             (scored(ids), None, None, false)
         }
         Some(needle) => {
             let (matches, scanned, truncated) = search_dead(&queue, needle).await?;
             let total = matches.len();
-            let ids = matches.into_iter().skip(query.offset).take(limit).collect();
+            let ids = matches.into_iter().skip(offset).take(limit).collect();
             (ids, Some(total), Some(scanned), truncated)
         }
     };
@@ -415,7 +419,7 @@ async fn dead_page(
     Ok(axum::Json(json!({
         "queue": entry_json(&console, &e),
         "writes": console.config.allow_writes,
-        "offset": query.offset,
+        "offset": offset,
         "limit": limit,
         "search": search,
         "matched": matched,
