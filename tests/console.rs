@@ -1034,3 +1034,29 @@ async fn on_a_cluster_the_console_reads_the_tags_given_and_asks_for_them() {
     let page = ui.get_json(&format!("/api/queue?q={}", tags[1]));
     assert_eq!(page["pending"].as_array().unwrap().len(), 2);
 }
+
+#[test]
+fn beyond_loopback_the_console_needs_a_token() {
+    let out = Command::new(BIN)
+        .args(["ui", "--bind", "0.0.0.0", "--port", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("add --token-file"), "{err}");
+    // A token too short to guard anything is refused too, without printing it.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    std::fs::write(&file, "short-tok\n").unwrap();
+    let out = Command::new(BIN)
+        .args(["ui", "--bind", "0.0.0.0", "--port", "0", "--token-file"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("at least 16 characters") && !err.contains("short-tok"),
+        "{err}"
+    );
+}
