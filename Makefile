@@ -3,7 +3,7 @@
 CARGO ?= cargo
 export REDIS_SERVER ?= redis-server
 
-.PHONY: all build test lint fmt demo chaos bench bench-instructions bench-peers crds lua chart-check conformance clean redis
+.PHONY: all build test lint fmt demo chaos bench bench-instructions bench-peers crds lua chart-check conformance clean redis browser screenshots
 
 all: build
 
@@ -13,9 +13,20 @@ build:
 redis:
 	@./scripts/ensure-redis.sh
 
+## The console's browser tests (tests/console.rs): Debian's Chromium and its driver, and
+## playwright-core (pinned) under tests/console/node_modules; installed when missing.
+browser:
+	@./scripts/ensure-browser.sh
+
+## Retake the console's screenshots that README and docs/console.md show (docs/images/),
+## with the browser tests that take them.
+screenshots: redis browser
+	JOBQUEUE_SCREENSHOTS=docs/images $(CARGO) test --test console -- browser kubernetes
+
 ## The full test suite: formatting, lints, the Helm chart checks, unit and integration tests (real Redis,
-## standalone and a 3-master Cluster, started by the tests themselves).
-test: redis
+## standalone and a 3-master Cluster, started by the tests themselves), and the web console
+## in a headless Chromium.
+test: redis browser
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 	./scripts/chart-check.sh
@@ -39,14 +50,18 @@ chaos: redis
 ## (500 JobQueues against the stand-in API server); its options go through
 ## SCALE_BENCH_ARGS, e.g. `--queues 200 --interval 5 --window 60`. Then one queue over 1, 3 and
 ## 6 partitions on a 3-master Cluster: jobs/s, Redis CPU per node and its spread
-## (PARTITIONS_BENCH_ARGS: `--quick`).
+## (PARTITIONS_BENCH_ARGS: `--quick`). Last, the web console's
+## Redis cost (`stats` calls per queue per refresh, counted by INFO commandstats) with 1,
+## 10 and 50 API pollers over 200 queues; options through CONSOLE_BENCH_ARGS.
 PARTITIONS_BENCH_ARGS ?=
 BENCH_ARGS ?=
 SCALE_BENCH_ARGS ?=
+CONSOLE_BENCH_ARGS ?=
 bench: redis
 	$(CARGO) bench --bench throughput -- $(BENCH_ARGS)
 	$(CARGO) bench --bench partitions -- $(PARTITIONS_BENCH_ARGS)
 	$(CARGO) bench --bench operator_scale -- $(SCALE_BENCH_ARGS)
+	$(CARGO) bench --bench console -- $(CONSOLE_BENCH_ARGS)
 
 ## The instructions redis-server executes per job, counted by valgrind's callgrind (they do
 ## not drift with the machine as wall-clock figures do): claim+ack at batch 1 and 32,

@@ -15,8 +15,9 @@ pub mod format;
 mod peek;
 mod progress;
 mod reap;
-mod show;
+pub(crate) mod show;
 mod stats;
+pub mod ui;
 pub mod worker;
 
 pub use common::Interrupted;
@@ -88,6 +89,9 @@ pub enum Command {
     /// A local queue with crashing workers recovered by the reaper (needs redis-server).
     #[command(after_help = demo::EXAMPLES)]
     Demo(demo::DemoArgs),
+    /// Serve the web console of the queues of one Redis (or of the cluster's JobQueues).
+    #[command(after_help = ui::EXAMPLES)]
+    Ui(ui::UiArgs),
     /// One worker process of the demo (started by `jobqueue demo`).
     #[command(hide = true)]
     DemoWorker(demo::worker::DemoWorkerArgs),
@@ -96,6 +100,38 @@ pub enum Command {
 /// How to reach a queue: shared by every operations subcommand.
 #[derive(Debug, Clone, Args)]
 pub struct ConnectArgs {
+    #[command(flatten)]
+    pub endpoint: RedisArgs,
+    /// The queue's hash tag, e.g. `emails` (keys become `jq:{emails}:…`).
+    #[arg(long, env = "JOBQUEUE_TAG")]
+    pub tag: String,
+    /// Key prefix.
+    #[arg(long, env = "JOBQUEUE_PREFIX", default_value = DEFAULT_PREFIX)]
+    pub prefix: String,
+    /// The queue's partition count (see docs/partitions.md): its jobs are spread over N
+    /// queues whose tags derive from --tag. 1 (the default) is an unpartitioned queue.
+    #[arg(
+        long,
+        env = "JOBQUEUE_PARTITIONS",
+        value_name = "N",
+        default_value_t = 1
+    )]
+    pub partitions: usize,
+    /// While the queue is resized from (or to) M partitions: also claim from, count, reap,
+    /// redrive and purge the queues of the M-partition layout; new jobs still go to the
+    /// --partitions layout.
+    #[arg(long, env = "JOBQUEUE_DRAIN_PARTITIONS", value_name = "M")]
+    pub drain_partitions: Option<usize>,
+    /// Act on this one partition only (0-based, in the order `jobqueue stats` lists
+    /// them) instead of all of them.
+    #[arg(long, env = "JOBQUEUE_PARTITION", value_name = "I")]
+    pub partition: Option<usize>,
+}
+
+/// How to reach a Redis (standalone, Cluster or behind Sentinel): the part of
+/// [`ConnectArgs`] that names no queue, shared with `jobqueue ui`.
+#[derive(Debug, Clone, Args)]
+pub struct RedisArgs {
     /// Redis URL (`redis://[user:password@]host:port[/db]`, `rediss://` for TLS; for a
     /// Cluster, seed nodes separated by commas).
     #[arg(
@@ -108,12 +144,6 @@ pub struct ConnectArgs {
     /// Talk to a Redis Cluster.
     #[arg(long, env = "JOBQUEUE_CLUSTER")]
     pub cluster: bool,
-    /// The queue's hash tag, e.g. `emails` (keys become `jq:{emails}:…`).
-    #[arg(long, env = "JOBQUEUE_TAG")]
-    pub tag: String,
-    /// Key prefix.
-    #[arg(long, env = "JOBQUEUE_PREFIX", default_value = DEFAULT_PREFIX)]
-    pub prefix: String,
     /// PEM file of the CA that signs the server's certificate (with `rediss://`), for a
     /// Redis whose certificate the system trust store does not know.
     #[arg(long, env = "JOBQUEUE_TLS_CA", value_name = "FILE")]
@@ -167,68 +197,16 @@ pub struct ConnectArgs {
     /// See docs/operations.md, Durability.
     #[arg(long, env = "JOBQUEUE_DURABILITY", value_name = "SETTING")]
     pub durability: Option<String>,
-    /// The queue's partition count (see docs/partitions.md): its jobs are spread over N
-    /// queues whose tags derive from --tag. 1 (the default) is an unpartitioned queue.
-    #[arg(
-        long,
-        env = "JOBQUEUE_PARTITIONS",
-        value_name = "N",
-        default_value_t = 1
-    )]
-    pub partitions: usize,
-    /// While the queue is resized from (or to) M partitions: also claim from, count, reap,
-    /// redrive and purge the queues of the M-partition layout; new jobs still go to the
-    /// --partitions layout.
-    #[arg(long, env = "JOBQUEUE_DRAIN_PARTITIONS", value_name = "M")]
-    pub drain_partitions: Option<usize>,
-    /// Act on this one partition only (0-based, in the order `jobqueue stats` lists
-    /// them) instead of all of them.
-    #[arg(long, env = "JOBQUEUE_PARTITION", value_name = "I")]
-    pub partition: Option<usize>,
 }
 
 impl ConnectArgs {
     pub fn options(&self) -> crate::queue::Result<ConnectOptions> {
-        let ca = match &self.tls_ca {
-            Some(path) => Some(read_pem(path)?),
-            None => None,
-        };
-        let cert = match &self.tls_cert {
-            Some(path) => Some(read_pem_file(path, "--tls-cert", "CERTIFICATE")?),
-            None => None,
-        };
-        let key = match &self.tls_key {
-            Some(path) => Some(read_pem_file(path, "--tls-key", "PRIVATE KEY")?),
-            None => None,
-        };
-        if let Some(sentinels) = &self.sentinel {
-            let master = self.master_name.clone().unwrap_or_default();
-            let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-            // --tls-ca or --tls-cert: TLS to the data nodes the Sentinels name.
-            return Ok(
-                ConnectOptions::sentinel(sentinels.split(',').map(str::to_string), master)
-                    .sentinel_password(env("JOBQUEUE_SENTINEL_PASSWORD"))
-                    .password(env("JOBQUEUE_REDIS_PASSWORD"))
-                    .connect_timeout(Duration::from_secs(3))
-                    .ca_cert(ca)
-                    .username(self.username.clone())
-                    .client_cert(cert, key),
-            );
-        }
-        Ok(ConnectOptions::new(self.redis.clone())
-            .cluster(self.cluster)
-            .connect_timeout(Duration::from_secs(3))
-            .ca_cert(ca)
-            .username(self.username.clone())
-            .client_cert(cert, key))
+        self.endpoint.options()
     }
 
-    /// The `--durability` setting (`primary` without one).
+    /// The `--durability` setting.
     pub fn durability(&self) -> crate::queue::Result<crate::queue::Durability> {
-        match &self.durability {
-            Some(setting) => setting.parse(),
-            None => Ok(crate::queue::Durability::Primary),
-        }
+        self.endpoint.durability()
     }
 
     /// The one queue named: the queue itself, or with `--partition`, that partition.
@@ -288,6 +266,51 @@ impl ConnectArgs {
 
     async fn connect(&self) -> crate::queue::Result<Redis> {
         Redis::connect(&self.options()?).await
+    }
+}
+
+impl RedisArgs {
+    pub fn options(&self) -> crate::queue::Result<ConnectOptions> {
+        let ca = match &self.tls_ca {
+            Some(path) => Some(read_pem(path)?),
+            None => None,
+        };
+        let cert = match &self.tls_cert {
+            Some(path) => Some(read_pem_file(path, "--tls-cert", "CERTIFICATE")?),
+            None => None,
+        };
+        let key = match &self.tls_key {
+            Some(path) => Some(read_pem_file(path, "--tls-key", "PRIVATE KEY")?),
+            None => None,
+        };
+        if let Some(sentinels) = &self.sentinel {
+            let master = self.master_name.clone().unwrap_or_default();
+            let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+            // --tls-ca or --tls-cert: TLS to the data nodes the Sentinels name.
+            return Ok(
+                ConnectOptions::sentinel(sentinels.split(',').map(str::to_string), master)
+                    .sentinel_password(env("JOBQUEUE_SENTINEL_PASSWORD"))
+                    .password(env("JOBQUEUE_REDIS_PASSWORD"))
+                    .connect_timeout(Duration::from_secs(3))
+                    .ca_cert(ca)
+                    .username(self.username.clone())
+                    .client_cert(cert, key),
+            );
+        }
+        Ok(ConnectOptions::new(self.redis.clone())
+            .cluster(self.cluster)
+            .connect_timeout(Duration::from_secs(3))
+            .ca_cert(ca)
+            .username(self.username.clone())
+            .client_cert(cert, key))
+    }
+
+    /// The `--durability` setting (`primary` without one).
+    pub fn durability(&self) -> crate::queue::Result<crate::queue::Durability> {
+        match &self.durability {
+            Some(setting) => setting.parse(),
+            None => Ok(crate::queue::Durability::Primary),
+        }
     }
 }
 
@@ -409,6 +432,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Configure(args) => configure::run(args).await,
         Command::Reap(args) => reap::run(args).await,
         Command::Demo(args) => demo::run(args).await,
+        Command::Ui(args) => ui::run(args).await,
         Command::DemoWorker(args) => demo::worker::run(args).await,
     }
 }

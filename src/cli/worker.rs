@@ -138,7 +138,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     };
     // Without --durability, the queue's own (spec.durability, which the operator
     // publishes in meta); an explicit flag wins.
-    let source = match &args.connect.durability {
+    let source = match &args.connect.endpoint.durability {
         Some(_) => source,
         None => match source.published_durability().await? {
             Some(published) => {

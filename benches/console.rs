@@ -1,0 +1,171 @@
+//! The web console's Redis cost: N queues on one private redis-server, the console
+//! (in-process, as `jobqueue ui` runs it) refreshing every 200ms, and P API pollers
+//! asking for the overview and queue pages as fast as they get answers. Redis counts the
+//! script calls (INFO commandstats, EVALSHA + EVAL: the console calls no script but
+//! `stats` when read-only), reported per queue per refresh: 1.00 whatever P is.
+//!
+//! `cargo bench --bench console -- [--queues N]` (200 by default, pollers 1, 10, 50).
+//! Run without `--bench` (as `cargo test --all-targets` does), it makes a smoke pass
+//! with 20 queues and 10 pollers.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use jobqueue::console::{self, Config, Source};
+use jobqueue::queue::{Durability, NewJob, Queue};
+use support::redis::RedisServer;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+const REFRESH: Duration = Duration::from_millis(200);
+
+fn script_calls(conn: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+    let calls: HashMap<&str, u64> = info
+        .lines()
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(':')?;
+            let calls = rest.split(',').find_map(|kv| kv.strip_prefix("calls="))?;
+            Some((name, calls.parse().ok()?))
+        })
+        .collect();
+    calls.get("cmdstat_evalsha").copied().unwrap_or(0)
+        + calls.get("cmdstat_eval").copied().unwrap_or(0)
+}
+
+async fn get(addr: SocketAddr, path: &str) -> bool {
+    let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
+        return false;
+    };
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    if s.write_all(req.as_bytes()).await.is_err() {
+        return false;
+    }
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.is_ok() && out.starts_with(b"HTTP/1.1 200")
+}
+
+async fn refreshes(addr: SocketAddr) -> u64 {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!("GET /api/overview HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    let body = out.split_once("\r\n\r\n").unwrap().1;
+    let v: serde_json::Value = serde_json::from_str(body).unwrap();
+    v["refreshes"].as_u64().unwrap()
+}
+
+async fn wait_refreshes(addr: SocketAddr, at_least: u64) -> u64 {
+    loop {
+        let r = refreshes(addr).await;
+        if r >= at_least {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// One window: `pollers` pollers while the console does `rounds` refreshes. Returns the
+/// script calls per queue per refresh and the requests served.
+async fn window(
+    server: &RedisServer,
+    addr: SocketAddr,
+    queues: usize,
+    pollers: usize,
+    rounds: u64,
+) -> (f64, u64) {
+    let mut conn = server.conn();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut conn)
+        .unwrap();
+    let before = refreshes(addr).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let served = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..pollers)
+        .map(|i| {
+            let (stop, served) = (stop.clone(), served.clone());
+            tokio::spawn(async move {
+                let mut n = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    let path = if n.is_multiple_of(2) {
+                        "/api/overview".to_string()
+                    } else {
+                        format!("/api/queue?q=q{:04}", (i * 7) % queues)
+                    };
+                    if get(addr, &path).await {
+                        served.fetch_add(1, Ordering::Relaxed);
+                    }
+                    n += 1;
+                }
+            })
+        })
+        .collect();
+    let after = wait_refreshes(addr, before + rounds).await;
+    let calls = script_calls(&mut conn);
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        let _ = t.await;
+    }
+    let per = calls as f64 / (queues as f64 * (after - before) as f64);
+    (per, served.load(Ordering::Relaxed))
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let full = args.iter().any(|a| a == "--bench");
+    let queues: usize = args
+        .iter()
+        .position(|a| a == "--queues")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(if full { 200 } else { 20 });
+    let pollers: &[usize] = if full { &[1, 10, 50] } else { &[10] };
+    let rounds = if full { 10 } else { 3 };
+
+    let server = RedisServer::start();
+    let redis = server.redis().await;
+    for i in 0..queues {
+        let q = Queue::new(redis.clone(), "jq", &format!("q{i:04}")).unwrap();
+        q.enqueue(NewJob::new("x")).await.unwrap();
+    }
+    let shutdown = CancellationToken::new();
+    let config = Config {
+        listen: SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0),
+        allow_writes: false,
+        token: None,
+        refresh: REFRESH,
+        history: Duration::from_secs(60),
+    };
+    let source = Source::redis(redis, "jq", None, Durability::Primary, REFRESH);
+    let (addr, server_task) = console::serve(config, source, shutdown.clone())
+        .await
+        .unwrap();
+    wait_refreshes(addr, 2).await;
+    println!(
+        "console cost: {queues} queues, refresh every {}ms, {rounds} refreshes per window",
+        REFRESH.as_millis()
+    );
+    println!(
+        "{:>8}  {:>10}  {:>22}",
+        "pollers", "requests", "stats calls/queue/refresh"
+    );
+    for &p in pollers {
+        let (per, served) = window(&server, addr, queues, p, rounds).await;
+        println!("{p:>8}  {served:>10}  {per:>22.2}");
+        assert!(
+            per <= 1.0 + 2.0 / rounds as f64,
+            "{per:.2} script calls per queue per refresh with {p} pollers: the cost grew with the pages"
+        );
+    }
+    shutdown.cancel();
+    let _ = server_task.await;
+}
