@@ -245,3 +245,29 @@ async fn maintain_promotes_due_jobs_with_no_worker_running() {
     assert_eq!(outcome.reaped.promoted, 1);
     assert_eq!((outcome.stats.pending, outcome.stats.due), (1, 0));
 }
+
+/// A page far past the end of the dead-letter set (an offset from a URL or a flag) is an
+/// empty page, not an overflow of the range's end nor a range Redis refuses.
+#[tokio::test]
+async fn a_dead_letter_page_past_the_end_is_empty_whatever_its_offset() {
+    let server = RedisServer::start();
+    let q = server.queue("far").await;
+    q.enqueue(job("a")).await.unwrap();
+    let lease = q.claim_one("w", None).await.unwrap().unwrap();
+    q.fail(
+        &lease,
+        "boom",
+        jobqueue::queue::FailMode::Dead,
+        jobqueue::queue::Backoff::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(q.dead_ids(0, 10).await.unwrap().len(), 1);
+    for offset in [1, usize::MAX / 2, usize::MAX - 1, usize::MAX] {
+        let page = q.dead_ids(offset, 10).await;
+        assert!(
+            matches!(&page, Ok(ids) if ids.is_empty()),
+            "offset {offset}: {page:?}"
+        );
+    }
+}

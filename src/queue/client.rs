@@ -1182,11 +1182,17 @@ impl Queue {
         offset: usize,
         count: usize,
     ) -> Result<Vec<(JobId, i64)>> {
+        // Redis ranks are i64: a page past that (an offset from a flag or a URL) is empty.
+        const LAST_RANK: usize = i64::MAX as usize;
+        if offset > LAST_RANK {
+            return Ok(Vec::new());
+        }
+        let end = offset.saturating_add(count.max(1) - 1).min(LAST_RANK);
         let mut conn = self.redis.clone();
         let items: Vec<(JobId, f64)> = redis::cmd("ZRANGE")
             .arg(key)
             .arg(offset)
-            .arg(offset + count.max(1) - 1)
+            .arg(end)
             .arg("WITHSCORES")
             .query_async(&mut conn)
             .await
