@@ -321,7 +321,14 @@ fn each_roles_acl_grants_what_its_scripts_call_and_nothing_more() {
         ),
         (
             "worker",
-            vec![&s.claim, &s.settle_claim, &s.extend, &s.ack, &s.fail, &s.reap],
+            vec![
+                &s.claim,
+                &s.settle_claim,
+                &s.extend,
+                &s.ack,
+                &s.fail,
+                &s.reap,
+            ],
             &[
                 "ping",
                 "evalsha",
