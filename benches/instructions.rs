@@ -585,7 +585,8 @@ async fn main() {
                 for (batch, calls) in [(1usize, args.n(2000)), (32, args.n(200))] {
                     eprintln!("combined ack+claim ({name}), batch {batch} …");
                     flush(&mut conn);
-                    fill(&q, batch * (calls + 1)).await;
+                    // The first claim, the uncounted call and the counted ones.
+                    fill(&q, batch * (calls + 2)).await;
                     let first = q.claim(batch, "grind", None).await.unwrap();
                     // One call outside the count, to learn whether this harness makes it.
                     let Some(mut held) = ack_and_claim(&q, &first, batch).await else {
