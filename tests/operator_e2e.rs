@@ -177,10 +177,13 @@ async fn the_operator_binary_keeps_a_queue_against_a_real_http_api() {
         }),
     );
     let jq = op
-        .wait_for("RedisAvailable=False")
+        .wait_for("RedisAvailable=False at generation 2")
         .until(async || {
+            // The Secret's change alone may be reconciled first (still generation 1).
             let jq = api.get(CRD, "jobqueues", "jobs", "e2e")?;
-            (condition(&jq, "RedisAvailable")?["status"] == "False").then_some(jq)
+            (condition(&jq, "RedisAvailable")?["status"] == "False"
+                && jq["status"]["observedGeneration"] == 2)
+                .then_some(jq)
         })
         .await;
     let cond = condition(&jq, "RedisAvailable").unwrap();
