@@ -533,12 +533,16 @@ async fn an_acl_user_through_sentinel_signs_in_on_the_primary_and_after_a_failov
         .unwrap()
         .get_connection()
         .unwrap();
-    let status: String = redis::cmd("HGET")
+    let payload: Option<String> = redis::cmd("HGET")
         .arg("jq:{acl}:job:b")
-        .arg("status")
+        .arg("payload")
         .query(&mut on_new)
         .unwrap();
-    assert_eq!(status, "pending");
+    assert_eq!(
+        payload.as_deref(),
+        Some("b"),
+        "the job is on the new primary"
+    );
 
     // A wrong password: refused, naming the user and not the password.
     let err = Redis::connect(&options().password(Some("wrong-pw".into())))
