@@ -1,4 +1,4 @@
--- claimJobs(n, nS, vis, worker, tokenAt, now, check, gone): steps 1 to 3 of claim
+-- claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue): steps 1 to 3 of claim
 -- (docs/protocol.md) on KEYS[1..8]: promote due delayed jobs, lease up to n ready jobs to
 -- worker (the c-th gets token ARGV[tokenAt + c]), set aside or drop orphans, empty wake
 -- when pending ran dry. nS is n as Redis reads a count; vis 0 means meta's
@@ -6,9 +6,10 @@
 -- runs after the reads and before the first write but the RPOPs: an error it returns
 -- fails the call with every key as it was. gone, when given, are ids to remove from
 -- processing (leases the caller ends), removed before the new leases are added so the
--- set stays small. Returns {out, ids, nc, more, vis} (out: the jobs as claim replies them,
+-- set stays small. undue, when given, is an empty table: the caller knows delayed is
+-- absent and it is not read. Returns {out, ids, nc, more, vis} (out: the jobs as claim replies them,
 -- ids: their ids in order, vis: the visibility used), or nil and the error reply.
-local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone)
+local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue)
   local K_PENDING, K_PROCESSING, K_DELAYED = KEYS[1], KEYS[2], KEYS[3]
   local K_META, K_STATS, K_WAKE, K_ORPHANS = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
   local prefix = ARGV[1]
@@ -16,10 +17,14 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone)
   local orphans = 0
   local aside = {}           -- ids whose hash is absent: set aside, never forgotten
 
-  -- due delayed jobs, earliest first, at most 100 (orphans included)
-  local due = redis.pcall('ZRANGEBYSCORE', K_DELAYED, '-inf', nowS, 'LIMIT', '0', '100')
-  -- a reply that is always a table is checked for .err directly: cheaper than failure()
-  if due.err then return nil, failure(due, K_DELAYED, 'zset') end
+  -- due delayed jobs, earliest first, at most 100 (orphans included); none when the
+  -- caller knows delayed is absent
+  local due = undue
+  if not due then
+    due = redis.pcall('ZRANGEBYSCORE', K_DELAYED, '-inf', nowS, 'LIMIT', '0', '100')
+    -- a reply that is always a table is checked for .err directly: cheaper than failure()
+    if due.err then return nil, failure(due, K_DELAYED, 'zset') end
+  end
   local promo, promoAtt, promoSet = due, nil, due -- empty unless something is due
   if #due > 0 then promo, promoAtt, promoSet = {}, {}, {} end
   for i = 1, #due do
@@ -74,9 +79,21 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone)
       for j = 1, #ids do
         local id = ids[j]
         local key = prefix .. id
-        local h = redis.pcall('HMGET', key, 'status', 'attempts', 'payload')
+        -- the whole hash: a ready job's is its payload alone, cheaper to read than three
+        -- named fields
+        local h = redis.pcall('HGETALL', key)
         if h.err then return undo(failure(h, key, 'hash')) end
-        local st, att, pay = h[1], h[2], h[3]
+        local st, att, pay = nil, nil, nil
+        for f = 1, #h, 2 do
+          local name = h[f]
+          if name == 'payload' then
+            pay = h[f + 1]
+          elseif name == 'status' then
+            st = h[f + 1]
+          elseif name == 'attempts' then
+            att = h[f + 1]
+          end
+        end
         -- a job enqueued ready has no status: a hash with a payload and no status is pending
         if not st and pay then st = 'pending' end
         if promoSet[id] and st == 'delayed' then st = 'pending' end -- promoted before the pop

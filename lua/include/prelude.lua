@@ -13,12 +13,21 @@ local function shown(v)
   if #v > 40 then v = string.sub(v, 1, 40) .. '...' end
   return '"' .. (string.gsub(v, '%c', '?')) .. '"'
 end
--- int(v, lo, hi): the decimal integer v when it is one in lo..hi, else nil (-0 reads as 0)
+-- int(v, lo, hi): the decimal integer v when it is one in lo..hi, else nil (-0 reads as 0).
+-- "0" and "1", the common counts and flags, are read without a pattern or tonumber()
 local function int(v, lo, hi)
-  if type(v) ~= 'string' or not string.find(v, '^%-?%d+$') then return nil end
-  local x = tonumber(v)
-  if x == nil or x < lo or x > hi then return nil end
-  if x == 0 then x = 0 end
+  local x
+  if v == '0' then
+    x = 0
+  elseif v == '1' then
+    x = 1
+  else
+    if type(v) ~= 'string' or not string.find(v, '^%-?%d+$') then return nil end
+    x = tonumber(v)
+    if x == nil then return nil end
+    if x == 0 then x = 0 end
+  end
+  if x < lo or x > hi then return nil end
   return x
 end
 -- S(x): an integer as a decimal string. Numbers go to redis.call() as such strings:
