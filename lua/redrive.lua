@@ -114,10 +114,21 @@ end
 local function effects()
   if not redis.REDIS_VERSION_NUM and redis.replicate_commands then redis.replicate_commands() end
 end
--- clock(): the Redis clock in ms, seconds * 1000 + floor(microseconds / 1000)
+-- clock(): the Redis clock in ms, seconds * 1000 + floor(microseconds / 1000), and the
+-- same as a decimal string (made from TIME's digits: one tonumber(), no string.format)
 local function clock()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local us = t[2]
+  local l = #us
+  local s
+  if l == 6 then
+    s = t[1] .. string.sub(us, 1, 3)
+  elseif l > 3 then
+    s = t[1] .. (l == 5 and '0' or '00') .. string.sub(us, 1, l - 3)
+  else
+    s = t[1] .. '000'
+  end
+  return tonumber(s), s
 end
 -- keepAside(key, ids, nowS): ids whose job hash is absent go to the orphans zset, scored
 -- the time they were set aside (NX: an id set aside earlier keeps its first time)
