@@ -53,10 +53,11 @@
   by it. With a = f = 0 the call is a claim.
 
   Retry-safe: a call that leased a job or settled anything records its answer in KEYS[9]
-  (PEXPIRE = the visibility used). A call whose KEYS[9] holds a record changes nothing:
-  it answers the recorded ack results and fail outcomes (the settle part is not run
-  again, so a failure is never applied twice), the recorded leases this request still
-  holds (as claim's retry), and the recorded more; it counts `replayed`. A retry must
+  (expiring at now + the visibility used, as the leases do: SET ... PXAT). A call whose
+  KEYS[9] holds a record changes nothing: it answers the recorded ack results and fail
+  outcomes (the settle part is not run again, so a failure is never applied twice), the
+  recorded leases this request still holds (as claim's retry), and the recorded more; it
+  counts `replayed`. A retry must
   send the same arguments as the call it repeats.
   A failed call leaves every key as it was, as claim.
 ]]
@@ -261,8 +262,9 @@ end
 -- set stays small. undue, when given, is an empty table: the caller knows delayed is
 -- absent and it is not read. flat, when given, is a table each leased job is appended to
 -- as id, payload, attempts, lease_until. nowS, when given, is now as a decimal string.
--- Returns out, ids, nc, more, vis, token (out: the jobs as claim replies them, or flat; ids: their ids in order, vis: the visibility used, token: with flat, the
--- claim_token of every lease made, else nil), or nil and the error reply.
+-- Returns out, ids, nc, more, vis, token, leaseS (out: the jobs as claim replies them, or flat; ids: their ids in order, vis: the visibility used, token: with flat, the
+-- claim_token of every lease made, else nil; leaseS: the leases' lease_until as a
+-- decimal string, nil when none was made), or nil and the error reply.
 -- unclaim(pops, first, firstBy, err): what claimJobs wrote before it failed, undone: the
 -- counter first taken back by firstBy (when first is given), the ids of pops (the RPOP
 -- replies, in order) pushed back where they were; returns nil, err
@@ -287,7 +289,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   local prefix = ARGV[1]
   nowS = nowS or S(now)
   local orphans = 0
-  local aside = {}           -- ids whose hash is absent: set aside, never forgotten
+  local aside = nil          -- ids whose hash is absent: set aside, never forgotten
 
   -- due delayed jobs, earliest first, at most 100 (orphans included); none when the
   -- caller knows delayed is absent
@@ -310,7 +312,10 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
       promoSet[id] = true
     else
       orphans = orphans + 1
-      if not h[1] then aside[#aside + 1] = id end
+      if not h[1] then
+        aside = aside or {}
+        aside[#aside + 1] = id
+      end
     end
   end
 
@@ -365,7 +370,10 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
           cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, att, pay or ''
         else
           orphans = orphans + 1
-          if not st then aside[#aside + 1] = id end
+          if not st then
+            aside = aside or {}
+            aside[#aside + 1] = id
+          end
         end
       end
     else
@@ -391,7 +399,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   end
   local e
   -- the orphans key is written without having been read: its type is checked first
-  if #aside > 0 then
+  if aside then
     e = expect(K_ORPHANS, 'zset')
     if e then return unclaim(pops, nil, 0, e) end
   end
@@ -503,16 +511,16 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
       out[c] = { cIds[c], cPay[c], att, token, lease }
     end
   end
-  keepAside(K_ORPHANS, aside, nowS)
+  if aside then keepAside(K_ORPHANS, aside, nowS) end
   -- the other counters: stats is known to be a hash by now
   if nc > 0 and orphans > 0 then redis.pcall('HINCRBY', K_STATS, 'orphans', S(orphans)) end
-  if #aside > 0 then redis.pcall('HINCRBY', K_STATS, 'set_aside', S(#aside)) end
+  if aside then redis.pcall('HINCRBY', K_STATS, 'set_aside', S(#aside)) end
   -- markers of the jobs just taken must not wake idle workers: when an RPOP found pending
   -- short of what it asked and no promoted job was left there (pending is empty), wake is
   -- emptied (a wrong-typed wake is left as it is); while pending holds ids, its markers
   -- are worth a claim
   if pendingDone and promoUsed >= #promo then redis.pcall('LTRIM', K_WAKE, '1', '0') end
-  return out, cIds, nc, more, vis, shared
+  return out, cIds, nc, more, vis, shared, leaseS
 end
 -- END include/claim_jobs.lua
 
@@ -805,8 +813,8 @@ end
 
 
 -- claim part (reads, then writes; a failure undoes its own writes) ------------------
-local out, ids, nc, more, used, token = claimJobs(n, nS, vis, worker, request, now, check,
-  gone, undue, reply, nowS)
+local out, ids, nc, more, used, token, leaseS = claimJobs(n, nS, vis, worker, request, now,
+  check, gone, undue, reply, nowS)
 if not out then return ids end
 if nc > 0 then
   vis = used
@@ -914,6 +922,8 @@ if nc > 0 or na + nf > 0 then
   for i = 3, 2 + na + nf do rec[2 + i] = reply[i] end
   local at = 4 + na + nf
   for c = 1, nc do rec[at + c] = ids[c] end
-  redis.call('SET', K_REQUEST, cmsgpack.pack(rec), 'PX', S(vis))
+  -- it expires with the leases: at now + the visibility used (PXAT: no relative
+  -- expiry for Redis to rewrite)
+  redis.call('SET', K_REQUEST, cmsgpack.pack(rec), 'PXAT', leaseS or S(now + vis))
 end
 return reply

@@ -11,8 +11,9 @@
 -- set stays small. undue, when given, is an empty table: the caller knows delayed is
 -- absent and it is not read. flat, when given, is a table each leased job is appended to
 -- as id, payload, attempts, lease_until. nowS, when given, is now as a decimal string.
--- Returns out, ids, nc, more, vis, token (out: the jobs as claim replies them, or flat; ids: their ids in order, vis: the visibility used, token: with flat, the
--- claim_token of every lease made, else nil), or nil and the error reply.
+-- Returns out, ids, nc, more, vis, token, leaseS (out: the jobs as claim replies them, or flat; ids: their ids in order, vis: the visibility used, token: with flat, the
+-- claim_token of every lease made, else nil; leaseS: the leases' lease_until as a
+-- decimal string, nil when none was made), or nil and the error reply.
 -- unclaim(pops, first, firstBy, err): what claimJobs wrote before it failed, undone: the
 -- counter first taken back by firstBy (when first is given), the ids of pops (the RPOP
 -- replies, in order) pushed back where they were; returns nil, err
@@ -37,7 +38,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   local prefix = ARGV[1]
   nowS = nowS or S(now)
   local orphans = 0
-  local aside = {}           -- ids whose hash is absent: set aside, never forgotten
+  local aside = nil          -- ids whose hash is absent: set aside, never forgotten
 
   -- due delayed jobs, earliest first, at most 100 (orphans included); none when the
   -- caller knows delayed is absent
@@ -60,7 +61,10 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
       promoSet[id] = true
     else
       orphans = orphans + 1
-      if not h[1] then aside[#aside + 1] = id end
+      if not h[1] then
+        aside = aside or {}
+        aside[#aside + 1] = id
+      end
     end
   end
 
@@ -115,7 +119,10 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
           cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, att, pay or ''
         else
           orphans = orphans + 1
-          if not st then aside[#aside + 1] = id end
+          if not st then
+            aside = aside or {}
+            aside[#aside + 1] = id
+          end
         end
       end
     else
@@ -141,7 +148,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   end
   local e
   -- the orphans key is written without having been read: its type is checked first
-  if #aside > 0 then
+  if aside then
     e = expect(K_ORPHANS, 'zset')
     if e then return unclaim(pops, nil, 0, e) end
   end
@@ -253,14 +260,14 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
       out[c] = { cIds[c], cPay[c], att, token, lease }
     end
   end
-  keepAside(K_ORPHANS, aside, nowS)
+  if aside then keepAside(K_ORPHANS, aside, nowS) end
   -- the other counters: stats is known to be a hash by now
   if nc > 0 and orphans > 0 then redis.pcall('HINCRBY', K_STATS, 'orphans', S(orphans)) end
-  if #aside > 0 then redis.pcall('HINCRBY', K_STATS, 'set_aside', S(#aside)) end
+  if aside then redis.pcall('HINCRBY', K_STATS, 'set_aside', S(#aside)) end
   -- markers of the jobs just taken must not wake idle workers: when an RPOP found pending
   -- short of what it asked and no promoted job was left there (pending is empty), wake is
   -- emptied (a wrong-typed wake is left as it is); while pending holds ids, its markers
   -- are worth a claim
   if pendingDone and promoUsed >= #promo then redis.pcall('LTRIM', K_WAKE, '1', '0') end
-  return out, cIds, nc, more, vis, shared
+  return out, cIds, nc, more, vis, shared, leaseS
 end
