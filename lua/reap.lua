@@ -27,7 +27,8 @@
   removed, counted in `orphans`; hash lease_until > now -> entry re-scored to it,
   nothing else; attempts >= max_attempts (below 1 counts as 1) -> dead with last_error
   "lease expired"; otherwise back to the front of pending with a wake marker.
-  claim_token and lease_until are removed from every job whose lease ends.
+  lease_until is removed from every job whose lease ends (claim_token stays: when and
+  by whom the job was last claimed).
   Then takes up to batch delayed entries with score <= now, earliest first: status
   `delayed` -> status `pending`, LPUSHed to pending with a wake marker (`promoted`); hash
   absent -> set aside; other status -> removed (`orphans`).
@@ -61,12 +62,21 @@ local function shown(v)
   if #v > 40 then v = string.sub(v, 1, 40) .. '...' end
   return '"' .. (string.gsub(v, '%c', '?')) .. '"'
 end
--- int(v, lo, hi): the decimal integer v when it is one in lo..hi, else nil (-0 reads as 0)
+-- int(v, lo, hi): the decimal integer v when it is one in lo..hi, else nil (-0 reads as 0).
+-- "0" and "1", the common counts and flags, are read without a pattern or tonumber()
 local function int(v, lo, hi)
-  if type(v) ~= 'string' or not string.find(v, '^%-?%d+$') then return nil end
-  local x = tonumber(v)
-  if x == nil or x < lo or x > hi then return nil end
-  if x == 0 then x = 0 end
+  local x
+  if v == '0' then
+    x = 0
+  elseif v == '1' then
+    x = 1
+  else
+    if type(v) ~= 'string' or not string.find(v, '^%-?%d+$') then return nil end
+    x = tonumber(v)
+    if x == nil then return nil end
+    if x == 0 then x = 0 end
+  end
+  if x < lo or x > hi then return nil end
   return x
 end
 -- S(x): an integer as a decimal string. Numbers go to redis.call() as such strings:
@@ -127,10 +137,21 @@ end
 local function effects()
   if not redis.REDIS_VERSION_NUM and redis.replicate_commands then redis.replicate_commands() end
 end
--- clock(): the Redis clock in ms, seconds * 1000 + floor(microseconds / 1000)
+-- clock(): the Redis clock in ms, seconds * 1000 + floor(microseconds / 1000), and the
+-- same as a decimal string (made from TIME's digits: one tonumber(), no string.format)
 local function clock()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local us = t[2]
+  local l = #us
+  local s
+  if l == 6 then
+    s = t[1] .. string.sub(us, 1, 3)
+  elseif l > 3 then
+    s = t[1] .. (l == 5 and '0' or '00') .. string.sub(us, 1, l - 3)
+  else
+    s = t[1] .. '000'
+  end
+  return tonumber(s), s
 end
 -- keepAside(key, ids, nowS): ids whose job hash is absent go to the orphans zset, scored
 -- the time they were set aside (NX: an id set aside earlier keeps its first time)
@@ -419,7 +440,7 @@ if nr > 0 then
   for i = nr, 1, -1 do rev[#rev + 1] = requeue[i] end
   redis.call('RPUSH', K_PENDING, unpack(rev))
   for i = 1, nr do
-    redis.call('HDEL', requeueKeys[i], 'claim_token', 'lease_until')
+    redis.call('HDEL', requeueKeys[i], 'lease_until')
     redis.call('HSET', requeueKeys[i], 'status', 'pending')
   end
   local marks = {}
@@ -435,7 +456,7 @@ if nd > 0 then
   end
   redis.call('ZADD', K_DEAD, unpack(z))
   for i = 1, nd do
-    redis.call('HDEL', deadKeys[i], 'claim_token', 'lease_until')
+    redis.call('HDEL', deadKeys[i], 'lease_until')
     redis.call('HSET', deadKeys[i], 'status', 'dead', 'last_error', 'lease expired')
   end
 end

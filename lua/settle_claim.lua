@@ -14,25 +14,35 @@
   KEYS[7] P:{T}:wake         LIST  trimmed as by claim; markers as by fail
   KEYS[8] P:{T}:orphans      ZSET  id -> ms it was set aside
   KEYS[9] P:{T}:claimreq:<request>  STRING  the answer of this request, for its retries:
-                                     a MessagePack array of more, a, f, the a ack results,
-                                     the f fail outcomes, then id, token per lease;
-                                     expires with the leases
+                                     a MessagePack array of more, a, f, the leases'
+                                     claim_token ('' when none), the a ack results, the
+                                     f fail outcomes, then the id of each lease; expires
+                                     with the leases
 
   ARGV[1]        job-key prefix P:{T}:job:  (job keys are built as ARGV[1]..id)
   ARGV[2]        n, the most jobs to claim, 1..1000
-  ARGV[3]        worker id, stored in the job's `worker` field
+  ARGV[3]        worker id, stored in the leases' claim_token
   ARGV[4]        visibility in ms, 0..10^15 (0 = meta visibility_timeout_ms, default 30000)
-  ARGV[5]        request id, 1..256 bytes: the same for every retry of one call
+  ARGV[5]        request id, 1..256 bytes: the same for every retry of one call, and
+                 the caller's token of every lease this call makes (a fresh id per call,
+                 e.g. 128 random bits in hex, so two leases of one job never share a
+                 claim_token)
   ARGV[6]        a, the number of acks, 0..1000
   ARGV[7]        f, the number of fails, 0..1000 (a + f at most 1000)
-  then           exactly n tokens, one per claim slot, in slot order
   then           a pairs: id, token (as ack)
   then           f quintuples: id, token, error, mode, backoff (as fail: mode `retry`,
                  `dead` or `release`; backoff -1..10^15, -1 = meta policy)
 
-  Returns: {jobs, more, acked, failed}: jobs and more as claim; acked an array of a
-           integers, 1 acked or 0 stale, as ack; failed an array of f strings, the new
-           status `pending`, `delayed` or `dead`, or `stale`, as fail.
+  Returns: one flat array: more (1 or 0, as claim); the token of every lease this call
+           made (the claim_token written, '' when it made none); then a integers, the
+           ack results in ack order (1 acked or 0 stale, as ack); then f strings, the
+           fail outcomes in fail order (the new status `pending`, `delayed` or `dead`,
+           or `stale`, as fail); then 4 entries per leased job: id, payload, attempts
+           (integer), lease_until (integer ms).
+
+  Each leased job's hash gets what claim writes: status `processing`, attempts + 1,
+  lease_until and claim_token = <claimed_at>:<#worker>:<worker>:<ARGV[5]>, one token
+  for every lease of the call.
 
   Each ack and fail means exactly what the ack and fail scripts do with it (fencing by
   token and status, counters, histogram, retention, backoff policy, wake markers), and a
@@ -43,10 +53,11 @@
   by it. With a = f = 0 the call is a claim.
 
   Retry-safe: a call that leased a job or settled anything records its answer in KEYS[9]
-  (PEXPIRE = the visibility used). A call whose KEYS[9] holds a record changes nothing:
-  it answers the recorded ack results and fail outcomes (the settle part is not run
-  again, so a failure is never applied twice), the recorded leases this request still
-  holds (as claim's retry), and the recorded more; it counts `replayed`. A retry must
+  (expiring at now + the visibility used, as the leases do: SET ... PXAT). A call whose
+  KEYS[9] holds a record changes nothing: it answers the recorded ack results and fail
+  outcomes (the settle part is not run again, so a failure is never applied twice), the
+  recorded leases this request still holds (as claim's retry), and the recorded more; it
+  counts `replayed`. A retry must
   send the same arguments as the call it repeats.
   A failed call leaves every key as it was, as claim.
 ]]
@@ -67,12 +78,21 @@ local function shown(v)
   if #v > 40 then v = string.sub(v, 1, 40) .. '...' end
   return '"' .. (string.gsub(v, '%c', '?')) .. '"'
 end
--- int(v, lo, hi): the decimal integer v when it is one in lo..hi, else nil (-0 reads as 0)
+-- int(v, lo, hi): the decimal integer v when it is one in lo..hi, else nil (-0 reads as 0).
+-- "0" and "1", the common counts and flags, are read without a pattern or tonumber()
 local function int(v, lo, hi)
-  if type(v) ~= 'string' or not string.find(v, '^%-?%d+$') then return nil end
-  local x = tonumber(v)
-  if x == nil or x < lo or x > hi then return nil end
-  if x == 0 then x = 0 end
+  local x
+  if v == '0' then
+    x = 0
+  elseif v == '1' then
+    x = 1
+  else
+    if type(v) ~= 'string' or not string.find(v, '^%-?%d+$') then return nil end
+    x = tonumber(v)
+    if x == nil then return nil end
+    if x == 0 then x = 0 end
+  end
+  if x < lo or x > hi then return nil end
   return x
 end
 -- S(x): an integer as a decimal string. Numbers go to redis.call() as such strings:
@@ -133,10 +153,21 @@ end
 local function effects()
   if not redis.REDIS_VERSION_NUM and redis.replicate_commands then redis.replicate_commands() end
 end
--- clock(): the Redis clock in ms, seconds * 1000 + floor(microseconds / 1000)
+-- clock(): the Redis clock in ms, seconds * 1000 + floor(microseconds / 1000), and the
+-- same as a decimal string (made from TIME's digits: one tonumber(), no string.format)
 local function clock()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local us = t[2]
+  local l = #us
+  local s
+  if l == 6 then
+    s = t[1] .. string.sub(us, 1, 3)
+  elseif l > 3 then
+    s = t[1] .. (l == 5 and '0' or '00') .. string.sub(us, 1, l - 3)
+  else
+    s = t[1] .. '000'
+  end
+  return tonumber(s), s
 end
 -- keepAside(key, ids, nowS): ids whose job hash is absent go to the orphans zset, scored
 -- the time they were set aside (NX: an id set aside earlier keeps its first time)
@@ -170,6 +201,14 @@ end
 -- END include/prelude.lua
 
 -- BEGIN include/retry_policy.lua (generated by make lua; edit lua/include/retry_policy.lua)
+-- leaseStart(token): the claimed_at (ms) a claim_token begins with, as claim writes it
+-- (<claimed_at>:<#worker>:<worker>:<token>); nil for a token without one (the older
+-- layout, whose claimed_at is a field of its own)
+local function leaseStart(token)
+  local at = string.find(token, ':', 1, true)
+  if not at then return nil end
+  return tonumber(string.sub(token, 1, at - 1))
+end
 -- log2floor(ms): floor(log2(max(ms, 1))) in exact arithmetic, the histogram bucket of a
 -- processing time: halving a double is exact, so no rounding can move a power of two into
 -- the wrong bucket
@@ -210,28 +249,56 @@ end
 -- END include/retry_policy.lua
 
 -- BEGIN include/claim_jobs.lua (generated by make lua; edit lua/include/claim_jobs.lua)
--- claimJobs(n, nS, vis, worker, tokenAt, now, check, gone): steps 1 to 3 of claim
--- (docs/protocol.md) on KEYS[1..8]: promote due delayed jobs, lease up to n ready jobs to
--- worker (the c-th gets token ARGV[tokenAt + c]), set aside or drop orphans, empty wake
+-- claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, flat, nowS): steps 1 to 3 of
+-- claim (docs/protocol.md) on KEYS[1..8]: promote due delayed jobs, lease up to n ready
+-- jobs to worker (the c-th gets the caller's token ARGV[tokenAt + c]; with flat, every
+-- lease gets the caller's token tokenAt itself), set aside or drop orphans, empty wake
 -- when pending ran dry. nS is n as Redis reads a count; vis 0 means meta's
 -- visibility_timeout_ms (read only when a job is leased). check(nc, orphans), when given,
 -- runs after the reads and before the first write but the RPOPs: an error it returns
--- fails the call with every key as it was. gone, when given, are ids to remove from
+-- fails the call with every key as it was; check = true stands for the check that
+-- stats is a hash (or absent) when the claim writes no counter. gone, when given, are ids to remove from
 -- processing (leases the caller ends), removed before the new leases are added so the
--- set stays small. Returns {out, ids, nc, more, vis} (out: the jobs as claim replies them,
--- ids: their ids in order, vis: the visibility used), or nil and the error reply.
-local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone)
+-- set stays small. undue, when given, is an empty table: the caller knows delayed is
+-- absent and it is not read. flat, when given, is a table each leased job is appended to
+-- as id, payload, attempts, lease_until. nowS, when given, is now as a decimal string.
+-- Returns out, ids, nc, more, vis, token, leaseS (out: the jobs as claim replies them, or flat; ids: their ids in order, vis: the visibility used, token: with flat, the
+-- claim_token of every lease made, else nil; leaseS: the leases' lease_until as a
+-- decimal string, nil when none was made), or nil and the error reply.
+-- unclaim(pops, first, firstBy, err): what claimJobs wrote before it failed, undone: the
+-- counter first taken back by firstBy (when first is given), the ids of pops (the RPOP
+-- replies, in order) pushed back where they were; returns nil, err
+local function unclaim(pops, first, firstBy, err)
+  if first then
+    -- a counter at zero was absent before (counters only ever grow)
+    if redis.call('HINCRBY', KEYS[6], first, S(-firstBy)) == 0 then
+      redis.call('HDEL', KEYS[6], first)
+    end
+  end
+  local back = {}
+  for b = #pops, 1, -1 do
+    local ids = pops[b]
+    for i = #ids, 1, -1 do back[#back + 1] = ids[i] end
+  end
+  if #back > 0 then redis.call('RPUSH', KEYS[1], unpack(back)) end
+  return nil, err
+end
+local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, flat, nowS)
   local K_PENDING, K_PROCESSING, K_DELAYED = KEYS[1], KEYS[2], KEYS[3]
   local K_META, K_STATS, K_WAKE, K_ORPHANS = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
   local prefix = ARGV[1]
-  local nowS = S(now)
+  nowS = nowS or S(now)
   local orphans = 0
-  local aside = {}           -- ids whose hash is absent: set aside, never forgotten
+  local aside = nil          -- ids whose hash is absent: set aside, never forgotten
 
-  -- due delayed jobs, earliest first, at most 100 (orphans included)
-  local due = redis.pcall('ZRANGEBYSCORE', K_DELAYED, '-inf', nowS, 'LIMIT', '0', '100')
-  -- a reply that is always a table is checked for .err directly: cheaper than failure()
-  if due.err then return nil, failure(due, K_DELAYED, 'zset') end
+  -- due delayed jobs, earliest first, at most 100 (orphans included); none when the
+  -- caller knows delayed is absent
+  local due = undue
+  if not due then
+    due = redis.pcall('ZRANGEBYSCORE', K_DELAYED, '-inf', nowS, 'LIMIT', '0', '100')
+    -- a reply that is always a table is checked for .err directly: cheaper than failure()
+    if due.err then return nil, failure(due, K_DELAYED, 'zset') end
+  end
   local promo, promoAtt, promoSet = due, nil, due -- empty unless something is due
   if #due > 0 then promo, promoAtt, promoSet = {}, {}, {} end
   for i = 1, #due do
@@ -245,30 +312,23 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone)
       promoSet[id] = true
     else
       orphans = orphans + 1
-      if not h[1] then aside[#aside + 1] = id end
+      if not h[1] then
+        aside = aside or {}
+        aside[#aside + 1] = id
+      end
     end
   end
 
   -- ids leave pending from its RPOP end: first the ids already there, then the
   -- promoted ones (they go behind them). The first RPOP is the first write of the call:
   -- it reveals a wrong-typed pending key before anything changed, and if a later check
-  -- fails, undo() pushes the popped ids back where they were.
+  -- fails, unclaim() pushes the popped ids back where they were.
   local cIds, cKeys, cAtt, cPay = {}, {}, {}, {}
   local taken = {}
   local pops = {}            -- the RPOP replies, in order
   local budget = n + 100
   local popped, promoUsed = 0, 0
   local pendingDone = false
-
-  local function undo(err)
-    local back = {}
-    for b = #pops, 1, -1 do
-      local ids = pops[b]
-      for i = #ids, 1, -1 do back[#back + 1] = ids[i] end
-    end
-    if #back > 0 then redis.call('RPUSH', K_PENDING, unpack(back)) end
-    return nil, err
-  end
 
   while #cIds < n and popped < budget do
     if not pendingDone then
@@ -278,7 +338,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone)
       if not ids then
         ids = {}
       elseif ids.err then
-        return undo(failure(ids, K_PENDING, 'list'))
+        return unclaim(pops, nil, 0, failure(ids, K_PENDING, 'list'))
       end
       pops[#pops + 1] = ids
       popped = popped + #ids
@@ -286,9 +346,21 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone)
       for j = 1, #ids do
         local id = ids[j]
         local key = prefix .. id
-        local h = redis.pcall('HMGET', key, 'status', 'attempts', 'payload')
-        if h.err then return undo(failure(h, key, 'hash')) end
-        local st, att, pay = h[1], h[2], h[3]
+        -- the whole hash: a ready job's is its payload alone, cheaper to read than three
+        -- named fields
+        local h = redis.pcall('HGETALL', key)
+        if h.err then return unclaim(pops, nil, 0, failure(h, key, 'hash')) end
+        local st, att, pay = nil, nil, nil
+        for f = 1, #h, 2 do
+          local name = h[f]
+          if name == 'payload' then
+            pay = h[f + 1]
+          elseif name == 'status' then
+            st = h[f + 1]
+          elseif name == 'attempts' then
+            att = h[f + 1]
+          end
+        end
         -- a job enqueued ready has no status: a hash with a payload and no status is pending
         if not st and pay then st = 'pending' end
         if promoSet[id] and st == 'delayed' then st = 'pending' end -- promoted before the pop
@@ -298,7 +370,10 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone)
           cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, att, pay or ''
         else
           orphans = orphans + 1
-          if not st then aside[#aside + 1] = id end
+          if not st then
+            aside = aside or {}
+            aside[#aside + 1] = id
+          end
         end
       end
     else
@@ -324,23 +399,28 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone)
   end
   local e
   -- the orphans key is written without having been read: its type is checked first
-  if #aside > 0 then
+  if aside then
     e = expect(K_ORPHANS, 'zset')
-    if e then return undo(e) end
+    if e then return unclaim(pops, nil, 0, e) end
   end
-  if check then
+  if check == true then
+    if nc == 0 and orphans == 0 then
+      e = expect(K_STATS, 'hash')
+      if e then return unclaim(pops, nil, 0, e) end
+    end
+  elseif check then
     e = check(nc, orphans)
-    if e then return undo(e) end
+    if e then return unclaim(pops, nil, 0, e) end
   end
   local lease, leaseS = 0, nil
   if nc > 0 then
     if vis == 0 then
       local m = redis.pcall('HMGET', K_META, 'visibility_timeout_ms')
-      if m.err then return undo(failure(m, K_META, 'hash')) end
+      if m.err then return unclaim(pops, nil, 0, failure(m, K_META, 'hash')) end
       vis = tonumber(m[1])
       if vis == nil or vis ~= vis or vis < 1 then vis = 30000 end
       if vis > MAXMS then vis = MAXMS end
-      vis = math.floor(vis)
+      if vis % 1 ~= 0 then vis = math.floor(vis) end
     end
     lease = now + vis
     leaseS = S(lease)
@@ -362,36 +442,38 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone)
   if first then
     local r = redis.pcall('HINCRBY', K_STATS, first, firstBy == n and nS or S(firstBy))
     if type(r) == 'table' and r.err then
-      if string.find(r.err, 'WRONGTYPE', 1, true) then return undo(failure(r, K_STATS, 'hash')) end
+      if string.find(r.err, 'WRONGTYPE', 1, true) then return unclaim(pops, nil, 0, failure(r, K_STATS, 'hash')) end
       -- a counter holding a non-number must not fail the call; it stays as it is
       first = nil
     end
   end
-  local function unstats(err)
-    if first then
-      -- a counter at zero was absent before (counters only ever grow)
-      if redis.call('HINCRBY', K_STATS, first, S(-firstBy)) == 0 then
-        redis.call('HDEL', K_STATS, first)
-      end
-    end
-    return undo(err)
-  end
 
-  local out = {}
+  local out = flat
+  if not flat then out = {} end
   if gone and #gone > 0 then
-    local r = redis.pcall('ZREM', K_PROCESSING, unpack(gone))
+    local r
+    if #gone == 1 then
+      r = redis.pcall('ZREM', K_PROCESSING, gone[1])
+    else
+      r = redis.pcall('ZREM', K_PROCESSING, unpack(gone))
+    end
     e = failure(r, K_PROCESSING, 'zset')
-    if e then return unstats(e) end
+    if e then return unclaim(pops, first, firstBy, e) end
   end
   if nc > 0 then
-    local z = {}
-    for c = 1, nc do
-      z[2 * c - 1] = leaseS
-      z[2 * c] = cIds[c]
+    local r
+    if nc == 1 then
+      r = redis.pcall('ZADD', K_PROCESSING, leaseS, cIds[1])
+    else
+      local z = {}
+      for c = 1, nc do
+        z[2 * c - 1] = leaseS
+        z[2 * c] = cIds[c]
+      end
+      r = redis.pcall('ZADD', K_PROCESSING, unpack(z))
     end
-    local r = redis.pcall('ZADD', K_PROCESSING, unpack(z))
     e = failure(r, K_PROCESSING, 'zset')
-    if e then return unstats(e) end
+    if e then return unclaim(pops, first, firstBy, e) end
   end
   if promoUsed < #promo then
     local rest = {}
@@ -405,27 +487,40 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone)
   if #due > 0 then
     redis.call('ZREM', K_DELAYED, unpack(due))
   end
+  -- a lease's claim_token: claimed_at, the worker (its length first) and the caller's token,
+  -- <claimed_at>:<#worker>:<worker>:<token>; made once when every lease shares one token
+  local stamp, shared = nil, nil
+  if nc > 0 then
+    stamp = nowS .. ':' .. #worker .. ':' .. worker .. ':'
+    if flat then shared = stamp .. tokenAt end
+  end
   for c = 1, nc do
     local att, attS = 1, '1' -- absent before the first claim
     if cAtt[c] then
       att = (tonumber(cAtt[c]) or 0) + 1
       attS = S(att)
     end
-    local token = ARGV[tokenAt + c]
+    local token = shared
+    if not token then token = stamp .. ARGV[tokenAt + c] end
     redis.call('HSET', cKeys[c], 'status', 'processing', 'claim_token', token,
-      'attempts', attS, 'claimed_at', nowS, 'lease_until', leaseS, 'worker', worker)
-    out[c] = { cIds[c], cPay[c], att, token, lease }
+      'attempts', attS, 'lease_until', leaseS)
+    if flat then
+      local f = #flat
+      flat[f + 1], flat[f + 2], flat[f + 3], flat[f + 4] = cIds[c], cPay[c], att, lease
+    else
+      out[c] = { cIds[c], cPay[c], att, token, lease }
+    end
   end
-  keepAside(K_ORPHANS, aside, nowS)
+  if aside then keepAside(K_ORPHANS, aside, nowS) end
   -- the other counters: stats is known to be a hash by now
   if nc > 0 and orphans > 0 then redis.pcall('HINCRBY', K_STATS, 'orphans', S(orphans)) end
-  if #aside > 0 then redis.pcall('HINCRBY', K_STATS, 'set_aside', S(#aside)) end
+  if aside then redis.pcall('HINCRBY', K_STATS, 'set_aside', S(#aside)) end
   -- markers of the jobs just taken must not wake idle workers: when an RPOP found pending
   -- short of what it asked and no promoted job was left there (pending is empty), wake is
   -- emptied (a wrong-typed wake is left as it is); while pending holds ids, its markers
   -- are worth a claim
   if pendingDone and promoUsed >= #promo then redis.pcall('LTRIM', K_WAKE, '1', '0') end
-  return { out, cIds, nc, more, vis }
+  return out, cIds, nc, more, vis, shared, leaseS
 end
 -- END include/claim_jobs.lua
 
@@ -434,7 +529,7 @@ local n = int(ARGV[2], 1, 1000)
 if not n then return bad('n', 'expected an integer 1..1000, got ' .. shown(ARGV[2])) end
 -- n as Redis reads a count: ARGV[2] itself unless written with leading zeros
 local nS = ARGV[2]
-if string.byte(nS, 1) == 48 then nS = S(n) end
+if #nS > 1 and string.byte(nS, 1) == 48 then nS = S(n) end
 local vis = int(ARGV[4], 0, MAXMS)
 if not vis then
   return bad('visibility', 'expected an integer 0..10^15 ms, got ' .. shown(ARGV[4]))
@@ -449,11 +544,11 @@ if not nf then return bad('fails', 'expected an integer 0..1000, got ' .. shown(
 if na + nf > 1000 then
   return bad('fails', 'acks + fails must be at most 1000, got ' .. na .. ' + ' .. nf)
 end
-local A0 = 7 + n            -- ack i: id ARGV[A0 + 2i - 1], token ARGV[A0 + 2i]
+local A0 = 7                -- ack i: id ARGV[A0 + 2i - 1], token ARGV[A0 + 2i]
 local F0 = A0 + 2 * na      -- fail j: ARGV[F0 + 5j - 4 .. F0 + 5j]
 if #ARGV ~= F0 + 5 * nf then
   return bad('arguments', 'n=' .. n .. ', acks=' .. na .. ', fails=' .. nf .. ' need exactly ' ..
-    (n + 2 * na + 5 * nf) .. ' arguments after ARGV[7] (n tokens, 2 per ack, 5 per fail), got ' ..
+    (2 * na + 5 * nf) .. ' arguments after ARGV[7] (2 per ack, 5 per fail), got ' ..
     math.max(#ARGV - 7, 0))
 end
 -- the lists a call leaves empty share one table, never written: a call without acks or
@@ -482,63 +577,95 @@ end
 
 local K_PENDING, K_PROCESSING, K_DELAYED, K_DEAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_META, K_STATS, K_WAKE, K_REQUEST = KEYS[5], KEYS[6], KEYS[7], KEYS[9]
-local prefix, worker = ARGV[1], ARGV[3]
+local prefix, worker, request = ARGV[1], ARGV[3], ARGV[5]
 
 -- a retry of a request that was answered: the recorded answer ----------------------
-local packed = redis.pcall('GET', K_REQUEST)
-if type(packed) == 'table' then return failure(packed, K_REQUEST, 'string') end
+-- one EXISTS tells whether the request record or delayed is there: in the steady state
+-- neither is, and neither is read
+local undue = nil
+local packed = nil
+if redis.call('EXISTS', K_REQUEST, K_DELAYED) == 0 then
+  undue = NONE
+else
+  packed = redis.pcall('GET', K_REQUEST)
+  if type(packed) == 'table' then return failure(packed, K_REQUEST, 'string') end
+end
 if packed then
   local ok, record = pcall(cmsgpack.unpack, packed)
-  if not ok or type(record) ~= 'table' then record = { 0, 0, 0 } end
+  if not ok or type(record) ~= 'table' then record = { 0, 0, 0, '' } end
   local ra, rf = tonumber(record[2]) or 0, tonumber(record[3]) or 0
-  local acked, failed, again = {}, {}, {}
-  for i = 1, ra do acked[i] = math.floor(tonumber(record[3 + i]) or 0) end
-  for j = 1, rf do failed[j] = tostring(record[3 + ra + j]) end
-  for i = 4 + ra + rf, #record - 1, 2 do
-    local id, token = record[i], record[i + 1]
+  local token = record[4]
+  if type(token) ~= 'string' then token = '' end
+  local again = { math.floor(tonumber(record[1]) or 0), token }
+  for i = 1, ra do again[2 + i] = math.floor(tonumber(record[4 + i]) or 0) end
+  for j = 1, rf do again[2 + ra + j] = tostring(record[4 + ra + j]) end
+  for i = 5 + ra + rf, #record do
+    local id = record[i]
     local key = prefix .. id
     local h = redis.pcall('HMGET', key, 'status', 'claim_token', 'payload', 'attempts',
       'lease_until')
     if h.err then return failure(h, key, 'hash') end
-    if h[1] == 'processing' and h[2] == token then
-      again[#again + 1] = { id, h[3] or '', math.floor(tonumber(h[4]) or 0), token,
-        math.floor(tonumber(h[5]) or 0) }
+    if h[1] == 'processing' and h[2] == token and token ~= '' then
+      local f = #again
+      again[f + 1], again[f + 2], again[f + 3], again[f + 4] = id, h[3] or '',
+        math.floor(tonumber(h[4]) or 0), math.floor(tonumber(h[5]) or 0)
     end
   end
   effects()
   -- a counter holding a non-number or a wrong-typed stats key must not fail the retry
   redis.pcall('HINCRBY', K_STATS, 'replayed', '1')
-  return { again, math.floor(tonumber(record[1]) or 0), acked, failed }
+  return again
 end
 
 effects()
-local now = clock()
+local now, nowS = clock()
 
 -- settle part, reads ----------------------------------------------------------
-local done = NONE            -- job keys settled by this call
-if na + nf > 0 then done = {} end
-local acked, aIds, aKeys, buckets, blist = NONE, NONE, NONE, NONE, NONE
-if na > 0 then acked, aIds, aKeys, buckets, blist = {}, {}, {}, {}, {} end
+local done = NONE            -- job keys settled by this call, when it names two or more
+local twice = na + nf > 1
+if twice then done = {} end
+-- the reply, flat: more and the leases' token (set after the claim part), the ack results
+-- at 2 + i, the fail outcomes at 2 + na + j, then the claim part appends id, payload,
+-- attempts, lease_until per leased job
+local reply = { 0, '' }
+local aIds, aKeys = NONE, NONE
+if na > 0 then aIds, aKeys = {}, {} end
+-- histogram buckets: the first one and its count, then the others (made when needed)
+local bFirst, cFirst, buckets, blist = nil, 0, NONE, NONE
 local stale, unknown = 0, 0
+local lastToken, lastAt = nil, nil -- the claimed_at the last token acked carries
 for i = 1, na do
   local id = ARGV[A0 + 2 * i - 1]
   local key = prefix .. id
-  local h = redis.pcall('HMGET', key, 'claim_token', 'status', 'claimed_at')
+  local h = redis.pcall('HMGET', key, 'claim_token', 'status')
   if h.err then return failure(h, key, 'hash') end
-  if h[2] == 'processing' and h[1] == ARGV[A0 + 2 * i] and not done[key] then
-    done[key] = true
-    acked[i] = 1
+  local token = ARGV[A0 + 2 * i]
+  if h[2] == 'processing' and h[1] == token and not done[key] then
+    if twice then done[key] = true end
+    reply[2 + i] = 1
     aIds[#aIds + 1] = id
     aKeys[#aKeys + 1] = key
-    local b = log2floor(now - (tonumber(h[3]) or now))
-    if buckets[b] then
-      buckets[b] = buckets[b] + 1
+    local at = lastAt
+    if token ~= lastToken then
+      at = leaseStart(token) or tonumber(redis.call('HGET', key, 'claimed_at')) or now
+      lastToken, lastAt = token, at
+    end
+    local b = log2floor(now - at)
+    if b == bFirst then
+      cFirst = cFirst + 1
+    elseif not bFirst then
+      bFirst, cFirst = b, 1
     else
-      buckets[b] = 1
-      blist[#blist + 1] = b
+      if buckets == NONE then buckets, blist = {}, {} end
+      if buckets[b] then
+        buckets[b] = buckets[b] + 1
+      else
+        buckets[b] = 1
+        blist[#blist + 1] = b
+      end
     end
   else
-    acked[i] = 0
+    reply[2 + i] = 0
     -- a job has a payload; only a job enqueued ready lacks a status
     if h[2] or redis.call('EXISTS', key) == 1 then
       stale = stale + 1
@@ -548,8 +675,8 @@ for i = 1, na do
   end
 end
 
-local failed, fIdx, fAtt = NONE, NONE, NONE -- fIdx, fAtt: accepted fails' index j, attempts
-if nf > 0 then failed, fIdx, fAtt = {}, {}, {} end
+local fIdx, fAtt = NONE, NONE -- accepted fails' index j, attempts
+if nf > 0 then fIdx, fAtt = {}, {} end
 local anyRetry, anyPolicy = false, false
 for j = 1, nf do
   local at = F0 + 5 * j
@@ -558,7 +685,7 @@ for j = 1, nf do
   local h = redis.pcall('HMGET', key, 'claim_token', 'status', 'attempts')
   if h.err then return failure(h, key, 'hash') end
   if h[2] == 'processing' and h[1] == ARGV[at - 3] and not done[key] then
-    done[key] = true
+    if twice then done[key] = true end
     fIdx[#fIdx + 1] = j
     fAtt[#fIdx] = num(h[3], 0)
     if fMode[j] == 'retry' then
@@ -566,45 +693,58 @@ for j = 1, nf do
       if fBackoff[j] == -1 then anyPolicy = true end
     end
   else
-    failed[j] = 'stale'
+    reply[2 + na + j] = 'stale'
     stale = stale + 1
   end
 end
 
 -- one read of meta for everything the call needs from it
 local settled = #aIds + #fIdx
-local fields, m = NONE, NONE
-if na + nf > 0 then fields, m = {}, {} end
-if vis == 0 and settled + stale + unknown > 0 then fields[#fields + 1] = 'visibility_timeout_ms' end
-if #aIds > 0 then fields[#fields + 1] = 'completed_retention_ms' end
+local wantVis = vis == 0 and settled + stale + unknown > 0
+local m, mVis, mRet = NONE, nil, nil
 if anyRetry then
+  local fields = {}
+  m = {}
+  if wantVis then fields[#fields + 1] = 'visibility_timeout_ms' end
+  if #aIds > 0 then fields[#fields + 1] = 'completed_retention_ms' end
   fields[#fields + 1] = 'max_attempts'
   if anyPolicy then
     fields[#fields + 1] = 'backoff_initial_ms'
     fields[#fields + 1] = 'backoff_max_ms'
     fields[#fields + 1] = 'backoff_multiplier'
   end
-end
-if #fields > 0 then
   local r = redis.pcall('HMGET', K_META, unpack(fields))
   if r.err then return failure(r, K_META, 'hash') end
   for i = 1, #fields do m[fields[i]] = r[i] end
+  mVis, mRet = m.visibility_timeout_ms, m.completed_retention_ms
+elseif wantVis or #aIds > 0 then
+  -- the common shapes name their fields directly: no table of names
+  local r
+  if not wantVis then
+    r = redis.pcall('HMGET', K_META, 'completed_retention_ms')
+  elseif #aIds > 0 then
+    r = redis.pcall('HMGET', K_META, 'visibility_timeout_ms', 'completed_retention_ms')
+  else
+    r = redis.pcall('HMGET', K_META, 'visibility_timeout_ms')
+  end
+  if r.err then return failure(r, K_META, 'hash') end
+  if wantVis then mVis, mRet = r[1], r[2] else mRet = r[1] end
 end
-if fields[1] == 'visibility_timeout_ms' then
-  vis = tonumber(m.visibility_timeout_ms)
+if wantVis then
+  vis = tonumber(mVis)
   if vis == nil or vis ~= vis or vis < 1 then vis = 30000 end
   if vis > MAXMS then vis = MAXMS end
-  vis = math.floor(vis)
+  if vis % 1 ~= 0 then vis = math.floor(vis) end
 end
 local retention = 0
 if #aIds > 0 then
-  retention = tonumber(m.completed_retention_ms)
+  retention = tonumber(mRet)
   if retention == nil or retention ~= retention or retention < 1 then
     retention = 0
   elseif retention > MAXMS then
     retention = MAXMS
   end
-  retention = math.floor(retention)
+  if retention % 1 ~= 0 then retention = math.floor(retention) end
 end
 local maxAtt = 5
 if anyRetry then
@@ -646,7 +786,7 @@ for k = 1, #fIdx do
   else
     toDead[#toDead + 1] = k
   end
-  failed[j] = outcome
+  reply[2 + na + j] = outcome
 end
 
 -- type checks for keys the settle part writes and the claim part may not
@@ -661,25 +801,26 @@ if #toDead > 0 then
 end
 -- When the claim leases nothing and finds no orphan, it writes no counter: stats, which
 -- the settle part writes, is checked before the claim's first write.
-local check, gone = nil, nil
-if settled + stale + unknown > 0 then
-  check = function(nc, orphans)
-    if nc > 0 or orphans > 0 then return nil end
-    return expect(K_STATS, 'hash')
-  end
-end
-if settled > 0 then
-  gone = {}                 -- the ended leases leave processing inside the claim part
+local check = settled + stale + unknown > 0 or nil
+local gone = nil            -- the ended leases leave processing inside the claim part
+if #fIdx > 0 then
+  gone = {}
   for i = 1, #aIds do gone[i] = aIds[i] end
   for k = 1, #fIds do gone[#gone + 1] = fIds[k] end
+elseif #aIds > 0 then
+  gone = aIds
 end
 
+
 -- claim part (reads, then writes; a failure undoes its own writes) ------------------
-local R
-R, e = claimJobs(n, nS, vis, worker, 7, now, check, gone)
-if not R then return e end
-local ids, nc, more = R[2], R[3], R[4]
-if nc > 0 then vis = R[5] end
+local out, ids, nc, more, used, token, leaseS = claimJobs(n, nS, vis, worker, request, now,
+  check, gone, undue, reply, nowS)
+if not out then return ids end
+if nc > 0 then
+  vis = used
+  reply[2] = token
+end
+reply[1] = more
 
 -- settle part, writes (every key is known to be of its type by now) ----------------
 -- counters use pcall: a counter holding a non-number must not fail a call whose changes
@@ -689,13 +830,16 @@ if #aIds > 0 then
     local retentionS = S(retention)
     for i = 1, #aKeys do
       redis.call('HSET', aKeys[i], 'status', 'done')
-      redis.call('HDEL', aKeys[i], 'claim_token', 'lease_until')
+      redis.call('HDEL', aKeys[i], 'lease_until')
       redis.call('PEXPIRE', aKeys[i], retentionS)
     end
   else
-    redis.call('DEL', unpack(aKeys))
+    if #aKeys == 1 then redis.call('DEL', aKeys[1]) else redis.call('DEL', unpack(aKeys)) end
   end
-  redis.pcall('HINCRBY', K_STATS, 'acked', S(#aIds))
+  redis.pcall('HINCRBY', K_STATS, 'acked', #aIds == 1 and '1' or S(#aIds))
+  if bFirst then
+    redis.pcall('HINCRBY', K_STATS, 'h:' .. bFirst, cFirst == 1 and '1' or S(cFirst))
+  end
   for i = 1, #blist do
     local b = blist[i]
     local c = buckets[b]
@@ -707,7 +851,7 @@ if #fIdx > 0 then
   if #toDelayed > 0 then before = earliest(K_DELAYED) end -- delayed is a zset: claim read it
   local markers = 0
   for k = 1, #fIdx do
-    redis.call('HDEL', fKeys[k], 'claim_token', 'lease_until')
+    redis.call('HDEL', fKeys[k], 'lease_until')
   end
   if #toFront > 0 then
     -- given back: the next claim counts as the same attempt; last_error stays
@@ -772,15 +916,14 @@ if stale > 0 then redis.pcall('HINCRBY', K_STATS, 'stale', S(stale)) end
 if unknown > 0 then redis.pcall('HINCRBY', K_STATS, 'unknown', S(unknown)) end
 
 -- the record a retry of this request is answered from (K_REQUEST was read: absent), one
--- MessagePack array: more, a, f, the ack results, the fail outcomes, id and token per lease
+-- MessagePack array: more, a, f, the ack results, the fail outcomes, the id of each lease
 if nc > 0 or na + nf > 0 then
-  local rec = { more, na, nf }
-  for i = 1, na do rec[#rec + 1] = acked[i] end
-  for j = 1, nf do rec[#rec + 1] = failed[j] end
-  for c = 1, nc do
-    rec[#rec + 1] = ids[c]
-    rec[#rec + 1] = ARGV[7 + c]
-  end
-  redis.call('SET', K_REQUEST, cmsgpack.pack(rec), 'PX', S(vis))
+  local rec = { more, na, nf, reply[2] }
+  for i = 3, 2 + na + nf do rec[2 + i] = reply[i] end
+  local at = 4 + na + nf
+  for c = 1, nc do rec[at + c] = ids[c] end
+  -- it expires with the leases: at now + the visibility used (PXAT: no relative
+  -- expiry for Redis to rewrite)
+  redis.call('SET', K_REQUEST, cmsgpack.pack(rec), 'PXAT', leaseS or S(now + vis))
 end
-return { R[1], more, acked, failed }
+return reply

@@ -883,13 +883,17 @@ async fn leases_of(queue: &Queue, worker: &str) -> Vec<(String, String)> {
         .unwrap();
     let mut held = Vec::new();
     for id in ids {
-        let (who, token): (Option<String>, Option<String>) = redis::cmd("HMGET")
+        // The worker holding a lease is in its claim_token.
+        let token: Option<String> = redis::cmd("HGET")
             .arg(queue.keys().job(&id))
-            .arg("worker")
             .arg("claim_token")
             .query_async(&mut conn)
             .await
             .unwrap();
+        let who = token
+            .as_deref()
+            .and_then(|t| jobqueue::queue::parse_claim_token(t.as_bytes()))
+            .map(|l| l.1);
         if let (Some(who), Some(token)) = (who, token)
             && who == worker
         {

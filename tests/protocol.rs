@@ -76,7 +76,21 @@ async fn batch_claim_takes_up_to_n_in_order() {
             hget(&mut c, &key, "claim_token").as_deref(),
             Some(lease.token.as_str())
         );
-        assert_eq!(hget(&mut c, &key, "worker").as_deref(), Some("w"));
+        // claim_token carries claimed_at and the worker: <claimed_at>:<#worker>:<worker>:<token>
+        let (claimed_at, worker) = jobqueue::queue::parse_claim_token(lease.token.as_bytes())
+            .expect("a claim_token of the current layout");
+        assert_eq!(worker, "w");
+        assert!(claimed_at > 0 && claimed_at <= lease.lease_until);
+        assert_eq!(
+            hget(&mut c, &key, "worker"),
+            None,
+            "the worker is in the token"
+        );
+        assert_eq!(
+            hget(&mut c, &key, "claimed_at"),
+            None,
+            "claimed_at is in the token"
+        );
         let score: i64 = c.zscore(&q.keys().processing, &lease.id).unwrap();
         assert_eq!(score, lease.lease_until);
     }
@@ -322,10 +336,11 @@ async fn fail_with_backoff_delays_and_a_later_claim_promotes() {
         hget(&mut c, &key, "last_error").as_deref(),
         Some("smtp 451")
     );
+    assert_eq!(hget(&mut c, &key, "lease_until"), None, "the lease ended");
     assert_eq!(
-        hget(&mut c, &key, "claim_token"),
-        None,
-        "lease end clears the token"
+        hget(&mut c, &key, "claim_token").as_deref(),
+        Some(lease.token.as_str()),
+        "the last lease's token stays"
     );
     let run_at: i64 = c.zscore(&q.keys().delayed, "a").unwrap();
     assert!(
@@ -851,7 +866,7 @@ async fn malformed_arguments_are_named_and_change_nothing() {
             "backoff",
         ),
         (&SCRIPTS.reap.sha, &[], &["0"], "batch"),
-        // settle_claim: n, worker, visibility, request, acks, fails, tokens, acks, fails
+        // settle_claim: n, worker, visibility, request, acks, fails, then acks, fails
         (
             &SCRIPTS.settle_claim.sha,
             CLAIM_KEYS,
@@ -861,59 +876,55 @@ async fn malformed_arguments_are_named_and_change_nothing() {
         (
             &SCRIPTS.settle_claim.sha,
             CLAIM_KEYS,
-            &["1", "w", "x", "r", "0", "0", "t"],
+            &["1", "w", "x", "r", "0", "0"],
             "visibility",
         ),
         (
             &SCRIPTS.settle_claim.sha,
             CLAIM_KEYS,
-            &["1", "w", "0", "", "0", "0", "t"],
+            &["1", "w", "0", "", "0", "0"],
             "request",
         ),
         (
             &SCRIPTS.settle_claim.sha,
             CLAIM_KEYS,
-            &["1", "w", "0", "r", "one", "0", "t"],
+            &["1", "w", "0", "r", "one", "0"],
             "acks",
         ),
         (
             &SCRIPTS.settle_claim.sha,
             CLAIM_KEYS,
-            &["1", "w", "0", "r", "0", "-1", "t"],
+            &["1", "w", "0", "r", "0", "-1"],
             "fails",
         ),
         (
             &SCRIPTS.settle_claim.sha,
             CLAIM_KEYS,
-            &["1", "w", "0", "r", "600", "401", "t"],
+            &["1", "w", "0", "r", "600", "401"],
             "fails",
         ),
         (
             &SCRIPTS.settle_claim.sha,
             CLAIM_KEYS,
-            &["1", "w", "0", "r", "1", "0", "t", "a"],
+            &["1", "w", "0", "r", "1", "0", "a"],
             "arguments",
         ),
         (
             &SCRIPTS.settle_claim.sha,
             CLAIM_KEYS,
-            &[
-                "1", "w", "0", "r", "0", "1", "t", "a", "tok", "e", "maybe", "-1",
-            ],
+            &["1", "w", "0", "r", "0", "1", "a", "tok", "e", "maybe", "-1"],
             "mode",
         ),
         (
             &SCRIPTS.settle_claim.sha,
             CLAIM_KEYS,
-            &[
-                "1", "w", "0", "r", "0", "1", "t", "a", "tok", "e", "dead", "1.5",
-            ],
+            &["1", "w", "0", "r", "0", "1", "a", "tok", "e", "dead", "1.5"],
             "backoff",
         ),
         (
             &SCRIPTS.settle_claim.sha,
             &["jq:{args}:orphans"],
-            &["1", "w", "0", "r", "0", "0", "t"],
+            &["1", "w", "0", "r", "0", "0"],
             "keys",
         ),
         (&SCRIPTS.redrive.sha, &[], &["sideways", "1"], "mode"),
@@ -947,17 +958,30 @@ async fn acks_fill_the_histogram_and_retention_keeps_a_dedup_window() {
     .await
     .unwrap();
     q.enqueue(job("a").id("a")).await.unwrap();
-    let lease = q.claim_one("w", None).await.unwrap().unwrap();
+    let mut lease = q.claim_one("w", None).await.unwrap().unwrap();
     // Make the processing time 100 ms on the Redis clock: bucket floor(log2(100)) = 6.
+    // claimed_at is the number claim_token begins with.
     let claimed_at = redis_now_ms(&mut c) - 100;
-    let _: () = c.hset(q.keys().job("a"), "claimed_at", claimed_at).unwrap();
+    let (_, rest) = lease.token.split_once(':').unwrap();
+    lease.token = format!("{claimed_at}:{rest}");
+    let _: () = c
+        .hset(q.keys().job("a"), "claim_token", &lease.token)
+        .unwrap();
     assert!(q.ack(&lease).await.unwrap());
     let key = q.keys().job("a");
     assert_eq!(hget(&mut c, &key, "status").as_deref(), Some("done"));
     let ttl: i64 = c.pttl(&key).unwrap();
     assert!(ttl > 3_500_000 && ttl <= 3_600_000, "{ttl}");
-    assert_eq!(hget(&mut c, &key, "claim_token"), None);
-    assert_eq!(hget(&mut c, &key, "worker").as_deref(), Some("w"));
+    assert_eq!(hget(&mut c, &key, "lease_until"), None);
+    assert_eq!(
+        hget(&mut c, &key, "claim_token").as_deref(),
+        Some(lease.token.as_str())
+    );
+    let info = q.job("a").await.unwrap().unwrap();
+    assert_eq!(
+        (info.worker.as_deref(), info.claimed_at),
+        (Some("w"), Some(claimed_at))
+    );
     let s = q.stats().await.unwrap();
     assert!(
         s.histogram.buckets.get(&6).copied() == Some(1)
@@ -1201,7 +1225,7 @@ async fn settle_claim_fails_in_every_mode() {
         Some("dead")
     );
     for id in ["a", "b", "c", "d"] {
-        assert_eq!(hget(&mut c, &q.keys().job(id), "claim_token"), None);
+        assert_eq!(hget(&mut c, &q.keys().job(id), "lease_until"), None);
     }
     let s = q.stats().await.unwrap();
     assert_eq!(

@@ -493,13 +493,13 @@ async fn shutdown_acks_what_finishes_in_time_and_releases_the_rest_uncharged() {
         (stuck.status.as_deref(), stuck.attempts, stuck.lease_until),
         (Some("pending"), 0, None)
     );
-    let token: Option<String> = server
+    let until: Option<String> = server
         .redis()
         .await
-        .hget("jq:{shut}:job:stuck", "claim_token")
+        .hget("jq:{shut}:job:stuck", "lease_until")
         .await
         .unwrap();
-    assert_eq!(token, None, "the lease {stuck_token} ended");
+    assert_eq!(until, None, "the lease {stuck_token} ended");
     assert_eq!(stats.released, 1);
     let reaped = queue.reap(100).await.unwrap();
     assert_eq!(reaped.requeued, 0, "nothing left for the reaper");

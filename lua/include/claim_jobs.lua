@@ -1,25 +1,53 @@
--- claimJobs(n, nS, vis, worker, tokenAt, now, check, gone): steps 1 to 3 of claim
--- (docs/protocol.md) on KEYS[1..8]: promote due delayed jobs, lease up to n ready jobs to
--- worker (the c-th gets token ARGV[tokenAt + c]), set aside or drop orphans, empty wake
+-- claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, flat, nowS): steps 1 to 3 of
+-- claim (docs/protocol.md) on KEYS[1..8]: promote due delayed jobs, lease up to n ready
+-- jobs to worker (the c-th gets the caller's token ARGV[tokenAt + c]; with flat, every
+-- lease gets the caller's token tokenAt itself), set aside or drop orphans, empty wake
 -- when pending ran dry. nS is n as Redis reads a count; vis 0 means meta's
 -- visibility_timeout_ms (read only when a job is leased). check(nc, orphans), when given,
 -- runs after the reads and before the first write but the RPOPs: an error it returns
--- fails the call with every key as it was. gone, when given, are ids to remove from
+-- fails the call with every key as it was; check = true stands for the check that
+-- stats is a hash (or absent) when the claim writes no counter. gone, when given, are ids to remove from
 -- processing (leases the caller ends), removed before the new leases are added so the
--- set stays small. Returns {out, ids, nc, more, vis} (out: the jobs as claim replies them,
--- ids: their ids in order, vis: the visibility used), or nil and the error reply.
-local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone)
+-- set stays small. undue, when given, is an empty table: the caller knows delayed is
+-- absent and it is not read. flat, when given, is a table each leased job is appended to
+-- as id, payload, attempts, lease_until. nowS, when given, is now as a decimal string.
+-- Returns out, ids, nc, more, vis, token, leaseS (out: the jobs as claim replies them, or flat; ids: their ids in order, vis: the visibility used, token: with flat, the
+-- claim_token of every lease made, else nil; leaseS: the leases' lease_until as a
+-- decimal string, nil when none was made), or nil and the error reply.
+-- unclaim(pops, first, firstBy, err): what claimJobs wrote before it failed, undone: the
+-- counter first taken back by firstBy (when first is given), the ids of pops (the RPOP
+-- replies, in order) pushed back where they were; returns nil, err
+local function unclaim(pops, first, firstBy, err)
+  if first then
+    -- a counter at zero was absent before (counters only ever grow)
+    if redis.call('HINCRBY', KEYS[6], first, S(-firstBy)) == 0 then
+      redis.call('HDEL', KEYS[6], first)
+    end
+  end
+  local back = {}
+  for b = #pops, 1, -1 do
+    local ids = pops[b]
+    for i = #ids, 1, -1 do back[#back + 1] = ids[i] end
+  end
+  if #back > 0 then redis.call('RPUSH', KEYS[1], unpack(back)) end
+  return nil, err
+end
+local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, flat, nowS)
   local K_PENDING, K_PROCESSING, K_DELAYED = KEYS[1], KEYS[2], KEYS[3]
   local K_META, K_STATS, K_WAKE, K_ORPHANS = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
   local prefix = ARGV[1]
-  local nowS = S(now)
+  nowS = nowS or S(now)
   local orphans = 0
-  local aside = {}           -- ids whose hash is absent: set aside, never forgotten
+  local aside = nil          -- ids whose hash is absent: set aside, never forgotten
 
-  -- due delayed jobs, earliest first, at most 100 (orphans included)
-  local due = redis.pcall('ZRANGEBYSCORE', K_DELAYED, '-inf', nowS, 'LIMIT', '0', '100')
-  -- a reply that is always a table is checked for .err directly: cheaper than failure()
-  if due.err then return nil, failure(due, K_DELAYED, 'zset') end
+  -- due delayed jobs, earliest first, at most 100 (orphans included); none when the
+  -- caller knows delayed is absent
+  local due = undue
+  if not due then
+    due = redis.pcall('ZRANGEBYSCORE', K_DELAYED, '-inf', nowS, 'LIMIT', '0', '100')
+    -- a reply that is always a table is checked for .err directly: cheaper than failure()
+    if due.err then return nil, failure(due, K_DELAYED, 'zset') end
+  end
   local promo, promoAtt, promoSet = due, nil, due -- empty unless something is due
   if #due > 0 then promo, promoAtt, promoSet = {}, {}, {} end
   for i = 1, #due do
@@ -33,30 +61,23 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone)
       promoSet[id] = true
     else
       orphans = orphans + 1
-      if not h[1] then aside[#aside + 1] = id end
+      if not h[1] then
+        aside = aside or {}
+        aside[#aside + 1] = id
+      end
     end
   end
 
   -- ids leave pending from its RPOP end: first the ids already there, then the
   -- promoted ones (they go behind them). The first RPOP is the first write of the call:
   -- it reveals a wrong-typed pending key before anything changed, and if a later check
-  -- fails, undo() pushes the popped ids back where they were.
+  -- fails, unclaim() pushes the popped ids back where they were.
   local cIds, cKeys, cAtt, cPay = {}, {}, {}, {}
   local taken = {}
   local pops = {}            -- the RPOP replies, in order
   local budget = n + 100
   local popped, promoUsed = 0, 0
   local pendingDone = false
-
-  local function undo(err)
-    local back = {}
-    for b = #pops, 1, -1 do
-      local ids = pops[b]
-      for i = #ids, 1, -1 do back[#back + 1] = ids[i] end
-    end
-    if #back > 0 then redis.call('RPUSH', K_PENDING, unpack(back)) end
-    return nil, err
-  end
 
   while #cIds < n and popped < budget do
     if not pendingDone then
@@ -66,7 +87,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone)
       if not ids then
         ids = {}
       elseif ids.err then
-        return undo(failure(ids, K_PENDING, 'list'))
+        return unclaim(pops, nil, 0, failure(ids, K_PENDING, 'list'))
       end
       pops[#pops + 1] = ids
       popped = popped + #ids
@@ -74,9 +95,21 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone)
       for j = 1, #ids do
         local id = ids[j]
         local key = prefix .. id
-        local h = redis.pcall('HMGET', key, 'status', 'attempts', 'payload')
-        if h.err then return undo(failure(h, key, 'hash')) end
-        local st, att, pay = h[1], h[2], h[3]
+        -- the whole hash: a ready job's is its payload alone, cheaper to read than three
+        -- named fields
+        local h = redis.pcall('HGETALL', key)
+        if h.err then return unclaim(pops, nil, 0, failure(h, key, 'hash')) end
+        local st, att, pay = nil, nil, nil
+        for f = 1, #h, 2 do
+          local name = h[f]
+          if name == 'payload' then
+            pay = h[f + 1]
+          elseif name == 'status' then
+            st = h[f + 1]
+          elseif name == 'attempts' then
+            att = h[f + 1]
+          end
+        end
         -- a job enqueued ready has no status: a hash with a payload and no status is pending
         if not st and pay then st = 'pending' end
         if promoSet[id] and st == 'delayed' then st = 'pending' end -- promoted before the pop
@@ -86,7 +119,10 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone)
           cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, att, pay or ''
         else
           orphans = orphans + 1
-          if not st then aside[#aside + 1] = id end
+          if not st then
+            aside = aside or {}
+            aside[#aside + 1] = id
+          end
         end
       end
     else
@@ -112,23 +148,28 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone)
   end
   local e
   -- the orphans key is written without having been read: its type is checked first
-  if #aside > 0 then
+  if aside then
     e = expect(K_ORPHANS, 'zset')
-    if e then return undo(e) end
+    if e then return unclaim(pops, nil, 0, e) end
   end
-  if check then
+  if check == true then
+    if nc == 0 and orphans == 0 then
+      e = expect(K_STATS, 'hash')
+      if e then return unclaim(pops, nil, 0, e) end
+    end
+  elseif check then
     e = check(nc, orphans)
-    if e then return undo(e) end
+    if e then return unclaim(pops, nil, 0, e) end
   end
   local lease, leaseS = 0, nil
   if nc > 0 then
     if vis == 0 then
       local m = redis.pcall('HMGET', K_META, 'visibility_timeout_ms')
-      if m.err then return undo(failure(m, K_META, 'hash')) end
+      if m.err then return unclaim(pops, nil, 0, failure(m, K_META, 'hash')) end
       vis = tonumber(m[1])
       if vis == nil or vis ~= vis or vis < 1 then vis = 30000 end
       if vis > MAXMS then vis = MAXMS end
-      vis = math.floor(vis)
+      if vis % 1 ~= 0 then vis = math.floor(vis) end
     end
     lease = now + vis
     leaseS = S(lease)
@@ -150,36 +191,38 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone)
   if first then
     local r = redis.pcall('HINCRBY', K_STATS, first, firstBy == n and nS or S(firstBy))
     if type(r) == 'table' and r.err then
-      if string.find(r.err, 'WRONGTYPE', 1, true) then return undo(failure(r, K_STATS, 'hash')) end
+      if string.find(r.err, 'WRONGTYPE', 1, true) then return unclaim(pops, nil, 0, failure(r, K_STATS, 'hash')) end
       -- a counter holding a non-number must not fail the call; it stays as it is
       first = nil
     end
   end
-  local function unstats(err)
-    if first then
-      -- a counter at zero was absent before (counters only ever grow)
-      if redis.call('HINCRBY', K_STATS, first, S(-firstBy)) == 0 then
-        redis.call('HDEL', K_STATS, first)
-      end
-    end
-    return undo(err)
-  end
 
-  local out = {}
+  local out = flat
+  if not flat then out = {} end
   if gone and #gone > 0 then
-    local r = redis.pcall('ZREM', K_PROCESSING, unpack(gone))
+    local r
+    if #gone == 1 then
+      r = redis.pcall('ZREM', K_PROCESSING, gone[1])
+    else
+      r = redis.pcall('ZREM', K_PROCESSING, unpack(gone))
+    end
     e = failure(r, K_PROCESSING, 'zset')
-    if e then return unstats(e) end
+    if e then return unclaim(pops, first, firstBy, e) end
   end
   if nc > 0 then
-    local z = {}
-    for c = 1, nc do
-      z[2 * c - 1] = leaseS
-      z[2 * c] = cIds[c]
+    local r
+    if nc == 1 then
+      r = redis.pcall('ZADD', K_PROCESSING, leaseS, cIds[1])
+    else
+      local z = {}
+      for c = 1, nc do
+        z[2 * c - 1] = leaseS
+        z[2 * c] = cIds[c]
+      end
+      r = redis.pcall('ZADD', K_PROCESSING, unpack(z))
     end
-    local r = redis.pcall('ZADD', K_PROCESSING, unpack(z))
     e = failure(r, K_PROCESSING, 'zset')
-    if e then return unstats(e) end
+    if e then return unclaim(pops, first, firstBy, e) end
   end
   if promoUsed < #promo then
     local rest = {}
@@ -193,25 +236,38 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone)
   if #due > 0 then
     redis.call('ZREM', K_DELAYED, unpack(due))
   end
+  -- a lease's claim_token: claimed_at, the worker (its length first) and the caller's token,
+  -- <claimed_at>:<#worker>:<worker>:<token>; made once when every lease shares one token
+  local stamp, shared = nil, nil
+  if nc > 0 then
+    stamp = nowS .. ':' .. #worker .. ':' .. worker .. ':'
+    if flat then shared = stamp .. tokenAt end
+  end
   for c = 1, nc do
     local att, attS = 1, '1' -- absent before the first claim
     if cAtt[c] then
       att = (tonumber(cAtt[c]) or 0) + 1
       attS = S(att)
     end
-    local token = ARGV[tokenAt + c]
+    local token = shared
+    if not token then token = stamp .. ARGV[tokenAt + c] end
     redis.call('HSET', cKeys[c], 'status', 'processing', 'claim_token', token,
-      'attempts', attS, 'claimed_at', nowS, 'lease_until', leaseS, 'worker', worker)
-    out[c] = { cIds[c], cPay[c], att, token, lease }
+      'attempts', attS, 'lease_until', leaseS)
+    if flat then
+      local f = #flat
+      flat[f + 1], flat[f + 2], flat[f + 3], flat[f + 4] = cIds[c], cPay[c], att, lease
+    else
+      out[c] = { cIds[c], cPay[c], att, token, lease }
+    end
   end
-  keepAside(K_ORPHANS, aside, nowS)
+  if aside then keepAside(K_ORPHANS, aside, nowS) end
   -- the other counters: stats is known to be a hash by now
   if nc > 0 and orphans > 0 then redis.pcall('HINCRBY', K_STATS, 'orphans', S(orphans)) end
-  if #aside > 0 then redis.pcall('HINCRBY', K_STATS, 'set_aside', S(#aside)) end
+  if aside then redis.pcall('HINCRBY', K_STATS, 'set_aside', S(#aside)) end
   -- markers of the jobs just taken must not wake idle workers: when an RPOP found pending
   -- short of what it asked and no promoted job was left there (pending is empty), wake is
   -- emptied (a wrong-typed wake is left as it is); while pending holds ids, its markers
   -- are worth a claim
   if pendingDone and promoUsed >= #promo then redis.pcall('LTRIM', K_WAKE, '1', '0') end
-  return { out, cIds, nc, more, vis }
+  return out, cIds, nc, more, vis, shared, leaseS
 end

@@ -13,12 +13,21 @@ local function shown(v)
   if #v > 40 then v = string.sub(v, 1, 40) .. '...' end
   return '"' .. (string.gsub(v, '%c', '?')) .. '"'
 end
--- int(v, lo, hi): the decimal integer v when it is one in lo..hi, else nil (-0 reads as 0)
+-- int(v, lo, hi): the decimal integer v when it is one in lo..hi, else nil (-0 reads as 0).
+-- "0" and "1", the common counts and flags, are read without a pattern or tonumber()
 local function int(v, lo, hi)
-  if type(v) ~= 'string' or not string.find(v, '^%-?%d+$') then return nil end
-  local x = tonumber(v)
-  if x == nil or x < lo or x > hi then return nil end
-  if x == 0 then x = 0 end
+  local x
+  if v == '0' then
+    x = 0
+  elseif v == '1' then
+    x = 1
+  else
+    if type(v) ~= 'string' or not string.find(v, '^%-?%d+$') then return nil end
+    x = tonumber(v)
+    if x == nil then return nil end
+    if x == 0 then x = 0 end
+  end
+  if x < lo or x > hi then return nil end
   return x
 end
 -- S(x): an integer as a decimal string. Numbers go to redis.call() as such strings:
@@ -79,10 +88,21 @@ end
 local function effects()
   if not redis.REDIS_VERSION_NUM and redis.replicate_commands then redis.replicate_commands() end
 end
--- clock(): the Redis clock in ms, seconds * 1000 + floor(microseconds / 1000)
+-- clock(): the Redis clock in ms, seconds * 1000 + floor(microseconds / 1000), and the
+-- same as a decimal string (made from TIME's digits: one tonumber(), no string.format)
 local function clock()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local us = t[2]
+  local l = #us
+  local s
+  if l == 6 then
+    s = t[1] .. string.sub(us, 1, 3)
+  elseif l > 3 then
+    s = t[1] .. (l == 5 and '0' or '00') .. string.sub(us, 1, l - 3)
+  else
+    s = t[1] .. '000'
+  end
+  return tonumber(s), s
 end
 -- keepAside(key, ids, nowS): ids whose job hash is absent go to the orphans zset, scored
 -- the time they were set aside (NX: an id set aside earlier keeps its first time)

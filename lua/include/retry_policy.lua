@@ -1,3 +1,11 @@
+-- leaseStart(token): the claimed_at (ms) a claim_token begins with, as claim writes it
+-- (<claimed_at>:<#worker>:<worker>:<token>); nil for a token without one (the older
+-- layout, whose claimed_at is a field of its own)
+local function leaseStart(token)
+  local at = string.find(token, ':', 1, true)
+  if not at then return nil end
+  return tonumber(string.sub(token, 1, at - 1))
+end
 -- log2floor(ms): floor(log2(max(ms, 1))) in exact arithmetic, the histogram bucket of a
 -- processing time: halving a double is exact, so no rounding can move a power of two into
 -- the wrong bucket

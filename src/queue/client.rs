@@ -464,9 +464,6 @@ impl Queue {
             .arg(request)
             .arg(acks.len())
             .arg(fails.len());
-        for _ in 0..n {
-            cmd.arg(new_token());
-        }
         for &i in &acks {
             let lease = settles[i].lease();
             cmd.arg(lease.id).arg(lease.token);
@@ -510,30 +507,64 @@ impl Queue {
                 other => break other?,
             }
         };
-        let bad = |reply: &dyn std::fmt::Debug| self.protocol("settle_claim", format!("{reply:?}"));
-        let Value::Array(reply) = reply else {
-            return Err(bad(&reply));
+        // One flat array: more, the leases' token, the ack results, the fail outcomes, then
+        // id, payload, attempts, lease_until per leased job.
+        let Value::Array(mut reply) = reply else {
+            return Err(self.protocol("settle_claim", format!("{reply:?}")));
         };
-        let [jobs, more, acked, failed] = <[Value; 4]>::try_from(reply).map_err(|r| bad(&r))?;
-        let (Value::Array(jobs), Value::Int(more)) = (jobs, more) else {
-            return Err(self.protocol("settle_claim", "jobs or more unreadable"));
+        let head = 2 + acks.len() + fails.len();
+        if reply.len() < head || !(reply.len() - head).is_multiple_of(4) {
+            return Err(self.protocol(
+                "settle_claim",
+                format!(
+                    "{} entries for {} acks and {} fails",
+                    reply.len(),
+                    acks.len(),
+                    fails.len()
+                ),
+            ));
+        }
+        let entries = reply.split_off(head);
+        let Value::Int(more) = reply[0] else {
+            return Err(self.protocol("settle_claim", "more unreadable"));
         };
-        let acked = int_array(&acked).filter(|a| a.len() == acks.len());
+        let token = reply[1].clone();
+        let acked: Option<Vec<i64>> = reply[2..2 + acks.len()]
+            .iter()
+            .map(|v| match v {
+                Value::Int(n) => Some(*n),
+                _ => None,
+            })
+            .collect();
         let acked = acked.ok_or_else(|| self.protocol("settle_claim", "ack results"))?;
-        let failed: Option<Vec<FailOutcome>> = match &failed {
-            Value::Array(items) if items.len() == fails.len() => items
-                .iter()
-                .map(|v| match as_str(v) {
-                    Some("pending") => Some(FailOutcome::Pending),
-                    Some("delayed") => Some(FailOutcome::Delayed),
-                    Some("dead") => Some(FailOutcome::Dead),
-                    Some("stale") => Some(FailOutcome::Stale),
-                    _ => None,
-                })
-                .collect(),
-            _ => None,
-        };
+        let failed: Option<Vec<FailOutcome>> = reply[2 + acks.len()..]
+            .iter()
+            .map(|v| match as_str(v) {
+                Some("pending") => Some(FailOutcome::Pending),
+                Some("delayed") => Some(FailOutcome::Delayed),
+                Some("dead") => Some(FailOutcome::Dead),
+                Some("stale") => Some(FailOutcome::Stale),
+                _ => None,
+            })
+            .collect();
         let failed = failed.ok_or_else(|| self.protocol("settle_claim", "fail outcomes"))?;
+        // Each job as claim replies it: id, payload, attempts, token, lease_until.
+        let mut jobs = Vec::with_capacity(entries.len() / 4);
+        let mut entries = entries.into_iter();
+        while let (Some(id), Some(payload), Some(attempts), Some(lease_until)) = (
+            entries.next(),
+            entries.next(),
+            entries.next(),
+            entries.next(),
+        ) {
+            jobs.push(Value::Array(vec![
+                id,
+                payload,
+                attempts,
+                token.clone(),
+                lease_until,
+            ]));
+        }
         let mut settled = vec![Settled::Stale; settles.len()];
         for (&i, flag) in acks.iter().zip(acked) {
             settled[i] = if flag == 1 {
@@ -1117,6 +1148,9 @@ impl Queue {
                 .map(|v| String::from_utf8_lossy(v).into_owned())
         };
         let int = |name: &str| text(name).and_then(|v| v.parse::<i64>().ok());
+        // claimed_at and the worker are in the claim_token of the last lease; a job of the
+        // older layout has them as fields of their own.
+        let lease = fields.get("claim_token").and_then(|t| parse_claim_token(t));
         Ok(Some(JobInfo {
             id: id.into(),
             payload: fields
@@ -1131,10 +1165,10 @@ impl Queue {
             }),
             attempts: int("attempts").unwrap_or(0).max(0) as u32,
             enqueued_at: int("enqueued_at"),
-            claimed_at: int("claimed_at"),
+            claimed_at: int("claimed_at").or(lease.as_ref().map(|l| l.0)),
             lease_until: int("lease_until"),
             last_error: text("last_error"),
-            worker: text("worker"),
+            worker: text("worker").or(lease.map(|l| l.1)),
         }))
     }
 
@@ -1393,6 +1427,32 @@ fn check_count(what: &'static str, n: usize) -> Result<()> {
     }
 }
 
+/// The claimed_at (ms) and the worker a claim_token carries: claim writes it as
+/// `<claimed_at>:<byte length of the worker>:<worker>:<token>`. None for a token of the
+/// older layout (the caller's token alone).
+pub fn parse_claim_token(token: &[u8]) -> Option<(i64, String)> {
+    let colon = |b: &[u8]| b.iter().position(|&c| c == b':');
+    let at = colon(token)?;
+    let claimed_at = std::str::from_utf8(&token[..at])
+        .ok()?
+        .parse::<i64>()
+        .ok()?;
+    let rest = &token[at + 1..];
+    let at = colon(rest)?;
+    let len = std::str::from_utf8(&rest[..at])
+        .ok()?
+        .parse::<usize>()
+        .ok()?;
+    let rest = &rest[at + 1..];
+    if rest.len() < len + 1 || rest[len] != b':' {
+        return None;
+    }
+    Some((
+        claimed_at,
+        String::from_utf8_lossy(&rest[..len]).into_owned(),
+    ))
+}
+
 fn as_str(v: &Value) -> Option<&str> {
     match v {
         Value::BulkString(b) => std::str::from_utf8(b).ok(),
@@ -1476,6 +1536,18 @@ fn parse_lease(v: Value) -> std::result::Result<Lease, Unreadable> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_claim_token_carries_claimed_at_and_the_worker() {
+        assert_eq!(
+            parse_claim_token(b"1700000000123:4:w:1a:tok"),
+            Some((1_700_000_000_123, "w:1a".to_string()))
+        );
+        assert_eq!(parse_claim_token(b"5:0::t"), Some((5, String::new())));
+        // the older layout: the caller's token alone
+        assert_eq!(parse_claim_token(b"0123abcd"), None);
+        assert_eq!(parse_claim_token(b"12:9:short:t"), None);
+    }
 
     #[test]
     fn time_replies_become_milliseconds() {

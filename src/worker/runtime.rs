@@ -95,9 +95,10 @@ struct Shared {
     /// Poked when this worker's fail put a job in `delayed`: an idle claim loop reads
     /// the earliest due time again.
     delayed_changed: Notify,
-    /// In-flight leases by claim token (a job can come back to this worker under a new
-    /// token while an old attempt still unwinds).
-    inflight: Mutex<HashMap<String, InFlight>>,
+    /// In-flight leases by job id and claim token (a job can come back to this worker
+    /// under a new token while an old attempt still unwinds; the leases of one
+    /// settle_claim call share a token).
+    inflight: Mutex<HashMap<LeaseKey, InFlight>>,
     /// Held by a renewal from its snapshot to its reply, and by the completer while it
     /// marks leases as completing: a renewal never races the ack of a lease it covers
     /// (which would count a needless `stale` in the queue's stats).
@@ -122,7 +123,7 @@ struct Shared {
 const TRANSIENT_QUIET: Duration = Duration::from_secs(10);
 
 impl Shared {
-    fn inflight(&self) -> std::sync::MutexGuard<'_, HashMap<String, InFlight>> {
+    fn inflight(&self) -> std::sync::MutexGuard<'_, HashMap<LeaseKey, InFlight>> {
         // A panic never happens while the lock is held; recover the map regardless.
         self.inflight.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -545,7 +546,7 @@ async fn settle_and_claim(
     {
         let mut map = shared.inflight();
         for (i, e) in endings.iter().enumerate() {
-            map.remove(&e.c.lease.token);
+            map.remove(&lease_key(&e.c.lease));
             if let Some(settled) = answered.and_then(|a| a.get(i)) {
                 e.note(shared, *settled);
             }
@@ -607,6 +608,13 @@ async fn wait_for_jobs(shared: &Shared, slots: &Semaphore, concurrency: usize, d
     }
 }
 
+/// A lease in flight: its job id and claim token.
+type LeaseKey = (JobId, String);
+
+fn lease_key(lease: &Lease) -> LeaseKey {
+    (lease.id.clone(), lease.token.clone())
+}
+
 fn start_job<H, F>(
     shared: &Arc<Shared>,
     handler: &Handler<H>,
@@ -645,7 +653,7 @@ fn start_job<H, F>(
         tokio::spawn(async move { handler(lease, ctx).await })
     };
     shared.inflight().insert(
-        lease.token.clone(),
+        lease_key(&lease),
         InFlight {
             id: lease.id.clone(),
             cancel,
@@ -697,7 +705,7 @@ async fn complete_jobs(shared: Arc<Shared>, mut done: mpsc::UnboundedReceiver<Co
         for c in batch.drain(..) {
             let lost = {
                 let mut map = shared.inflight();
-                match map.get_mut(&c.lease.token) {
+                match map.get_mut(&lease_key(&c.lease)) {
                     Some(f) if f.is_lost(now) => true,
                     Some(f) => {
                         f.completing = true;
@@ -711,7 +719,7 @@ async fn complete_jobs(shared: Arc<Shared>, mut done: mpsc::UnboundedReceiver<Co
                 Counters::add(&shared.counters.lost, 1);
                 warn!(queue = %shared.queue_name, job = %c.lease.id, attempt = c.lease.attempts,
                     "lease was lost while the job ran; its result is not acked");
-                shared.inflight().remove(&c.lease.token);
+                shared.inflight().remove(&lease_key(&c.lease));
                 continue;
             }
             match &c.outcome {
@@ -775,7 +783,7 @@ async fn ack_all(shared: &Shared, acks: Vec<Completion>) {
     }
     let mut map = shared.inflight();
     for c in &acks {
-        map.remove(&c.lease.token);
+        map.remove(&lease_key(&c.lease));
     }
 }
 
@@ -789,7 +797,7 @@ async fn fail_one(shared: &Shared, c: Completion, text: String, mode: FailMode) 
     if let Some(outcome) = outcome {
         note_fail(shared, &c, &text, outcome);
     }
-    shared.inflight().remove(&c.lease.token);
+    shared.inflight().remove(&lease_key(&c.lease));
 }
 
 /// Count and log the answer to an ack.
@@ -839,7 +847,7 @@ async fn release_one(shared: &Shared, c: Completion) {
         }
         None => {}
     }
-    shared.inflight().remove(&c.lease.token);
+    shared.inflight().remove(&lease_key(&c.lease));
 }
 
 /// Run `op` until it succeeds, retrying transient failures with backoff until the
@@ -912,7 +920,7 @@ async fn renew_leases(shared: Arc<Shared>, mut visibility: Duration, stop: Cance
             .inflight()
             .iter()
             .filter(|(_, f)| !f.completing && !f.is_lost(sent))
-            .map(|(token, f)| (f.id.clone(), token.clone(), f.deadline, f.partition))
+            .map(|((_, token), f)| (f.id.clone(), token.clone(), f.deadline, f.partition))
             .collect();
         let Some(budget) = lease::extend_timeout(sent, held.iter().map(|h| h.2)) else {
             wait = interval;
@@ -932,7 +940,7 @@ async fn renew_leases(shared: Arc<Shared>, mut visibility: Duration, stop: Cance
                 let now = Instant::now();
                 let mut map = shared.inflight();
                 for ((id, token, _, _), until) in held.iter().zip(results) {
-                    let Some(f) = map.get_mut(token) else {
+                    let Some(f) = map.get_mut(&(id.clone(), token.clone())) else {
                         continue;
                     };
                     if until.is_some() {

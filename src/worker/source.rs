@@ -63,7 +63,7 @@ impl JobSource {
     /// partition, in parallel), then a claim in rotation, so a busy partitioned worker
     /// pays two round trips per batch; a resend after a lost reply finds the endings
     /// already made and reports them stale (nothing is applied twice: each needs the
-    /// lease's token, which the first one cleared).
+    /// lease, which the first one ended).
     pub(crate) async fn settle_claim(
         &self,
         request: &str,

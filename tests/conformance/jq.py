@@ -62,6 +62,22 @@ def wait_ms(ms):
         assert time.monotonic() < deadline, 'the Redis clock did not move'
         time.sleep(0.001)
 
+def lease_token(claimed_at, worker, token):
+    """The claim_token claim writes: <claimed_at>:<#worker>:<worker>:<token>."""
+    w = worker if isinstance(worker, bytes) else worker.encode()
+    t = token if isinstance(token, bytes) else token.encode()
+    return str(claimed_at).encode() + b':' + str(len(w)).encode() + b':' + w + b':' + t
+
+
+def parse_token(claim_token):
+    """(claimed_at, worker, token) of a claim_token as claim writes it."""
+    at, rest = claim_token.split(b':', 1)
+    n, rest = rest.split(b':', 1)
+    n = int(n)
+    assert rest[n:n + 1] == b':', claim_token
+    return int(at), rest[:n], rest[n + 1:]
+
+
 class Q:
     def __init__(self, tag, prefix='jq'):
         self.p = f'{prefix}:{{{tag}}}:'
@@ -91,14 +107,24 @@ class Q:
         """The jobs of the reply."""
         jobs, more = self.claim_reply(n, worker, vis, tokens, request)
         return jobs
-    def settle_claim(self, n, acks=(), fails=(), worker='w1', vis=0, tokens=None, request=None):
-        """The whole reply: [jobs, more, acked, failed]. acks: (id, token) pairs; fails:
-        (id, token, error, mode, backoff) quintuples. A fresh request id unless given."""
-        if tokens is None: tokens = [os.urandom(16).hex() for _ in range(n)]
+    def settle_claim_flat(self, n, acks=(), fails=(), worker='w1', vis=0, request=None):
+        """The reply as the script gives it: more, the leases' token, the ack results, the
+        fail outcomes, then id, payload, attempts, lease_until per leased job."""
         if request is None: request = os.urandom(16).hex()
         args = [x for a in acks for x in a] + [x for f in fails for x in f]
         return self.ev('settle_claim', [self.orphans, self.claimreq(request)], n, worker, vis,
-                       request, len(acks), len(fails), *tokens, *args)
+                       request, len(acks), len(fails), *args)
+    def settle_claim(self, n, acks=(), fails=(), worker='w1', vis=0, request=None):
+        """The reply as [jobs, more, acked, failed], each job [id, payload, attempts, token,
+        lease_until] as claim gives it. acks: (id, token) pairs; fails: (id, token, error,
+        mode, backoff) quintuples. A fresh request id unless given."""
+        flat = self.settle_claim_flat(n, acks, fails, worker, vis, request)
+        a, f = len(acks), len(fails)
+        more, token = flat[0], flat[1]
+        rest = flat[2 + a + f:]
+        jobs = [[rest[i], rest[i + 1], rest[i + 2], token, rest[i + 3]]
+                for i in range(0, len(rest), 4)]
+        return [jobs, more, flat[2:2 + a], flat[2 + a:2 + a + f]]
     def ack(self, pairs):
         args = []
         for p in pairs: args += list(p)
@@ -130,6 +156,16 @@ class Q:
         return self.ev('purge', [], 'oldest', n)
     def purge_orphans(self, n):
         return self.ev('purge', [self.orphans], 'orphans', n)
+    def tok(self, id):
+        """The claim_token of job `id`: the token of its lease (or of its last one)."""
+        return r.hget(self.jk(id), 'claim_token')
+    def restamp(self, id, claimed_at):
+        """Move the lease of `id` to have been claimed at `claimed_at`: its claim_token is
+        rewritten, and the new token (the one ack must send) returned."""
+        _, w, t = parse_token(r.hget(self.jk(id), 'claim_token'))
+        tok = lease_token(claimed_at, w, t)
+        r.hset(self.jk(id), 'claim_token', tok)
+        return tok
     def job(self, id):
         return {k.decode(): v for k, v in r.hgetall(self.jk(id)).items()}
     def snapshot(self):

@@ -45,13 +45,18 @@ def claim_shape_and_fields():
     t0 = now_ms()
     job = q.claim(1, worker='wk-7', vis=5000, tokens=['tok1'])[0]
     t1 = now_ms()
-    assert job[0] == b'x' and job[1] == b'payload' and job[2] == 1 and job[3] == b'tok1'
+    assert job[0] == b'x' and job[1] == b'payload' and job[2] == 1
     assert isinstance(job[2], int) and isinstance(job[4], int)
     assert t0 + 5000 <= job[4] <= t1 + 5000
     h = q.job('x')
-    assert h['status'] == b'processing' and h['claim_token'] == b'tok1' and h['worker'] == b'wk-7'
+    # the lease's token: claimed_at, the worker (its length first) and the slot's token
+    claimed_at, worker, token = parse_token(job[3])
+    assert t0 <= claimed_at <= t1 and worker == b'wk-7' and token == b'tok1'
+    assert job[3] == lease_token(claimed_at, 'wk-7', 'tok1')
+    assert h['status'] == b'processing' and h['claim_token'] == job[3]
     assert int(h['lease_until']) == job[4] and int(h['attempts']) == 1
-    assert t0 <= int(h['claimed_at']) <= t1 and 'enqueued_at' not in h  # enqueued ready
+    assert 'claimed_at' not in h and 'worker' not in h
+    assert 'enqueued_at' not in h  # enqueued ready
     assert r.zscore(q.processing, 'x') == job[4]
     # meta visibility used when 0
     r.hset(q.meta, 'visibility_timeout_ms', 1234)
@@ -120,14 +125,13 @@ def ack_rules():
     assert diff == [q.stats_key.encode()], diff
     # histogram buckets
     n = now_ms()
-    r.hset(q.jk('c'), 'claimed_at', n - 1500)
-    assert q.ack([('c', tok['c'])]) == [1]
+    assert q.ack([('c', q.restamp('c', n - 1500))]) == [1]
     assert q.stats().get('h:10') == 1
     for off, b in [(-5000, 0), (100, 6), (1024, 10), (1500, 10), (5000, 12), (70000, 16)]:
         q.enqueue([('h', 'p', 0)]); j = q.claim(1)[0]
-        r.hset(q.jk('h'), 'claimed_at', now_ms() - off)
+        t = q.restamp('h', now_ms() - off)
         before = q.stats().get(f'h:{b}', 0)
-        assert q.ack([('h', j[3])]) == [1]
+        assert q.ack([('h', t)]) == [1]
         assert q.stats().get(f'h:{b}', 0) == before + 1, (off, b, q.stats())
 
 @test
@@ -188,7 +192,9 @@ def completed_retention():
     j = q.claim(1, worker='W')[0]
     assert q.ack([('a', j[3])]) == [1]
     h = q.job('a')
-    assert h['status'] == b'done' and 'claim_token' not in h and 'lease_until' not in h and h['worker'] == b'W'
+    # the lease is gone; its token stays, saying when and by whom it was claimed
+    assert h['status'] == b'done' and h['claim_token'] == j[3] and 'lease_until' not in h
+    assert parse_token(h['claim_token'])[1] == b'W'
     assert 0 < r.pttl(q.jk('a')) <= 60000
     assert q.enqueue([('a', 'p', 0)]) == [0]
     assert q.ack([('a', j[3])]) == [0]
@@ -232,7 +238,8 @@ def late_ack_after_reap():
     wait_ms(10)
     assert q.reap() == [1, 0, 0]
     h = q.job('a')
-    assert h['status'] == b'pending' and 'claim_token' not in h and 'lease_until' not in h and h['worker'] == b'w1'
+    assert h['status'] == b'pending' and h['claim_token'] == j[3] and 'lease_until' not in h
+    assert parse_token(h['claim_token'])[1] == b'w1'
     assert q.ack([('a', j[3])]) == [0]
     assert q.extend(1000, [('a', j[3])]) == [0]
     assert q.fail('a', j[3]) == b'stale'
@@ -252,7 +259,7 @@ def fail_rules():
     j = q.claim(1)[0]
     t0 = now_ms(); assert q.fail('a', j[3], 'e1') == b'delayed'; t1 = now_ms()
     h = q.job('a')
-    assert h['status'] == b'delayed' and h['last_error'] == b'e1' and 'claim_token' not in h and 'lease_until' not in h
+    assert h['status'] == b'delayed' and h['last_error'] == b'e1' and h['claim_token'] == j[3] and 'lease_until' not in h
     sc = r.zscore(q.delayed, 'a')
     assert t0 + 40 <= sc <= t1 + 40
     assert r.zscore(q.processing, 'a') is None
@@ -321,7 +328,7 @@ def release_rules():
     h = q.job('a')
     # back at the front, the attempt given back, the lease gone, last_error untouched
     assert h['status'] == b'pending' and h['attempts'] == b'0', h
-    assert 'claim_token' not in h and 'lease_until' not in h and h['last_error'] == b'earlier'
+    assert h['claim_token'] == j[3] and 'lease_until' not in h and h['last_error'] == b'earlier'
     assert r.lrange(q.pending, 0, -1) == [b'b', b'a'] and r.zscore(q.processing, 'a') is None
     assert r.llen(q.wake) == wl + 1
     st = q.stats()
@@ -364,7 +371,8 @@ def reap_rules():
     q2.claim(1, vis=1); wait_ms(10); assert q2.reap() == [1, 0, 0]
     q2.claim(1, vis=1); wait_ms(10); assert q2.reap() == [0, 1, 0]
     h = q2.job('a')
-    assert h['status'] == b'dead' and h['last_error'] == b'lease expired' and 'claim_token' not in h and 'lease_until' not in h
+    assert h['status'] == b'dead' and h['last_error'] == b'lease expired' and 'lease_until' not in h
+    assert parse_token(h['claim_token'])[1] == b'w1'
     assert r.zscore(q2.dead, 'a') is not None and r.zcard(q2.processing) == 0
     st = q2.stats()
     assert st['dead_lettered'] == 1 and st['reaped'] == 1
@@ -847,8 +855,10 @@ def claim_request_retry():
     q.enqueue([('a', 'pa', 0), ('b', 'pb', 0), ('c', 'pc', 0)])
     first = q.claim_reply(2, vis=60000, tokens=['t1', 't2'], request='req1')
     assert [j[0] for j in first[0]] == [b'a', b'b'] and first[1] == 0
-    # the record: more, then id, token per lease; it expires with the leases
-    assert r.lrange(q.claimreq('req1'), 0, -1) == [b'0', b'a', b't1', b'b', b't2']
+    # the record: more, then id, claim_token per lease; it expires with the leases
+    t1, t2 = first[0][0][3], first[0][1][3]
+    assert parse_token(t1)[2] == b't1' and parse_token(t2)[2] == b't2'
+    assert r.lrange(q.claimreq('req1'), 0, -1) == [b'0', b'a', t1, b'b', t2]
     assert 0 < r.pttl(q.claimreq('req1')) <= 60000
     # the same request again: the same leases, nothing claimed, no attempt charged
     snap_jobs = (q.job('a'), q.job('b'), q.job('c'))
@@ -858,16 +868,16 @@ def claim_request_retry():
     st = q.stats()
     assert st['claimed'] == 2 and st['replayed'] == 1 and st['pending'] == 1, st
     # an ended lease is left out; a renewed one comes back with its new lease_until
-    assert q.ack([('a', 't1')]) == [1]
-    until = q.extend(120000, [('b', 't2')])[0]
+    assert q.ack([('a', t1)]) == [1]
+    until = q.extend(120000, [('b', t2)])[0]
     jobs, more = q.claim_reply(2, vis=60000, request='req1')
-    assert jobs == [[b'b', b'pb', 1, b't2', until]] and more == 0, jobs
+    assert jobs == [[b'b', b'pb', 1, t2, until]] and more == 0, jobs
     # a lease taken away (reaped, then claimed by another request) is left out
     q2 = fresh('creq2')
     q2.enqueue([('x', 'p', 0)])
     q2.claim(1, vis=1, tokens=['old'], request='rq')
     wait_ms(5); assert q2.reap() == [1, 0, 0]
-    assert q2.claim(1, tokens=['new'], request='other')[0][3] == b'new'
+    assert parse_token(q2.claim(1, tokens=['new'], request='other')[0][3])[2] == b'new'
     assert q2.claim_reply(1, request='rq') == [[], 0]
     assert q2.job('x')['attempts'] == b'2'
     # an empty claim records nothing; another request claims anew
@@ -893,31 +903,40 @@ def settle_claim_acks_then_claims():
     q = fresh('sc')
     q.enqueue([('a', 'pa', 0), ('b', 'pb', 0), ('c', 'pc', 0)])
     ja = q.claim(1, tokens=['ta'])[0]
-    jobs, more, acked, failed = q.settle_claim(2, acks=[('a', 'ta')], tokens=['t1', 't2'])
-    assert [j[0] for j in jobs] == [b'b', b'c'] and [j[3] for j in jobs] == [b't1', b't2']
-    assert more == 0 and acked == [1] and failed == []
+    t0 = now_ms()
+    flat = q.settle_claim_flat(2, acks=[('a', ja[3])], worker='wk', request='rq1')
+    t1 = now_ms()
+    # the reply, flat: more, the leases' token, the ack results, the fail outcomes, then
+    # id, payload, attempts, lease_until per leased job
+    more, tok, acked, jobs = flat[0], flat[1], flat[2:3], flat[3:]
+    claimed_at, worker, token = parse_token(tok)
+    assert t0 <= claimed_at <= t1 and worker == b'wk' and token == b'rq1'
+    assert more == 0 and acked == [1] and len(jobs) == 8
+    assert jobs[0::4] == [b'b', b'c'] and jobs[1::4] == [b'pb', b'pc'] and jobs[2::4] == [1, 1]
+    assert jobs[3] == jobs[7] and r.zscore(q.processing, 'b') == jobs[3]
     assert not r.exists(q.jk('a')) and r.zscore(q.processing, 'a') is None
-    assert q.job('b')['status'] == b'processing' and q.job('b')['claim_token'] == b't1'
+    assert q.job('b')['status'] == b'processing' and q.job('b')['claim_token'] == tok
+    assert q.job('c')['claim_token'] == tok and int(q.job('b')['lease_until']) == jobs[3]
     st = q.stats()
     assert st['acked'] == 1 and st['claimed'] == 3 and st['processing'] == 2, st
     assert sum(v for k, v in st.items() if k.startswith('h:')) == 1, st
     # retention keeps the acked job as done, as ack does
     r.hset(q.meta, 'completed_retention_ms', 60000)
-    jobs, _, acked, _ = q.settle_claim(1, acks=[('b', 't1')])
+    jobs, _, acked, _ = q.settle_claim(1, acks=[('b', tok)])
     assert acked == [1] and jobs == [] and q.job('b')['status'] == b'done'
-    assert 'claim_token' not in q.job('b') and r.pttl(q.jk('b')) > 0
+    assert 'lease_until' not in q.job('b') and r.pttl(q.jk('b')) > 0
 
 @test
 def settle_claim_stale_ack_is_counted_and_the_claim_happens():
     q = fresh('scst')
     q.enqueue([('a', 'p', 0), ('b', 'p', 0)])
-    q.claim(1, tokens=['ta'])
-    jobs, more, acked, failed = q.settle_claim(1, acks=[('a', 'wrong'), ('zz', 't')])
+    ta = q.claim(1, tokens=['ta'])[0][3]
+    jobs, more, acked, failed = q.settle_claim(1, acks=[('a', 'ta'), ('zz', 't')])
     assert acked == [0, 0] and [j[0] for j in jobs] == [b'b']
     st = q.stats(); assert st['stale'] == 1 and st['unknown'] == 1 and st['claimed'] == 2, st
-    assert q.job('a')['claim_token'] == b'ta'   # the holder keeps its lease
+    assert q.job('a')['claim_token'] == ta   # the holder keeps its lease
     # a job named twice is settled once
-    jobs, _, acked, _ = q.settle_claim(1, acks=[('a', 'ta'), ('a', 'ta')])
+    jobs, _, acked, _ = q.settle_claim(1, acks=[('a', ta), ('a', ta)])
     assert acked == [1, 0] and q.stats()['stale'] == 2
 
 @test
@@ -926,12 +945,13 @@ def settle_claim_fails_in_each_mode():
     r.hset(q.meta, mapping={'max_attempts': 3, 'backoff_initial_ms': 5000})
     q.enqueue([(x, 'p', 0) for x in 'abcde'] + [('f', 'p', 0)])
     held = q.claim(5, tokens=['ta', 'tb', 'tc', 'td', 'te'])
+    T = {j[0].decode(): j[3] for j in held}
     r.delete(q.wake)
     t0 = now_ms()
     jobs, more, acked, failed = q.settle_claim(1, fails=[
-        ('a', 'ta', 'now', 'retry', 0), ('b', 'tb', 'policy', 'retry', -1),
-        ('c', 'tc', 'dead', 'dead', -1), ('d', 'td', '', 'release', 0),
-        ('e', 'wrong', 'x', 'retry', -1)])
+        ('a', T['a'], 'now', 'retry', 0), ('b', T['b'], 'policy', 'retry', -1),
+        ('c', T['c'], 'dead', 'dead', -1), ('d', T['d'], '', 'release', 0),
+        ('e', 'te', 'x', 'retry', -1)])
     t1 = now_ms()
     assert failed == [b'pending', b'delayed', b'dead', b'pending', b'stale'], failed
     assert acked == [] and [j[0] for j in jobs] == [b'f']   # claimed before they went back
@@ -941,7 +961,7 @@ def settle_claim_fails_in_each_mode():
     assert t0 + 5000 <= r.zscore(q.delayed, 'b') <= t1 + 5000
     assert q.job('c')['status'] == b'dead' and r.zscore(q.dead, 'c') is not None
     for x in 'abcd':
-        assert 'claim_token' not in q.job(x) and 'lease_until' not in q.job(x)
+        assert q.job(x)['claim_token'] == T[x] and 'lease_until' not in q.job(x)
         assert r.zscore(q.processing, x) is None
     assert r.llen(q.wake) == 3                  # a, d made ready; b the earliest delayed
     st = q.stats()
@@ -956,8 +976,11 @@ def settle_claim_fails_in_each_mode():
 def settle_claim_without_settles_is_a_claim():
     q = fresh('sce')
     q.enqueue([('a', 'p', 0)])
-    assert q.settle_claim(2, tokens=['t1', 't2'], request='r1', vis=5000)[:3] == \
-        [[[b'a', b'p', 1, b't1', q.settle_claim(1, request='r1')[0][0][4]]], 0, []]
+    first = q.settle_claim(2, request='r1', vis=5000)
+    tok = q.tok('a')
+    assert parse_token(tok)[2] == b'r1'
+    assert first == [[[b'a', b'p', 1, tok, first[0][0][4]]], 0, [], []]
+    assert q.settle_claim(1, request='r1') == first
     assert 4000 < r.pttl(q.claimreq('r1')) <= 5000
     assert q.settle_claim(1, request='r2') == [[], 0, [], []]
     assert not r.exists(q.claimreq('r2'))     # nothing claimed or settled: no record
@@ -967,17 +990,18 @@ def settle_claim_resend_settles_once():
     q = fresh('scr')
     q.enqueue([('a', 'p', 0), ('b', 'p', 0), ('c', 'p', 0)])
     q.claim(2, tokens=['ta', 'tb'])
-    call = dict(acks=[('a', 'ta')], fails=[('b', 'tb', 'e', 'retry', 0)], request='req')
-    first = q.settle_claim(1, tokens=['tc'], **call)
-    again = q.settle_claim(1, tokens=['other'], **call)
+    call = dict(acks=[('a', q.tok('a'))], fails=[('b', q.tok('b'), 'e', 'retry', 0)], request='req')
+    first = q.settle_claim(1, **call)
+    again = q.settle_claim(1, **call)
     assert first == again and first[2] == [1] and first[3] == [b'pending'], (first, again)
     st = q.stats()
     assert (st['acked'], st['failed'], st['claimed'], st['replayed'], st.get('stale', 0)) == \
         (1, 1, 3, 1, 0), st
     assert r.lrange(q.pending, 0, -1) == [b'b']
     # a settle-only call is recorded too: its resend is not counted stale
-    q.settle_claim(1, acks=[('c', 'tc')], request='only')
-    assert q.settle_claim(1, acks=[('c', 'tc')], request='only')[2] == [1]
+    tc = q.tok('c')
+    q.settle_claim(1, acks=[('c', tc)], request='only')
+    assert q.settle_claim(1, acks=[('c', tc)], request='only')[2] == [1]
     assert q.stats().get('stale', 0) == 0
 
 @test
@@ -991,18 +1015,19 @@ def settle_claim_bad_arguments_are_named_and_change_nothing():
         return err_of(lambda: q.ev('settle_claim', keys, *args))
     for args, name in [
             (['0', 'w', '0', 'r', '0', '0'], 'invalid n'),
-            (['1', 'w', '-1', 'r', '0', '0', 't'], 'invalid visibility'),
-            (['1', 'w', '0', '', '0', '0', 't'], 'invalid request'),
-            (['1', 'w', '0', 'r', 'x', '0', 't'], 'invalid acks'),
-            (['1', 'w', '0', 'r', '0', '1001', 't'], 'invalid fails'),
-            (['1', 'w', '0', 'r', '500', '501', 't'], 'invalid fails'),
-            (['1', 'w', '0', 'r', '1', '0', 't', 'a'], 'invalid arguments'),
-            (['1', 'w', '0', 'r', '1', '0', 't', 'a', 'ta', 'extra'], 'invalid arguments'),
-            (['1', 'w', '0', 'r', '0', '1', 't', 'a', 'ta', 'e', 'later', '-1'], 'invalid mode'),
-            (['1', 'w', '0', 'r', '0', '1', 't', 'a', 'ta', 'e', 'retry', '-2'], 'invalid backoff')]:
+            (['1', 'w', '-1', 'r', '0', '0'], 'invalid visibility'),
+            (['1', 'w', '0', '', '0', '0'], 'invalid request'),
+            (['1', 'w', '0', 'r', 'x', '0'], 'invalid acks'),
+            (['1', 'w', '0', 'r', '0', '1001'], 'invalid fails'),
+            (['1', 'w', '0', 'r', '500', '501'], 'invalid fails'),
+            (['1', 'w', '0', 'r', '1', '0', 'a'], 'invalid arguments'),
+            (['1', 'w', '0', 'r', '1', '0', 'a', 'ta', 'extra'], 'invalid arguments'),
+            (['1', 'w', '0', 'r', '0', '0', 't'], 'invalid arguments'),
+            (['1', 'w', '0', 'r', '0', '1', 'a', 'ta', 'e', 'later', '-1'], 'invalid mode'),
+            (['1', 'w', '0', 'r', '0', '1', 'a', 'ta', 'e', 'retry', '-2'], 'invalid backoff')]:
         m = bad(args)
         assert m.startswith('jobqueue: ' + name) or ('jobqueue: ' + name) in m, (args, m)
-    m = bad(['1', 'w', '0', 'r', '0', '0', 't'], keys=[q.orphans])
+    m = bad(['1', 'w', '0', 'r', '0', '0'], keys=[q.orphans])
     assert 'invalid keys' in m, m
     assert q.snapshot() == snap
 
@@ -1011,12 +1036,13 @@ def settle_claim_wrong_typed_keys_are_named_and_change_nothing():
     q = fresh('sctype')
     q.enqueue([('a', 'p', 0), ('b', 'p', 0)])
     q.claim(1, tokens=['ta'])
+    ta = q.tok('a')
     for key, want in [(q.stats_key, 'hash'), (q.dead, 'zset'), (q.jk('x'), 'hash')]:
         saved = r.dump(key) if r.exists(key) else None
         r.delete(key); r.set(key, 'oops')
         snap = q.snapshot()
-        fails = [('a', 'ta', 'e', 'dead', -1)] if key == q.dead else []
-        acks = [('x', 't')] if key == q.jk('x') else ([('a', 'ta')] if not fails else [])
+        fails = [('a', ta, 'e', 'dead', -1)] if key == q.dead else []
+        acks = [('x', 't')] if key == q.jk('x') else ([('a', ta)] if not fails else [])
         m = err_of(lambda: q.settle_claim(1, acks=acks, fails=fails, request='q'))
         assert key in m and 'wrong type' in m and want in m, m
         assert q.snapshot() == snap, key
@@ -1024,12 +1050,13 @@ def settle_claim_wrong_typed_keys_are_named_and_change_nothing():
         if saved is not None: r.restore(key, 0, saved)
     # processing, when nothing is claimed: pending is empty now
     q.claim(1, tokens=['tb'])
+    tb = q.tok('b')
     r.rename(q.processing, 'saved-processing'); r.set(q.processing, 'oops')
     snap = q.snapshot()
-    m = err_of(lambda: q.settle_claim(1, acks=[('a', 'ta')]))
+    m = err_of(lambda: q.settle_claim(1, acks=[('a', ta)]))
     assert q.processing in m and 'wrong type' in m and q.snapshot() == snap, m
     r.delete(q.processing); r.rename('saved-processing', q.processing)
-    assert q.settle_claim(1, acks=[('a', 'ta'), ('b', 'tb')])[2] == [1, 1]
+    assert q.settle_claim(1, acks=[('a', ta), ('b', tb)])[2] == [1, 1]
 
 # the job layout ---------------------------------------------------------------------
 
@@ -1045,7 +1072,8 @@ def a_job_enqueued_ready_holds_only_its_payload():
     st = q.stats(); assert st['stale'] == 2 and st.get('unknown', 0) == 0, st
     assert q.fail('a', 't') == b'stale'
     j = q.claim(1, tokens=['ta'])[0]
-    assert j[:4] == [b'a', b'pa', 1, b'ta'] and q.job('a')['status'] == b'processing'
+    assert j[:3] == [b'a', b'pa', 1] and parse_token(j[3])[2] == b'ta'
+    assert q.job('a')['status'] == b'processing'
     # a set-aside id whose lean hash came back is restored to pending
     q.enqueue([('s', 'ps', 0)])
     r.zadd(q.orphans, {'s': 1}); r.lrem(q.pending, 0, 's')
@@ -1058,8 +1086,17 @@ def a_job_in_the_older_layout_is_still_served():
     r.hset(q.jk('o'), mapping={'payload': 'po', 'status': 'pending', 'enqueued_at': now_ms()})
     r.lpush(q.pending, 'o')
     j = q.claim(1, tokens=['to'])[0]
-    assert j[:4] == [b'o', b'po', 1, b'to']
-    assert q.settle_claim(1, acks=[('o', 'to')])[2] == [1] and not r.exists(q.jk('o'))
+    assert j[:3] == [b'o', b'po', 1] and parse_token(j[3])[2] == b'to'
+    assert q.settle_claim(1, acks=[('o', j[3])])[2] == [1] and not r.exists(q.jk('o'))
+    # a lease of the older layout: claimed_at and worker are fields, the token the
+    # caller's alone; ack still takes it and reads claimed_at for the histogram
+    r.hset(q.jk('l'), mapping={'payload': 'pl', 'status': 'processing', 'claim_token': 'tl',
+                               'attempts': 1, 'claimed_at': now_ms() - 1500, 'worker': 'w',
+                               'lease_until': now_ms() + 60000})
+    r.zadd(q.processing, {'l': now_ms() + 60000})
+    before = q.stats().get('h:10', 0)
+    assert q.settle_claim(1, acks=[('l', 'tl')])[2] == [1] and not r.exists(q.jk('l'))
+    assert q.stats().get('h:10', 0) == before + 1
 
 def main():
     failed = 0

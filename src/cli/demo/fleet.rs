@@ -229,11 +229,13 @@ async fn lease_holders(queue: &Queue) -> anyhow::Result<HashMap<String, Vec<u32>
     for id in &ids {
         pipe.cmd("HMGET")
             .arg(queue.keys().job(id))
-            .arg("worker")
+            .arg("claim_token")
             .arg("attempts");
     }
-    let rows: Vec<(Option<String>, Option<u32>)> = pipe.query_async(&mut conn).await?;
-    for (worker, attempts) in rows {
+    // The worker holding a lease is in its claim_token.
+    let rows: Vec<(Option<Vec<u8>>, Option<u32>)> = pipe.query_async(&mut conn).await?;
+    for (token, attempts) in rows {
+        let worker = token.and_then(|t| crate::queue::parse_claim_token(&t).map(|l| l.1));
         if let Some(worker) = worker {
             holders
                 .entry(worker)
