@@ -8,8 +8,10 @@
 //!
 //! jobqueue's side is this process: `Queue::enqueue` / `enqueue_many`, the worker runtime
 //! (`jobqueue::worker::Worker`, an empty handler, the given concurrency, everything else
-//! its defaults), and as a second line batched claim: that many tasks each claiming 32
-//! jobs and acking them in one call (`make bench`'s claim+ack at batch 32). BullMQ's side
+//! its defaults), as a second line batched claim: that many tasks each claiming 32
+//! jobs and acking them in one call (`make bench`'s claim+ack at batch 32), and as a
+//! third the same batches through `settle_claim`: each call acks a task's previous 32
+//! and claims its next 32 (one call per batch, as a batching consumer makes). BullMQ's side
 //! is `benches/peers/bullmq.mjs` under node (BullMQ pinned in benches/peers/package.json,
 //! installed by `make bench-peers` into benches/peers/node_modules), one process per run.
 //!
@@ -29,7 +31,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use jobqueue::queue::{Lease, NewJob, Queue};
+use jobqueue::queue::{Lease, NewJob, Queue, Settle, Settled, new_token};
 use serde_json::json;
 
 use common::RedisServer;
@@ -315,6 +317,55 @@ impl Bull {
 }
 
 // ---------------------------------------------------------------------------------------
+/// `tasks` tasks each ending their previous `CLAIM_BATCH` leases and claiming the next
+/// ones in one `settle_claim` call, until the backlog is gone.
+async fn jq_settled(s: &mut Server, q: &Queue, jobs: usize, tasks: usize) -> Run {
+    let done = Arc::new(AtomicUsize::new(0));
+    let cpu = s.cpu();
+    let start = Instant::now();
+    let handles: Vec<_> = (0..tasks)
+        .map(|t| {
+            let (q, done) = (q.clone(), done.clone());
+            tokio::spawn(async move {
+                let worker = format!("bench-{t}");
+                let mut held: Vec<Lease> = Vec::new();
+                loop {
+                    let settles: Vec<Settle> =
+                        held.iter().map(|l| Settle::Ack(l.lease_ref())).collect();
+                    let reply = q
+                        .settle_claim(&new_token(), &settles, CLAIM_BATCH, &worker, None)
+                        .await
+                        .unwrap();
+                    assert!(
+                        reply.settled.iter().all(|s| *s == Settled::Acked),
+                        "every lease was acked"
+                    );
+                    done.fetch_add(held.len(), Ordering::Relaxed);
+                    held = reply.claimed.leases;
+                    if held.is_empty() {
+                        break;
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.await.unwrap();
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let redis_cpu = s.cpu() - cpu;
+    assert_eq!(
+        done.load(Ordering::Relaxed),
+        jobs,
+        "every job was claimed and acked once"
+    );
+    Run {
+        jobs,
+        seconds,
+        redis_cpu,
+    }
+}
+
 // The table
 
 /// One workload: jobqueue's figure(s) and BullMQ's.
@@ -324,9 +375,12 @@ struct Line {
     unit: &'static str,
     jq: f64,
     jq_batched: Option<f64>,
+    /// Batches of 32 through settle_claim.
+    jq_settled: Option<f64>,
     bull: Option<f64>,
-    /// Redis CPU µs per job: jobqueue, jobqueue batched, BullMQ.
-    cpu: [Option<f64>; 3],
+    /// Redis CPU µs per job: jobqueue, jobqueue batched, batched through settle_claim,
+    /// BullMQ.
+    cpu: [Option<f64>; 4],
 }
 
 fn human(v: f64) -> String {
@@ -360,13 +414,15 @@ fn print_table(lines: &[Line]) {
         "unit",
         "jobqueue",
         "jobqueue batch 32",
+        "batch 32 settle_claim",
         "BullMQ",
         "jobqueue ÷ BullMQ",
         "batch 32 ÷ BullMQ",
-        "Redis CPU µs/job (jq / b32 / BullMQ)",
+        "settle_claim ÷ BullMQ",
+        "Redis CPU µs/job (jq / b32 / settle / BullMQ)",
     ];
     let opt = |v: Option<f64>| v.map(human).unwrap_or_else(|| "–".into());
-    let rows: Vec<[String; 8]> = lines
+    let rows: Vec<[String; 10]> = lines
         .iter()
         .map(|l| {
             [
@@ -374,9 +430,11 @@ fn print_table(lines: &[Line]) {
                 l.unit.to_string(),
                 human(l.jq),
                 l.jq_batched.map(human).unwrap_or_default(),
+                l.jq_settled.map(human).unwrap_or_default(),
                 opt(l.bull),
                 ratio(Some(l.jq), l.bull),
                 ratio(l.jq_batched, l.bull),
+                ratio(l.jq_settled, l.bull),
                 if l.cpu.iter().any(Option::is_some) {
                     l.cpu.map(opt).join(" / ")
                 } else {
@@ -538,9 +596,11 @@ async fn main() {
                     unit: "jobs/s",
                     jq: jq.rate(),
                     jq_batched: None,
+                    jq_settled: None,
                     bull: bull_run.map(|r| r.rate()),
                     cpu: [
                         per_job_cpu(&jq),
+                        None,
                         None,
                         bull_run.as_ref().and_then(per_job_cpu),
                     ],
@@ -553,8 +613,9 @@ async fn main() {
                     unit: "bytes",
                     jq: jq_bytes,
                     jq_batched: None,
+                    jq_settled: None,
                     bull: bull_bytes,
-                    cpu: [None; 3],
+                    cpu: [None; 4],
                 });
             }
         }
@@ -569,6 +630,9 @@ async fn main() {
             s.flush();
             fill(&q, n).await;
             let batched = jq_batched(&mut s, &q, n, c).await;
+            s.flush();
+            fill(&q, n).await;
+            let settled = jq_settled(&mut s, &q, n, c).await;
             let mut bull_run = None;
             if let Some(b) = &bull {
                 s.flush();
@@ -580,10 +644,12 @@ async fn main() {
                 unit: "jobs/s",
                 jq: jq.rate(),
                 jq_batched: Some(batched.rate()),
+                jq_settled: Some(settled.rate()),
                 bull: bull_run.map(|r| r.rate()),
                 cpu: [
                     per_job_cpu(&jq),
                     per_job_cpu(&batched),
+                    per_job_cpu(&settled),
                     bull_run.as_ref().and_then(per_job_cpu),
                 ],
             });
@@ -604,15 +670,22 @@ async fn main() {
         if let Some(v) = l.jq_batched {
             o["jobqueue_batch32"] = json!((v * 10.0).round() / 10.0);
         }
+        if let Some(v) = l.jq_settled {
+            o["jobqueue_batch32_settle_claim"] = json!((v * 10.0).round() / 10.0);
+        }
         if let Some(v) = l.bull {
             o["bullmq"] = json!((v * 10.0).round() / 10.0);
             o["jobqueue_over_bullmq"] = json!((l.jq / v * 1000.0).round() / 1000.0);
         }
-        let [a, b, c] = l.cpu;
+        let [a, b, d, c] = l.cpu;
         if a.is_some() || c.is_some() {
             let r = |v: Option<f64>| v.map(|v| (v * 100.0).round() / 100.0);
-            o["redis_cpu_us_per_job"] =
-                json!({"jobqueue": r(a), "jobqueue_batch32": r(b), "bullmq": r(c)});
+            o["redis_cpu_us_per_job"] = json!({
+                "jobqueue": r(a),
+                "jobqueue_batch32": r(b),
+                "jobqueue_batch32_settle_claim": r(d),
+                "bullmq": r(c),
+            });
         }
         println!("{o}");
     }
