@@ -88,6 +88,24 @@ async fn a_queue_without_the_finalizer_gets_it_then_is_reconciled() {
     );
 }
 
+/// A reconcile brought by a related object (a Secret created) can run on a cached copy
+/// read before the previous reconcile added the finalizer: the patch that adds it again is
+/// refused (its test of `/metadata/finalizers` fails). That is no failure: the queue is
+/// read again and reconciled at once, not after a failure's backoff.
+#[tokio::test]
+async fn a_stale_copy_without_the_finalizer_is_read_again_and_reconciled() {
+    let redis = RedisServer::start();
+    let jq = queue("emails", &redis.url(), "emails").without_finalizer();
+    let (ctx, mut api, _) = test_context();
+    let (result, _) = Scenario::new(&jq)
+        .expect(Expect::AddFinalizerStale)
+        .expect(Expect::GetQueueWithFinalizer)
+        .expect(Expect::StatusPatch)
+        .run(&ctx, &mut api)
+        .await;
+    assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(10)));
+}
+
 #[tokio::test]
 async fn restore_scales_back_to_the_replicas_before_the_first_scale() {
     let redis = RedisServer::start();

@@ -76,8 +76,25 @@ pub async fn reconcile(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
             }
         }
     })
-    .await
-    .map_err(|e| match e {
+    .await;
+    let action = match action {
+        // The copy reconciled was older than the finalizer: a reconcile of a related
+        // object (a Secret created, say) ran on the cached JobQueue read before the
+        // previous reconcile added it, so the patch's test of `/metadata/finalizers`
+        // failed (422, or 409). Nothing is wrong: read the queue again and go on with it,
+        // instead of waiting out a failure's backoff.
+        Err(finalizer::Error::AddFinalizer(kube::Error::Api(status)))
+            if status.is_invalid() || status.is_conflict() =>
+        {
+            let fresh = api.get(&jq.name_any()).await.map_err(Error::Kube)?;
+            if lifecycle::has_finalizer(&fresh) && fresh.metadata.deletion_timestamp.is_none() {
+                return apply(Arc::new(fresh), ctx).await;
+            }
+            return Ok(Action::requeue(std::time::Duration::from_secs(1)));
+        }
+        other => other,
+    };
+    let action = action.map_err(|e| match e {
         finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e,
         finalizer::Error::AddFinalizer(e) | finalizer::Error::RemoveFinalizer(e) => Error::Kube(e),
         other => Error::Finalizer(other.to_string()),

@@ -338,6 +338,11 @@ pub enum Expect {
     /// The JSON patch that removes the operator's finalizer (the first and only one),
     /// answered with the object without it.
     RemoveFinalizer,
+    /// The JSON patch that adds the finalizer, refused as the API server refuses it when
+    /// the object already has one (422: its `test` of `/metadata/finalizers` failed).
+    AddFinalizerStale,
+    /// GET of the scenario's JobQueue, answered with it carrying the finalizer.
+    GetQueueWithFinalizer,
 }
 
 /// The path of the scenario's JobQueue (for its metadata patches).
@@ -386,6 +391,10 @@ impl Expect {
             Expect::EventAgain(type_, reason) => format!("PATCH {type_} Event {reason} again"),
             Expect::AddFinalizer => format!("PATCH {} adding the finalizer", jq.name_any()),
             Expect::RemoveFinalizer => format!("PATCH {} removing the finalizer", jq.name_any()),
+            Expect::AddFinalizerStale => {
+                format!("PATCH {} adding the finalizer, refused", jq.name_any())
+            }
+            Expect::GetQueueWithFinalizer => format!("GET {}", jq.name_any()),
         }
     }
 
@@ -548,6 +557,32 @@ impl Expect {
                 let mut without = jq.clone();
                 without.metadata.finalizers = None;
                 request.respond(json_response(StatusCode::OK, &without));
+            }
+            Expect::AddFinalizerStale => {
+                assert_eq!(method, Method::PATCH, "request #{i}: {uri}");
+                assert_eq!(uri, queue_path(jq), "request #{i}");
+                let status = json!({
+                    "kind": "Status", "apiVersion": "v1", "metadata": {},
+                    "status": "Failure", "reason": "Invalid", "code": 422,
+                    "message": format!(
+                        "test failed: /metadata/finalizers is [\"{FINALIZER}\"], not null"
+                    ),
+                });
+                request.respond(json_response(StatusCode::UNPROCESSABLE_ENTITY, &status));
+            }
+            Expect::GetQueueWithFinalizer => {
+                assert_eq!(method, Method::GET, "request #{i}: {uri}");
+                assert_eq!(
+                    uri,
+                    format!(
+                        "/apis/jobqueue.dev/v1alpha1/namespaces/{NS}/jobqueues/{}",
+                        jq.name_any()
+                    ),
+                    "request #{i}"
+                );
+                let mut with = jq.clone();
+                with.metadata.finalizers = Some(vec![FINALIZER.into()]);
+                request.respond(json_response(StatusCode::OK, &with));
             }
         }
     }
