@@ -255,3 +255,31 @@ async fn replicated_durability_waits_on_the_node_that_ran_the_script() {
         assert_eq!(payload.as_deref(), Some("b"), "node {node}");
     }
 }
+
+/// The slot-migration tests need a Cluster whose masters never bump their config epochs
+/// on their own: a bump between the two `SETSLOT … NODE` of a migration can hand the slot
+/// back to the source, after which each node names the other as the owner.
+#[test]
+fn a_new_cluster_has_a_distinct_config_epoch_per_master() {
+    let cluster = RedisCluster::start();
+    let mut epochs: Vec<i64> = cluster
+        .nodes
+        .iter()
+        .map(|node| {
+            let info: String = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query(&mut node.conn())
+                .unwrap();
+            info.lines()
+                .find_map(|line| line.strip_prefix("cluster_my_epoch:"))
+                .expect("cluster_my_epoch in CLUSTER INFO")
+                .trim()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    epochs.sort_unstable();
+    epochs.dedup();
+    assert_eq!(epochs.len(), 3, "config epochs {epochs:?}");
+    assert!(epochs[0] > 0, "config epochs {epochs:?}");
+}

@@ -298,7 +298,17 @@ impl RedisCluster {
             })
             .collect();
         let ranges = [(0, 5460), (5461, 10922), (10923, 16383)];
-        for (node, (lo, hi)) in nodes.iter().zip(ranges) {
+        for (epoch, (node, (lo, hi))) in nodes.iter().zip(ranges).enumerate() {
+            // A distinct config epoch per master, as `redis-cli --cluster create` gives:
+            // left at 0 for all, the nodes resolve the collision by bumping epochs while
+            // the tests run, and a bump that lands between the two `SETSLOT … NODE` of a
+            // slot migration gives the slot back to the source (each node then names the
+            // other as the owner, and every command on the slot is answered MOVED).
+            let _: () = redis::cmd("CLUSTER")
+                .arg("SET-CONFIG-EPOCH")
+                .arg(epoch + 1)
+                .query(&mut node.conn())
+                .expect("CLUSTER SET-CONFIG-EPOCH");
             let _: () = redis::cmd("CLUSTER")
                 .arg("ADDSLOTSRANGE")
                 .arg(lo)

@@ -115,4 +115,52 @@ pub fn finish(cluster: &RedisCluster, slot: u16, src: usize, dst: usize) {
             .query(&mut cluster.nodes[node].conn())
             .expect("SETSLOT NODE");
     }
+    // `redis-cli --cluster reshard` waits for the nodes to agree; so does this, and says
+    // which node still names another owner when they do not.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let seen: Vec<Option<u16>> = (0..cluster.nodes.len())
+            .map(|node| owner_seen_by(cluster, node, slot))
+            .collect();
+        if seen
+            .iter()
+            .all(|port| *port == Some(cluster.nodes[dst].port))
+        {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "slot {slot} given to port {}, but the nodes name the owners {seen:?}",
+            cluster.nodes[dst].port
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The port of the master that `node` says holds `slot` (`CLUSTER SLOTS`).
+pub fn owner_seen_by(cluster: &RedisCluster, node: usize, slot: u16) -> Option<u16> {
+    let ranges: Vec<redis::Value> = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query(&mut cluster.nodes[node].conn())
+        .expect("CLUSTER SLOTS");
+    ranges.iter().find_map(|range| {
+        let redis::Value::Array(fields) = range else {
+            return None;
+        };
+        let (Some(redis::Value::Int(lo)), Some(redis::Value::Int(hi))) =
+            (fields.first(), fields.get(1))
+        else {
+            return None;
+        };
+        if !(*lo..=*hi).contains(&i64::from(slot)) {
+            return None;
+        }
+        match fields.get(2) {
+            Some(redis::Value::Array(master)) => match master.get(1) {
+                Some(redis::Value::Int(port)) => u16::try_from(*port).ok(),
+                _ => None,
+            },
+            _ => None,
+        }
+    })
 }
