@@ -355,6 +355,14 @@ pub struct TlsSpec {
     /// `tls.key` of the same Secret).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_key_secret_ref: Option<SecretKeySelector>,
+    /// The name to check the server's certificate for (and to send as SNI) instead of
+    /// the URL's host, which is still where to connect: for a Redis reached by an address
+    /// its certificate does not list (an IP address, a Service alias). One standalone
+    /// server only: not with `cluster` or `sentinel`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.size() > 0").message("tls.serverName must not be empty when set"))]
+    #[schemars(length(max = 253))]
+    pub server_name: Option<String>,
 }
 
 /// `spec.durability`: what the queue's writes wait for before they count as done.

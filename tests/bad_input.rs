@@ -145,6 +145,8 @@ const ROWS: &[Row] = &[
     row("tls-cert-plain-url", &["stats", "--redis", "{url}", "--tag", "bi", "--tls-cert", "{certs}/client.crt", "--tls-key", "{certs}/client.key"], 6, "a client certificate was given but the URL is not rediss://"),
     on(Target::Mtls, row("mtls-no-cert", &["stats", "--redis", "{url}", "--tag", "bi", "--tls-ca", "{certs}/ca.crt"], 4, "the server requires a client certificate")),
     on(Target::Mtls, row("mtls-other-ca", &["stats", "--redis", "{url}", "--tag", "bi", "--tls-ca", "{certs}/ca.crt", "--tls-cert", "{certs}/stranger.crt", "--tls-key", "{certs}/stranger.key"], 4, "the server rejected the client certificate")),
+    row("tls-server-name-plain-url", &["stats", "--redis", "{url}", "--tag", "bi", "--tls-server-name", "redis.example"], 6, "a TLS server name (\"redis.example\") was given but the URL is not rediss://"),
+    on(Target::Mtls, row("tls-server-name-mismatch", &["stats", "--redis", "{url}", "--tag", "bi", "--tls-ca", "{certs}/ca.crt", "--tls-cert", "{certs}/client.crt", "--tls-key", "{certs}/client.key", "--tls-server-name", "other.example"], 3, "or for the TLS server name when one is given")),
     on(Target::Mtls, row("tls-unknown-ca", &["stats", "--redis", "{url}", "--tag", "bi", "--tls-cert", "{certs}/client.crt", "--tls-key", "{certs}/client.key"], 3, "not signed by a CA this client trusts")),
     row("sentinel-unknown-master", &["stats", "--sentinel", "{sentinel}", "--master-name", "typo", "--tag", "bi"], 6, "monitor no master named \"typo\""),
     row("sentinel-unreachable", &["stats", "--sentinel", "{closed_addr}", "--master-name", "mymaster", "--tag", "bi"], 3, "no Sentinel reachable"),

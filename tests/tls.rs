@@ -340,3 +340,164 @@ async fn a_server_certificate_for_another_name_is_named_as_such() {
         "{err}"
     );
 }
+
+/// A server whose certificate lists a name, not the address connected to: with that
+/// name as the TLS server name the connection is verified for it (mutual TLS, the
+/// waiting connection and a reconnect included); any other name, or none, is refused.
+#[tokio::test]
+async fn a_tls_server_name_stands_for_the_host_the_certificate_does_not_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = support::certs::Certs::new(dir.path());
+    certs
+        .ca("ca")
+        .issue(
+            "ca",
+            "server",
+            "redis.example",
+            "subjectAltName=DNS:redis.example\nextendedKeyUsage=serverAuth\n",
+        )
+        .client("ca", "client");
+    let (server, tls_port) = support::certs::tls_server(&certs, "yes");
+    let url = format!("rediss://127.0.0.1:{tls_port}");
+    let options = |name: Option<&str>| {
+        ConnectOptions::new(&url)
+            .ca_cert(Some(certs.read("ca.crt")))
+            .client_cert(
+                Some(certs.read("client.crt")),
+                Some(certs.read("client.key")),
+            )
+            .tls_server_name(name.map(str::to_string))
+    };
+
+    let redis = Redis::connect(&options(Some("redis.example")))
+        .await
+        .unwrap();
+    let queue = Queue::new(redis, "jq", "named").unwrap();
+    queue.enqueue(NewJob::new(&b"by name"[..])).await.unwrap();
+    // The wait for jobs uses a connection of its own, verified for the same name.
+    let lease = queue
+        .consumer("w")
+        .next_job(Duration::from_secs(5))
+        .await
+        .unwrap()
+        .expect("a job");
+    assert_eq!(lease.payload.as_ref(), b"by name");
+    assert!(queue.ack(&lease).await.unwrap());
+
+    // The server drops every client: the next command finds the connection gone (or
+    // already sees it closed), and the one after connects again under the same name.
+    let received = |server: &RedisServer| -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("stats")
+            .query(&mut server.conn())
+            .unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("total_connections_received:"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let before = received(&server);
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query(&mut server.conn())
+        .unwrap();
+    assert!(killed >= 1, "the queue's connection was killed");
+    let mut failures = Vec::new();
+    let stats = loop {
+        match queue.stats().await {
+            Ok(stats) => break stats,
+            Err(err) => {
+                failures.push(err.to_string());
+                assert!(failures.len() < 2, "no reconnect: {failures:?}");
+            }
+        }
+    };
+    assert_eq!(stats.acked, 1, "after {failures:?}");
+    // Two connections made since: INFO's own, and the queue's new TLS connection.
+    assert!(received(&server) >= before + 2, "the queue connected again");
+
+    // The certificate does not list another name, nor the address without a name.
+    for name in [Some("other.example"), None] {
+        let err = Redis::connect(&options(name)).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Tls {
+                    problem: TlsProblem::ServerNameMismatch,
+                    ..
+                }
+            ),
+            "{name:?}: {err:?}"
+        );
+    }
+
+    // Where a server name cannot apply, the error says why, before connecting.
+    let plain = ConnectOptions::new(server.url()).tls_server_name(Some("redis.example".into()));
+    let err = Redis::connect(&plain).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidUrl { .. }), "{err:?}");
+    assert!(err.to_string().contains("not rediss://"), "{err}");
+    let err = Redis::connect(&options(Some("redis.example")).cluster(true))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("Cluster mode"), "{err}");
+    let err = Redis::connect(&options(Some("not a name")))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("not a DNS name or an IP address"),
+        "{err}"
+    );
+    let err = Redis::connect(
+        &ConnectOptions::sentinel(["127.0.0.1:1"], "mymaster")
+            .tls_server_name(Some("redis.example".into())),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("through Sentinel"), "{err}");
+
+    // The command line: --tls-server-name, or JOBQUEUE_TLS_SERVER_NAME.
+    let cli = |args: &[&str], env: &[(&str, &str)]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_jobqueue"));
+        cmd.args(["stats", "--json", "--redis", &url, "--tag", "named"])
+            .args(["--tls-ca", &certs.path("ca.crt")])
+            .args(["--tls-cert", &certs.path("client.crt")])
+            .args(["--tls-key", &certs.path("client.key")])
+            .args(args);
+        for var in [
+            "JOBQUEUE_REDIS_URL",
+            "JOBQUEUE_TLS_CERT",
+            "JOBQUEUE_TLS_KEY",
+            "JOBQUEUE_TLS_SERVER_NAME",
+        ] {
+            cmd.env_remove(var);
+        }
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    };
+    for out in [
+        cli(&["--tls-server-name", "redis.example"], &[]),
+        cli(&[], &[("JOBQUEUE_TLS_SERVER_NAME", "redis.example")]),
+    ] {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains("\"acked\":1"));
+    }
+    let refused = cli(&[], &[]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--tls-server-name"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}

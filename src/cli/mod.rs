@@ -171,6 +171,12 @@ pub struct RedisArgs {
         requires = "tls_cert"
     )]
     pub tls_key: Option<std::path::PathBuf>,
+    /// Check the server's certificate for this name (and send it as SNI) instead of the
+    /// host of --redis, which is still where to connect: for a Redis reached by an address
+    /// its certificate does not list (an IP address, a port-forward, a Service alias).
+    /// `rediss://` to one server; not with --cluster or --sentinel.
+    #[arg(long, env = "JOBQUEUE_TLS_SERVER_NAME", value_name = "NAME")]
+    pub tls_server_name: Option<String>,
     /// Sentinels to ask for the primary, `host:port` separated by commas (instead of
     /// --redis); the client follows failovers. The Sentinels' password comes from
     /// JOBQUEUE_SENTINEL_PASSWORD, the Redis nodes' from JOBQUEUE_REDIS_PASSWORD.
@@ -294,7 +300,8 @@ impl RedisArgs {
                     .connect_timeout(Duration::from_secs(3))
                     .ca_cert(ca)
                     .username(self.username.clone())
-                    .client_cert(cert, key),
+                    .client_cert(cert, key)
+                    .tls_server_name(self.tls_server_name.clone()),
             );
         }
         Ok(ConnectOptions::new(self.redis.clone())
@@ -302,7 +309,8 @@ impl RedisArgs {
             .connect_timeout(Duration::from_secs(3))
             .ca_cert(ca)
             .username(self.username.clone())
-            .client_cert(cert, key))
+            .client_cert(cert, key)
+            .tls_server_name(self.tls_server_name.clone()))
     }
 
     /// The `--durability` setting (`primary` without one).

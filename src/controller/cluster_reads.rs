@@ -148,6 +148,7 @@ pub async fn resolve_endpoint_in(
         .password(password)
         .username(username)
         .client_cert(client_cert, client_key)
+        .tls_server_name(plan.server_name.clone())
         .connect_timeout(settings.connect_timeout)
         .response_timeout(settings.response_timeout)
         .ca_cert(ca.clone());
@@ -328,6 +329,31 @@ mod tests {
         assert_eq!(
             force_tls("redis://a:1, rediss://b:2,redis://c:3"),
             "rediss://a:1,rediss://b:2,rediss://c:3"
+        );
+    }
+
+    /// `spec.redis.tls.serverName` reaches the connection options (no Secret to read).
+    #[tokio::test]
+    async fn the_tls_server_name_goes_into_the_connection_options() {
+        use crate::crd::{JobQueueSpec, TlsSpec};
+        let (service, _) = tower_test::mock::pair::<
+            ::http::Request<kube::client::Body>,
+            ::http::Response<kube::client::Body>,
+        >();
+        let client = Client::new(service, "default");
+        let mut spec = JobQueueSpec::new("redis://10.0.0.7:6380", "emails");
+        spec.redis.tls = Some(TlsSpec {
+            server_name: Some("redis.jobs.example".into()),
+            ..TlsSpec::default()
+        });
+        let plan = super::super::validate::plan(&spec).unwrap();
+        let endpoint = resolve_endpoint(&client, &Settings::default(), "default", &plan.endpoint)
+            .await
+            .unwrap_or_else(|f| panic!("{}", f.message));
+        assert_eq!(endpoint.options.url, "rediss://10.0.0.7:6380");
+        assert_eq!(
+            endpoint.options.tls_server_name.as_deref(),
+            Some("redis.jobs.example")
         );
     }
 }

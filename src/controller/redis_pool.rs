@@ -73,6 +73,7 @@ impl RedisPool {
         endpoint.options.username.hash(&mut h);
         endpoint.options.client_cert.hash(&mut h);
         endpoint.options.client_key.hash(&mut h);
+        endpoint.options.tls_server_name.hash(&mut h);
         // Through Sentinel: their password and TLS to the data nodes.
         if let Some(sentinel) = &endpoint.options.sentinel {
             sentinel.password.hash(&mut h);

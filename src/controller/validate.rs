@@ -60,6 +60,8 @@ pub struct EndpointPlan {
     /// The client certificate and its key, for mutual TLS (both or neither).
     pub client_cert: Option<SecretKeySelector>,
     pub client_key: Option<SecretKeySelector>,
+    /// The name the server's certificate is checked for, instead of the URL's host.
+    pub server_name: Option<String>,
 }
 
 impl EndpointPlan {
@@ -310,6 +312,26 @@ fn endpoint_plan(redis: &RedisSpec) -> Result<EndpointPlan, InvalidSpec> {
         }
         (None, None) => {}
     }
+    if let Some(name) = &tls.server_name {
+        let field = "spec.redis.tls.serverName";
+        if redis.sentinel.is_some() {
+            return Err(invalid(
+                field,
+                "not with spec.redis.sentinel: each data node is checked for the address the \
+                 Sentinels name (make the nodes announce names their certificates list)",
+            ));
+        }
+        if redis.cluster {
+            return Err(invalid(
+                field,
+                "not with spec.redis.cluster: each node is checked for the address it \
+                 announces (set cluster-announce-hostname to a name its certificate lists)",
+            ));
+        }
+        if rustls::pki_types::ServerName::try_from(name.trim()).is_err() {
+            return Err(invalid(field, "not a DNS name or an IP address"));
+        }
+    }
     Ok(EndpointPlan {
         url,
         username: redis.username_secret_ref.clone(),
@@ -320,6 +342,7 @@ fn endpoint_plan(redis: &RedisSpec) -> Result<EndpointPlan, InvalidSpec> {
         ca: tls.ca_secret_ref,
         client_cert: tls.client_cert_secret_ref,
         client_key: tls.client_key_secret_ref,
+        server_name: tls.server_name.map(|n| n.trim().to_string()),
     })
 }
 
@@ -971,6 +994,53 @@ mod tests {
             let err = plan(&s).expect_err(field);
             assert_eq!(err.field, field, "{err}");
             assert!(err.reason.contains(words), "{field}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_tls_server_name_is_for_one_standalone_server_and_must_be_a_name() {
+        use crate::crd::SentinelSpec;
+        let named = |name: &str| {
+            let mut s = JobQueueSpec::new("rediss://10.0.0.7:6380", "emails");
+            s.redis.tls = Some(TlsSpec {
+                server_name: Some(name.into()),
+                ..TlsSpec::default()
+            });
+            s
+        };
+        let p = plan(&named(" redis.jobs.example ")).unwrap();
+        assert_eq!(
+            p.endpoint.server_name.as_deref(),
+            Some("redis.jobs.example")
+        );
+        assert!(p.endpoint.tls);
+        assert_eq!(
+            plan(&named("10.0.0.7"))
+                .unwrap()
+                .endpoint
+                .server_name
+                .as_deref(),
+            Some("10.0.0.7")
+        );
+        assert_eq!(plan(&spec()).unwrap().endpoint.server_name, None);
+
+        let mut cluster = named("redis.jobs.example");
+        cluster.redis.cluster = true;
+        let mut sentinel = named("redis.jobs.example");
+        sentinel.redis.url = None;
+        sentinel.redis.sentinel = Some(SentinelSpec {
+            addresses: vec!["s-0:26379".into()],
+            master_name: "mymaster".into(),
+            password_secret_ref: None,
+        });
+        for (s, words) in [
+            (cluster, "not with spec.redis.cluster"),
+            (sentinel, "not with spec.redis.sentinel"),
+            (named("not a name"), "not a DNS name or an IP address"),
+        ] {
+            let err = plan(&s).expect_err(words);
+            assert_eq!(err.field, "spec.redis.tls.serverName", "{err}");
+            assert!(err.reason.contains(words), "{err}");
         }
     }
 

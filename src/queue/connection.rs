@@ -25,11 +25,12 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{
-    AsyncConnectionConfig, Client, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult,
-    ServerErrorKind, Value,
+    AsyncConnectionConfig, Client, Cmd, ConnectionAddr, ErrorKind, Pipeline, RedisError,
+    RedisFuture, RedisResult, ServerErrorKind, Value,
 };
 
 use super::error::{Error, Result, acl_denial, tls_problem};
+use super::pinned::{PinnedResolver, PinnedTarget};
 use super::sentinel::{NodeAuth, SentinelOptions, SentinelTarget};
 
 /// How to reach Redis.
@@ -60,6 +61,11 @@ pub struct ConnectOptions {
     pub client_key: Option<Vec<u8>>,
     /// Find the primary through Sentinels (and follow its failovers) instead of `url`.
     pub sentinel: Option<SentinelOptions>,
+    /// Check the server's certificate for this name (and send it as SNI) instead of the
+    /// URL's host, which is still where to connect (`rediss://`, standalone only): for a
+    /// server reached by an address its certificate does not list (an IP address, a
+    /// Service alias, a port-forward).
+    pub tls_server_name: Option<String>,
 }
 
 /// Never prints the password.
@@ -76,6 +82,7 @@ impl std::fmt::Debug for ConnectOptions {
             .field("client_cert", &self.client_cert.as_ref().map(|c| c.len()))
             .field("client_key", &self.client_key.as_ref().map(|_| "***"))
             .field("sentinel", &self.sentinel)
+            .field("tls_server_name", &self.tls_server_name)
             .finish()
     }
 }
@@ -93,7 +100,15 @@ impl ConnectOptions {
             client_cert: None,
             client_key: None,
             sentinel: None,
+            tls_server_name: None,
         }
+    }
+
+    /// Check the server's certificate for `name` instead of the URL's host (see
+    /// [`ConnectOptions::tls_server_name`]).
+    pub fn tls_server_name(mut self, name: Option<String>) -> Self {
+        self.tls_server_name = name.filter(|n| !n.trim().is_empty());
+        self
     }
 
     /// Authenticate as this ACL user (with the password of the URL or of
@@ -227,6 +242,30 @@ pub fn redact_url(url: &str) -> String {
         })
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// A TLS server name that can stand for the URL's host: `rediss://`, one standalone
+/// server, a DNS name or an IP address.
+fn check_server_name(options: &ConnectOptions, name: &str) -> std::result::Result<String, String> {
+    let name = name.trim();
+    if options.cluster {
+        return Err(format!(
+            "a TLS server name ({name:?}) cannot be given in Cluster mode: each node is \
+             checked for the address it announces (give the nodes names their certificates \
+             list: cluster-announce-hostname)"
+        ));
+    }
+    if !options.url.trim().starts_with("rediss://") {
+        return Err(format!(
+            "a TLS server name ({name:?}) was given but the URL is not rediss:// (TLS)"
+        ));
+    }
+    match rustls::pki_types::ServerName::try_from(name) {
+        Ok(_) => Ok(name.to_string()),
+        Err(_) => Err(format!(
+            "the TLS server name {name:?} is not a DNS name or an IP address"
+        )),
+    }
 }
 
 fn tls_certificates(options: &ConnectOptions) -> Option<redis::TlsCertificates> {
@@ -373,6 +412,11 @@ enum Target {
         conn: ClusterConnection,
     },
     Sentinel(Arc<SentinelTarget>),
+    /// Standalone, TLS verified under a server name other than the URL's host.
+    Pinned {
+        target: Arc<PinnedTarget>,
+        db: i64,
+    },
 }
 
 /// A shared handle on one Redis endpoint.
@@ -406,6 +450,16 @@ impl Redis {
                     url: endpoint,
                     reason: "Cluster mode is not supported through Sentinel (a Cluster \
                              fails over by itself: give its seed nodes instead)"
+                        .into(),
+                });
+            }
+            if options.tls_server_name.is_some() {
+                return Err(Error::InvalidUrl {
+                    url: endpoint,
+                    reason: "a TLS server name cannot be given through Sentinel: each data \
+                             node is checked for the address the Sentinels name (make the \
+                             nodes announce names their certificates list: \
+                             replica-announce-ip, and announce-hostnames on the Sentinels)"
                         .into(),
                 });
             }
@@ -445,6 +499,10 @@ impl Redis {
             ));
         }
         check_credentials(options, &endpoint, options.url.contains("rediss://"))?;
+        let server_name = match &options.tls_server_name {
+            Some(name) => Some(check_server_name(options, name).map_err(&invalid)?),
+            None => None,
+        };
         let user = options.user();
         let urls: Vec<&str> = options
             .url
@@ -500,12 +558,53 @@ impl Redis {
                     "several URLs are only allowed with cluster mode".into(),
                 ));
             }
-            let info = infos.remove(0);
+            let mut info = infos.remove(0);
+            let pinned = match &server_name {
+                Some(name) => {
+                    let (host, addr) = match info.addr().clone() {
+                        ConnectionAddr::TcpTls {
+                            host,
+                            port,
+                            insecure,
+                            tls_params,
+                        } => (
+                            host,
+                            ConnectionAddr::TcpTls {
+                                host: name.clone(),
+                                port,
+                                insecure,
+                                tls_params,
+                            },
+                        ),
+                        _ => return Err(invalid("a TLS server name needs rediss://".into())),
+                    };
+                    info = info.set_addr(addr);
+                    Some(PinnedResolver { host })
+                }
+                None => None,
+            };
+            let db = info.redis_settings().db();
             let client = match tls_certificates(options) {
                 Some(certs) => Client::build_with_tls(info, certs),
                 None => Client::open(info),
             }
             .map_err(|e| invalid(e.to_string()))?;
+            if let Some(resolver) = pinned {
+                let config = AsyncConnectionConfig::new()
+                    .set_response_timeout(Some(options.response_timeout))
+                    .set_connection_timeout(Some(options.connect_timeout));
+                let target = Arc::new(PinnedTarget::new(client, resolver, config));
+                let mut redis = Redis {
+                    target: Target::Pinned { target, db },
+                    endpoint,
+                    response_timeout: options.response_timeout,
+                    user,
+                };
+                let pong: redis::RedisResult<String> =
+                    redis::cmd("PING").query_async(&mut redis).await;
+                pong.map_err(|e| classify_connect(&redis.endpoint, &redis.user, e))?;
+                return Ok(redis);
+            }
             let config = ConnectionManagerConfig::new()
                 .set_response_timeout(Some(options.response_timeout))
                 .set_connection_timeout(Some(options.connect_timeout))
@@ -560,6 +659,16 @@ impl Redis {
                     .map_err(|e| classify_connect(&self.endpoint, &self.user, e))?;
                 Ok(Dedicated::Single(conn))
             }
+            Target::Pinned { target, .. } => {
+                let config = AsyncConnectionConfig::new()
+                    .set_response_timeout(Some(timeout))
+                    .set_connection_timeout(Some(self.response_timeout));
+                let conn = target
+                    .dedicated(config)
+                    .await
+                    .map_err(|e| classify_connect(&self.endpoint, &self.user, e))?;
+                Ok(Dedicated::Single(conn))
+            }
             Target::Cluster { client, .. } => {
                 let conn = client
                     .get_async_connection()
@@ -588,6 +697,7 @@ impl Redis {
         match &self.target {
             Target::Single { conn, .. } => cmd.query_async(&mut conn.clone()).await,
             Target::Sentinel(sentinel) => sentinel.command(&cmd).await,
+            Target::Pinned { target, .. } => target.command(&cmd).await,
             Target::Cluster { conn, .. } => {
                 let slot = slot_of(key.as_bytes());
                 let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
@@ -837,6 +947,10 @@ impl ConnectionLike for Redis {
                 let sentinel = sentinel.clone();
                 Box::pin(async move { sentinel.command(cmd).await })
             }
+            Target::Pinned { target, .. } => {
+                let target = target.clone();
+                Box::pin(async move { target.command(cmd).await })
+            }
         }
     }
 
@@ -855,6 +969,10 @@ impl ConnectionLike for Redis {
                 let sentinel = sentinel.clone();
                 Box::pin(async move { sentinel.pipeline(pipeline, offset, count).await })
             }
+            Target::Pinned { target, .. } => {
+                let target = target.clone();
+                Box::pin(async move { target.pipeline(pipeline, offset, count).await })
+            }
         }
     }
 
@@ -863,6 +981,7 @@ impl ConnectionLike for Redis {
             Target::Single { conn, .. } => conn.get_db(),
             Target::Cluster { conn, .. } => conn.get_db(),
             Target::Sentinel(_) => 0,
+            Target::Pinned { db, .. } => *db,
         }
     }
 }

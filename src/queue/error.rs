@@ -136,7 +136,8 @@ pub enum Error {
 pub enum TlsProblem {
     /// The server's certificate is not signed by a CA this client trusts.
     UnknownServerCa,
-    /// The server's certificate does not name the host of the URL.
+    /// The server's certificate does not name the host of the URL (or the TLS server
+    /// name given in its place).
     ServerNameMismatch,
     /// The server's certificate is expired, not yet valid, or otherwise unusable.
     BadServerCert,
@@ -165,8 +166,10 @@ impl std::fmt::Display for TlsProblem {
                  CA that signs it: --tls-ca, or the CA certificate of the JobQueue)"
             }
             TlsProblem::ServerNameMismatch => {
-                "the server's certificate is not valid for the host of the URL (connect by a \
-                 name or IP address that its subjectAltName lists)"
+                "the server's certificate is not valid for the host of the URL, or for the TLS \
+                 server name when one is given (connect by a name or IP address that its \
+                 subjectAltName lists, or give such a name as the TLS server name: \
+                 --tls-server-name, spec.redis.tls.serverName)"
             }
             TlsProblem::BadServerCert => {
                 "the server's certificate is not valid (expired, not yet valid, or not meant \

@@ -20,6 +20,7 @@ mod error;
 mod keys;
 mod partitioned;
 pub mod partitions;
+mod pinned;
 mod scripts;
 mod sentinel;
 mod settings;
