@@ -10,14 +10,15 @@
 
 use std::any::Any;
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::future::join_all;
+use futures::FutureExt;
+use futures::future::{AbortHandle, Abortable, join_all};
 use redis::Value;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
-use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
@@ -85,8 +86,13 @@ struct Shared {
     lease_ms: AtomicU64,
     /// After a lost lease's handler is cancelled, how long until it is aborted.
     lease_grace: Duration,
-    /// Poked when a lease is added or its deadline changes.
+    /// Poked when a lease is added with a deadline earlier than the deadline watcher's
+    /// next wake, or a deadline changes.
     deadlines_changed: Notify,
+    /// When the deadline watcher wakes next (`None`: not before it is poked). Written by
+    /// the watcher and read by `start_job` with `inflight` locked, so a new lease is
+    /// either seen by the watcher's scan or compared with the wake that scan set.
+    watch_next: Mutex<Option<Instant>>,
     retry_backoff: crate::queue::Backoff,
     retry_initial: Duration,
     retry_max: Duration,
@@ -293,6 +299,7 @@ where
         lease_ms: AtomicU64::new(0),
         lease_grace: config.lease_grace,
         deadlines_changed: Notify::new(),
+        watch_next: Mutex::new(None),
         retry_backoff: config.retry_backoff,
         retry_initial: config.retry_initial,
         retry_max: config.retry_max,
@@ -645,42 +652,77 @@ fn start_job<H, F>(
         worker_id: shared.worker_id.clone(),
         queue: shared.queue_name.clone(),
     };
-    let task = {
-        let handler = handler.clone();
-        let lease = lease.clone();
-        // The handler is called inside the task, so a panic while building its future is
-        // caught like one while polling it.
-        tokio::spawn(async move { handler(lease, ctx).await })
+    let (abort, registration) = AbortHandle::new_pair();
+    let wake_watcher = {
+        let mut map = shared.inflight();
+        map.insert(
+            lease_key(&lease),
+            InFlight {
+                id: lease.id.clone(),
+                cancel,
+                lost,
+                completing: false,
+                abort: Some(abort),
+                deadline,
+                lost_at: None,
+                partition: lease.partition,
+            },
+        );
+        let next = *shared.watch_next.lock().unwrap_or_else(|p| p.into_inner());
+        // A later deadline than the watcher's next wake needs no wake now.
+        next.is_none_or(|next| deadline < next)
     };
-    shared.inflight().insert(
-        lease_key(&lease),
-        InFlight {
-            id: lease.id.clone(),
-            cancel,
-            lost,
-            completing: false,
-            abort: Some(task.abort_handle()),
-            deadline,
-            lost_at: None,
-            partition: lease.partition,
-        },
-    );
-    shared.deadlines_changed.notify_one();
+    if wake_watcher {
+        shared.deadlines_changed.notify_one();
+    }
     let done = done.clone();
-    let started = Instant::now();
+    let handler = handler.clone();
+    let shared = shared.clone();
+    // One task runs the handler and reports its outcome: a panic (even while building the
+    // handler's future) is caught as one, and the deadline watcher's or the shutdown's
+    // abort ends it as `Aborted`.
     tokio::spawn(async move {
-        let outcome = match task.await {
-            Ok(result) => Outcome::Finished(result),
-            Err(err) if err.is_panic() => Outcome::Panicked(panic_text(err.into_panic())),
-            Err(_) => Outcome::Aborted,
+        let started = Instant::now();
+        let job = lease.clone();
+        let run = AssertUnwindSafe(async move { handler(job, ctx).await }).catch_unwind();
+        let outcome = match Abortable::new(run, registration).await {
+            Ok(Ok(result)) => Outcome::Finished(result),
+            Ok(Err(panic)) => Outcome::Panicked(panic_text(panic)),
+            Err(_aborted) => Outcome::Aborted,
         };
-        let _ = done.send(Completion {
+        let c = Completion {
             lease,
             outcome,
             took: started.elapsed(),
             _permit: permit,
-        });
+        };
+        if let Some(c) = hand_success_to_claimer(&shared, c) {
+            let _ = done.send(c);
+        }
     });
+}
+
+/// A job that succeeded goes straight to the claim loop, whose next call acks it, when
+/// no renewal holds the gate and the lease is not lost (what the completer would do with
+/// it, one task hop sooner); anything else is returned for the completer.
+fn hand_success_to_claimer(shared: &Shared, c: Completion) -> Option<Completion> {
+    if !matches!(c.outcome, Outcome::Finished(Ok(()))) {
+        return Some(c);
+    }
+    let Ok(gate) = shared.renew_gate.try_lock() else {
+        return Some(c);
+    };
+    {
+        let mut map = shared.inflight();
+        match map.get_mut(&lease_key(&c.lease)) {
+            Some(f) if f.is_lost(Instant::now()) => return Some(c),
+            Some(f) => f.completing = true,
+            None => {}
+        }
+    }
+    drop(gate);
+    let (mut acks, _) = shared.hand_to_claimer(vec![c], Vec::new());
+    acks.pop()
 }
 
 fn panic_text(payload: Box<dyn Any + Send>) -> String {
@@ -1009,6 +1051,7 @@ async fn watch_deadlines(shared: Arc<Shared>, stop: CancellationToken) {
                     }
                 }
             }
+            *shared.watch_next.lock().unwrap_or_else(|p| p.into_inner()) = next;
         }
         let sleep = async {
             match next {
