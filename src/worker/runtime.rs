@@ -1,6 +1,7 @@
 //! The worker's tasks: the claim loop and the wait for jobs in flight at shutdown
-//! ([`run`] strings them together), one task per job plus its supervisor, the completer
-//! (acks, fails and releases), the renewer, the deadline watcher (each lease's local
+//! ([`run`] strings them together), one task per job (its handler, then the report of
+//! its outcome: a success straight to the claim loop, the rest to the completer), the
+//! completer (acks, fails and releases), the renewer, the deadline watcher (each lease's local
 //! deadline, see [`super::lease`]), the reaper (unless turned off), and the signal
 //! listener (on [`crate::shutdown`]).
 //!
