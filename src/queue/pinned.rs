@@ -18,6 +18,8 @@ use redis::{
     AsyncConnectionConfig, Client, Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value,
 };
 
+use super::sentinel::connection_lost;
+
 /// Resolves every name to the addresses of `host` (the URL's host).
 #[derive(Clone, Debug)]
 pub(crate) struct PinnedResolver {
@@ -108,7 +110,7 @@ impl PinnedTarget {
 
     /// Drop connection `generation` after `err`, when `err` says it is gone.
     fn after(&self, generation: u64, err: &RedisError) {
-        if broken(err) {
+        if connection_lost(err) {
             let mut current = self.current();
             if current.generation == generation {
                 current.conn = None;
@@ -150,13 +152,4 @@ impl PinnedTarget {
             .get_multiplexed_async_connection_with_config(&config)
             .await
     }
-}
-
-/// The connection is gone or hangs.
-fn broken(err: &RedisError) -> bool {
-    err.is_io_error()
-        || err.is_connection_dropped()
-        || err.is_connection_refusal()
-        || err.is_timeout()
-        || err.is_unrecoverable_error()
 }

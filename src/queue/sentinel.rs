@@ -705,7 +705,7 @@ fn value_readonly(v: &Value) -> bool {
 }
 
 /// The connection is gone or hangs: the node may be down.
-fn connection_lost(err: &RedisError) -> bool {
+pub(crate) fn connection_lost(err: &RedisError) -> bool {
     err.is_io_error()
         || err.is_connection_dropped()
         || err.is_connection_refusal()
