@@ -176,6 +176,33 @@ async fn jq_worker(s: &mut Server, q: &Queue, jobs: usize, concurrency: usize) -
 
 /// `tasks` tasks each claiming `CLAIM_BATCH` jobs and acking them in one call, until the
 /// backlog is gone.
+/// The end of a run of batching tasks: wait for them, check that every job was done
+/// once, and time it.
+async fn batched_run(
+    s: &mut Server,
+    handles: Vec<tokio::task::JoinHandle<()>>,
+    start: Instant,
+    cpu: f64,
+    done: &AtomicUsize,
+    jobs: usize,
+) -> Run {
+    for h in handles {
+        h.await.unwrap();
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let redis_cpu = s.cpu() - cpu;
+    assert_eq!(
+        done.load(Ordering::Relaxed),
+        jobs,
+        "every job was claimed and acked once"
+    );
+    Run {
+        jobs,
+        seconds,
+        redis_cpu,
+    }
+}
+
 async fn jq_batched(s: &mut Server, q: &Queue, jobs: usize, tasks: usize) -> Run {
     let done = Arc::new(AtomicUsize::new(0));
     let cpu = s.cpu();
@@ -198,21 +225,7 @@ async fn jq_batched(s: &mut Server, q: &Queue, jobs: usize, tasks: usize) -> Run
             })
         })
         .collect();
-    for h in handles {
-        h.await.unwrap();
-    }
-    let seconds = start.elapsed().as_secs_f64();
-    let redis_cpu = s.cpu() - cpu;
-    assert_eq!(
-        done.load(Ordering::Relaxed),
-        jobs,
-        "every job was claimed and acked once"
-    );
-    Run {
-        jobs,
-        seconds,
-        redis_cpu,
-    }
+    batched_run(s, handles, start, cpu, &done, jobs).await
 }
 
 // ---------------------------------------------------------------------------------------
@@ -349,21 +362,7 @@ async fn jq_settled(s: &mut Server, q: &Queue, jobs: usize, tasks: usize) -> Run
             })
         })
         .collect();
-    for h in handles {
-        h.await.unwrap();
-    }
-    let seconds = start.elapsed().as_secs_f64();
-    let redis_cpu = s.cpu() - cpu;
-    assert_eq!(
-        done.load(Ordering::Relaxed),
-        jobs,
-        "every job was claimed and acked once"
-    );
-    Run {
-        jobs,
-        seconds,
-        redis_cpu,
-    }
+    batched_run(s, handles, start, cpu, &done, jobs).await
 }
 
 // The table

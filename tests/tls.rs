@@ -9,6 +9,26 @@ use std::time::Duration;
 use jobqueue::queue::{ConnectOptions, Error, NewJob, Queue, Redis, TlsProblem};
 use support::redis::{RedisServer, free_port};
 
+/// `jobqueue stats --json` on `url` and `tag` with `args`, the connection's variables
+/// from the environment cleared and `env` set.
+fn stats_cli(url: &str, tag: &str, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_jobqueue"));
+    cmd.args(["stats", "--json", "--redis", url, "--tag", tag])
+        .args(args);
+    for var in [
+        "JOBQUEUE_REDIS_URL",
+        "JOBQUEUE_TLS_CERT",
+        "JOBQUEUE_TLS_KEY",
+        "JOBQUEUE_TLS_SERVER_NAME",
+    ] {
+        cmd.env_remove(var);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
 /// A CA and a server certificate for 127.0.0.1, made with openssl.
 fn make_certs(dir: &Path) {
     let run = |args: &[&str]| {
@@ -262,22 +282,12 @@ async fn mutual_tls_takes_the_clients_its_ca_signed() {
     assert!(err.to_string().contains("not a PEM private key"), "{err}");
 
     // The command line: files from flags or from the environment.
+    let ca = certs.path("ca.crt");
     let cli = |args: &[&str], env: &[(&str, String)]| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_jobqueue"));
-        cmd.args(["stats", "--json", "--redis", &url, "--tag", "mtls"])
-            .args(["--tls-ca", &certs.path("ca.crt")])
-            .args(args);
-        for var in [
-            "JOBQUEUE_REDIS_URL",
-            "JOBQUEUE_TLS_CERT",
-            "JOBQUEUE_TLS_KEY",
-        ] {
-            cmd.env_remove(var);
-        }
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        cmd.output().unwrap()
+        let mut all = vec!["--tls-ca", ca.as_str()];
+        all.extend_from_slice(args);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        stats_cli(&url, "mtls", &all, &env)
     };
     let ok = cli(
         &[
@@ -462,25 +472,15 @@ async fn a_tls_server_name_stands_for_the_host_the_certificate_does_not_list() {
     assert!(err.to_string().contains("through Sentinel"), "{err}");
 
     // The command line: --tls-server-name, or JOBQUEUE_TLS_SERVER_NAME.
+    let (ca, cert, key) = (
+        certs.path("ca.crt"),
+        certs.path("client.crt"),
+        certs.path("client.key"),
+    );
     let cli = |args: &[&str], env: &[(&str, &str)]| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_jobqueue"));
-        cmd.args(["stats", "--json", "--redis", &url, "--tag", "named"])
-            .args(["--tls-ca", &certs.path("ca.crt")])
-            .args(["--tls-cert", &certs.path("client.crt")])
-            .args(["--tls-key", &certs.path("client.key")])
-            .args(args);
-        for var in [
-            "JOBQUEUE_REDIS_URL",
-            "JOBQUEUE_TLS_CERT",
-            "JOBQUEUE_TLS_KEY",
-            "JOBQUEUE_TLS_SERVER_NAME",
-        ] {
-            cmd.env_remove(var);
-        }
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        cmd.output().unwrap()
+        let mut all = vec!["--tls-ca", &ca, "--tls-cert", &cert, "--tls-key", &key];
+        all.extend_from_slice(args);
+        stats_cli(&url, "named", &all, env)
     };
     for out in [
         cli(&["--tls-server-name", "redis.example"], &[]),
