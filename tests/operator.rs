@@ -11,8 +11,8 @@ use jobqueue::controller::{Error, error_policy};
 use jobqueue::crd::JobQueueStatus;
 use jobqueue::queue::{ConnectOptions, NewJob, Queue, Redis};
 use kube::runtime::controller::Action;
-use support::fixtures::{JobQueueExt, NS, queue};
-use support::mock_api::{Expect, Scenario, test_context};
+use support::fixtures::{JobQueueExt, NS, TestClock, queue};
+use support::mock_api::{Expect, Scenario, test_context, test_context_at};
 use support::redis::{RedisServer, wait_past};
 
 fn condition<'a>(status: &'a JobQueueStatus, type_: &str) -> (&'a str, &'a str, &'a str) {
@@ -109,13 +109,15 @@ async fn an_unchanged_queue_writes_nothing() {
         .await
         .unwrap();
     let jq = queue("idle", &redis.url(), "idle");
-    let (ctx, mut api, _) = test_context();
+    let clock = TestClock::new();
+    let (ctx, mut api, _) = test_context_at(&clock);
     let (result, seen) = Scenario::new(&jq)
         .expect(Expect::StatusPatch)
         .run(&ctx, &mut api)
         .await;
     result.unwrap();
-    // The API server now holds that status; the next reconcile sees it.
+    // The API server now holds that status; the next reconcile, seconds later, sees it.
+    clock.advance(10);
     let jq = jq.with_status(seen.statuses[0].clone());
     let (result, seen) = Scenario::new(&jq).run(&ctx, &mut api).await;
     assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(10)));

@@ -11,8 +11,8 @@ use jobqueue::crd::{JobQueue, JobQueueStatus, WorkersSpec};
 use jobqueue::queue::{NewJob, Queue};
 use kube::runtime::controller::Action;
 use serde_json::json;
-use support::fixtures::{JobQueueExt, queue};
-use support::mock_api::{Expect, Scenario, test_context};
+use support::fixtures::{JobQueueExt, TestClock, queue};
+use support::mock_api::{Expect, Scenario, test_context, test_context_at};
 use support::redis::{RedisServer, wait_past};
 
 fn condition<'a>(status: &'a JobQueueStatus, type_: &str) -> (&'a str, &'a str, &'a str) {
@@ -53,7 +53,8 @@ async fn an_invalid_workers_part_still_reaps_and_counts() {
     expired_leases(&redis, &q, 2).await;
 
     let jq = queue("ws", &redis.url(), "ws").with_workers(crossed_workers());
-    let (ctx, mut api, _) = test_context();
+    let clock = TestClock::new();
+    let (ctx, mut api, _) = test_context_at(&clock);
     // No read of the target: the operator does not scale on a workers part it refused.
     let (result, seen) = Scenario::new(&jq)
         .expect(Expect::StatusPatch)
@@ -86,7 +87,9 @@ async fn an_invalid_workers_part_still_reaps_and_counts() {
     let note = seen.events[0]["note"].as_str().unwrap();
     assert!(note.contains("spec.workers.minReplicas"), "{note}");
 
-    // The next reconcile: nothing new, so no status write and no second Warning.
+    // The next reconcile, seconds later: nothing new, so no status write and no second
+    // Warning (Scaling keeps its transition time).
+    clock.advance(10);
     let jq = jq.with_status(status.clone());
     let (result, seen) = Scenario::new(&jq).run(&ctx, &mut api).await;
     assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(10)));
@@ -115,7 +118,8 @@ async fn a_spec_invalid_as_a_whole_is_reaped_with_the_last_good_settings() {
         s.visibility_timeout = "45s".into();
         s.reaper.interval = "7s".into();
     });
-    let (ctx, mut api, registry) = test_context();
+    let clock = TestClock::new();
+    let (ctx, mut api, registry) = test_context_at(&clock);
     let first = good_reconcile(&good, &ctx, &mut api).await;
 
     // A bad edit that slipped past the API server (a CRD without its CEL rules), while
@@ -162,7 +166,9 @@ async fn a_spec_invalid_as_a_whole_is_reaped_with_the_last_good_settings() {
     let text = jobqueue::controller::metrics::encode(&registry);
     assert!(text.contains(r#"error="invalid_spec"} 1"#), "{text}");
 
-    // Unchanged: no write, no second Warning.
+    // Unchanged, seconds later: no write, no second Warning (the conditions keep their
+    // transition times).
+    clock.advance(7);
     let again = bad.clone().with_status(status.clone());
     let (result, seen) = Scenario::new(&again).run(&ctx, &mut api).await;
     assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(7)));

@@ -289,6 +289,7 @@ async fn apply(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
     status::scaled(&mut new, scaling.as_ref(), q.generation, q.now);
     let has_workers = jq.spec.workers.is_some();
     status::spec_checked(&mut new, &verdict, has_workers, q.generation, q.now);
+    status::keep_transition_times(q.prev, &mut new);
     // The spec's target, also while spec.workers is refused (its record is kept).
     let target = jq
         .spec
@@ -446,6 +447,7 @@ async fn report_setback(ctx: &Context, q: &Subject<'_>, setback: Setback) -> Res
     if let Some(verdict) = &q.verdict {
         status::spec_valid(&mut status, verdict, q.generation, q.now);
     }
+    status::keep_transition_times(q.prev, &mut status);
     // Redis was not read: not ready, not up, the counts as old as they were.
     ctx.metrics.outcome(&q.labels, &status, None);
     write_status(q, &status).await?;
@@ -710,6 +712,7 @@ async fn report_fallback(
     decision: &Decision,
 ) -> Result<()> {
     status::scaled(&mut status, Some(decision), q.generation, q.now);
+    status::keep_transition_times(q.prev, &mut status);
     write_status(q, &status).await?;
     ctx.metrics
         .replicas(&q.labels, decision.desired, decision.replicas_after());

@@ -144,6 +144,24 @@ pub fn set_condition(conditions: &mut Vec<Condition>, mut new: Condition) {
     }
 }
 
+/// Give each condition of `new` whose status is the one `prev` had the transition time
+/// `prev` had. A reconcile may set a condition more than once (`Ready` is `True` once
+/// the queue is read, then `False` while the last good spec is in force; `Scaling` is
+/// dropped without a scaler, then set again to say why it pauses); what changed is
+/// decided against the status before the reconcile, not against a step on the way.
+pub fn keep_transition_times(prev: Option<&JobQueueStatus>, new: &mut JobQueueStatus) {
+    let Some(prev) = prev else {
+        return;
+    };
+    for c in &mut new.conditions {
+        if let Some(old) = prev.condition(&c.type_)
+            && old.status == c.status
+        {
+            c.last_transition_time = old.last_transition_time.clone();
+        }
+    }
+}
+
 /// p50 and p99 of the processing-time histogram, formatted; `None` before any ack.
 pub fn quantiles(h: &Histogram) -> (Option<String>, Option<String>) {
     (
@@ -1251,6 +1269,54 @@ mod tests {
             buckets: [(2, 90), (10, 10)].into_iter().collect(),
         };
         assert_eq!(quantiles(&h).1.as_deref(), Some("1.94s"));
+    }
+
+    /// The status steps of a reconcile that read the queue, without a scaler.
+    fn reconciled(
+        prev: Option<&JobQueueStatus>,
+        verdict: &SpecVerdict,
+        now: Timestamp,
+    ) -> JobQueueStatus {
+        let mut s = observed(prev, Some(2), &obs(3, 0), now);
+        scaled(&mut s, None, Some(2), now);
+        spec_checked(&mut s, verdict, true, Some(2), now);
+        keep_transition_times(prev, &mut s);
+        s
+    }
+
+    #[test]
+    fn a_condition_set_twice_in_a_reconcile_keeps_its_transition_time() {
+        let last_good = SpecVerdict::LastGood {
+            problem: "spec.visibilityTimeout: \"soon\" is not a duration".into(),
+            generation: Some(1),
+        };
+        let invalid_workers = SpecVerdict::InvalidWorkers("spec.workers: crossed".into());
+        for verdict in [last_good, invalid_workers] {
+            let first = reconciled(None, &verdict, t(0));
+            let again = reconciled(Some(&first), &verdict, t(30));
+            assert_eq!(
+                again, first,
+                "{verdict:?}: nothing changed, nothing to write"
+            );
+            for c in &again.conditions {
+                assert_eq!(
+                    c.last_transition_time,
+                    Time(t(0)),
+                    "{verdict:?}: {}",
+                    c.type_
+                );
+            }
+            // A real transition still moves it.
+            let fixed = reconciled(Some(&again), &SpecVerdict::Valid, t(60));
+            assert_eq!(
+                cond(&fixed, types::SPEC_VALID).last_transition_time,
+                Time(t(60))
+            );
+            assert_eq!(
+                cond(&fixed, types::REDIS_AVAILABLE).last_transition_time,
+                Time(t(0))
+            );
+        }
     }
 
     #[test]
