@@ -198,24 +198,31 @@ async fn scripts_are_reloaded_on_a_node_that_forgot_them() {
 async fn replicated_durability_waits_on_the_node_that_ran_the_script() {
     use jobqueue::queue::{Durability, Error};
     let mut cluster = RedisCluster::start_with_replicas();
-    let durability = Durability::Replicated {
+    // Ample time for a replica that is up to confirm on a loaded machine; a short wait
+    // where none can.
+    let confirmed = Durability::Replicated {
+        replicas: 1,
+        timeout: Duration::from_secs(10),
+    };
+    let refused = Durability::Replicated {
         replicas: 1,
         timeout: Duration::from_millis(300),
     };
     let tags = cluster.tags_on_distinct_nodes(3);
     let redis = cluster.redis().await;
-    let queues: Vec<(usize, Queue)> = tags
-        .iter()
-        .map(|tag| {
-            let node = cluster.node_of(&format!("{{{tag}}}"));
-            let queue = Queue::new(redis.clone(), "jq", tag)
-                .unwrap()
-                .durability(durability);
-            (node, queue)
-        })
-        .collect();
+    let queues = |durability: Durability| -> Vec<(usize, Queue)> {
+        tags.iter()
+            .map(|tag| {
+                let node = cluster.node_of(&format!("{{{tag}}}"));
+                let queue = Queue::new(redis.clone(), "jq", tag)
+                    .unwrap()
+                    .durability(durability);
+                (node, queue)
+            })
+            .collect()
+    };
     // Every master has its replica: every write is confirmed.
-    for (node, queue) in &queues {
+    for (node, queue) in &queues(confirmed) {
         queue
             .enqueue(NewJob::new("a").id("a"))
             .await
@@ -225,6 +232,7 @@ async fn replicated_durability_waits_on_the_node_that_ran_the_script() {
     }
 
     // Stop the replica of the master of the first queue.
+    let queues = queues(refused);
     let (down, _) = &queues[0];
     cluster.replicas[*down].kill();
     for (node, queue) in &queues {

@@ -262,7 +262,9 @@ impl RedisCluster {
                     .unwrap();
                 let cluster_info: String =
                     redis::cmd("CLUSTER").arg("INFO").query(&mut conn).unwrap();
+                // `online`: past the full sync, so the replica acknowledges (WAIT).
                 if info.contains("connected_slaves:1")
+                    && info.contains(",state=online,")
                     && cluster_info.contains("cluster_known_nodes:6")
                     && cluster_info.contains("cluster_state:ok")
                 {
