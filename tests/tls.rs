@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use jobqueue::queue::{ConnectOptions, Error, NewJob, Queue, Redis, TlsProblem};
-use support::redis::{RedisServer, free_port};
+use support::redis::RedisServer;
 
 /// `jobqueue stats --json` on `url` and `tag` with `args`, the connection's variables
 /// from the environment cleared and `env` set.
@@ -99,20 +99,24 @@ async fn a_private_ca_is_trusted_only_when_given() {
     let certs = tempfile::tempdir().unwrap();
     make_certs(certs.path());
     let file = |name: &str| certs.path().join(name).to_str().unwrap().to_string();
-    let tls_port = free_port().to_string();
-    let server = RedisServer::start_with(&[
-        "--tls-port",
-        &tls_port,
-        "--tls-cert-file",
-        &file("server.crt"),
-        "--tls-key-file",
-        &file("server.key"),
-        "--tls-ca-cert-file",
-        &file("ca.crt"),
-        "--tls-auth-clients",
-        "no",
-    ]);
+    let (server, ports) = RedisServer::start_with_ports(1, |ports| {
+        [
+            "--tls-port",
+            &ports[0].to_string(),
+            "--tls-cert-file",
+            &file("server.crt"),
+            "--tls-key-file",
+            &file("server.key"),
+            "--tls-ca-cert-file",
+            &file("ca.crt"),
+            "--tls-auth-clients",
+            "no",
+        ]
+        .map(String::from)
+        .to_vec()
+    });
     let _ = server.port;
+    let tls_port = ports[0];
     let url = format!("rediss://127.0.0.1:{tls_port}");
     let ca = std::fs::read(certs.path().join("ca.crt")).unwrap();
 
@@ -500,4 +504,44 @@ async fn a_tls_server_name_stands_for_the_host_the_certificate_does_not_list() {
         "{}",
         String::from_utf8_lossy(&refused.stderr)
     );
+}
+
+/// The harness behind every TLS test: a TLS port another process takes between the
+/// pick and the bind costs the start one more attempt on fresh ports (a fixed TLS port
+/// made all twenty attempts fail the same way, and the test with them).
+#[test]
+fn a_tls_port_taken_before_the_server_binds_it_costs_one_more_attempt() {
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let file = |name: &str| certs.path().join(name).to_str().unwrap().to_string();
+    let taken = std::sync::Mutex::new(None);
+    let attempts = std::sync::atomic::AtomicUsize::new(0);
+    let (server, ports) = RedisServer::start_with_ports(1, |ports| {
+        if attempts.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            let listener = std::net::TcpListener::bind(("127.0.0.1", ports[0])).unwrap();
+            *taken.lock().unwrap() = Some(listener);
+        }
+        [
+            "--tls-port",
+            &ports[0].to_string(),
+            "--tls-cert-file",
+            &file("server.crt"),
+            "--tls-key-file",
+            &file("server.key"),
+            "--tls-ca-cert-file",
+            &file("ca.crt"),
+            "--tls-auth-clients",
+            "no",
+        ]
+        .map(String::from)
+        .to_vec()
+    });
+    let taken = taken.lock().unwrap().take().unwrap();
+    let held = taken.local_addr().unwrap().port();
+    assert!(attempts.into_inner() >= 2, "the taken port was not retried");
+    assert_ne!(
+        ports[0], held,
+        "the server was given the port someone holds"
+    );
+    let _: String = redis::cmd("PING").query(&mut server.conn()).unwrap();
 }

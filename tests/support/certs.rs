@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::redis::{RedisServer, free_port};
+use super::redis::RedisServer;
 
 fn openssl(dir: &Path, args: &[&str]) {
     let out = Command::new("openssl")
@@ -155,18 +155,21 @@ pub fn standard(dir: &Path) -> Certs {
 /// A redis-server with a TLS port that asks clients for a certificate signed by `ca`
 /// (`tls-auth-clients yes`, or `optional`/`no`). Returns the server and the TLS port.
 pub fn tls_server(certs: &Certs, auth_clients: &str) -> (RedisServer, u16) {
-    let tls_port = free_port();
-    let server = RedisServer::start_with(&[
-        "--tls-port",
-        &tls_port.to_string(),
-        "--tls-cert-file",
-        &certs.path("server.crt"),
-        "--tls-key-file",
-        &certs.path("server.key"),
-        "--tls-ca-cert-file",
-        &certs.path("ca.crt"),
-        "--tls-auth-clients",
-        auth_clients,
-    ]);
-    (server, tls_port)
+    let (server, ports) = RedisServer::start_with_ports(1, |ports| {
+        [
+            "--tls-port",
+            &ports[0].to_string(),
+            "--tls-cert-file",
+            &certs.path("server.crt"),
+            "--tls-key-file",
+            &certs.path("server.key"),
+            "--tls-ca-cert-file",
+            &certs.path("ca.crt"),
+            "--tls-auth-clients",
+            auth_clients,
+        ]
+        .map(String::from)
+        .to_vec()
+    });
+    (server, ports[0])
 }

@@ -41,19 +41,33 @@ impl RedisServer {
 
     /// A server with extra configuration, e.g. `["--appendonly", "yes"]`.
     pub fn start_with(extra: &[&str]) -> RedisServer {
-        let dir = tempfile::tempdir().expect("tempdir");
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        Self::start_with_ports(0, |_| extra.clone()).0
+    }
+
+    /// A server that listens on `ports` more ports besides its own (a TLS port, a
+    /// Cluster bus): `args` makes its configuration from those ports. Every attempt
+    /// takes fresh ports, so a port another process took between the pick and the bind
+    /// costs one more attempt, not the start. Returns the server and its extra ports.
+    pub fn start_with_ports(
+        ports: usize,
+        args: impl Fn(&[u16]) -> Vec<String>,
+    ) -> (RedisServer, Vec<u16>) {
+        let dir = tempfile::tempdir().expect("tempdir");
         for _ in 0..20 {
             let port = free_port();
+            let others: Vec<u16> = (0..ports).map(|_| free_port()).collect();
+            let extra = args(&others);
             let mut child = spawn_redis(dir.path(), port, &extra);
             match wait_until_up(port, &mut child, dir.path()) {
                 Ok(()) => {
-                    return RedisServer {
+                    let server = RedisServer {
                         port,
                         child,
                         dir,
                         extra,
                     };
+                    return (server, others);
                 }
                 Err(log) if log.contains("Address already in use") => {
                     let _ = child.kill();
@@ -65,7 +79,7 @@ impl RedisServer {
                 }
             }
         }
-        panic!("redis-server could not find a free port");
+        panic!("redis-server could not find free ports");
     }
 
     pub fn url(&self) -> String {
@@ -185,17 +199,26 @@ pub struct RedisCluster {
 
 /// A node of a Cluster: its own bus port, a short node timeout.
 fn cluster_node() -> RedisServer {
-    let bus = free_port().to_string();
-    RedisServer::start_with(&[
-        "--cluster-enabled",
-        "yes",
-        "--cluster-config-file",
-        "nodes.conf",
-        "--cluster-port",
-        &bus,
-        "--cluster-node-timeout",
-        "5000",
-    ])
+    cluster_node_with_bus().0
+}
+
+/// A Cluster node and its bus port.
+fn cluster_node_with_bus() -> (RedisServer, u16) {
+    let (server, ports) = RedisServer::start_with_ports(1, |ports| {
+        [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-port",
+            &ports[0].to_string(),
+            "--cluster-node-timeout",
+            "5000",
+        ]
+        .map(String::from)
+        .to_vec()
+    });
+    (server, ports[0])
 }
 
 impl RedisCluster {
@@ -281,24 +304,8 @@ impl RedisCluster {
     }
 
     pub fn start() -> RedisCluster {
-        let mut bus_ports = vec![];
-        let nodes: Vec<RedisServer> = (0..3)
-            .map(|_| {
-                let bus = free_port();
-                bus_ports.push(bus);
-                let bus = bus.to_string();
-                RedisServer::start_with(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-port",
-                    &bus,
-                    "--cluster-node-timeout",
-                    "5000",
-                ])
-            })
-            .collect();
+        let (nodes, bus_ports): (Vec<RedisServer>, Vec<u16>) =
+            (0..3).map(|_| cluster_node_with_bus()).unzip();
         let ranges = [(0, 5460), (5461, 10922), (10923, 16383)];
         for (epoch, (node, (lo, hi))) in nodes.iter().zip(ranges).enumerate() {
             // A distinct config epoch per master, as `redis-cli --cluster create` gives:

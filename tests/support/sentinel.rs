@@ -85,20 +85,21 @@ impl SentinelSetup {
                 "1".into(),
             ]
         };
-        let start = |args: Vec<String>| {
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            RedisServer::start_with(&args)
-        };
-        let tls_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-        let mut servers = vec![start(tls(tls_ports[0]))];
-        for port in &tls_ports[1..] {
-            let mut args = tls(*port);
-            args.extend([
-                "--replicaof".into(),
-                "127.0.0.1".into(),
-                tls_ports[0].to_string(),
-            ]);
-            servers.push(start(args));
+        let (primary, ports) = RedisServer::start_with_ports(1, |ports| tls(ports[0]));
+        let mut tls_ports = vec![ports[0]];
+        let mut servers = vec![primary];
+        for _ in 1..3 {
+            let (replica, ports) = RedisServer::start_with_ports(1, |ports| {
+                let mut args = tls(ports[0]);
+                args.extend([
+                    "--replicaof".into(),
+                    "127.0.0.1".into(),
+                    tls_ports[0].to_string(),
+                ]);
+                args
+            });
+            tls_ports.push(ports[0]);
+            servers.push(replica);
         }
         let dir = tempfile::tempdir().expect("tempdir");
         let extra = format!(
