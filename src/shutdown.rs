@@ -88,17 +88,32 @@ impl Default for Signals {
     }
 }
 
-/// Resolves on the next SIGTERM or SIGINT (Ctrl-C), naming which.
-pub async fn shutdown_signal() -> Signal {
-    Signals::new().recv().await
+/// Resolves on the next SIGTERM or SIGINT (Ctrl-C), naming which. It listens from the
+/// call on, not from the first poll: a signal that arrives before the future is first
+/// awaited (or before the task it was moved into runs) is seen, not left to its
+/// default action. Call it within the Tokio runtime.
+pub fn shutdown_signal() -> impl Future<Output = Signal> + Send + 'static {
+    let mut signals = Signals::new();
+    async move { signals.recv().await }
 }
 
 #[cfg(all(test, unix))]
 mod tests {
     use super::*;
 
+    /// One test for every signal this process raises: two tests raising signals side
+    /// by side would each see the other's.
     #[tokio::test]
     async fn each_signal_is_seen_and_named() {
+        // Listening from the call, not from the first poll.
+        let before_the_first_poll = shutdown_signal();
+        // SAFETY: raise has no memory effects; the listener above handles the signal.
+        assert_eq!(unsafe { libc::raise(libc::SIGTERM) }, 0);
+        let seen = tokio::time::timeout(std::time::Duration::from_secs(30), before_the_first_poll)
+            .await
+            .expect("a SIGTERM before the first poll is seen");
+        assert_eq!(seen, Signal::Terminate);
+
         let mut signals = Signals::new();
         // SAFETY: raise has no memory effects; the listener above handles the signal.
         assert_eq!(unsafe { libc::raise(libc::SIGTERM) }, 0);

@@ -659,3 +659,60 @@ async fn a_busy_worker_makes_one_script_call_per_job() {
     let s = queue.stats().await.unwrap();
     assert_eq!((s.acked, s.pending, s.processing), (JOBS, 0, 0));
 }
+
+/// Writes log lines to a shared buffer and raises SIGTERM in the same instant the
+/// worker's start line is written: the moment a Kubernetes pod stopped right after it
+/// started gets its signal.
+#[derive(Clone)]
+struct TermOnStartLine(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for TermOnStartLine {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let start = String::from_utf8_lossy(buf).contains("worker started");
+        self.0.lock().unwrap().extend_from_slice(buf);
+        if start {
+            // SAFETY: raise has no memory effects.
+            assert_eq!(unsafe { libc::raise(libc::SIGTERM) }, 0);
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_sigterm_as_the_start_line_is_written_is_a_graceful_shutdown() {
+    let server = RedisServer::start();
+    let queue = configured(&server, "term-at-start", QueueSettings::default()).await;
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let writer = TermOnStartLine(log.clone());
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    // The current-thread runtime runs the worker's tasks on this thread, under this
+    // subscriber.
+    let _default = tracing::subscriber::set_default(subscriber);
+    let worker = Worker::builder(queue.clone())
+        .worker_id("term-at-start")
+        .build()
+        .unwrap();
+    assert!(worker.config().handle_signals);
+    // Before the fix the signal came before the listener and ended the test process.
+    let stats = tokio::time::timeout(
+        Duration::from_secs(30),
+        worker.run(|_lease, _ctx| async { Ok(()) }),
+    )
+    .await
+    .expect("the worker shuts down on the SIGTERM");
+    let log = String::from_utf8(log.lock().unwrap().clone()).unwrap();
+    assert!(
+        log.contains("SIGTERM received: shutting down gracefully"),
+        "{log}"
+    );
+    assert!(log.contains("worker stopped"), "{log}");
+    assert_eq!(stats.claimed, 0, "{stats:?}");
+}

@@ -34,11 +34,15 @@ pub async fn note_if_absent(queue: &Queue) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Resolves on Ctrl-C or SIGTERM, naming which as a person at the terminal says it.
-pub async fn stop_signal() -> &'static str {
-    match crate::shutdown::shutdown_signal().await {
-        Signal::Interrupt => "Ctrl-C",
-        Signal::Terminate => "SIGTERM",
+/// Resolves on Ctrl-C or SIGTERM, naming which as a person at the terminal says it;
+/// listening from the call on, as [`crate::shutdown::shutdown_signal`].
+pub fn stop_signal() -> impl Future<Output = &'static str> + Send + 'static {
+    let signal = crate::shutdown::shutdown_signal();
+    async move {
+        match signal.await {
+            Signal::Interrupt => "Ctrl-C",
+            Signal::Terminate => "SIGTERM",
+        }
     }
 }
 

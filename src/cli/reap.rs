@@ -50,13 +50,14 @@ pub async fn run(args: ReapArgs) -> anyhow::Result<()> {
         writeln!(out, "{}", describe(&queue, outcome))?;
         return Ok(());
     };
+    // Listening before the line that says how to stop it.
+    let stop = stop_signal();
     writeln!(
         out,
         "reaping {} every {} (Ctrl-C or SIGTERM to stop)",
         queue.name(),
         duration::format(every)
     )?;
-    let stop = stop_signal();
     tokio::pin!(stop);
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

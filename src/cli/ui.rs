@@ -138,6 +138,8 @@ pub async fn run(args: UiArgs) -> anyhow::Result<()> {
         history: args.history.max(args.refresh * 2),
     };
     let shutdown = CancellationToken::new();
+    // Listening before the address is out: a SIGTERM sent on seeing it stops the console.
+    let stop = stop_signal();
     let (addr, server) = console::serve(config, source, shutdown.clone()).await?;
     {
         let mut out = std::io::stdout().lock();
@@ -152,7 +154,7 @@ pub async fn run(args: UiArgs) -> anyhow::Result<()> {
         )?;
         out.flush()?;
     }
-    let signal = stop_signal().await;
+    let signal = stop.await;
     tracing::info!(signal, "stopping the console");
     shutdown.cancel();
     let _ = server.await;

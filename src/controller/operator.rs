@@ -353,10 +353,14 @@ async fn run_watch(
     forget_caches.forget_caches_for(watch_ns.as_deref());
 }
 
-async fn cancel_on_signal(shutdown: CancellationToken) {
-    let signal = crate::shutdown::shutdown_signal().await;
-    info!(%signal, "shutting down");
-    shutdown.cancel();
+/// Cancels `shutdown` on SIGTERM or SIGINT, listening from the call on.
+fn cancel_on_signal(shutdown: CancellationToken) -> impl Future<Output = ()> + Send + 'static {
+    let signal = crate::shutdown::shutdown_signal();
+    async move {
+        let signal = signal.await;
+        info!(%signal, "shutting down");
+        shutdown.cancel();
+    }
 }
 
 /// The pod's name (`POD_NAME`, `HOSTNAME`) or the host name, with a random suffix so two

@@ -318,6 +318,10 @@ where
         hard_stop: CancellationToken::new(),
         quiet_until: Mutex::new(None),
     });
+    // Listening from before anything that says the worker runs: a SIGTERM sent once
+    // the start line is out (Kubernetes stopping a pod it just started) is a graceful
+    // shutdown, never the default action that ends the process.
+    let signals = config.handle_signals.then(Signals::new);
     // The lease length in effect: the worker's own, else the queue's setting.
     let visibility = match config.visibility {
         Some(v) => v,
@@ -335,9 +339,7 @@ where
         "worker started"
     );
 
-    let signals = config
-        .handle_signals
-        .then(|| tokio::spawn(listen_for_signals(shared.clone())));
+    let signals = signals.map(|signals| tokio::spawn(listen_for_signals(shared.clone(), signals)));
     let (done_tx, done_rx) = mpsc::unbounded_channel::<Completion>();
     let completer = tokio::spawn(complete_jobs(shared.clone(), done_rx));
     let stop_renewing = CancellationToken::new();
@@ -1105,8 +1107,7 @@ fn reap_interval(lease: Duration) -> Duration {
 }
 
 /// First SIGTERM or Ctrl-C: graceful shutdown. A second one: skip the wait.
-async fn listen_for_signals(shared: Arc<Shared>) {
-    let mut signals = Signals::new();
+async fn listen_for_signals(shared: Arc<Shared>, mut signals: Signals) {
     let which = signals.recv().await;
     info!("{which} received: shutting down gracefully (send it again to stop now)");
     shared.shutdown.cancel();
