@@ -625,3 +625,59 @@ async fn mutual_tls_through_sentinel_reaches_the_primary_with_the_client_certifi
         "{err}"
     );
 }
+
+/// A worker started while the primary is down (the Sentinels still name it) waits out
+/// the failover and starts on the new primary; before, it ended at once with exit 3
+/// ("the Sentinels know … but name no primary that answers"), which under Kubernetes is
+/// a restart in CrashLoopBackOff for a failover of seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_started_during_a_failover_waits_for_the_new_primary() {
+    let mut setup = SentinelSetup::start();
+    let old = setup.primary_port();
+    setup.server(old).kill();
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("worker.log");
+    let mut worker = Command::new(BIN)
+        .args([
+            "worker",
+            "--sentinel",
+            &setup.addr_list(),
+            "--master-name",
+            MASTER,
+        ])
+        .args(["--tag", "late", "--worker-id", "late", "--exec", "true"])
+        .env_remove("JOBQUEUE_REDIS_URL")
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .unwrap();
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+
+    let new = tokio::task::block_in_place(|| setup.wait_for_new_primary(old));
+    assert_ne!(new, old);
+    let queue = setup.queue("late").await;
+    queue.enqueue(NewJob::new("x").id("after")).await.unwrap();
+    support::eventually::Wait::for_("the worker to ack the job")
+        .within(Duration::from_secs(60))
+        .explained_by(log)
+        .until(async || {
+            if let Ok(Some(status)) = worker.try_wait() {
+                panic!("the worker ended: {status}\n{}", log());
+            }
+            queue.stats().await.ok().filter(|s| s.acked == 1)
+        })
+        .await;
+
+    // SAFETY: kill has no memory effects.
+    assert_eq!(unsafe { libc::kill(worker.id() as i32, libc::SIGTERM) }, 0);
+    let status = worker.wait().unwrap();
+    let log = log();
+    assert!(status.success(), "{status}: {log}");
+    assert!(
+        log.contains("Redis lost while starting (a failover?); trying again"),
+        "{log}"
+    );
+    assert!(log.contains("worker started"), "{log}");
+}

@@ -128,27 +128,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         _ => LogFormat::Text,
     };
     telemetry::init(format, "info")?;
-    // A wrong-typed key is named at start (exit 5), not retried by every claim.
-    // A partitioned queue: claim from every partition (and those of --drain-partitions).
-    let target = super::common::open_target(&args.connect).await?;
-    super::common::note_if_target_absent(&target).await?;
-    let source: crate::worker::JobSource = match target {
-        super::common::Target::One(queue) => queue.into(),
-        super::common::Target::All(queue) => queue.into(),
-    };
-    // Without --durability, the queue's own (spec.durability, which the operator
-    // publishes in meta); an explicit flag wins.
-    let source = match &args.connect.endpoint.durability {
-        Some(_) => source,
-        None => match source.published_durability().await? {
-            Some(published) => {
-                tracing::info!(queue = %source.name(), durability = %published,
-                    "using the queue's durability setting");
-                source.with_durability(published)
-            }
-            None => source,
-        },
-    };
+    let source = start_up(&args).await?;
     let mut builder = Worker::builder(source)
         .concurrency(usize::from(args.concurrency))
         .visibility(args.visibility)
@@ -182,6 +162,70 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         .into());
     }
     Ok(())
+}
+
+/// How long a worker behind Sentinel keeps trying to start while a failover is under
+/// way: more than Sentinel's default `down-after-milliseconds` (30 s) plus an election.
+const START_DURING_FAILOVER: Duration = Duration::from_secs(90);
+
+/// Open the queue (its key types checked), note an absent queue, and settle the
+/// durability. A start that reached Redis and then lost it (a command broken mid-way),
+/// or, behind Sentinel, found the Sentinels naming a primary that does not answer (a
+/// failover under way), is tried again with a warning until the failover is over; an
+/// endpoint that cannot be reached at all, a wrong master name, a bad credential or a
+/// wrong-typed key still ends the worker at once with its error.
+async fn start_up(args: &WorkerArgs) -> anyhow::Result<crate::worker::JobSource> {
+    let deadline = tokio::time::Instant::now() + START_DURING_FAILOVER;
+    let mut pause = Duration::from_millis(100);
+    loop {
+        match try_start_up(args).await {
+            Ok(source) => return Ok(source),
+            Err(err)
+                if tokio::time::Instant::now() + pause < deadline
+                    && retried_at_start(&err, args.connect.endpoint.sentinel.is_some()) =>
+            {
+                tracing::warn!(error = %err, retry_in = ?pause,
+                    "Redis lost while starting (a failover?); trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
+            Err(err) => return Err(err),
+        }
+    }
+}
+
+/// Whether a failed start is tried again (see [`start_up`]).
+fn retried_at_start(err: &anyhow::Error, sentinel: bool) -> bool {
+    match err.downcast_ref::<Error>() {
+        Some(e @ Error::Redis { .. }) => e.is_transient(),
+        Some(Error::Unavailable(_)) => sentinel,
+        _ => false,
+    }
+}
+
+async fn try_start_up(args: &WorkerArgs) -> anyhow::Result<crate::worker::JobSource> {
+    // A wrong-typed key is named at start (exit 5), not retried by every claim.
+    // A partitioned queue: claim from every partition (and those of --drain-partitions).
+    let target = super::common::open_target(&args.connect).await?;
+    super::common::note_if_target_absent(&target).await?;
+    let source: crate::worker::JobSource = match target {
+        super::common::Target::One(queue) => queue.into(),
+        super::common::Target::All(queue) => queue.into(),
+    };
+    // Without --durability, the queue's own (spec.durability, which the operator
+    // publishes in meta); an explicit flag wins.
+    let source = match &args.connect.endpoint.durability {
+        Some(_) => source,
+        None => match source.published_durability().await? {
+            Some(published) => {
+                tracing::info!(queue = %source.name(), durability = %published,
+                    "using the queue's durability setting");
+                source.with_durability(published)
+            }
+            None => source,
+        },
+    };
+    Ok(source)
 }
 
 /// Reap re-parented processes each time a child ends (see [`crate::worker::exec::reap_strays`]).
