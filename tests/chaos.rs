@@ -195,7 +195,14 @@ impl Fleet {
             .append(true)
             .open(self.dir.join(self.log_name(i)))
             .unwrap();
-        self.ids[i] = format!("{}{i}-g{}", self.name, self.generation);
+        // The test process's pid keeps the ids (and the processes found by them) apart
+        // from those of another run of the same scenario on the machine.
+        self.ids[i] = format!(
+            "{}{i}-g{}-p{}",
+            self.name,
+            self.generation,
+            std::process::id()
+        );
         let mut cmd = Command::new(BIN);
         cmd.args(["worker", "--redis", &self.url, "--tag", TAG])
             .args(["--concurrency", "4", "--shutdown-timeout", "3s"])

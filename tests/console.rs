@@ -46,6 +46,19 @@ fn ensure_browser() {
 struct Ui {
     child: Child,
     addr: String,
+    /// Reads the console's stderr as it is written: a pipe nobody reads fills up (64 KB
+    /// of log lines) and then blocks the console in mid-request.
+    stderr: Option<std::thread::JoinHandle<String>>,
+}
+
+/// Read `child`'s stderr to its end on a thread of its own.
+fn drain_stderr(child: &mut Child) -> std::thread::JoinHandle<String> {
+    let mut stderr = child.stderr.take().expect("stderr piped");
+    std::thread::spawn(move || {
+        let mut log = String::new();
+        let _ = stderr.read_to_string(&mut log);
+        log
+    })
 }
 
 impl Ui {
@@ -72,6 +85,7 @@ impl Ui {
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
+        let stderr = drain_stderr(&mut child);
         let Some(addr) = line
             .split("http://")
             .nth(1)
@@ -79,11 +93,24 @@ impl Ui {
             .map(str::to_string)
         else {
             let _ = child.kill();
-            let mut err = String::new();
-            child.stderr.take().unwrap().read_to_string(&mut err).ok();
+            let err = stderr.join().unwrap_or_default();
             panic!("jobqueue ui printed no address: {line:?}; stderr: {err}");
         };
-        Ui { child, addr }
+        Ui {
+            child,
+            addr,
+            stderr: Some(stderr),
+        }
+    }
+
+    /// Stop the console and return what it wrote to stderr.
+    fn stop(mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.stderr
+            .take()
+            .map(|t| t.join().unwrap_or_default())
+            .unwrap_or_default()
     }
 
     fn url(&self) -> String {
@@ -898,7 +925,12 @@ async fn with_kubernetes_each_jobqueue_is_read_through_the_secrets_its_spec_name
         .and_then(|r| r.split('/').next())
         .unwrap_or_else(|| panic!("no address in {line:?}"))
         .to_string();
-    let ui = Ui { child, addr };
+    let stderr = Some(drain_stderr(&mut child));
+    let ui = Ui {
+        child,
+        addr,
+        stderr,
+    };
     let o = Wait::for_("both JobQueues read").until_blocking(|| {
         let o = ui.get_json("/api/overview");
         let ok = o["queues"]
@@ -956,16 +988,11 @@ async fn with_kubernetes_each_jobqueue_is_read_through_the_secrets_its_spec_name
     let (_, html) = ui.get("/");
     let text = format!("{o}{page}{html}");
     assert!(!text.contains(PASSWORD), "the password leaked into a reply");
-    let mut child = ui;
-    let _ = child.child.kill();
-    let mut log = String::new();
-    child
-        .child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut log)
-        .unwrap();
+    let log = ui.stop();
+    assert!(
+        log.contains("DEBUG"),
+        "the console's debug log was read: {log}"
+    );
     assert!(!log.contains(PASSWORD), "the password leaked into the log");
 }
 
