@@ -466,7 +466,7 @@ async fn handle(State(s): State<StandIn>, req: Request) -> Response {
             let updated = s.put(&prefix, &plural, obj);
             ok_json(StatusCode::OK, &updated)
         }
-        (Method::PATCH, Some(name)) => {
+        (Method::PATCH, Some(name)) => loop {
             let Some(mut obj) = s.get(&prefix, &plural, &namespace, &name) else {
                 return status(
                     StatusCode::NOT_FOUND,
@@ -474,6 +474,9 @@ async fn handle(State(s): State<StandIn>, req: Request) -> Response {
                     &format!("{plural} \"{name}\" not found"),
                 );
             };
+            // Read, patch, then commit only onto the version read (else patch again): a
+            // write that came in between is kept, as the API server's update does.
+            let read_rv = obj["metadata"]["resourceVersion"].clone();
             let patch: Value = if content_type.contains("yaml") {
                 match serde_saphyr::from_str(&body_text) {
                     Ok(v) => v,
@@ -524,8 +527,19 @@ async fn handle(State(s): State<StandIn>, req: Request) -> Response {
                 prefix: prefix.clone(),
                 plural: plural.clone(),
                 namespace: namespace.clone(),
-                name,
+                name: name.clone(),
             };
+            match store.objects.get(&key) {
+                None => {
+                    return status(
+                        StatusCode::NOT_FOUND,
+                        "NotFound",
+                        &format!("{plural} \"{name}\" not found"),
+                    );
+                }
+                Some(current) if current["metadata"]["resourceVersion"] != read_rv => continue,
+                Some(_) => {}
+            }
             let kind = if is_released(&obj) {
                 "DELETED"
             } else {
@@ -533,11 +547,11 @@ async fn handle(State(s): State<StandIn>, req: Request) -> Response {
             };
             let updated = s.commit(&mut store, key, obj, kind);
             drop(store);
-            match sub.as_deref() {
+            break match sub.as_deref() {
                 Some("scale") => ok_json(StatusCode::OK, &scale_of(&updated)),
                 _ => ok_json(StatusCode::OK, &updated),
-            }
-        }
+            };
+        },
         (Method::DELETE, Some(name)) if sub.is_none() => {
             match s.delete(&prefix, &plural, &namespace, &name) {
                 Some(obj) => ok_json(StatusCode::OK, &obj),
