@@ -100,20 +100,13 @@ async fn a_private_ca_is_trusted_only_when_given() {
     make_certs(certs.path());
     let file = |name: &str| certs.path().join(name).to_str().unwrap().to_string();
     let (server, ports) = RedisServer::start_with_ports(1, |ports| {
-        [
-            "--tls-port",
-            &ports[0].to_string(),
-            "--tls-cert-file",
+        support::certs::tls_args(
+            ports[0],
             &file("server.crt"),
-            "--tls-key-file",
             &file("server.key"),
-            "--tls-ca-cert-file",
             &file("ca.crt"),
-            "--tls-auth-clients",
             "no",
-        ]
-        .map(String::from)
-        .to_vec()
+        )
     });
     let _ = server.port;
     let tls_port = ports[0];
@@ -521,20 +514,13 @@ fn a_tls_port_taken_before_the_server_binds_it_costs_one_more_attempt() {
             let listener = std::net::TcpListener::bind(("127.0.0.1", ports[0])).unwrap();
             *taken.lock().unwrap() = Some(listener);
         }
-        [
-            "--tls-port",
-            &ports[0].to_string(),
-            "--tls-cert-file",
+        support::certs::tls_args(
+            ports[0],
             &file("server.crt"),
-            "--tls-key-file",
             &file("server.key"),
-            "--tls-ca-cert-file",
             &file("ca.crt"),
-            "--tls-auth-clients",
             "no",
-        ]
-        .map(String::from)
-        .to_vec()
+        )
     });
     let taken = taken.lock().unwrap().take().unwrap();
     let held = taken.local_addr().unwrap().port();

@@ -152,24 +152,36 @@ pub fn standard(dir: &Path) -> Certs {
     certs
 }
 
+/// redis-server's arguments for a TLS port `port` with the certificate `cert` and key
+/// `key`, trusting clients signed by `ca` as `auth_clients` says (`yes`, `optional`, `no`).
+pub fn tls_args(port: u16, cert: &str, key: &str, ca: &str, auth_clients: &str) -> Vec<String> {
+    [
+        "--tls-port",
+        &port.to_string(),
+        "--tls-cert-file",
+        cert,
+        "--tls-key-file",
+        key,
+        "--tls-ca-cert-file",
+        ca,
+        "--tls-auth-clients",
+        auth_clients,
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
 /// A redis-server with a TLS port that asks clients for a certificate signed by `ca`
 /// (`tls-auth-clients yes`, or `optional`/`no`). Returns the server and the TLS port.
 pub fn tls_server(certs: &Certs, auth_clients: &str) -> (RedisServer, u16) {
     let (server, ports) = RedisServer::start_with_ports(1, |ports| {
-        [
-            "--tls-port",
-            &ports[0].to_string(),
-            "--tls-cert-file",
+        tls_args(
+            ports[0],
             &certs.path("server.crt"),
-            "--tls-key-file",
             &certs.path("server.key"),
-            "--tls-ca-cert-file",
             &certs.path("ca.crt"),
-            "--tls-auth-clients",
             auth_clients,
-        ]
-        .map(String::from)
-        .to_vec()
+        )
     });
     (server, ports[0])
 }

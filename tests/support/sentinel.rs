@@ -68,22 +68,23 @@ impl SentinelSetup {
     /// TLS port of each data node (the plain ports stay for the harness's own checks).
     pub fn start_tls(certs: &super::certs::Certs) -> (SentinelSetup, Vec<u16>) {
         let tls = |port: u16| -> Vec<String> {
-            vec![
-                "--tls-port".into(),
-                port.to_string(),
-                "--tls-cert-file".into(),
-                certs.path("node.crt"),
-                "--tls-key-file".into(),
-                certs.path("node.key"),
-                "--tls-ca-cert-file".into(),
-                certs.path("ca.crt"),
-                "--tls-auth-clients".into(),
-                "yes".into(),
-                "--tls-replication".into(),
-                "yes".into(),
-                "--repl-ping-replica-period".into(),
-                "1".into(),
-            ]
+            let mut args = super::certs::tls_args(
+                port,
+                &certs.path("node.crt"),
+                &certs.path("node.key"),
+                &certs.path("ca.crt"),
+                "yes",
+            );
+            args.extend(
+                [
+                    "--tls-replication",
+                    "yes",
+                    "--repl-ping-replica-period",
+                    "1",
+                ]
+                .map(String::from),
+            );
+            args
         };
         let (primary, ports) = RedisServer::start_with_ports(1, |ports| tls(ports[0]));
         let mut tls_ports = vec![ports[0]];
