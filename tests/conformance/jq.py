@@ -176,3 +176,26 @@ class Q:
     def clear(self):
         ks = list(r.scan_iter(match=self.p.replace('{', '\\{').replace('}', '\\}') + '*', count=1000))
         if ks: r.delete(*ks)
+
+
+# The registry of checks: @test adds a function; test_scripts.py runs them in order.
+TESTS = []
+
+
+def test(f):
+    TESTS.append(f)
+    return f
+
+
+def err_of(fn):
+    try:
+        fn()
+    except redis.ResponseError as e:
+        return str(e)
+    raise AssertionError('expected an error')
+
+
+def fresh(tag):
+    q = Q(tag)
+    q.clear()
+    return q

@@ -4,25 +4,13 @@ Calls the scripts exactly as docs/protocol.md says (SCRIPT LOAD, EVALSHA, KEYS a
 in protocol order) with redis-py only, on a private redis-server, and checks every rule:
 FIFO, batches, duplicates, payload bytes, fencing by token, expiry, fail and backoff,
 reap and trimming, redrive and purge, orphans, wake markers, wrong-typed keys (named,
-nothing changed) and malformed arguments. Run by scripts/conformance.sh.
+nothing changed) and malformed arguments. Run by scripts/conformance.sh. The cases of newer areas live in cases_*.py beside this
+file (each imports jq and registers its checks with @test); this file runs them all.
 """
 import os, sys, traceback
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from jq import *
 
-TESTS = []
-def test(f):
-    TESTS.append(f); return f
-
-def err_of(fn):
-    try:
-        fn()
-    except redis.ResponseError as e:
-        return str(e)
-    raise AssertionError('expected an error')
-
-def fresh(tag):
-    q = Q(tag); q.clear(); return q
 
 @test
 def fifo_and_batch():
@@ -1099,6 +1087,11 @@ def a_job_in_the_older_layout_is_still_served():
     assert q.stats().get('h:10', 0) == before + 1
 
 def main():
+    # the cases of one area each live in cases_*.py beside this file
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in sorted(os.listdir(here)):
+        if name.startswith('cases_') and name.endswith('.py'):
+            __import__(name[:-3])
     failed = 0
     for f in TESTS:
         try:
