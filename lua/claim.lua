@@ -37,6 +37,9 @@
   recorded token; current attempts and lease_until), in the recorded order, with the
   recorded more, and counts `replayed`. So a caller whose reply was lost repeats the
   call with the same request id and gets the same leases, with no attempt charged twice.
+  A record of another shape (more not 0 or 1, an even number of entries, more than 2001)
+  fails the call with `invalid request`, changing nothing: stored data is read in
+  bounded steps.
 
   First moves up to 100 due delayed jobs (earliest run_at first) to the back of pending.
   Then takes ids from the front of pending, at most n + 100 ids per call. An id whose
@@ -494,8 +497,14 @@ local K_STATS, K_REQUEST = KEYS[6], KEYS[9]
 local prefix, worker = ARGV[1], ARGV[3]
 
 -- a retry of a request that already leased jobs: answer what it still holds ------
-local record = redis.pcall('LRANGE', K_REQUEST, '0', '-1')
+-- the record is stored data: read at most one entry more than claim writes (more, then
+-- an id and a token per lease, 1000 leases at most), and used only when it has that shape
+local record = redis.pcall('LRANGE', K_REQUEST, '0', '2001')
 if record.err then return failure(record, K_REQUEST, 'list') end
+if #record > 0 and (#record > 2001 or #record % 2 == 0 or (record[1] ~= '0' and record[1] ~= '1')) then
+  return bad('request', 'the record of request ' .. shown(ARGV[5]) .. ' at ' .. K_REQUEST ..
+    ' is not one claim writes; delete it or send another request id')
+end
 if #record > 0 then
   local again = {}
   for i = 2, #record - 1, 2 do
@@ -512,7 +521,7 @@ if #record > 0 then
   effects()
   -- a counter holding a non-number or a wrong-typed stats key must not fail the retry
   redis.pcall('HINCRBY', K_STATS, 'replayed', '1')
-  return { again, math.floor(tonumber(record[1]) or 0) }
+  return { again, record[1] == '1' and 1 or 0 }
 end
 
 effects()

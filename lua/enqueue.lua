@@ -15,7 +15,8 @@
 
   ARGV[1]        job-key prefix P:{T}:job:
   ARGV[2]        n, 1..1000
-  ARGV[3..2+3n]  n triples: id, payload (opaque bytes), delay_ms (0..10^15, 0 = ready now)
+  ARGV[3..2+3n]  n triples: id (1..1024 bytes, any bytes), payload (opaque bytes), delay_ms
+                 (0..10^15, 0 = ready now)
 
   Returns: an array of n integers, in triple order: 1 enqueued, 0 when the id is already
            there (its job hash exists, whatever its status, or it came earlier in this
@@ -171,6 +172,13 @@ local e = perJob(n, 2, 3, 'triple', 'id, payload, delay_ms')
 if e then return e end
 local delays = {}
 for i = 1, n do
+  -- an id is 1..1024 bytes: every part of the system can carry it (a key, a log line, a
+  -- worker's environment)
+  local idLen = #ARGV[3 * i]
+  if idLen < 1 or idLen > 1024 then
+    return bad('id', 'triple ' .. i .. ': expected an id of 1..1024 bytes, got ' .. idLen ..
+      ' bytes')
+  end
   local d = int(ARGV[2 + 3 * i], 0, MAXMS)
   if not d then
     return bad('delay_ms', 'triple ' .. i .. ': expected an integer 0..10^15, got ' .. shown(ARGV[2 + 3 * i]))

@@ -1428,23 +1428,26 @@ fn check_count(what: &'static str, n: usize) -> Result<()> {
 }
 
 /// The claimed_at (ms) and the worker a claim_token carries: claim writes it as
-/// `<claimed_at>:<byte length of the worker>:<worker>:<token>`. None for a token of the
-/// older layout (the caller's token alone).
+/// `<claimed_at>:<byte length of the worker>:<worker>:<token>`, claimed_at 1 to 16
+/// decimal digits. None for a token of the older layout (the caller's token alone) and
+/// for any other bytes (a token is stored data: it may be anything).
 pub fn parse_claim_token(token: &[u8]) -> Option<(i64, String)> {
     let colon = |b: &[u8]| b.iter().position(|&c| c == b':');
+    // 1..=digits decimal digits, nothing else (no sign, no spaces)
+    let decimal = |b: &[u8], digits: usize| -> Option<u64> {
+        if b.is_empty() || b.len() > digits || !b.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        std::str::from_utf8(b).ok()?.parse().ok()
+    };
     let at = colon(token)?;
-    let claimed_at = std::str::from_utf8(&token[..at])
-        .ok()?
-        .parse::<i64>()
-        .ok()?;
+    let claimed_at = i64::try_from(decimal(&token[..at], 16)?).ok()?;
     let rest = &token[at + 1..];
     let at = colon(rest)?;
-    let len = std::str::from_utf8(&rest[..at])
-        .ok()?
-        .parse::<usize>()
-        .ok()?;
+    // a length longer than what follows is refused below; 19 digits fit any usize here
+    let len = usize::try_from(decimal(&rest[..at], 19)?).ok()?;
     let rest = &rest[at + 1..];
-    if rest.len() < len + 1 || rest[len] != b':' {
+    if rest.len() <= len || rest[len] != b':' {
         return None;
     }
     Some((
@@ -1547,6 +1550,39 @@ mod tests {
         // the older layout: the caller's token alone
         assert_eq!(parse_claim_token(b"0123abcd"), None);
         assert_eq!(parse_claim_token(b"12:9:short:t"), None);
+    }
+
+    #[test]
+    fn a_hostile_claim_token_is_none_not_a_panic() {
+        for token in [
+            &b"1:18446744073709551615:w:t"[..],
+            b"1:18446744073709551614:w:t",
+            b"1:99999999999999999999999:w:t",
+            b"-inf:1:w:t",
+            b"inf:1:w:t",
+            b"-5:1:w:t",
+            b"+5:1:w:t",
+            b"12345678901234567:1:w:t",
+            b"99999999999999999999:1:w:t",
+            b":1:w:t",
+            b"5:+1:w:t",
+            b"5:1:w",
+            b"5::w:t",
+            b"-inf:",
+            b"\xff:1:w:t",
+        ] {
+            assert_eq!(
+                parse_claim_token(token),
+                None,
+                "{}",
+                String::from_utf8_lossy(token)
+            );
+        }
+        // claimed_at as claim writes it: 1 to 16 decimal digits
+        assert_eq!(
+            parse_claim_token(b"9999999999999999:1:w:t"),
+            Some((9_999_999_999_999_999, "w".to_string()))
+        );
     }
 
     #[test]

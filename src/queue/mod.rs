@@ -31,7 +31,7 @@ pub use client::{Consumer, DEFAULT_MAX_PAYLOAD, ID_DRAWS, Queue, parse_claim_tok
 pub use connection::{ConnectOptions, Dedicated, Redis, pem_blocks, redact_url};
 pub use durability::{DEFAULT_WAIT_TIMEOUT, Durability};
 pub use error::{Error, Result, TlsProblem};
-pub use keys::{DEFAULT_PREFIX, QueueKeys, validate_id, validate_tag};
+pub use keys::{DEFAULT_PREFIX, MAX_ID_LEN, QueueKeys, validate_id, validate_tag};
 pub use partitioned::{
     PartitionWaiter, PartitionedConsumer, PartitionedQueue, PartitionedStats, add_stats,
 };
