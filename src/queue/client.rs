@@ -1208,6 +1208,30 @@ impl Queue {
         Ok(score.map(|s| s as i64))
     }
 
+    /// Whether `id` is in the queue's orphans set (set aside, or forgotten by purge and
+    /// remembered), with the type of its job key; `None` when it is not there.
+    pub async fn set_aside(&self, id: impl AsRef<[u8]>) -> Result<Option<SetAside>> {
+        let id = id.as_ref();
+        let Some(score) = self
+            .score_of(&self.keys.orphans, "ZSCORE orphans", id)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let key = self.keys.job_key(id);
+        let mut conn = self.redis.clone();
+        let key_type: String = redis::cmd("TYPE")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err_on("TYPE job", &String::from_utf8_lossy(&key), e))?;
+        Ok(Some(SetAside {
+            at: score.abs(),
+            purged: score < 0,
+            key_type,
+        }))
+    }
+
     /// A range of the sorted set `key`, lowest score first, with the scores (ms).
     async fn scored_ids(
         &self,

@@ -42,6 +42,7 @@ pub use settings::QueueSettings;
 pub use stats::{Histogram, QueueStats};
 pub use types::{
     Backoff, Claimed, Enqueued, FailMode, FailOutcome, JobId, JobInfo, JobStatus, Lease, LeaseRef,
+    PURGED_REMEMBERED_MS, SetAside,
     Maintenance, NewJob, ReapOutcome, Selection, Settle, Settled, SettledClaim, new_job_id,
     new_token,
 };
