@@ -6,9 +6,10 @@
   KEYS[3] P:{T}:delayed      ZSET  id -> run_at
   KEYS[4] P:{T}:dead         ZSET  (not touched)
   KEYS[5] P:{T}:meta         HASH  visibility_timeout_ms (read when ARGV[4] is 0)
-  KEYS[6] P:{T}:stats        HASH  counters claimed, orphans, set_aside
-  KEYS[7] P:{T}:wake         LIST  trimmed to the length of pending (claim pushes none)
-  KEYS[8] P:{T}:orphans      ZSET  id -> ms it was set aside (ids whose hash is absent)
+  KEYS[6] P:{T}:stats        HASH  counters claimed, orphans, set_aside, wrong_type
+  KEYS[7] P:{T}:wake         LIST  emptied when pending ran dry in the call (claim pushes none)
+  KEYS[8] P:{T}:orphans      ZSET  id -> ms it was set aside (ids whose job hash is absent);
+                                   an id purge forgot (negative score) is set aside anew
   KEYS[9] P:{T}:claimreq:<request>  LIST  the answer of this claim request: more, then
                                      id, claim_token per lease; expires with the leases
 
@@ -40,15 +41,18 @@
 
   First moves up to 100 due delayed jobs (earliest run_at first) to the back of pending.
   Then takes ids from the front of pending, at most n + 100 ids per call. An id whose
-  job hash is absent (no `status`: during a Cluster slot migration the hash may be on
-  the other node) is set aside: moved to orphans (ZADD NX, scored now), counted in
-  `orphans` and `set_aside`; the reaper puts it back once the hash is there. An id whose
-  status is not the list's (`delayed`, `pending`) is dropped and counted in `orphans`.
-  Neither uses a slot. more = 1 when fewer than n jobs were claimed and either n + 100
-  ids left pending with pending still not empty, or 100 due delayed ids were examined.
-  After a call that took ids from pending, wake is trimmed to as many markers as pending
-  holds ids (LTRIM; a wrong-typed wake key is left as it is), so markers of jobs claimed
-  do not wake idle workers for nothing.
+  job hash is absent (no key: during a Cluster slot migration the hash may be on the
+  other node) or whose job key is not a hash is set aside: moved to orphans (scored now;
+  an id set aside before keeps its time), counted in `orphans` and `set_aside`, and the
+  second kind in `wrong_type` too (the key is never touched); the reaper puts it back
+  once a job hash is there. A hash that exists without `status` is a pending job (one
+  enqueued ready). An id whose status is not the list's (`delayed`, `pending`) is
+  dropped and counted in `orphans`. Neither uses a slot. more = 1 when fewer than n jobs
+  were claimed and either n + 100 ids left pending with pending still not empty, or 100
+  due delayed ids were examined.
+  When an RPOP found pending short of what it asked (pending ran dry) and no promoted
+  job was left in pending, wake is emptied (LTRIM wake 1 0; a wrong-typed wake key is
+  left as it is), so markers of jobs claimed do not wake idle workers for nothing.
   A failed call leaves every key as it was: a wrong-typed key is found by the first
   command on it, and what the call changed before (the RPOP of pending, the first
   counter) is undone before it fails.

@@ -9,9 +9,10 @@
   KEYS[4] P:{T}:dead         ZSET  dead-lettered jobs (scored now), trimmed
   KEYS[5] P:{T}:meta         HASH  max_attempts, dead_retention_ms, dead_max_len
   KEYS[6] P:{T}:stats        HASH  counters reaped, dead_lettered, dead_trimmed, orphans,
-                                   promoted, set_aside, restored
+                                   promoted, set_aside, restored, restored_purged, wrong_type
   KEYS[7] P:{T}:wake         LIST  one marker per job put in pending, trimmed to 1024
-  KEYS[8] P:{T}:orphans      ZSET  id -> ms it was set aside (ids whose hash is absent)
+  KEYS[8] P:{T}:orphans      ZSET  id -> ms it was set aside (ids whose hash is absent), or
+                                   minus the ms purge forgot it (remembered 7 days)
 
   ARGV[1]  job-key prefix P:{T}:job:  (job keys are built as ARGV[1]..id)
   ARGV[2]  batch, 1..1000: the most entries examined of each kind (expired leases, due
@@ -19,31 +20,37 @@
 
   Returns: {requeued, dead_lettered, more, promoted, restored}, five integers; more is 1
            when a lease with lease_until <= now is still in processing, or a delayed job
-           with run_at <= now is still in delayed, after this call.
+           with run_at <= now is still in delayed, after this call (an entry this call
+           put back from orphans scored <= now included).
 
   Takes up to batch processing entries with score <= now, earliest first. For each, the
-  job hash decides: hash absent (no `status`) -> set aside (moved to orphans, ZADD NX
-  scored now; counted in `orphans` and `set_aside`); status not `processing` -> entry
-  removed, counted in `orphans`; hash lease_until > now -> entry re-scored to it,
+  job hash decides: no job hash (no key, or a key that is not a hash) -> set aside
+  (moved to orphans scored now, an id set aside before keeping its time; counted in
+  `orphans` and `set_aside`, a wrong-typed key in `wrong_type` too, and never touched);
+  status not `processing` (a hash without status is a pending job) -> entry removed,
+  counted in `orphans`; hash lease_until > now -> entry re-scored to it,
   nothing else; attempts >= max_attempts (below 1 counts as 1) -> dead with last_error
   "lease expired"; otherwise back to the front of pending with a wake marker.
   lease_until is removed from every job whose lease ends (claim_token stays: when and
-  by whom the job was last claimed).
+  by whom the job was last claimed); a dead-lettered job gets died_at = now.
   Then takes up to batch delayed entries with score <= now, earliest first: status
-  `delayed` -> status `pending`, LPUSHed to pending with a wake marker (`promoted`); hash
-  absent -> set aside; other status -> removed (`orphans`).
+  `delayed` -> status `pending`, LPUSHed to pending with a wake marker (`promoted`); no
+  job hash -> set aside; other status -> removed (`orphans`).
   Then trims dead, oldest died_at first, at most 1000 entries per call: died_at < now -
   dead_retention_ms, then beyond dead_max_len (0 = no limit of that kind); a trimmed
-  dead job's hash is deleted (`dead_trimmed`), an entry whose hash is absent is set
-  aside, one whose status is not `dead` is only removed (`orphans`).
-  Last, re-examines set-aside ids: all of them when orphans holds at most batch, else
-  batch of them at random (ZRANDMEMBER). An id whose hash is back leaves orphans and goes
-  where its status says (`restored`): `pending` -> RPUSHed to pending (served next) with
-  a wake marker; `processing` -> processing scored lease_until (now when unreadable;
-  an expired one is reaped by a later call); `delayed` -> delayed scored the time it
-  was set aside (it was due then); `dead` -> dead scored the time it was set aside; any
-  other status (`done`) -> only removed from orphans (`orphans`). An id whose hash is
-  still absent stays. Ids put back by this call are not examined again in it.
+  dead job's hash is deleted (`dead_trimmed`), an entry with no job hash is set aside,
+  one whose status is not `dead` is only removed (`orphans`).
+  Last, re-examines the ids in orphans: all of them when it holds at most batch, else
+  batch of them at random (ZRANDMEMBER). An id whose job hash is back leaves orphans and
+  goes where its status says (`restored`; `restored_purged` too when purge had forgotten
+  it), with the job's own time from its hash as the score (ZADD NX: an entry already
+  there is left as it is): `pending` (or no status) -> RPUSHed to pending (served next)
+  with a wake marker; `processing` -> processing scored lease_until; `delayed` ->
+  delayed scored run_at; `dead` -> dead scored died_at (each now when the field is
+  absent or unreadable); any other status (`done`) -> only removed from orphans
+  (`orphans`). An id with no job hash (absent, or a key that is not a hash) stays; one
+  purge forgot more than 7 days ago is removed. Ids set aside or moved by this call are
+  not examined again in it.
 ]]
 
 -- BEGIN include/prelude.lua (generated by make lua; edit lua/include/prelude.lua)
