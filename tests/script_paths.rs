@@ -73,7 +73,12 @@ async fn a_wrong_typed_job_key_in_a_batch_is_set_aside_and_the_rest_are_claimed(
     assert_eq!(kept, "not a hash", "the key is left as it is");
     let stats = q.stats().await.unwrap();
     assert_eq!(
-        (stats.claimed, stats.orphans, stats.set_aside, stats.wrong_type),
+        (
+            stats.claimed,
+            stats.orphans,
+            stats.set_aside,
+            stats.wrong_type
+        ),
         (2, 1, 1, 1)
     );
 }
@@ -225,7 +230,10 @@ async fn reap_a_batch(q: &Queue, c: &mut redis::Connection, count: usize, bad_ke
     assert_eq!(score as i64, later, "re-scored from the hash");
     let stats = q.stats().await.unwrap();
     assert_eq!(stats.orphans as usize, lost);
-    assert_eq!((stats.set_aside as usize, stats.orphaned as usize), (lost, lost));
+    assert_eq!(
+        (stats.set_aside as usize, stats.orphaned as usize),
+        (lost, lost)
+    );
     assert_eq!(stats.wrong_type, u64::from(bad_key));
     assert_eq!(stats.pending as usize, count - 1 - lost);
     // Served earliest-expired first: r03.. (or r02..) in claim order.

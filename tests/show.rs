@@ -341,10 +341,7 @@ async fn a_set_aside_id_is_shown_with_its_reason() {
     let server = RedisServer::start();
     let queue = server.queue("aside").await;
     for id in ["bad", "gone", "fine"] {
-        queue
-            .enqueue(NewJob::new("p").id(id))
-            .await
-            .unwrap();
+        queue.enqueue(NewJob::new("p").id(id)).await.unwrap();
     }
     let mut conn = server.conn();
     let bad = queue.keys().job("bad");
@@ -376,7 +373,10 @@ async fn a_set_aside_id_is_shown_with_its_reason() {
 
     let text = ok(&server, "aside", &["show", "gone"]);
     assert_eq!(row(&text, "status"), "set aside");
-    assert!(row(&text, "set aside").contains("its job hash is absent"), "{text}");
+    assert!(
+        row(&text, "set aside").contains("its job hash is absent"),
+        "{text}"
+    );
     assert!(snapshot(&server) == before, "show wrote to Redis");
 
     // forgotten by purge: shown as such while it is remembered

@@ -851,9 +851,10 @@ impl Queue {
         self.dead_op(&SCRIPTS.purge, selection).await
     }
 
-    /// Forget, on purpose, up to `n` set-aside ids (longest set aside first) whose job
-    /// hash is still absent; ids whose hash is back are left for the reaper. Returns how
-    /// many were forgotten (`purge --orphans`).
+    /// Forget, on purpose, up to `n` set-aside ids (longest set aside first) that still
+    /// have no job hash; ids whose hash is back are left for the reaper. A forgotten id
+    /// is remembered for [`PURGED_REMEMBERED_MS`]: the reaper still puts it back if its
+    /// hash comes back meanwhile. Returns how many were forgotten (`purge --orphans`).
     pub async fn purge_orphans(&self, n: usize) -> Result<u64> {
         check_count("n", n)?;
         let mut cmd = self.script_cmd(&SCRIPTS.purge, std::slice::from_ref(&self.keys.orphans));

@@ -59,8 +59,9 @@ pub struct QueueStats {
     /// worker running (the reaper promotes them).
     pub due: u64,
     pub dead: u64,
-    /// Ids set aside because their job hash was absent (a Cluster slot migration); the
-    /// reaper puts each back once its hash is there again.
+    /// Ids set aside because they had no job hash (a Cluster slot migration, or a job
+    /// key of another type); the reaper puts each back once its hash is there again. Ids
+    /// `purge` of orphans forgot are not counted.
     pub orphaned: u64,
     pub enqueued: u64,
     pub claimed: u64,

@@ -497,16 +497,20 @@ impl SetAside {
     /// Why it is there and what happens to it, for people.
     pub fn reason(&self) -> String {
         let why = match self.key_type.as_str() {
-            "none" => "its job hash is absent (a Cluster slot migration, or deleted by hand)"
-                .to_string(),
-            "hash" => "its job hash is back: the next reap puts it where its status says"
-                .to_string(),
+            "none" => {
+                "its job hash is absent (a Cluster slot migration, or deleted by hand)".to_string()
+            }
+            "hash" => {
+                "its job hash is back: the next reap puts it where its status says".to_string()
+            }
             other => format!(
                 "its job key holds the wrong type ({other}), not a hash: claim and reap                  leave the key alone and the id set aside until the key is a job hash again"
             ),
         };
         if self.purged {
-            format!("forgotten by purge --orphans; {why}; reap still puts it back if it comes back within 7 days")
+            format!(
+                "forgotten by purge --orphans; {why}; reap still puts it back if it comes back within 7 days"
+            )
         } else {
             why
         }
