@@ -32,7 +32,8 @@
   (below 1 counts as 1) retries: with the meta policy the backoff is
   floor(backoff_initial_ms * backoff_multiplier^(attempts-1)) capped at backoff_max_ms.
   Otherwise, and always for mode `dead`, the job goes to dead. lease_until is removed
-  (claim_token stays: when and by whom the job was last claimed), last_error is set, `failed` counts every accepted call,
+  (claim_token stays: when and by whom the job was last claimed), last_error is set (and
+  run_at, the delayed score, or died_at, the dead score), `failed` counts every accepted call,
   plus `retried` or `dead_lettered` by outcome. Mode `release` puts the job back at
   the front of pending (status `pending`, a wake marker) with attempts decreased by one
   (not below 0), removes lease_until, leaves last_error alone and
@@ -147,15 +148,24 @@ local function clock()
   return tonumber(s), s
 end
 -- keepAside(key, ids, nowS): ids whose job hash is absent go to the orphans zset, scored
--- the time they were set aside (NX: an id set aside earlier keeps its first time)
+-- the time they were set aside: an id set aside earlier keeps its first time; one purge
+-- forgot (a negative score) is set aside anew
 local function keepAside(key, ids, nowS)
   if #ids == 0 then return end
+  local s = redis.call('ZMSCORE', key, unpack(ids))
   local z = {}
   for i = 1, #ids do
-    z[2 * i - 1] = nowS
-    z[2 * i] = ids[i]
+    if not s[i] or tonumber(s[i]) < 0 then
+      z[#z + 1] = nowS
+      z[#z + 1] = ids[i]
+    end
   end
-  redis.call('ZADD', key, 'NX', unpack(z))
+  if #z > 0 then redis.call('ZADD', key, unpack(z)) end
+end
+-- wrongTyped(r): true when r, a redis.pcall() reply, is a WRONGTYPE error: a job key that
+-- is not a hash, which claim and reap set aside like an absent hash
+local function wrongTyped(r)
+  return type(r) == 'table' and r.err ~= nil and string.find(r.err, 'WRONGTYPE', 1, true) ~= nil
 end
 -- earliest(key): the run-at (ms) of the delayed zset's first entry, nil when it is empty;
 -- as a second value the error reply when key holds another type
@@ -330,7 +340,15 @@ if mode == 'release' then
   redis.pcall('HINCRBY', K_STATS, 'released', 1)
   return outcome
 end
-redis.call('HSET', key, 'status', outcome, 'last_error', errtext)
+-- the hash keeps the time of its entry in delayed (run_at) or dead (died_at), so a job
+-- set aside while its hash was elsewhere is put back with its own time
+if outcome == 'delayed' then
+  redis.call('HSET', key, 'status', outcome, 'last_error', errtext, 'run_at', S(now + backoff))
+elseif outcome == 'dead' then
+  redis.call('HSET', key, 'status', outcome, 'last_error', errtext, 'died_at', S(now))
+else
+  redis.call('HSET', key, 'status', outcome, 'last_error', errtext)
+end
 -- counters use pcall: stats was type-checked before the first write, and a counter
 -- holding a non-number must not fail a call whose changes are already made
 redis.pcall('HINCRBY', K_STATS, 'failed', 1)

@@ -173,15 +173,24 @@ local function clock()
   return tonumber(s), s
 end
 -- keepAside(key, ids, nowS): ids whose job hash is absent go to the orphans zset, scored
--- the time they were set aside (NX: an id set aside earlier keeps its first time)
+-- the time they were set aside: an id set aside earlier keeps its first time; one purge
+-- forgot (a negative score) is set aside anew
 local function keepAside(key, ids, nowS)
   if #ids == 0 then return end
+  local s = redis.call('ZMSCORE', key, unpack(ids))
   local z = {}
   for i = 1, #ids do
-    z[2 * i - 1] = nowS
-    z[2 * i] = ids[i]
+    if not s[i] or tonumber(s[i]) < 0 then
+      z[#z + 1] = nowS
+      z[#z + 1] = ids[i]
+    end
   end
-  redis.call('ZADD', key, 'NX', unpack(z))
+  if #z > 0 then redis.call('ZADD', key, unpack(z)) end
+end
+-- wrongTyped(r): true when r, a redis.pcall() reply, is a WRONGTYPE error: a job key that
+-- is not a hash, which claim and reap set aside like an absent hash
+local function wrongTyped(r)
+  return type(r) == 'table' and r.err ~= nil and string.find(r.err, 'WRONGTYPE', 1, true) ~= nil
 end
 -- earliest(key): the run-at (ms) of the delayed zset's first entry, nil when it is empty;
 -- as a second value the error reply when key holds another type
@@ -309,6 +318,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   nowS = nowS or S(now)
   local orphans = 0
   local aside = nil          -- ids whose hash is absent: set aside, never forgotten
+  local wrong = 0            -- of them, the ids whose job key is not a hash
 
   -- due delayed jobs, earliest first, at most 100 (orphans included); none when the
   -- caller knows delayed is absent
@@ -324,14 +334,20 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     local id = due[i]
     local key = prefix .. id
     local h = redis.pcall('HMGET', key, 'status', 'attempts')
-    if h.err then return nil, failure(h, key, 'hash') end
-    if h[1] == 'delayed' then
+    if h.err then
+      if not wrongTyped(h) then return nil, failure(h, key, 'hash') end
+      -- a job key that is not a hash: set aside, the queue keeps flowing
+      orphans, wrong = orphans + 1, wrong + 1
+      aside = aside or {}
+      aside[#aside + 1] = id
+    elseif h[1] == 'delayed' then
       promo[#promo + 1] = id
       promoAtt[#promo] = h[2]
       promoSet[id] = true
     else
       orphans = orphans + 1
-      if not h[1] then
+      -- a hash without status that exists is a pending job: this entry is a stray one
+      if not h[1] and redis.call('EXISTS', key) == 0 then
         aside = aside or {}
         aside[#aside + 1] = id
       end
@@ -368,7 +384,12 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
         -- the whole hash: a ready job's is its payload alone, cheaper to read than three
         -- named fields
         local h = redis.pcall('HGETALL', key)
-        if h.err then return unclaim(pops, nil, 0, failure(h, key, 'hash')) end
+        if h.err then
+          if not wrongTyped(h) then return unclaim(pops, nil, 0, failure(h, key, 'hash')) end
+          -- a job key that is not a hash: set aside (below), the queue keeps flowing
+          wrong = wrong + 1
+          h = {}
+        end
         local st, att, pay = nil, nil, nil
         for f = 1, #h, 2 do
           local name = h[f]
@@ -380,8 +401,8 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
             att = h[f + 1]
           end
         end
-        -- a job enqueued ready has no status: a hash with a payload and no status is pending
-        if not st and pay then st = 'pending' end
+        -- a job enqueued ready has no status: a hash that exists without status is pending
+        if not st and #h > 0 then st = 'pending' end
         if promoSet[id] and st == 'delayed' then st = 'pending' end -- promoted before the pop
         if st == 'pending' and not taken[key] then
           taken[key] = true
@@ -534,6 +555,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   -- the other counters: stats is known to be a hash by now
   if nc > 0 and orphans > 0 then redis.pcall('HINCRBY', K_STATS, 'orphans', S(orphans)) end
   if aside then redis.pcall('HINCRBY', K_STATS, 'set_aside', S(#aside)) end
+  if wrong > 0 then redis.pcall('HINCRBY', K_STATS, 'wrong_type', S(wrong)) end
   -- markers of the jobs just taken must not wake idle workers: when an RPOP found pending
   -- short of what it asked and no promoted job was left there (pending is empty), wake is
   -- emptied (a wrong-typed wake is left as it is); while pending holds ids, its markers
@@ -909,8 +931,10 @@ if #fIdx > 0 then
     local z = {}
     for i = 1, #toDelayed do
       local k, at = toDelayed[i][1], toDelayed[i][2]
-      redis.call('HSET', fKeys[k], 'status', 'delayed', 'last_error', ARGV[F0 + 5 * fIdx[k] - 2])
-      z[2 * i - 1] = S(at)
+      local atS = S(at)
+      redis.call('HSET', fKeys[k], 'status', 'delayed', 'last_error', ARGV[F0 + 5 * fIdx[k] - 2],
+        'run_at', atS)
+      z[2 * i - 1] = atS
       z[2 * i] = fIds[k]
     end
     redis.call('ZADD', K_DELAYED, unpack(z))
@@ -920,7 +944,8 @@ if #fIdx > 0 then
     local nowS = S(now)
     for i = 1, #toDead do
       local k = toDead[i]
-      redis.call('HSET', fKeys[k], 'status', 'dead', 'last_error', ARGV[F0 + 5 * fIdx[k] - 2])
+      redis.call('HSET', fKeys[k], 'status', 'dead', 'last_error', ARGV[F0 + 5 * fIdx[k] - 2],
+        'died_at', nowS)
       z[2 * i - 1] = nowS
       z[2 * i] = fIds[k]
     end

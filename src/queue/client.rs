@@ -851,9 +851,10 @@ impl Queue {
         self.dead_op(&SCRIPTS.purge, selection).await
     }
 
-    /// Forget, on purpose, up to `n` set-aside ids (longest set aside first) whose job
-    /// hash is still absent; ids whose hash is back are left for the reaper. Returns how
-    /// many were forgotten (`purge --orphans`).
+    /// Forget, on purpose, up to `n` set-aside ids (longest set aside first) that still
+    /// have no job hash; ids whose hash is back are left for the reaper. A forgotten id
+    /// is remembered for [`PURGED_REMEMBERED_MS`]: the reaper still puts it back if its
+    /// hash comes back meanwhile. Returns how many were forgotten (`purge --orphans`).
     pub async fn purge_orphans(&self, n: usize) -> Result<u64> {
         check_count("n", n)?;
         let mut cmd = self.script_cmd(&SCRIPTS.purge, std::slice::from_ref(&self.keys.orphans));
@@ -1206,6 +1207,30 @@ impl Queue {
             .await
             .map_err(|e| self.err_on(op, key, e))?;
         Ok(score.map(|s| s as i64))
+    }
+
+    /// Whether `id` is in the queue's orphans set (set aside, or forgotten by purge and
+    /// remembered), with the type of its job key; `None` when it is not there.
+    pub async fn set_aside(&self, id: impl AsRef<[u8]>) -> Result<Option<SetAside>> {
+        let id = id.as_ref();
+        let Some(score) = self
+            .score_of(&self.keys.orphans, "ZSCORE orphans", id)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let key = self.keys.job_key(id);
+        let mut conn = self.redis.clone();
+        let key_type: String = redis::cmd("TYPE")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err_on("TYPE job", &String::from_utf8_lossy(&key), e))?;
+        Ok(Some(SetAside {
+            at: score.abs(),
+            purged: score < 0,
+            key_type,
+        }))
     }
 
     /// A range of the sorted set `key`, lowest score first, with the scores (ms).

@@ -42,8 +42,8 @@ pub use settings::QueueSettings;
 pub use stats::{Histogram, QueueStats};
 pub use types::{
     Backoff, Claimed, Enqueued, FailMode, FailOutcome, JobId, JobInfo, JobStatus, Lease, LeaseRef,
-    Maintenance, NewJob, ReapOutcome, Selection, Settle, Settled, SettledClaim, new_job_id,
-    new_token,
+    Maintenance, NewJob, PURGED_REMEMBERED_MS, ReapOutcome, Selection, SetAside, Settle, Settled,
+    SettledClaim, new_job_id, new_token,
 };
 
 /// The most items one script call takes (the protocol's bound on every count).

@@ -684,6 +684,8 @@ pub fn add_stats(total: &mut QueueStats, s: &QueueStats) {
         orphans,
         set_aside,
         restored,
+        restored_purged,
+        wrong_type,
         orphans_purged,
         promoted,
         replayed,
@@ -712,6 +714,8 @@ pub fn add_stats(total: &mut QueueStats, s: &QueueStats) {
     total.orphans += orphans;
     total.set_aside += set_aside;
     total.restored += restored;
+    total.restored_purged += restored_purged;
+    total.wrong_type += wrong_type;
     total.orphans_purged += orphans_purged;
     total.promoted += promoted;
     total.replayed += replayed;

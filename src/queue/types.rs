@@ -476,6 +476,47 @@ pub struct JobInfo {
     pub worker: Option<String>,
 }
 
+/// How long `purge --orphans` remembers an id it forgot (reap puts it back if its hash
+/// comes back meanwhile): 7 days, as the reap script holds it.
+pub const PURGED_REMEMBERED_MS: i64 = 7 * 24 * 3600 * 1000;
+
+/// An id in the queue's `orphans` set: set aside by claim or reap because it had no job
+/// hash (absent, or a key of another type), or forgotten by `purge --orphans` and
+/// remembered for [`PURGED_REMEMBERED_MS`] in case its hash comes back.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SetAside {
+    /// When it was set aside or, when `purged`, when purge forgot it (ms).
+    pub at: i64,
+    pub purged: bool,
+    /// The type of its job key when read: `none` (absent), `hash` (back: the next reap
+    /// puts it back) or another type (the key is not a job).
+    pub key_type: String,
+}
+
+impl SetAside {
+    /// Why it is there and what happens to it, for people.
+    pub fn reason(&self) -> String {
+        let why = match self.key_type.as_str() {
+            "none" => {
+                "its job hash is absent (a Cluster slot migration, or deleted by hand)".to_string()
+            }
+            "hash" => {
+                "its job hash is back: the next reap puts it where its status says".to_string()
+            }
+            other => format!(
+                "its job key holds the wrong type ({other}), not a hash: claim and reap                  leave the key alone and the id set aside until the key is a job hash again"
+            ),
+        };
+        if self.purged {
+            format!(
+                "forgotten by purge --orphans; {why}; reap still puts it back if it comes back within 7 days"
+            )
+        } else {
+            why
+        }
+    }
+}
+
 fn serialize_payload<S: serde::Serializer>(payload: &Bytes, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&String::from_utf8_lossy(payload))
 }
