@@ -165,7 +165,8 @@ def enqueue_refuses_a_job_key_that_is_not_prefix_and_id():
 def log2_exact():
     src = open(os.path.join(LUA, 'ack.lua')).read()
     i = src.index('local function log2floor'); j = src.index('-- arguments')
-    fn = src[i:j]
+    k = src.index('local MAXMS')
+    fn = src[k:src.index('\n', k) + 1] + src[i:j]
     vals = [-3, 0, 1, 2, 3, 4, 7, 8, 1023, 1024, 1025, 2**20 - 1, 2**20, 2**31 - 1, 2**31, 2**40, 2**40 - 1, 2**45 + 7]
     got = r.eval(fn + 'local o = {} for i = 1, #ARGV do o[i] = log2floor(tonumber(ARGV[i])) end return o', 0, *vals)
     import math
