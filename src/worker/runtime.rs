@@ -292,6 +292,11 @@ where
         shutdown,
         counters,
     } = worker;
+    // A partition found empty is looked at again after the poll interval, busy or idle.
+    let queue = match queue {
+        JobSource::Partitioned(q) => JobSource::Partitioned(q.recheck_empty(config.poll_interval)),
+        one => one,
+    };
     let shared = Arc::new(Shared {
         worker_id: Arc::from(config.worker_id.as_str()),
         queue_name: Arc::from(queue.name()),
