@@ -302,6 +302,19 @@ impl PartitionedQueue {
         worker: &str,
         visibility: Option<Duration>,
     ) -> Result<Vec<Lease>> {
+        Ok(self.claim_batch(n, worker, visibility).await?.leases)
+    }
+
+    /// [`PartitionedQueue::claim`], with [`Claimed::first_sent`] when the partition's
+    /// claim carried the request id of an earlier claim whose reply was lost (the leases
+    /// may be that claim's: their local deadline counts from its first send). `more` is
+    /// false.
+    pub async fn claim_batch(
+        &self,
+        n: usize,
+        worker: &str,
+        visibility: Option<Duration>,
+    ) -> Result<Claimed> {
         let count = self.parts.len();
         let start = self.cursor.load(Ordering::Relaxed) % count;
         // A partition that fails (its node down) does not stop the others: its error is
@@ -312,22 +325,22 @@ impl PartitionedQueue {
             if self.empty.skips(p, Instant::now()) {
                 continue;
             }
-            let mut leases = match self.parts[p].claim(n, worker, visibility).await {
-                Ok(leases) => leases,
+            let mut claimed = match self.parts[p].claim_rounds(n, worker, visibility).await {
+                Ok(claimed) => claimed,
                 Err(err) => {
                     failed.get_or_insert(err);
                     continue;
                 }
             };
-            if leases.is_empty() {
+            if claimed.leases.is_empty() {
                 self.empty.found_empty(p, Instant::now());
                 continue;
             }
             self.cursor.store(p + 1, Ordering::Relaxed);
-            for lease in &mut leases {
+            for lease in &mut claimed.leases {
                 lease.partition = p;
             }
-            return Ok(leases);
+            return Ok(claimed);
         }
         match failed {
             Some(err) => {
@@ -335,7 +348,7 @@ impl PartitionedQueue {
                 self.cursor.store(start + 1, Ordering::Relaxed);
                 Err(err)
             }
-            None => Ok(Vec::new()),
+            None => Ok(Claimed::default()),
         }
     }
 
