@@ -37,8 +37,9 @@ pub struct Queue {
     redis: Redis,
     keys: Arc<QueueKeys>,
     /// Per worker: the claim whose reply was lost on every try. The worker's next claim
-    /// of the same visibility and at least as many jobs reuses its request id, so leases Redis made for it reach the
-    /// worker instead of waiting for the reaper.
+    /// of the same visibility and at least as many jobs reuses its request id, so leases
+    /// Redis made for it reach the worker instead of waiting for the reaper (with the
+    /// first send's time, [`Claimed::first_sent`], from which their deadline counts).
     unanswered: Arc<Mutex<HashMap<String, Unanswered>>>,
     /// Payloads larger than this are refused before anything is sent.
     max_payload: usize,
@@ -54,6 +55,9 @@ struct Unanswered {
     n: usize,
     visibility: Option<Duration>,
     request: String,
+    /// When the claim was first sent: a lease it made ends one visibility after that at
+    /// the earliest.
+    first_sent: tokio::time::Instant,
 }
 
 /// The default client-side payload limit: 64 MiB. Redis takes up to 512 MiB per value
@@ -345,22 +349,37 @@ impl Queue {
         worker: &str,
         visibility: Option<Duration>,
     ) -> Result<Vec<Lease>> {
+        Ok(self.claim_rounds(n, worker, visibility).await?.leases)
+    }
+
+    /// [`Queue::claim`], with the reply's [`Claimed::first_sent`] (`more` is false).
+    pub(crate) async fn claim_rounds(
+        &self,
+        n: usize,
+        worker: &str,
+        visibility: Option<Duration>,
+    ) -> Result<Claimed> {
         // A reply with no lease but `more` met a run of orphans: each call takes at least
         // 100 of them out of pending, so a few more calls reach the jobs behind them.
         for _ in 0..CLAIM_ROUNDS {
             let claimed = self.claim_batch(n, worker, visibility).await?;
             if !claimed.leases.is_empty() || !claimed.more {
-                return Ok(claimed.leases);
+                return Ok(Claimed {
+                    more: false,
+                    ..claimed
+                });
             }
         }
-        Ok(Vec::new())
+        Ok(Claimed::default())
     }
 
     /// One logical claim, with its `more` flag (see [`Claimed`]). It carries a fresh
     /// request id, or the id of this worker's last claim (of the same `visibility`, for
-    /// at most `n` jobs) whose reply was lost. After a lost reply (a timeout or a broken connection) the
-    /// call is sent again with the same id, up to [`CLAIM_RETRIES`] times: Redis answers
-    /// a repeated id with the leases it made for it, so none is leased to nobody.
+    /// at most `n` jobs) whose reply was lost, while a lease it made could still be run
+    /// (less than `visibility` since it was first sent; then [`Claimed::first_sent`] says
+    /// when that was). After a lost reply (a timeout or a broken connection) the call is
+    /// sent again with the same id, up to [`CLAIM_RETRIES`] times: Redis answers a
+    /// repeated id with the leases it made for it, so none is leased to nobody.
     pub async fn claim_batch(
         &self,
         n: usize,
@@ -368,23 +387,31 @@ impl Queue {
         visibility: Option<Duration>,
     ) -> Result<Claimed> {
         check_count("n", n)?;
-        let request = self
-            .take_unanswered(worker, n, visibility)
-            .unwrap_or_else(new_token);
+        let now = tokio::time::Instant::now();
+        let (request, first_sent) = match self.take_unanswered(worker, n, visibility, now) {
+            Some(last) => (last.request, Some(last.first_sent)),
+            None => (new_token(), None),
+        };
         let mut wait = CLAIM_RETRY_WAIT;
         let mut retries = 0;
         loop {
             match self.claim_request(&request, n, worker, visibility).await {
                 Err(err) if err.is_transient() => {
                     if retries == CLAIM_RETRIES {
-                        self.remember_unanswered(worker, n, visibility, request);
+                        let first_sent = first_sent.unwrap_or(now);
+                        self.remember_unanswered(worker, n, visibility, request, first_sent);
                         return Err(err);
                     }
                     retries += 1;
                     tokio::time::sleep(wait).await;
                     wait *= 2;
                 }
-                other => return other,
+                other => {
+                    return other.map(|claimed| Claimed {
+                        first_sent,
+                        ..claimed
+                    });
+                }
             }
         }
     }
@@ -421,7 +448,11 @@ impl Queue {
             other => return Err(self.protocol("claim", format!("{other:?}"))),
         };
         let leases = self.take_leases(jobs).await;
-        Ok(Claimed { leases, more })
+        Ok(Claimed {
+            leases,
+            more,
+            first_sent: None,
+        })
     }
 
     /// Settle finished leases and claim up to `n` jobs in one call (the `settle_claim`
@@ -585,6 +616,7 @@ impl Queue {
             claimed: Claimed {
                 leases,
                 more: more == 1,
+                first_sent: None,
             },
         })
     }
@@ -594,14 +626,19 @@ impl Queue {
         worker: &str,
         n: usize,
         visibility: Option<Duration>,
-    ) -> Option<String> {
+        now: tokio::time::Instant,
+    ) -> Option<Unanswered> {
         let mut unanswered = self.unanswered.lock().unwrap_or_else(|e| e.into_inner());
         let last = unanswered.remove(worker)?;
         // A replay answers at most the `last.n` leases recorded, so any claim of the same
         // visibility asking for as many or more can carry the lost request's id (a
         // worker's free slots only grow while it waits to try again). A smaller claim
-        // could not take them all: it is another request.
-        (last.n <= n && last.visibility == visibility).then_some(last.request)
+        // could not take them all: it is another request. Once a visibility has passed
+        // since the first send, a lease it made has no time left that the caller could
+        // count on (see `Claimed::first_sent`), and a fresh claim under the old id would
+        // be given that past deadline too: a new request then.
+        let expired = visibility.is_some_and(|v| now >= last.first_sent + v);
+        (last.n <= n && last.visibility == visibility && !expired).then_some(last)
     }
 
     fn remember_unanswered(
@@ -610,6 +647,7 @@ impl Queue {
         n: usize,
         visibility: Option<Duration>,
         request: String,
+        first_sent: tokio::time::Instant,
     ) {
         let mut unanswered = self.unanswered.lock().unwrap_or_else(|e| e.into_inner());
         unanswered.insert(
@@ -618,6 +656,7 @@ impl Queue {
                 n,
                 visibility,
                 request,
+                first_sent,
             },
         );
     }

@@ -212,7 +212,13 @@ pub struct Lease {
     /// Claims since enqueue (or since the last redrive), this one included.
     pub attempts: u32,
     pub token: String,
-    /// Lease expiry, milliseconds since the epoch on the Redis clock.
+    /// Lease expiry, milliseconds since the epoch on the Redis clock: one visibility
+    /// after the claim call that made the lease reached Redis. That call may be earlier
+    /// than the one that returned the lease: a claim whose reply was lost on every try is
+    /// answered by a later claim with the same request id, which replays the leases
+    /// ([`Claimed::first_sent`]). A local deadline (the worker runtime's) counts from the
+    /// first send of the request, never from the call that brought the reply, so it
+    /// never falls after this moment.
     pub lease_until: i64,
     /// The partition the job was claimed from (its index in `PartitionedQueue::partitions`),
     /// where its ack, extend and fail must go; 0 for a queue that is not partitioned.
@@ -333,6 +339,12 @@ pub struct Claimed {
     /// 100 due delayed jobs) with fewer leases than asked: claim again at once instead of
     /// waiting for a wake marker.
     pub more: bool,
+    /// Set when the call carried the request id of an earlier claim whose reply was lost
+    /// on every try: when that claim was first sent. Redis answers such a call with the
+    /// leases the earlier claim made (they end one visibility after it reached Redis, not
+    /// after this call did), so a local deadline for these leases counts from here.
+    /// `None`: the leases were made by this call (sent after the caller called it).
+    pub first_sent: Option<tokio::time::Instant>,
 }
 
 /// A lease to end in the settle part of [`crate::queue::Queue::settle_claim`]: what the
