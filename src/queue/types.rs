@@ -333,6 +333,12 @@ pub struct Claimed {
     /// 100 due delayed jobs) with fewer leases than asked: claim again at once instead of
     /// waiting for a wake marker.
     pub more: bool,
+    /// Under `replicated` durability: the call ran on the primary (its leases are held
+    /// there, and a `settle_claim`'s acks and fails were applied there) but fewer
+    /// replicas than asked confirmed it in time. The leases are to be run all the same; a
+    /// failover before the replicas catch up may undo the call (see
+    /// [`super::Durability`]).
+    pub unconfirmed: Option<super::Unconfirmed>,
 }
 
 /// A lease to end in the settle part of [`crate::queue::Queue::settle_claim`]: what the
