@@ -584,12 +584,7 @@ async fn unconfirmed_replication_never_strands_the_jobs_a_call_leased() {
         &server,
         "norep",
         out.path(),
-        &[
-            "--concurrency",
-            "4",
-            "--durability",
-            "replicated:1:50ms",
-        ],
+        &["--concurrency", "4", "--durability", "replicated:1:50ms"],
         r#"cat >/dev/null; echo "$JOBQUEUE_JOB_ID $JOBQUEUE_ATTEMPT" >> "$OUT/runs""#,
     );
     let ended = Wait::for_("every job acked or dead")
@@ -603,8 +598,15 @@ async fn unconfirmed_replication_never_strands_the_jobs_a_call_leased() {
     let runs = std::fs::read_to_string(out.path().join("runs")).unwrap_or_default();
     let mut dead_without_running = Vec::new();
     for id in &ids {
-        if queue.job(id).await.unwrap().is_some_and(|j| j.status.as_deref() == Some("dead")) {
-            let ran = runs.lines().any(|l| l.split(' ').next() == Some(id.as_str()));
+        if queue
+            .job(id)
+            .await
+            .unwrap()
+            .is_some_and(|j| j.status.as_deref() == Some("dead"))
+        {
+            let ran = runs
+                .lines()
+                .any(|l| l.split(' ').next() == Some(id.as_str()));
             if !ran {
                 dead_without_running.push(id.clone());
             }
@@ -668,5 +670,8 @@ async fn a_worker_and_reap_pointed_at_a_replica_exit_naming_it() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&reap.stderr);
     assert!(!reap.status.success(), "{:?}\n{stderr}", reap.status);
-    assert!(stderr.contains(want) && stderr.contains("primary"), "{stderr}");
+    assert!(
+        stderr.contains(want) && stderr.contains("primary"),
+        "{stderr}"
+    );
 }

@@ -1507,6 +1507,9 @@ async fn replicated_durability_waits_for_settle_claim_and_returns_its_leases() {
     let b = q.claim_batch(1, "w", None).await.unwrap();
     assert!(b.leases.is_empty(), "nothing left to claim");
     let err = q.ack(&r.claimed.leases[0]).await.unwrap_err();
-    assert!(matches!(err, Error::NotReplicated { op: "ack", .. }), "{err:?}");
+    assert!(
+        matches!(err, Error::NotReplicated { op: "ack", .. }),
+        "{err:?}"
+    );
     assert_eq!(q.stats().await.unwrap().acked, 2);
 }

@@ -141,7 +141,9 @@ impl Queue {
             .await
             .map_err(|e| self.err("ROLE", e));
         match role {
-            Ok(Value::Array(items)) if matches!(items.first().and_then(as_str), Some("slave" | "replica")) => {
+            Ok(Value::Array(items))
+                if matches!(items.first().and_then(as_str), Some("slave" | "replica")) =>
+            {
                 Err(Error::ReadOnly {
                     queue: self.keys.name.clone(),
                     op: "writes",
@@ -390,16 +392,36 @@ impl Queue {
             if let Some(short) = claimed.unconfirmed
                 && !claimed.leases.is_empty()
             {
-                tracing::warn!(queue = %self.keys.name, leases = claimed.leases.len(),
-                    "claim applied on the primary but not confirmed by {} replica(s) ({short}): \
-                     its leases are returned; a failover now may let another worker claim them",
-                    short.wanted);
+                self.note_unconfirmed_claim(short, claimed.leases.len());
             }
             if !claimed.leases.is_empty() || !claimed.more {
                 return Ok(claimed.leases);
             }
         }
         Ok(Vec::new())
+    }
+
+    /// Log a claim the replicas did not confirm, for the callers of [`Queue::claim`],
+    /// whose answer cannot carry it: a warning, then debug lines for 10 s (while the
+    /// replicas are down every claim is one).
+    fn note_unconfirmed_claim(&self, short: Unconfirmed, leases: usize) {
+        static QUIET_UNTIL: Mutex<Option<std::time::Instant>> = Mutex::new(None);
+        const QUIET: Duration = Duration::from_secs(10);
+        let text = format!(
+            "a claim of {leases} job(s) applied on the primary but not confirmed by {} \
+             replica(s) ({short}): its leases are returned; a failover now may let another \
+             worker claim them",
+            short.wanted
+        );
+        let now = std::time::Instant::now();
+        let mut quiet = QUIET_UNTIL.lock().unwrap_or_else(|e| e.into_inner());
+        if quiet.is_some_and(|until| now < until) {
+            tracing::debug!(queue = %self.keys.name, "{text}");
+        } else {
+            *quiet = Some(now + QUIET);
+            tracing::warn!(queue = %self.keys.name,
+                "{text}; claims not confirmed in the next 10s are logged at debug level");
+        }
     }
 
     /// One logical claim, with its `more` flag (see [`Claimed`]). It carries a fresh
@@ -838,7 +860,9 @@ impl Queue {
         &self,
         lease: impl Into<LeaseRef<'a>>,
     ) -> Result<(bool, Option<Unconfirmed>)> {
-        let (outcome, short) = self.end_lease_applied(lease.into(), "", "release", 0).await?;
+        let (outcome, short) = self
+            .end_lease_applied(lease.into(), "", "release", 0)
+            .await?;
         Ok((outcome != FailOutcome::Stale, short))
     }
 

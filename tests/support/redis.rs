@@ -89,18 +89,15 @@ impl RedisServer {
     /// A replica of `primary` (`--replicaof`), returned once its link to the primary is
     /// up and the first sync is done: it then refuses writes with `READONLY`.
     pub fn start_replica_of(primary: &RedisServer) -> RedisServer {
-        let replica =
-            Self::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
+        let replica = Self::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
         let mut conn = replica.conn();
-        super::eventually::Wait::for_("the replica's link to the primary")
-            .until_blocking(|| {
-                let info: String = redis::cmd("INFO")
-                    .arg("replication")
-                    .query(&mut conn)
-                    .unwrap_or_default();
-                info.contains("master_link_status:up")
-                    && !info.contains("master_sync_in_progress:1")
-            });
+        super::eventually::Wait::for_("the replica's link to the primary").until_blocking(|| {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut conn)
+                .unwrap_or_default();
+            info.contains("master_link_status:up") && !info.contains("master_sync_in_progress:1")
+        });
         replica
     }
 
