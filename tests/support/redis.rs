@@ -91,14 +91,22 @@ impl RedisServer {
     pub fn start_replica_of(primary: &RedisServer) -> RedisServer {
         let replica = Self::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
         let mut conn = replica.conn();
-        super::eventually::Wait::for_("the replica's link to the primary").until_blocking(|| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
             let info: String = redis::cmd("INFO")
                 .arg("replication")
                 .query(&mut conn)
                 .unwrap_or_default();
-            info.contains("master_link_status:up") && !info.contains("master_sync_in_progress:1")
-        });
-        replica
+            if info.contains("master_link_status:up") && !info.contains("master_sync_in_progress:1")
+            {
+                return replica;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the replica's link to the primary is not up after 30s: {info}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// A plain synchronous connection for test set-up and inspection.
