@@ -42,7 +42,7 @@ pub struct Queue {
     unanswered: Arc<Mutex<HashMap<String, Unanswered>>>,
     /// Payloads larger than this are refused before anything is sent.
     max_payload: usize,
-    /// What enqueue, ack, fail and reap wait for before reporting success.
+    /// What enqueue, ack, fail, reap and the claims wait for (see [`Durability`]).
     durability: Durability,
     /// Where the ids of jobs enqueued without one come from.
     new_id: fn() -> String,
@@ -81,8 +81,7 @@ impl Queue {
         self
     }
 
-    /// Wait for replication before enqueue, ack, fail, settle_claim and reap report
-    /// success (see
+    /// Wait for replication after enqueue, ack, fail, reap, claim and settle_claim (see
     /// [`Durability`]); the default is [`Durability::Primary`].
     pub fn durability(mut self, durability: Durability) -> Queue {
         self.durability = durability;
