@@ -716,3 +716,38 @@ async fn a_sigterm_as_the_start_line_is_written_is_a_graceful_shutdown() {
     assert!(log.contains("worker stopped"), "{log}");
     assert_eq!(stats.claimed, 0, "{stats:?}");
 }
+
+/// A primary demoted to a replica under a running worker (a failover without Sentinel,
+/// or `REPLICAOF` by hand): every write is refused with READONLY and no retry changes
+/// that. The worker stops by itself and `try_run` says why, instead of retrying for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_whose_primary_is_demoted_stops_with_the_error() {
+    let server = RedisServer::start();
+    let new_primary = RedisServer::start();
+    let queue = configured(&server, "demoted", QueueSettings::default()).await;
+    let worker = builder(&queue).build().unwrap();
+    let stats = worker.stats();
+    let run = tokio::spawn(worker.try_run(|_lease, _ctx| async { Ok(()) }));
+    queue.enqueue(NewJob::new("x").id("before")).await.unwrap();
+    eventually("the job acked", || async { stats.get().acked == 1 }).await;
+
+    let other = new_primary.queue("demoted").await;
+    other.configure(&QueueSettings::default()).await.unwrap();
+    other.enqueue(NewJob::new("x").id("after")).await.unwrap();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(new_primary.port)
+        .query(&mut server.conn())
+        .unwrap();
+    let stopped = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("the worker stops by itself")
+        .unwrap();
+    let err = stopped.expect_err("a replica is an error");
+    assert!(
+        matches!(err, jobqueue::queue::Error::ReadOnly { .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("read-only replica"), "{err}");
+    assert_eq!(status(&other, "after").await.as_deref(), Some("pending"));
+}

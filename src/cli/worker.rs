@@ -161,11 +161,11 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     let handler = std::sync::Arc::new(handler);
     let ran = handler.clone();
     worker
-        .run(move |lease, ctx| {
+        .try_run(move |lease, ctx| {
             let handler = handler.clone();
             async move { handler.run(lease, ctx).await }
         })
-        .await;
+        .await?;
     if let Some(reason) = ran.start_failure() {
         // No job was charged: each was handed back as it failed to start.
         return Err(Error::InvalidArgument {
@@ -185,8 +185,9 @@ const START_DURING_FAILOVER: Duration = Duration::from_secs(90);
 /// durability. A start that reached Redis and then lost it (a command broken mid-way),
 /// or, behind Sentinel, found the Sentinels naming a primary that does not answer (a
 /// failover under way), is tried again with a warning until the failover is over; an
-/// endpoint that cannot be reached at all, a wrong master name, a bad credential or a
-/// wrong-typed key still ends the worker at once with its error.
+/// endpoint that cannot be reached at all, a wrong master name, a bad credential, a
+/// wrong-typed key or a replica given as the primary still ends the worker at once with
+/// its error.
 async fn start_up(args: &WorkerArgs) -> anyhow::Result<crate::worker::JobSource> {
     let deadline = tokio::time::Instant::now() + START_DURING_FAILOVER;
     let mut pause = Duration::from_millis(100);
@@ -220,6 +221,10 @@ async fn try_start_up(args: &WorkerArgs) -> anyhow::Result<crate::worker::JobSou
     // A wrong-typed key is named at start (exit 5), not retried by every claim.
     // A partitioned queue: claim from every partition (and those of --drain-partitions).
     let target = super::common::open_target(&args.connect).await?;
+    // A replica takes no write: refused now rather than by every claim.
+    for queue in target.queues() {
+        queue.check_primary().await?;
+    }
     super::common::note_if_target_absent(&target).await?;
     let source: crate::worker::JobSource = match target {
         super::common::Target::One(queue) => queue.into(),

@@ -9,7 +9,7 @@ use redis::{Cmd, ToRedisArgs, Value};
 
 use super::MAX_BATCH;
 use super::connection::{Dedicated, Redis};
-use super::durability::Durability;
+use super::durability::{Durability, Unconfirmed};
 use super::error::{Error, Result};
 use super::keys::{QueueKeys, validate_id};
 use super::scripts::{SCRIPTS, Script};
@@ -43,7 +43,7 @@ pub struct Queue {
     unanswered: Arc<Mutex<HashMap<String, Unanswered>>>,
     /// Payloads larger than this are refused before anything is sent.
     max_payload: usize,
-    /// What enqueue, ack, fail and reap wait for before reporting success.
+    /// What enqueue, ack, fail, reap and the claims wait for (see [`Durability`]).
     durability: Durability,
     /// Where the ids of jobs enqueued without one come from.
     new_id: fn() -> String,
@@ -85,8 +85,7 @@ impl Queue {
         self
     }
 
-    /// Wait for replication before enqueue, ack, fail, settle_claim and reap report
-    /// success (see
+    /// Wait for replication after enqueue, ack, fail, reap, claim and settle_claim (see
     /// [`Durability`]); the default is [`Durability::Primary`].
     pub fn durability(mut self, durability: Durability) -> Queue {
         self.durability = durability;
@@ -127,6 +126,35 @@ impl Queue {
             .await
             .map_err(|e| self.err("TIME", e))?;
         time_ms(reply).map_err(|detail| self.protocol("TIME", detail))
+    }
+
+    /// Check that this handle writes to a primary: a replica refuses every write
+    /// (`READONLY`), so a worker or a reaper pointed at one could do nothing, and a reap
+    /// with nothing to write would even seem to succeed. `ROLE` naming a replica is
+    /// [`Error::ReadOnly`]. Behind Sentinel commands go to the primary the Sentinels name
+    /// (a `READONLY` reply sends them to the new one): nothing to check. A user whose ACL
+    /// does not grant `ROLE` is not checked (its writes fail with `ReadOnly` instead).
+    pub async fn check_primary(&self) -> Result<()> {
+        if self.redis.is_sentinel() {
+            return Ok(());
+        }
+        let role = self
+            .redis
+            .query_on_node_of(&self.keys.meta, redis::cmd("ROLE"))
+            .await
+            .map_err(|e| self.err("ROLE", e));
+        match role {
+            Ok(Value::Array(items))
+                if matches!(items.first().and_then(as_str), Some("slave" | "replica")) =>
+            {
+                Err(Error::ReadOnly {
+                    queue: self.keys.name.clone(),
+                    op: "writes",
+                })
+            }
+            Ok(_) | Err(Error::Denied { .. }) => Ok(()),
+            Err(err) => Err(err),
+        }
     }
 
     /// Load every script into the server(s) now, so the first calls need no NOSCRIPT
@@ -186,12 +214,27 @@ impl Queue {
             .map_err(|e| self.err(script.name, e))
     }
 
-    /// [`Queue::run`] for the writes that [`Durability`] covers (enqueue, ack, fail, reap):
-    /// under `Replicated`, `WAIT` follows the script on the same connection, in the same
-    /// round trip, and fewer confirmations than asked is [`Error::NotReplicated`].
+    /// [`Queue::run`] for the writes that [`Durability`] covers and that must be confirmed
+    /// (enqueue, ack, fail, reap): fewer confirmations than asked is
+    /// [`Error::NotReplicated`].
     async fn run_durable(&self, script: &Script, cmd: &Cmd) -> Result<Value> {
+        match self.run_replicated(script, cmd).await? {
+            (reply, None) => Ok(reply),
+            (_, Some(short)) => Err(short.into_error(&self.keys.name, script.name)),
+        }
+    }
+
+    /// [`Queue::run`] under the handle's [`Durability`]: under `Replicated`, `WAIT`
+    /// follows the script on the same connection, in the same round trip. The script's
+    /// reply comes back in any case (the script ran on the primary), with what `WAIT`
+    /// answered when fewer replicas than asked confirmed it.
+    async fn run_replicated(
+        &self,
+        script: &Script,
+        cmd: &Cmd,
+    ) -> Result<(Value, Option<Unconfirmed>)> {
         let Durability::Replicated { replicas, timeout } = self.durability else {
-            return self.run(script, cmd).await;
+            return Ok((self.run(script, cmd).await?, None));
         };
         let timeout_ms = timeout.as_millis().max(1) as u64;
         let mut pipe = redis::pipe();
@@ -231,16 +274,12 @@ impl Queue {
                 Value::ServerError(e) => return Err(self.err("WAIT", e.into())),
                 other => return Err(self.protocol("WAIT", format!("{other:?}"))),
             };
-            if acked < i64::from(replicas) {
-                return Err(Error::NotReplicated {
-                    queue: self.keys.name.clone(),
-                    op: script.name,
-                    acked,
-                    wanted: replicas,
-                    timeout_ms,
-                });
-            }
-            return Ok(reply);
+            let short = (acked < i64::from(replicas)).then_some(Unconfirmed {
+                acked,
+                wanted: replicas,
+                timeout_ms,
+            });
+            return Ok((reply, short));
         }
     }
 
@@ -363,6 +402,11 @@ impl Queue {
         // 100 of them out of pending, so a few more calls reach the jobs behind them.
         for _ in 0..CLAIM_ROUNDS {
             let claimed = self.claim_batch(n, worker, visibility).await?;
+            if let Some(short) = claimed.unconfirmed
+                && !claimed.leases.is_empty()
+            {
+                self.note_unconfirmed_claim(short, claimed.leases.len());
+            }
             if !claimed.leases.is_empty() || !claimed.more {
                 return Ok(Claimed {
                     more: false,
@@ -371,6 +415,29 @@ impl Queue {
             }
         }
         Ok(Claimed::default())
+    }
+
+    /// Log a claim the replicas did not confirm, for the callers of [`Queue::claim`],
+    /// whose answer cannot carry it: a warning, then debug lines for 10 s (while the
+    /// replicas are down every claim is one).
+    fn note_unconfirmed_claim(&self, short: Unconfirmed, leases: usize) {
+        static QUIET_UNTIL: Mutex<Option<std::time::Instant>> = Mutex::new(None);
+        const QUIET: Duration = Duration::from_secs(10);
+        let text = format!(
+            "a claim of {leases} job(s) applied on the primary but not confirmed by {} \
+             replica(s) ({short}): its leases are returned; a failover now may let another \
+             worker claim them",
+            short.wanted
+        );
+        let now = std::time::Instant::now();
+        let mut quiet = QUIET_UNTIL.lock().unwrap_or_else(|e| e.into_inner());
+        if quiet.is_some_and(|until| now < until) {
+            tracing::debug!(queue = %self.keys.name, "{text}");
+        } else {
+            *quiet = Some(now + QUIET);
+            tracing::warn!(queue = %self.keys.name,
+                "{text}; claims not confirmed in the next 10s are logged at debug level");
+        }
     }
 
     /// One logical claim, with its `more` flag (see [`Claimed`]). It carries a fresh
@@ -419,7 +486,9 @@ impl Queue {
     /// One claim call with the caller's request id (1 to 256 bytes, e.g. 128 random bits
     /// in hex; see docs/protocol.md, claim). Sending the same id again, with the same or
     /// a larger `n`, after a lost reply returns the leases the first call made (those
-    /// still held) instead of new ones, for as long as the visibility timeout.
+    /// still held) instead of new ones, for as long as the visibility timeout. Under
+    /// `replicated` [`Durability`] the call waits for the replicas; too few confirmations
+    /// are reported in [`Claimed::unconfirmed`], never as an error (the leases are held).
     pub async fn claim_request(
         &self,
         request: &str,
@@ -438,7 +507,7 @@ impl Queue {
         for _ in 0..n {
             cmd.arg(new_token());
         }
-        let reply = self.run(&SCRIPTS.claim, &cmd).await?;
+        let (reply, unconfirmed) = self.run_replicated(&SCRIPTS.claim, &cmd).await?;
         let (jobs, more) = match reply {
             Value::Array(reply) => match <[Value; 2]>::try_from(reply) {
                 Ok([Value::Array(jobs), Value::Int(more)]) => (jobs, more == 1),
@@ -452,6 +521,7 @@ impl Queue {
             leases,
             more,
             first_sent: None,
+            unconfirmed,
         })
     }
 
@@ -464,7 +534,10 @@ impl Queue {
     /// [`CLAIM_RETRIES`] times, and Redis answers a repeat from its record (the settle
     /// part is not applied twice). When this returns a transient error the call may have
     /// run: send it again with the same `request` and the same settles to learn its
-    /// answer. With settles, [`Durability`] applies to the call as to ack and fail.
+    /// answer. Under `replicated` [`Durability`] the call waits for the replicas, as ack,
+    /// fail and claim do; too few confirmations are not an error (the settles were
+    /// applied on the primary and the leases are held there): the answer says so in
+    /// [`Claimed::unconfirmed`], and its leases are to be run as any others.
     pub async fn settle_claim(
         &self,
         request: &str,
@@ -523,12 +596,8 @@ impl Queue {
         }
         let mut wait = CLAIM_RETRY_WAIT;
         let mut retries = 0;
-        let reply = loop {
-            let sent = if settles.is_empty() {
-                self.run(&SCRIPTS.settle_claim, &cmd).await
-            } else {
-                self.run_durable(&SCRIPTS.settle_claim, &cmd).await
-            };
+        let (reply, unconfirmed) = loop {
+            let sent = self.run_replicated(&SCRIPTS.settle_claim, &cmd).await;
             match sent {
                 Err(err) if err.is_transient() && retries < CLAIM_RETRIES => {
                     retries += 1;
@@ -617,6 +686,7 @@ impl Queue {
                 leases,
                 more: more == 1,
                 first_sent: None,
+                unconfirmed,
             },
         })
     }
@@ -728,7 +798,23 @@ impl Queue {
 
     /// Ack many leases; one flag per lease, in order.
     pub async fn ack_many(&self, leases: &[LeaseRef<'_>]) -> Result<Vec<bool>> {
+        match self.ack_many_applied(leases).await? {
+            (flags, None) => Ok(flags),
+            (_, Some(short)) => Err(short.into_error(&self.keys.name, SCRIPTS.ack.name)),
+        }
+    }
+
+    /// [`Queue::ack_many`] that, under `replicated` [`Durability`], reports too few
+    /// replica confirmations beside the flags instead of as
+    /// [`Error::NotReplicated`]: the acks were applied on the primary either way (a
+    /// worker logs it and goes on; a failover before the replicas catch up may bring the
+    /// jobs back, to run again).
+    pub async fn ack_many_applied(
+        &self,
+        leases: &[LeaseRef<'_>],
+    ) -> Result<(Vec<bool>, Option<Unconfirmed>)> {
         let mut out = Vec::with_capacity(leases.len());
+        let mut short = None;
         for chunk in leases.chunks(MAX_BATCH) {
             let job_keys: Vec<Vec<u8>> = chunk.iter().map(|l| self.keys.job_key(l.id)).collect();
             let mut cmd = self.script_cmd(&SCRIPTS.ack, &job_keys);
@@ -736,12 +822,13 @@ impl Queue {
             for lease in chunk {
                 cmd.arg(lease.id).arg(lease.token);
             }
-            let reply = self.run_durable(&SCRIPTS.ack, &cmd).await?;
+            let (reply, unconfirmed) = self.run_replicated(&SCRIPTS.ack, &cmd).await?;
+            short = Unconfirmed::worst(short, unconfirmed);
             let flags = int_array(&reply).filter(|f| f.len() == chunk.len());
             let flags = flags.ok_or_else(|| self.protocol("ack", format!("{reply:?}")))?;
             out.extend(flags.into_iter().map(|f| f == 1));
         }
-        Ok(out)
+        Ok((out, short))
     }
 
     /// Extend one lease by `by` from now (the queue's visibility timeout when `None`).
@@ -789,6 +876,31 @@ impl Queue {
             .await
     }
 
+    /// [`Queue::fail`] that reports too few replica confirmations beside the outcome
+    /// instead of as an error (see [`Queue::ack_many_applied`]).
+    pub async fn fail_applied<'a>(
+        &self,
+        lease: impl Into<LeaseRef<'a>>,
+        error: &str,
+        mode: FailMode,
+        backoff: Backoff,
+    ) -> Result<(FailOutcome, Option<Unconfirmed>)> {
+        self.end_lease_applied(lease.into(), error, mode.as_str(), backoff.as_arg())
+            .await
+    }
+
+    /// [`Queue::release`] that reports too few replica confirmations beside the answer
+    /// instead of as an error (see [`Queue::ack_many_applied`]).
+    pub async fn release_applied<'a>(
+        &self,
+        lease: impl Into<LeaseRef<'a>>,
+    ) -> Result<(bool, Option<Unconfirmed>)> {
+        let (outcome, short) = self
+            .end_lease_applied(lease.into(), "", "release", 0)
+            .await?;
+        Ok((outcome != FailOutcome::Stale, short))
+    }
+
     /// Hand back a lease on a job this worker did not finish (it is shutting down): the
     /// job goes to the front of pending and the attempt is not charged (attempts drops
     /// by one), so a routine restart never dead-letters a job. True when released,
@@ -806,6 +918,19 @@ impl Queue {
         mode: &str,
         backoff: i64,
     ) -> Result<FailOutcome> {
+        match self.end_lease_applied(lease, error, mode, backoff).await? {
+            (outcome, None) => Ok(outcome),
+            (_, Some(short)) => Err(short.into_error(&self.keys.name, SCRIPTS.fail.name)),
+        }
+    }
+
+    async fn end_lease_applied(
+        &self,
+        lease: LeaseRef<'_>,
+        error: &str,
+        mode: &str,
+        backoff: i64,
+    ) -> Result<(FailOutcome, Option<Unconfirmed>)> {
         let job_keys = [self.keys.job_key(lease.id)];
         let mut cmd = self.script_cmd(&SCRIPTS.fail, &job_keys);
         cmd.arg(lease.id)
@@ -813,14 +938,15 @@ impl Queue {
             .arg(error)
             .arg(mode)
             .arg(backoff);
-        let reply = self.run_durable(&SCRIPTS.fail, &cmd).await?;
-        match as_str(&reply) {
-            Some("pending") => Ok(FailOutcome::Pending),
-            Some("delayed") => Ok(FailOutcome::Delayed),
-            Some("dead") => Ok(FailOutcome::Dead),
-            Some("stale") => Ok(FailOutcome::Stale),
-            _ => Err(self.protocol("fail", format!("{reply:?}"))),
-        }
+        let (reply, short) = self.run_replicated(&SCRIPTS.fail, &cmd).await?;
+        let outcome = match as_str(&reply) {
+            Some("pending") => FailOutcome::Pending,
+            Some("delayed") => FailOutcome::Delayed,
+            Some("dead") => FailOutcome::Dead,
+            Some("stale") => FailOutcome::Stale,
+            _ => return Err(self.protocol("fail", format!("{reply:?}"))),
+        };
+        Ok((outcome, short))
     }
 
     /// One reaper pass over at most `batch` expired leases.

@@ -29,7 +29,7 @@ mod types;
 
 pub use client::{Consumer, DEFAULT_MAX_PAYLOAD, ID_DRAWS, Queue, parse_claim_token, reap_due};
 pub use connection::{ConnectOptions, Dedicated, Redis, pem_blocks, redact_url};
-pub use durability::{DEFAULT_WAIT_TIMEOUT, Durability};
+pub use durability::{DEFAULT_WAIT_TIMEOUT, Durability, Unconfirmed};
 pub use error::{Error, Result, TlsProblem};
 pub use keys::{DEFAULT_PREFIX, MAX_ID_LEN, QueueKeys, validate_id, validate_tag};
 pub use partitioned::{

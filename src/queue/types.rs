@@ -345,6 +345,12 @@ pub struct Claimed {
     /// after this call did), so a local deadline for these leases counts from here.
     /// `None`: the leases were made by this call (sent after the caller called it).
     pub first_sent: Option<tokio::time::Instant>,
+    /// Under `replicated` durability: the call ran on the primary (its leases are held
+    /// there, and a `settle_claim`'s acks and fails were applied there) but fewer
+    /// replicas than asked confirmed it in time. The leases are to be run all the same; a
+    /// failover before the replicas catch up may undo the call (see
+    /// [`super::Durability`]).
+    pub unconfirmed: Option<super::Unconfirmed>,
 }
 
 /// A lease to end in the settle part of [`crate::queue::Queue::settle_claim`]: what the

@@ -6,8 +6,9 @@
 use std::time::Duration;
 
 use crate::queue::{
-    Backoff, Durability, FailMode, FailOutcome, Lease, LeaseRef, PartitionWaiter, PartitionedQueue,
-    Queue, QueueSettings, ReapOutcome, Result, Settle, Settled, SettledClaim,
+    Backoff, Claimed, Durability, FailMode, FailOutcome, Lease, LeaseRef, PartitionWaiter,
+    PartitionedQueue, Queue, QueueSettings, ReapOutcome, Result, Settle, Settled, SettledClaim,
+    Unconfirmed,
 };
 
 /// One queue or N partitions (see `crate::queue::PartitionedQueue`).
@@ -44,6 +45,15 @@ impl JobSource {
         match self {
             JobSource::One(q) => q.published_durability().await,
             JobSource::Partitioned(q) => q.partition(0)?.published_durability().await,
+        }
+    }
+
+    /// Whether commands follow the primary through failovers (Sentinel): a `READONLY`
+    /// reply then means a failover under way, not a replica given by mistake.
+    pub(crate) fn follows_primary(&self) -> bool {
+        match self {
+            JobSource::One(q) => q.redis().is_sentinel(),
+            JobSource::Partitioned(q) => q.partitions().iter().all(|p| p.redis().is_sentinel()),
         }
     }
 
@@ -86,43 +96,68 @@ impl JobSource {
         let acks: Vec<usize> = (0..settles.len())
             .filter(|&i| matches!(settles[i], Settle::Ack(_)))
             .collect();
+        let mut short = None;
         if !acks.is_empty() {
             let refs: Vec<LeaseRef<'_>> = acks.iter().map(|&i| settles[i].lease()).collect();
-            for (&i, ok) in acks.iter().zip(q.ack_many(&refs).await?) {
+            let (flags, unconfirmed) = acks_per_partition(q, &refs).await?;
+            short = Unconfirmed::worst(short, unconfirmed);
+            for (&i, ok) in acks.iter().zip(flags) {
                 if ok {
                     settled[i] = Settled::Acked;
                 }
             }
         }
         for (i, settle) in settles.iter().enumerate() {
-            let outcome = match *settle {
+            let (outcome, unconfirmed) = match *settle {
                 Settle::Ack(_) => continue,
                 Settle::Fail {
                     lease,
                     error,
                     mode,
                     backoff,
-                } => q.fail(lease, error, mode, backoff).await?,
+                } => {
+                    q.partition(lease.partition)?
+                        .fail_applied(lease, error, mode, backoff)
+                        .await?
+                }
                 Settle::Release(lease) => {
-                    if q.release(lease).await? {
+                    let (released, unconfirmed) =
+                        q.partition(lease.partition)?.release_applied(lease).await?;
+                    let outcome = if released {
                         FailOutcome::Pending
                     } else {
                         FailOutcome::Stale
-                    }
+                    };
+                    (outcome, unconfirmed)
                 }
             };
+            short = Unconfirmed::worst(short, unconfirmed);
             if outcome != FailOutcome::Stale {
                 settled[i] = Settled::Moved(outcome);
             }
         }
+        // Under `replicated`, a claim that was not confirmed is logged where it is made
+        // and its leases come back all the same.
         let claimed = q.claim_batch(n, worker, visibility).await?;
-        Ok(SettledClaim { settled, claimed })
+        let unconfirmed = Unconfirmed::worst(short, claimed.unconfirmed);
+        Ok(SettledClaim {
+            settled,
+            claimed: Claimed {
+                unconfirmed,
+                ..claimed
+            },
+        })
     }
 
-    pub(crate) async fn ack_many(&self, leases: &[LeaseRef<'_>]) -> Result<Vec<bool>> {
+    /// Ack many leases; one flag per lease, in order, and whether the replicas confirmed
+    /// (see [`Queue::ack_many_applied`]).
+    pub(crate) async fn ack_many(
+        &self,
+        leases: &[LeaseRef<'_>],
+    ) -> Result<(Vec<bool>, Option<Unconfirmed>)> {
         match self {
-            JobSource::One(q) => q.ack_many(leases).await,
-            JobSource::Partitioned(q) => q.ack_many(leases).await,
+            JobSource::One(q) => q.ack_many_applied(leases).await,
+            JobSource::Partitioned(q) => acks_per_partition(q, leases).await,
         }
     }
 
@@ -137,24 +172,31 @@ impl JobSource {
         }
     }
 
+    /// The lease's queue: the one queue, or the partition the lease names.
+    fn queue_of(&self, lease: &Lease) -> Result<&Queue> {
+        match self {
+            JobSource::One(q) => Ok(q),
+            JobSource::Partitioned(q) => q.partition(lease.partition),
+        }
+    }
+
+    /// Fail a lease; and whether the replicas confirmed (see [`Queue::fail_applied`]).
     pub(crate) async fn fail(
         &self,
         lease: &Lease,
         error: &str,
         mode: FailMode,
         backoff: Backoff,
-    ) -> Result<FailOutcome> {
-        match self {
-            JobSource::One(q) => q.fail(lease, error, mode, backoff).await,
-            JobSource::Partitioned(q) => q.fail(lease, error, mode, backoff).await,
-        }
+    ) -> Result<(FailOutcome, Option<Unconfirmed>)> {
+        self.queue_of(lease)?
+            .fail_applied(lease, error, mode, backoff)
+            .await
     }
 
-    pub(crate) async fn release(&self, lease: &Lease) -> Result<bool> {
-        match self {
-            JobSource::One(q) => q.release(lease).await,
-            JobSource::Partitioned(q) => q.release(lease).await,
-        }
+    /// Release a lease; and whether the replicas confirmed (see
+    /// [`Queue::release_applied`]).
+    pub(crate) async fn release(&self, lease: &Lease) -> Result<(bool, Option<Unconfirmed>)> {
+        self.queue_of(lease)?.release_applied(lease).await
     }
 
     pub(crate) async fn settings(&self) -> Result<QueueSettings> {
@@ -177,6 +219,32 @@ impl JobSource {
             JobSource::Partitioned(q) => q.reap_expired(batch, max_calls).await,
         }
     }
+}
+
+/// Acks sent to the partitions the leases name, in parallel: one flag per lease, in
+/// order, and the worst shortfall of replica confirmations.
+async fn acks_per_partition(
+    q: &PartitionedQueue,
+    leases: &[LeaseRef<'_>],
+) -> Result<(Vec<bool>, Option<Unconfirmed>)> {
+    let mut by_partition: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+    for (i, lease) in leases.iter().enumerate() {
+        by_partition.entry(lease.partition).or_default().push(i);
+    }
+    let calls = by_partition.iter().map(|(&p, which)| async move {
+        let refs: Vec<LeaseRef<'_>> = which.iter().map(|&i| leases[i]).collect();
+        q.partition(p)?.ack_many_applied(&refs).await
+    });
+    let answers = futures::future::try_join_all(calls).await?;
+    let mut flags = vec![false; leases.len()];
+    let mut short = None;
+    for (which, (answer, unconfirmed)) in by_partition.values().zip(answers) {
+        short = Unconfirmed::worst(short, unconfirmed);
+        for (&i, ok) in which.iter().zip(answer) {
+            flags[i] = ok;
+        }
+    }
+    Ok((flags, short))
 }
 
 /// The idle wait of a partitioned source: one BLPOP per partition (see

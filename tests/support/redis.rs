@@ -86,6 +86,29 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// A replica of `primary` (`--replicaof`), returned once its link to the primary is
+    /// up and the first sync is done: it then refuses writes with `READONLY`.
+    pub fn start_replica_of(primary: &RedisServer) -> RedisServer {
+        let replica = Self::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
+        let mut conn = replica.conn();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut conn)
+                .unwrap_or_default();
+            if info.contains("master_link_status:up") && !info.contains("master_sync_in_progress:1")
+            {
+                return replica;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the replica's link to the primary is not up after 30s: {info}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// A plain synchronous connection for test set-up and inspection.
     pub fn conn(&self) -> redis::Connection {
         redis::Client::open(self.url())
