@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use tokio::time::Instant;
 use redis::{Cmd, ToRedisArgs, Value};
 
 use super::MAX_BATCH;
@@ -26,6 +27,17 @@ const CLAIM_ROUNDS: usize = 10;
 /// each time). Script calls are never repeated by the connection itself.
 const CLAIM_RETRIES: u32 = 3;
 const CLAIM_RETRY_WAIT: Duration = Duration::from_millis(100);
+
+/// The longest a request record of claim and settle_claim lives in Redis (the
+/// visibility when shorter; `RECORD_MS` of lua/include/request_record.lua): a call sent
+/// again with its request id after that is a new call.
+pub const REQUEST_RECORD_LIFE: Duration = Duration::from_secs(60);
+
+/// How long after its first send a claim or settle_claim is sent again with the same
+/// request id, at most: half the record's life, so a resend reaches Redis while the
+/// record is there even when it travels as long as a response timeout. After this the
+/// call is given up (or, by the worker runtime, sent with a fresh request id).
+pub const REQUEST_RETRY_WINDOW: Duration = Duration::from_secs(30);
 
 /// How many ids a job enqueued without one gets at most: the first, and new ones while
 /// enqueue reports the drawn id as taken.
@@ -54,6 +66,9 @@ struct Unanswered {
     n: usize,
     visibility: Option<Duration>,
     request: String,
+    /// When it was first sent: its request id is reused only inside
+    /// [`REQUEST_RETRY_WINDOW`] from then.
+    first_sent: Instant,
 }
 
 /// The default client-side payload limit: 64 MiB. Redis takes up to 512 MiB per value
@@ -358,9 +373,11 @@ impl Queue {
 
     /// One logical claim, with its `more` flag (see [`Claimed`]). It carries a fresh
     /// request id, or the id of this worker's last claim (of the same `visibility`, for
-    /// at most `n` jobs) whose reply was lost. After a lost reply (a timeout or a broken connection) the
-    /// call is sent again with the same id, up to [`CLAIM_RETRIES`] times: Redis answers
-    /// a repeated id with the leases it made for it, so none is leased to nobody.
+    /// at most `n` jobs, sent first less than [`REQUEST_RETRY_WINDOW`] ago) whose reply
+    /// was lost: then it is that claim again, with its `n`. After a lost reply (a timeout
+    /// or a broken connection) the call is sent again with the same id and arguments, up
+    /// to [`CLAIM_RETRIES`] times inside the window: Redis answers a repeated id with the
+    /// leases it made for it, so none is leased to nobody.
     pub async fn claim_batch(
         &self,
         n: usize,
@@ -368,16 +385,16 @@ impl Queue {
         visibility: Option<Duration>,
     ) -> Result<Claimed> {
         check_count("n", n)?;
-        let request = self
+        let (request, n, first_sent) = self
             .take_unanswered(worker, n, visibility)
-            .unwrap_or_else(new_token);
+            .unwrap_or_else(|| (new_token(), n, Instant::now()));
         let mut wait = CLAIM_RETRY_WAIT;
         let mut retries = 0;
         loop {
             match self.claim_request(&request, n, worker, visibility).await {
                 Err(err) if err.is_transient() => {
-                    if retries == CLAIM_RETRIES {
-                        self.remember_unanswered(worker, n, visibility, request);
+                    if retries == CLAIM_RETRIES || !within_window(first_sent, wait) {
+                        self.remember_unanswered(worker, n, visibility, request, first_sent);
                         return Err(err);
                     }
                     retries += 1;
@@ -390,9 +407,11 @@ impl Queue {
     }
 
     /// One claim call with the caller's request id (1 to 256 bytes, e.g. 128 random bits
-    /// in hex; see docs/protocol.md, claim). Sending the same id again, with the same or
-    /// a larger `n`, after a lost reply returns the leases the first call made (those
-    /// still held) instead of new ones, for as long as the visibility timeout.
+    /// in hex; see docs/protocol.md, claim). Sending the same id again from the same
+    /// `worker` with the same `n` and `visibility` after a lost reply returns the leases
+    /// the first call made (those still held) instead of new ones, while its record lives
+    /// (the visibility, at most [`REQUEST_RECORD_LIFE`]); the id sent by another worker or
+    /// with other arguments is refused ([`Error::Rejected`], `invalid request`).
     pub async fn claim_request(
         &self,
         request: &str,
@@ -430,10 +449,12 @@ impl Queue {
     /// nothing and never keeps the claim from happening), then the claim runs as
     /// [`Queue::claim_request`]. `request` identifies the call (1 to 256 bytes, e.g.
     /// [`new_token`]); a lost reply is sent again with the same request id up to
-    /// [`CLAIM_RETRIES`] times, and Redis answers a repeat from its record (the settle
-    /// part is not applied twice). When this returns a transient error the call may have
-    /// run: send it again with the same `request` and the same settles to learn its
-    /// answer. With settles, [`Durability`] applies to the call as to ack and fail.
+    /// [`CLAIM_RETRIES`] times inside [`REQUEST_RETRY_WINDOW`], and Redis answers a repeat
+    /// from its record (the settle part is not applied twice). When this returns a
+    /// transient error the call may have run: send it again with the same `request`,
+    /// `worker`, `n`, `visibility` and settles, within [`REQUEST_RETRY_WINDOW`] of the
+    /// first send, to learn its answer (other arguments under the same id are refused).
+    /// With settles, [`Durability`] applies to the call as to ack and fail.
     pub async fn settle_claim(
         &self,
         request: &str,
@@ -492,6 +513,7 @@ impl Queue {
         }
         let mut wait = CLAIM_RETRY_WAIT;
         let mut retries = 0;
+        let first_sent = Instant::now();
         let reply = loop {
             let sent = if settles.is_empty() {
                 self.run(&SCRIPTS.settle_claim, &cmd).await
@@ -499,7 +521,11 @@ impl Queue {
                 self.run_durable(&SCRIPTS.settle_claim, &cmd).await
             };
             match sent {
-                Err(err) if err.is_transient() && retries < CLAIM_RETRIES => {
+                Err(err)
+                    if err.is_transient()
+                        && retries < CLAIM_RETRIES
+                        && within_window(first_sent, wait) =>
+                {
                     retries += 1;
                     tokio::time::sleep(wait).await;
                     wait *= 2;
@@ -589,19 +615,26 @@ impl Queue {
         })
     }
 
+    /// The lost claim of `worker` to send again in place of a new claim of `n` jobs:
+    /// its request id, its `n` and when it was first sent.
     fn take_unanswered(
         &self,
         worker: &str,
         n: usize,
         visibility: Option<Duration>,
-    ) -> Option<String> {
+    ) -> Option<(String, usize, Instant)> {
         let mut unanswered = self.unanswered.lock().unwrap_or_else(|e| e.into_inner());
         let last = unanswered.remove(worker)?;
-        // A replay answers at most the `last.n` leases recorded, so any claim of the same
-        // visibility asking for as many or more can carry the lost request's id (a
-        // worker's free slots only grow while it waits to try again). A smaller claim
-        // could not take them all: it is another request.
-        (last.n <= n && last.visibility == visibility).then_some(last.request)
+        // A replay answers at most the `last.n` leases recorded, so a claim of the same
+        // visibility with as many free slots or more can be that claim again, sent with
+        // its own arguments (a record answers only the same ones; a worker's free slots
+        // only grow while it waits to try again). A smaller claim could not take them
+        // all, and a claim after the retry window would find the record gone: those are
+        // new requests, and the lost claim's leases go to the reaper.
+        (last.n <= n
+            && last.visibility == visibility
+            && within_window(last.first_sent, Duration::ZERO))
+        .then_some((last.request, last.n, last.first_sent))
     }
 
     fn remember_unanswered(
@@ -610,6 +643,7 @@ impl Queue {
         n: usize,
         visibility: Option<Duration>,
         request: String,
+        first_sent: Instant,
     ) {
         let mut unanswered = self.unanswered.lock().unwrap_or_else(|e| e.into_inner());
         unanswered.insert(
@@ -618,6 +652,7 @@ impl Queue {
                 n,
                 visibility,
                 request,
+                first_sent,
             },
         );
     }
@@ -1403,6 +1438,12 @@ fn time_ms(reply: Value) -> std::result::Result<i64, String> {
     let (secs, micros): (i64, i64) =
         redis::from_redis_value(reply).map_err(|e| format!("TIME: {e}"))?;
     Ok(secs * 1000 + micros / 1000)
+}
+
+/// Whether a call first sent at `first_sent` can still be sent again with its request id
+/// after waiting `wait`: the resend leaves inside [`REQUEST_RETRY_WINDOW`].
+fn within_window(first_sent: Instant, wait: Duration) -> bool {
+    first_sent.elapsed() + wait < REQUEST_RETRY_WINDOW
 }
 
 /// A claim request id is 1 to 256 bytes (it is part of a key name).

@@ -29,8 +29,8 @@ use super::source::{JobSource, PartitionWake};
 use super::{Counters, JobContext, JobError, MAX_ERROR_TEXT, RetryDelay, Worker, WorkerStats};
 use crate::duration;
 use crate::queue::{
-    Dedicated, Error, FailMode, FailOutcome, JobId, Lease, LeaseRef, MAX_BATCH, Result, Settle,
-    Settled, new_token,
+    Dedicated, Error, FailMode, FailOutcome, JobId, Lease, LeaseRef, MAX_BATCH,
+    REQUEST_RETRY_WINDOW, Result, Settle, Settled, new_token,
 };
 use crate::shutdown::Signals;
 
@@ -509,9 +509,12 @@ async fn claim_until_shutdown<H, F>(
 /// answer says what became of each ending (counted and logged here). When the call
 /// fails, it is sent again, unchanged (same request id), while the failure is transient
 /// and the shutdown deadline has not passed, so the endings are settled exactly once; a
-/// claim with nothing to settle is not repeated (the loop claims anew). When it gave up,
-/// how long to wait before the next claim: an ending's lease then expires and its job
-/// runs again (at-least-once).
+/// claim with nothing to settle is not repeated (the loop claims anew). Past
+/// [`REQUEST_RETRY_WINDOW`] from its first send, the request's record may be gone from
+/// Redis: the call is then sent with a fresh request id (each ending is still applied at
+/// most once, by its token; one the lost call applied is answered stale, and leases the
+/// lost call made expire to the reaper). When it gave up, how long to wait before the
+/// next claim: an ending's lease then expires and its job runs again (at-least-once).
 async fn settle_and_claim(
     shared: &Shared,
     endings: &[Ending],
@@ -523,7 +526,8 @@ async fn settle_and_claim(
         .iter()
         .map(|e| e.settle(shared.retry_backoff))
         .collect();
-    let request = new_token();
+    let mut request = new_token();
+    let mut first_sent = tokio::time::Instant::now();
     let reply = loop {
         let sent = shared
             .queue
@@ -542,6 +546,12 @@ async fn settle_and_claim(
                 tokio::select! {
                     _ = shared.hard_stop.cancelled() => break None,
                     _ = tokio::time::sleep(wait) => {}
+                }
+                if first_sent.elapsed() >= REQUEST_RETRY_WINDOW {
+                    warn!(queue = %shared.queue_name, endings = endings.len(),
+                        "ending leases: no answer within the retry window; sending the call as a new request (leases the unanswered one made expire to the reaper)");
+                    request = new_token();
+                    first_sent = tokio::time::Instant::now();
                 }
             }
             Err(err) => {
