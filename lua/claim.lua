@@ -9,8 +9,9 @@
   KEYS[6] P:{T}:stats        HASH  counters claimed, orphans, set_aside
   KEYS[7] P:{T}:wake         LIST  trimmed to the length of pending (claim pushes none)
   KEYS[8] P:{T}:orphans      ZSET  id -> ms it was set aside (ids whose hash is absent)
-  KEYS[9] P:{T}:claimreq:<request>  LIST  the answer of this claim request: more, then
-                                     id, claim_token per lease; expires with the leases
+  KEYS[9] P:{T}:claimreq:<request>  LIST  the record of this claim request: its head
+                                     <more>:<n>:<visibility>:<worker>, then id, claim_token
+                                     per lease; lives the visibility, at most 60 s
 
   ARGV[1]        job-key prefix P:{T}:job:  (job keys are built as ARGV[1]..id)
   ARGV[2]        n, the most jobs to claim, 1..1000
@@ -31,12 +32,18 @@
            with fewer than n jobs and ready work may be left (call again at once rather
            than wait for a wake marker), else 0.
 
-  Retry-safe: a claim that leased jobs records its ids and tokens in KEYS[9] (PEXPIRE =
-  the visibility used). A call whose KEYS[9] holds a record claims nothing new: it
-  answers the recorded leases this request still holds (status processing with the
-  recorded token; current attempts and lease_until), in the recorded order, with the
-  recorded more, and counts `replayed`. So a caller whose reply was lost repeats the
-  call with the same request id and gets the same leases, with no attempt charged twice.
+  Retry-safe: a claim that leased jobs records its ids and tokens in KEYS[9], after a
+  head naming its more, n, visibility (ARGV[4] as a number, 0 for meta's) and worker
+  (PEXPIRE = the visibility used, at most 60 s: the retry window). A call whose KEYS[9]
+  holds a record claims nothing new. When the record's worker, n and visibility are the
+  call's, it answers the recorded leases this request still holds (status processing
+  with the recorded token; current attempts and lease_until), in the recorded order,
+  with the recorded more, and counts `replayed`: a caller whose reply was lost repeats
+  the call with the same request id, worker and arguments (fresh slot tokens are fine)
+  and gets the same leases, with no attempt charged twice. Otherwise the call fails with
+  `invalid request` and changes nothing; so does a request id whose key holds a
+  settle_claim record (a string). A record whose head is more alone (written by an
+  earlier release) is answered as before.
 
   First moves up to 100 due delayed jobs (earliest run_at first) to the back of pending.
   Then takes ids from the front of pending, at most n + 100 ids per call. An id whose

@@ -14,10 +14,11 @@
   KEYS[7] P:{T}:wake         LIST  trimmed as by claim; markers as by fail
   KEYS[8] P:{T}:orphans      ZSET  id -> ms it was set aside
   KEYS[9] P:{T}:claimreq:<request>  STRING  the answer of this request, for its retries:
-                                     a MessagePack array of more, a, f, the leases'
-                                     claim_token ('' when none), the a ack results, the
-                                     f fail outcomes, then the id of each lease; expires
-                                     with the leases
+                                     a MessagePack array of the worker, the SHA-1 (hex)
+                                     of the MessagePack array of ARGV, more, a, f, the
+                                     leases' claim_token ('' when none), the a ack
+                                     results, the f fail outcomes, then the id of each
+                                     lease; lives the visibility, at most 60 s
 
   ARGV[1]        job-key prefix P:{T}:job:  (job keys are built as ARGV[1]..id)
   ARGV[2]        n, the most jobs to claim, 1..1000
@@ -53,12 +54,18 @@
   by it. With a = f = 0 the call is a claim.
 
   Retry-safe: a call that leased a job or settled anything records its answer in KEYS[9]
-  (expiring at now + the visibility used, as the leases do: SET ... PXAT). A call whose
-  KEYS[9] holds a record changes nothing: it answers the recorded ack results and fail
-  outcomes (the settle part is not run again, so a failure is never applied twice), the
-  recorded leases this request still holds (as claim's retry), and the recorded more; it
-  counts `replayed`. A retry must
-  send the same arguments as the call it repeats.
+  (expiring at now + the visibility used, at most 60 s: SET ... PXAT). A call whose
+  KEYS[9] holds a record changes nothing. When the record's worker is ARGV[3] and its
+  digest that of this call's ARGV (a retry sends the same arguments, byte for byte), it
+  answers the recorded ack results and fail outcomes (the settle part is not run again,
+  so a failure is never applied twice), the recorded leases this request still holds (as
+  claim's retry), and the recorded more; it counts `replayed`. Otherwise it fails with
+  `invalid request`; so does a request id whose key holds a claim record (a list). A
+  record whose first entry is a number (written by an earlier release) is answered as
+  before.
+  A lease's claim_token names the request that made it (<request> above); the call
+  deletes the records of the requests that made the leases it acks or fails: their
+  reply arrived (the caller holds the token), so they are not sent again.
   A failed call leaves every key as it was, as claim.
 ]]
 

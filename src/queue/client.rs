@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::time::Instant;
 use redis::{Cmd, ToRedisArgs, Value};
+use tokio::time::Instant;
 
 use super::MAX_BATCH;
 use super::connection::{Dedicated, Redis};
@@ -463,6 +463,22 @@ impl Queue {
         worker: &str,
         visibility: Option<Duration>,
     ) -> Result<SettledClaim> {
+        self.settle_claim_since(request, Instant::now(), settles, n, worker, visibility)
+            .await
+    }
+
+    /// [`Queue::settle_claim`] for a call first sent at `first_sent` (a caller sending
+    /// it again after a transient error): it is resent here only while the resend
+    /// leaves inside [`REQUEST_RETRY_WINDOW`] from then.
+    pub async fn settle_claim_since(
+        &self,
+        request: &str,
+        first_sent: Instant,
+        settles: &[Settle<'_>],
+        n: usize,
+        worker: &str,
+        visibility: Option<Duration>,
+    ) -> Result<SettledClaim> {
         check_count("n", n)?;
         validate_request(request)?;
         if settles.len() > MAX_BATCH {
@@ -513,7 +529,6 @@ impl Queue {
         }
         let mut wait = CLAIM_RETRY_WAIT;
         let mut retries = 0;
-        let first_sent = Instant::now();
         let reply = loop {
             let sent = if settles.is_empty() {
                 self.run(&SCRIPTS.settle_claim, &cmd).await
@@ -1442,7 +1457,7 @@ fn time_ms(reply: Value) -> std::result::Result<i64, String> {
 
 /// Whether a call first sent at `first_sent` can still be sent again with its request id
 /// after waiting `wait`: the resend leaves inside [`REQUEST_RETRY_WINDOW`].
-fn within_window(first_sent: Instant, wait: Duration) -> bool {
+pub(crate) fn within_window(first_sent: Instant, wait: Duration) -> bool {
     first_sent.elapsed() + wait < REQUEST_RETRY_WINDOW
 }
 
@@ -1577,6 +1592,23 @@ fn parse_lease(v: Value) -> std::result::Result<Lease, Unreadable> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_id_is_resent_only_inside_the_retry_window() {
+        // The window ends well inside the record's life in Redis (60 s), leaving room for
+        // a resend that travels as long as the default response timeout (10 s).
+        assert!(REQUEST_RETRY_WINDOW + Duration::from_secs(10) < REQUEST_RECORD_LIFE);
+        let now = Instant::now();
+        assert!(within_window(now, CLAIM_RETRY_WAIT));
+        let late = now.checked_sub(Duration::from_secs(29)).unwrap();
+        assert!(
+            !within_window(late, Duration::from_secs(2)),
+            "the wait ends past the window"
+        );
+        assert!(within_window(late, Duration::ZERO));
+        let gone = now.checked_sub(REQUEST_RETRY_WINDOW).unwrap();
+        assert!(!within_window(gone, Duration::ZERO));
+    }
 
     #[test]
     fn a_claim_token_carries_claimed_at_and_the_worker() {

@@ -27,6 +27,7 @@ mod settings;
 mod stats;
 mod types;
 
+pub(crate) use client::within_window;
 pub use client::{
     Consumer, DEFAULT_MAX_PAYLOAD, ID_DRAWS, Queue, REQUEST_RECORD_LIFE, REQUEST_RETRY_WINDOW,
     parse_claim_token, reap_due,

@@ -29,8 +29,8 @@ use super::source::{JobSource, PartitionWake};
 use super::{Counters, JobContext, JobError, MAX_ERROR_TEXT, RetryDelay, Worker, WorkerStats};
 use crate::duration;
 use crate::queue::{
-    Dedicated, Error, FailMode, FailOutcome, JobId, Lease, LeaseRef, MAX_BATCH,
-    REQUEST_RETRY_WINDOW, Result, Settle, Settled, new_token,
+    Dedicated, Error, FailMode, FailOutcome, JobId, Lease, LeaseRef, MAX_BATCH, Result, Settle,
+    Settled, new_token, within_window,
 };
 use crate::shutdown::Signals;
 
@@ -510,7 +510,7 @@ async fn claim_until_shutdown<H, F>(
 /// fails, it is sent again, unchanged (same request id), while the failure is transient
 /// and the shutdown deadline has not passed, so the endings are settled exactly once; a
 /// claim with nothing to settle is not repeated (the loop claims anew). Past
-/// [`REQUEST_RETRY_WINDOW`] from its first send, the request's record may be gone from
+/// [`crate::queue::REQUEST_RETRY_WINDOW`] from its first send, the request's record may be gone from
 /// Redis: the call is then sent with a fresh request id (each ending is still applied at
 /// most once, by its token; one the lost call applied is answered stale, and leases the
 /// lost call made expire to the reaper). When it gave up, how long to wait before the
@@ -531,7 +531,14 @@ async fn settle_and_claim(
     let reply = loop {
         let sent = shared
             .queue
-            .settle_claim(&request, &settles, n, &shared.worker_id, Some(lease_len))
+            .settle_claim(
+                &request,
+                first_sent,
+                &settles,
+                n,
+                &shared.worker_id,
+                Some(lease_len),
+            )
             .await;
         match sent {
             Ok(reply) => break Some(reply),
@@ -543,11 +550,12 @@ async fn settle_and_claim(
             Err(err) if err.is_transient() && !shared.hard_stop.is_cancelled() => {
                 let wait = delay.next_delay();
                 shared.redis_error("ending leases and claiming", &err, wait);
+                let fresh = !within_window(first_sent, wait);
                 tokio::select! {
                     _ = shared.hard_stop.cancelled() => break None,
                     _ = tokio::time::sleep(wait) => {}
                 }
-                if first_sent.elapsed() >= REQUEST_RETRY_WINDOW {
+                if fresh {
                     warn!(queue = %shared.queue_name, endings = endings.len(),
                         "ending leases: no answer within the retry window; sending the call as a new request (leases the unanswered one made expire to the reaper)");
                     request = new_token();
