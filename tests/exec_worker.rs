@@ -22,6 +22,18 @@ struct ExecWorker {
 
 impl ExecWorker {
     fn start(server: &RedisServer, tag: &str, out: &Path, flags: &[&str], script: &str) -> Self {
+        Self::start_with_env(server, tag, out, flags, &[], script)
+    }
+
+    /// [`ExecWorker::start`] with more variables in the worker's environment.
+    fn start_with_env(
+        server: &RedisServer,
+        tag: &str,
+        out: &Path,
+        flags: &[&str],
+        env: &[(&str, &str)],
+        script: &str,
+    ) -> Self {
         let log = out.join(format!("worker-{tag}.log"));
         let child = Command::new(BIN)
             .args(["worker", "--redis", &server.url(), "--tag", tag])
@@ -29,6 +41,7 @@ impl ExecWorker {
             .args(["--exec", "sh", "-c", script])
             .env("OUT", out)
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
@@ -46,6 +59,14 @@ impl ExecWorker {
 
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Panic with the worker's log if it has exited: for waits that a dead worker would
+    /// otherwise only end by their deadline.
+    fn assert_running(&mut self) {
+        if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+            panic!("the worker exited ({status}):\n{}", self.log());
+        }
     }
 
     fn signal(&self, sig: i32) {
@@ -551,4 +572,122 @@ async fn losing_redis_is_one_warning_not_one_per_retry() {
     let _ = child.kill();
     let _ = child.wait();
     assert_eq!(retries("WARN") + retries("ERROR"), 1, "{}", read());
+}
+
+/// A job whose id is longer than the environment can carry (written straight into Redis,
+/// as a release before the id limit could have stored it): starting its command fails
+/// with E2BIG, which belongs to that job alone. The job fails (retried, then dead-lettered
+/// as usual) with the reason in `last_error`; the worker keeps running and the jobs
+/// behind it run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_id_the_environment_cannot_carry_fails_alone() {
+    use redis::Commands;
+    let server = RedisServer::start();
+    let settings = QueueSettings {
+        max_attempts: 2,
+        backoff_initial: Duration::from_millis(1),
+        backoff_max: Duration::from_millis(1),
+        ..Default::default()
+    };
+    let queue = queue_with(&server, "e2big", settings).await;
+    let long_id = "L".repeat(128 * 1024);
+    let mut conn = server.conn();
+    let () = conn
+        .hset(format!("jq:{{e2big}}:job:{long_id}"), "payload", "x")
+        .unwrap();
+    let () = conn.lpush("jq:{e2big}:pending", &long_id).unwrap();
+    for id in ["a", "b", "c"] {
+        queue.enqueue(NewJob::new("").id(id)).await.unwrap();
+    }
+    let out = tempfile::tempdir().unwrap();
+    let mut worker = ExecWorker::start(
+        &server,
+        "e2big",
+        out.path(),
+        &[],
+        r#"touch "$OUT/$JOBQUEUE_JOB_ID""#,
+    );
+    eventually("the long id dead and the others acked", || {
+        worker.assert_running();
+        let queue = &queue;
+        async move {
+            let stats = queue.stats().await.unwrap();
+            stats.dead == 1 && stats.acked == 3
+        }
+    })
+    .await;
+    for id in ["a", "b", "c"] {
+        assert!(out.path().join(id).exists(), "{id} ran");
+    }
+    let job = queue.job(&long_id).await.unwrap().unwrap();
+    assert_eq!(
+        job.attempts, 2,
+        "retried, then dead-lettered by max attempts"
+    );
+    let error = job.last_error.unwrap();
+    assert!(
+        error.starts_with("cannot start this job's command: sh: Argument list too long")
+            && error.ends_with(
+                "(the job's id is 131072 bytes, over the limit of 1024 that enqueue keeps to)"
+            ),
+        "{error}"
+    );
+    let (exit, log) = worker.terminate().await;
+    assert!(exit.success(), "{exit:?}\n{log}");
+}
+
+/// The worker's own credentials (the Redis URL, which may carry a password, and the
+/// password variables) never reach the command unless the worker is told to pass them
+/// with `--exec-keep-credentials`; the rest of the environment does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_gets_no_credentials_unless_asked() {
+    let server = RedisServer::start();
+    let queue = queue_with(&server, "env", QueueSettings::default()).await;
+    let out = tempfile::tempdir().unwrap();
+    let url = server.url();
+    let secrets = [
+        ("JOBQUEUE_REDIS_URL", url.as_str()),
+        ("JOBQUEUE_REDIS_PASSWORD", "redis-pw-s3cret"),
+        ("JOBQUEUE_SENTINEL_PASSWORD", "sentinel-pw-s3cret"),
+    ];
+    let script = r#"env > "$OUT/$JOBQUEUE_JOB_ID.tmp" && mv "$OUT/$JOBQUEUE_JOB_ID.tmp" "$OUT/$JOBQUEUE_JOB_ID""#;
+    let run = async |flags: &[&str], env: &[(&str, &str)], id: &str| {
+        let mut worker = ExecWorker::start_with_env(&server, "env", out.path(), flags, env, script);
+        queue.enqueue(NewJob::new("").id(id)).await.unwrap();
+        let path = out.path().join(id);
+        eventually(&format!("job {id} ran"), || {
+            worker.assert_running();
+            let exists = path.exists();
+            async move { exists }
+        })
+        .await;
+        let (exit, log) = worker.terminate().await;
+        assert!(exit.success(), "{exit:?}\n{log}");
+        std::fs::read_to_string(&path).unwrap()
+    };
+
+    let env = run(&[], &secrets, "stripped").await;
+    for (name, value) in secrets {
+        assert!(
+            !env.contains(&format!("{name}=")) && !env.contains(value),
+            "{name} reached the command:\n{env}"
+        );
+    }
+    assert!(env.contains("JOBQUEUE_JOB_ID=stripped"), "{env}");
+    assert!(
+        env.contains(&format!("OUT={}", out.path().display())),
+        "{env}"
+    );
+
+    let env = run(&["--exec-keep-credentials"], &secrets, "kept").await;
+    for (name, value) in secrets {
+        assert!(
+            env.contains(&format!("{name}={value}")),
+            "{name} was not kept:\n{env}"
+        );
+    }
+    let mut with_env = secrets.to_vec();
+    with_env.push(("JOBQUEUE_EXEC_KEEP_CREDENTIALS", "true"));
+    let env = run(&[], &with_env, "kept-by-env").await;
+    assert!(env.contains(&format!("JOBQUEUE_REDIS_URL={url}")), "{env}");
 }

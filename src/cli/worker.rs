@@ -28,9 +28,14 @@ What the command gets and how its exit is read:
   JOBQUEUE_ATTEMPT      1 on the first run, 2 on the first retry, ...
   JOBQUEUE_QUEUE        the queue, e.g. jq:{emails}
   JOBQUEUE_WORKER_ID    this worker's id
+  environment           the worker's, less its credentials (JOBQUEUE_REDIS_URL, the
+                        passwords, the TLS client key; --exec-keep-credentials keeps them)
   exit 0                the job is done (acked)
   exit 99               the job is dead-lettered at once (--dead-exit-code changes 99)
   other exit, signal    the job is retried per the queue's backoff, until max attempts
+  cannot start          for this job only (its id or environment too large, a process or
+                        memory limit): retried as a failure; for every job (not found,
+                        not executable): the worker stops and the job runs again
   stderr                passed through; its last 2 KiB become the job's last_error
 
 The lease is renewed while the command runs; if it cannot be renewed in time (Redis
@@ -88,6 +93,13 @@ pub struct WorkerArgs {
     #[arg(long, env = "JOBQUEUE_NO_REAPER", value_parser = clap::builder::FalseyValueParser::new())]
     pub no_reaper: bool,
 
+    /// Pass the worker's own credentials on to the command: JOBQUEUE_REDIS_URL,
+    /// JOBQUEUE_REDIS_PASSWORD, JOBQUEUE_SENTINEL_PASSWORD, JOBQUEUE_USERNAME,
+    /// JOBQUEUE_TLS_CERT and JOBQUEUE_TLS_KEY. By default they are removed from its
+    /// environment, so job code cannot reach Redis as the worker.
+    #[arg(long, env = "JOBQUEUE_EXEC_KEEP_CREDENTIALS", value_parser = clap::builder::FalseyValueParser::new())]
+    pub exec_keep_credentials: bool,
+
     /// The command and its arguments: everything after --exec (so put other flags first).
     #[arg(
         long = "exec",
@@ -114,6 +126,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         .dead_exit_code(args.dead_exit_code)
         .stderr_tail(args.stderr_tail)
         .kill_grace(args.kill_grace)
+        .keep_credentials(args.exec_keep_credentials)
         .supervisor(supervisor);
     let shutdown = CancellationToken::new();
     let handler = handler.stop_on_start_failure(shutdown.clone());

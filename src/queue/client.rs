@@ -49,8 +49,9 @@ pub struct Queue {
     redis: Redis,
     keys: Arc<QueueKeys>,
     /// Per worker: the claim whose reply was lost on every try. The worker's next claim
-    /// of the same visibility and at least as many jobs reuses its request id, so leases Redis made for it reach the
-    /// worker instead of waiting for the reaper.
+    /// of the same visibility and at least as many jobs reuses its request id, so leases
+    /// Redis made for it reach the worker instead of waiting for the reaper (with the
+    /// first send's time, [`Claimed::first_sent`], from which their deadline counts).
     unanswered: Arc<Mutex<HashMap<String, Unanswered>>>,
     /// Payloads larger than this are refused before anything is sent.
     max_payload: usize,
@@ -66,8 +67,9 @@ struct Unanswered {
     n: usize,
     visibility: Option<Duration>,
     request: String,
-    /// When it was first sent: its request id is reused only inside
-    /// [`REQUEST_RETRY_WINDOW`] from then.
+    /// When the claim was first sent: a lease it made ends one visibility after that at
+    /// the earliest, and its request id is reused only inside [`REQUEST_RETRY_WINDOW`]
+    /// from then.
     first_sent: Instant,
 }
 
@@ -360,23 +362,38 @@ impl Queue {
         worker: &str,
         visibility: Option<Duration>,
     ) -> Result<Vec<Lease>> {
+        Ok(self.claim_rounds(n, worker, visibility).await?.leases)
+    }
+
+    /// [`Queue::claim`], with the reply's [`Claimed::first_sent`] (`more` is false).
+    pub(crate) async fn claim_rounds(
+        &self,
+        n: usize,
+        worker: &str,
+        visibility: Option<Duration>,
+    ) -> Result<Claimed> {
         // A reply with no lease but `more` met a run of orphans: each call takes at least
         // 100 of them out of pending, so a few more calls reach the jobs behind them.
         for _ in 0..CLAIM_ROUNDS {
             let claimed = self.claim_batch(n, worker, visibility).await?;
             if !claimed.leases.is_empty() || !claimed.more {
-                return Ok(claimed.leases);
+                return Ok(Claimed {
+                    more: false,
+                    ..claimed
+                });
             }
         }
-        Ok(Vec::new())
+        Ok(Claimed::default())
     }
 
     /// One logical claim, with its `more` flag (see [`Claimed`]). It carries a fresh
     /// request id, or the id of this worker's last claim (of the same `visibility`, for
     /// at most `n` jobs, sent first less than [`REQUEST_RETRY_WINDOW`] ago) whose reply
-    /// was lost: then it is that claim again, with its `n`. After a lost reply (a timeout
-    /// or a broken connection) the call is sent again with the same id and arguments, up
-    /// to [`CLAIM_RETRIES`] times inside the window: Redis answers a repeated id with the
+    /// was lost, while a lease it made could still be run (less than `visibility` since
+    /// it was first sent; then [`Claimed::first_sent`] says when that was): then it is
+    /// that claim again, with its `n`. After a lost reply (a timeout or a broken
+    /// connection) the call is sent again with the same id and arguments, up to
+    /// [`CLAIM_RETRIES`] times inside the window: Redis answers a repeated id with the
     /// leases it made for it, so none is leased to nobody.
     pub async fn claim_batch(
         &self,
@@ -385,23 +402,31 @@ impl Queue {
         visibility: Option<Duration>,
     ) -> Result<Claimed> {
         check_count("n", n)?;
-        let (request, n, first_sent) = self
-            .take_unanswered(worker, n, visibility)
-            .unwrap_or_else(|| (new_token(), n, Instant::now()));
+        let now = Instant::now();
+        let (request, n, first_sent) = match self.take_unanswered(worker, n, visibility, now) {
+            Some(last) => (last.request, last.n, Some(last.first_sent)),
+            None => (new_token(), n, None),
+        };
         let mut wait = CLAIM_RETRY_WAIT;
         let mut retries = 0;
         loop {
             match self.claim_request(&request, n, worker, visibility).await {
                 Err(err) if err.is_transient() => {
-                    if retries == CLAIM_RETRIES || !within_window(first_sent, wait) {
-                        self.remember_unanswered(worker, n, visibility, request, first_sent);
+                    let since = first_sent.unwrap_or(now);
+                    if retries == CLAIM_RETRIES || !within_window(since, wait) {
+                        self.remember_unanswered(worker, n, visibility, request, since);
                         return Err(err);
                     }
                     retries += 1;
                     tokio::time::sleep(wait).await;
                     wait *= 2;
                 }
-                other => return other,
+                other => {
+                    return other.map(|claimed| Claimed {
+                        first_sent,
+                        ..claimed
+                    });
+                }
             }
         }
     }
@@ -440,7 +465,11 @@ impl Queue {
             other => return Err(self.protocol("claim", format!("{other:?}"))),
         };
         let leases = self.take_leases(jobs).await;
-        Ok(Claimed { leases, more })
+        Ok(Claimed {
+            leases,
+            more,
+            first_sent: None,
+        })
     }
 
     /// Settle finished leases and claim up to `n` jobs in one call (the `settle_claim`
@@ -626,18 +655,20 @@ impl Queue {
             claimed: Claimed {
                 leases,
                 more: more == 1,
+                first_sent: None,
             },
         })
     }
 
-    /// The lost claim of `worker` to send again in place of a new claim of `n` jobs:
-    /// its request id, its `n` and when it was first sent.
+    /// The lost claim of `worker` to send again in place of a new claim of `n` jobs
+    /// (its request id, its `n` and when it was first sent), when it still can be.
     fn take_unanswered(
         &self,
         worker: &str,
         n: usize,
         visibility: Option<Duration>,
-    ) -> Option<(String, usize, Instant)> {
+        now: Instant,
+    ) -> Option<Unanswered> {
         let mut unanswered = self.unanswered.lock().unwrap_or_else(|e| e.into_inner());
         let last = unanswered.remove(worker)?;
         // A replay answers at most the `last.n` leases recorded, so a claim of the same
@@ -645,11 +676,16 @@ impl Queue {
         // its own arguments (a record answers only the same ones; a worker's free slots
         // only grow while it waits to try again). A smaller claim could not take them
         // all, and a claim after the retry window would find the record gone: those are
-        // new requests, and the lost claim's leases go to the reaper.
+        // new requests, and the lost claim's leases go to the reaper. Once a visibility
+        // has passed since the first send, a lease it made has no time left that the
+        // caller could count on (see `Claimed::first_sent`), and a fresh claim under the
+        // old id would be given that past deadline too: a new request then.
+        let expired = visibility.is_some_and(|v| now >= last.first_sent + v);
         (last.n <= n
             && last.visibility == visibility
+            && !expired
             && within_window(last.first_sent, Duration::ZERO))
-        .then_some((last.request, last.n, last.first_sent))
+        .then_some(last)
     }
 
     fn remember_unanswered(
@@ -901,9 +937,10 @@ impl Queue {
         self.dead_op(&SCRIPTS.purge, selection).await
     }
 
-    /// Forget, on purpose, up to `n` set-aside ids (longest set aside first) whose job
-    /// hash is still absent; ids whose hash is back are left for the reaper. Returns how
-    /// many were forgotten (`purge --orphans`).
+    /// Forget, on purpose, up to `n` set-aside ids (longest set aside first) that still
+    /// have no job hash; ids whose hash is back are left for the reaper. A forgotten id
+    /// is remembered for [`PURGED_REMEMBERED_MS`]: the reaper still puts it back if its
+    /// hash comes back meanwhile. Returns how many were forgotten (`purge --orphans`).
     pub async fn purge_orphans(&self, n: usize) -> Result<u64> {
         check_count("n", n)?;
         let mut cmd = self.script_cmd(&SCRIPTS.purge, std::slice::from_ref(&self.keys.orphans));
@@ -1258,6 +1295,30 @@ impl Queue {
         Ok(score.map(|s| s as i64))
     }
 
+    /// Whether `id` is in the queue's orphans set (set aside, or forgotten by purge and
+    /// remembered), with the type of its job key; `None` when it is not there.
+    pub async fn set_aside(&self, id: impl AsRef<[u8]>) -> Result<Option<SetAside>> {
+        let id = id.as_ref();
+        let Some(score) = self
+            .score_of(&self.keys.orphans, "ZSCORE orphans", id)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let key = self.keys.job_key(id);
+        let mut conn = self.redis.clone();
+        let key_type: String = redis::cmd("TYPE")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err_on("TYPE job", &String::from_utf8_lossy(&key), e))?;
+        Ok(Some(SetAside {
+            at: score.abs(),
+            purged: score < 0,
+            key_type,
+        }))
+    }
+
     /// A range of the sorted set `key`, lowest score first, with the scores (ms).
     async fn scored_ids(
         &self,
@@ -1484,23 +1545,26 @@ fn check_count(what: &'static str, n: usize) -> Result<()> {
 }
 
 /// The claimed_at (ms) and the worker a claim_token carries: claim writes it as
-/// `<claimed_at>:<byte length of the worker>:<worker>:<token>`. None for a token of the
-/// older layout (the caller's token alone).
+/// `<claimed_at>:<byte length of the worker>:<worker>:<token>`, claimed_at 1 to 16
+/// decimal digits. None for a token of the older layout (the caller's token alone) and
+/// for any other bytes (a token is stored data: it may be anything).
 pub fn parse_claim_token(token: &[u8]) -> Option<(i64, String)> {
     let colon = |b: &[u8]| b.iter().position(|&c| c == b':');
+    // 1..=digits decimal digits, nothing else (no sign, no spaces)
+    let decimal = |b: &[u8], digits: usize| -> Option<u64> {
+        if b.is_empty() || b.len() > digits || !b.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        std::str::from_utf8(b).ok()?.parse().ok()
+    };
     let at = colon(token)?;
-    let claimed_at = std::str::from_utf8(&token[..at])
-        .ok()?
-        .parse::<i64>()
-        .ok()?;
+    let claimed_at = i64::try_from(decimal(&token[..at], 16)?).ok()?;
     let rest = &token[at + 1..];
     let at = colon(rest)?;
-    let len = std::str::from_utf8(&rest[..at])
-        .ok()?
-        .parse::<usize>()
-        .ok()?;
+    // a length longer than what follows is refused below; 19 digits fit any usize here
+    let len = usize::try_from(decimal(&rest[..at], 19)?).ok()?;
     let rest = &rest[at + 1..];
-    if rest.len() < len + 1 || rest[len] != b':' {
+    if rest.len() <= len || rest[len] != b':' {
         return None;
     }
     Some((
@@ -1620,6 +1684,39 @@ mod tests {
         // the older layout: the caller's token alone
         assert_eq!(parse_claim_token(b"0123abcd"), None);
         assert_eq!(parse_claim_token(b"12:9:short:t"), None);
+    }
+
+    #[test]
+    fn a_hostile_claim_token_is_none_not_a_panic() {
+        for token in [
+            &b"1:18446744073709551615:w:t"[..],
+            b"1:18446744073709551614:w:t",
+            b"1:99999999999999999999999:w:t",
+            b"-inf:1:w:t",
+            b"inf:1:w:t",
+            b"-5:1:w:t",
+            b"+5:1:w:t",
+            b"12345678901234567:1:w:t",
+            b"99999999999999999999:1:w:t",
+            b":1:w:t",
+            b"5:+1:w:t",
+            b"5:1:w",
+            b"5::w:t",
+            b"-inf:",
+            b"\xff:1:w:t",
+        ] {
+            assert_eq!(
+                parse_claim_token(token),
+                None,
+                "{}",
+                String::from_utf8_lossy(token)
+            );
+        }
+        // claimed_at as claim writes it: 1 to 16 decimal digits
+        assert_eq!(
+            parse_claim_token(b"9999999999999999:1:w:t"),
+            Some((9_999_999_999_999_999, "w".to_string()))
+        );
     }
 
     #[test]

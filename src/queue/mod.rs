@@ -35,7 +35,7 @@ pub use client::{
 pub use connection::{ConnectOptions, Dedicated, Redis, pem_blocks, redact_url};
 pub use durability::{DEFAULT_WAIT_TIMEOUT, Durability};
 pub use error::{Error, Result, TlsProblem};
-pub use keys::{DEFAULT_PREFIX, QueueKeys, validate_id, validate_tag};
+pub use keys::{DEFAULT_PREFIX, MAX_ID_LEN, QueueKeys, validate_id, validate_tag};
 pub use partitioned::{
     PartitionWaiter, PartitionedConsumer, PartitionedQueue, PartitionedStats, add_stats,
 };
@@ -46,8 +46,8 @@ pub use settings::QueueSettings;
 pub use stats::{Histogram, QueueStats};
 pub use types::{
     Backoff, Claimed, Enqueued, FailMode, FailOutcome, JobId, JobInfo, JobStatus, Lease, LeaseRef,
-    Maintenance, NewJob, ReapOutcome, Selection, Settle, Settled, SettledClaim, new_job_id,
-    new_token,
+    Maintenance, NewJob, PURGED_REMEMBERED_MS, ReapOutcome, Selection, SetAside, Settle, Settled,
+    SettledClaim, new_job_id, new_token,
 };
 
 /// The most items one script call takes (the protocol's bound on every count).

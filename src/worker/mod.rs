@@ -38,7 +38,9 @@
 //!   timeout. A renewal that comes back stale means the lease was taken away: the
 //!   handler's [`JobContext`] is cancelled and its result is never acked.
 //! - Every lease also has a local deadline: the moment the claim or the last successful
-//!   renewal was sent, plus the lease length. When it passes (a worker cut off from
+//!   renewal was sent, plus the lease length (for leases Redis replays to a claim that
+//!   reuses the request id of one whose every reply was lost, the first send of that
+//!   request). When it passes (a worker cut off from
 //!   Redis cannot renew), the lease is treated as lost the same way, without waiting for
 //!   Redis to say so; a handler still running [`WorkerBuilder::lease_grace`] after that
 //!   is aborted. Another worker can only get the job after the lease ends in Redis,

@@ -292,6 +292,11 @@ where
         shutdown,
         counters,
     } = worker;
+    // A partition found empty is looked at again after the poll interval, busy or idle.
+    let queue = match queue {
+        JobSource::Partitioned(q) => JobSource::Partitioned(q.recheck_empty(config.poll_interval)),
+        one => one,
+    };
     let shared = Arc::new(Shared {
         worker_id: Arc::from(config.worker_id.as_str()),
         queue_name: Arc::from(queue.name()),
@@ -443,7 +448,6 @@ async fn claim_until_shutdown<H, F>(
         let lease_len = shared.lease_len();
         let sent = Instant::now();
         let reply = settle_and_claim(shared, &endings, n, lease_len, &mut delay).await;
-        let deadline = lease::deadline(sent, lease_len);
         // The finished jobs' slots claim for the next ones.
         for ending in endings {
             permits.push(ending.c._permit);
@@ -485,6 +489,8 @@ async fn claim_until_shutdown<H, F>(
             }
             Ok(claimed) => {
                 delay.reset();
+                // A replay of a claim whose reply was lost counts from that claim's send.
+                let deadline = lease::claim_deadline(sent, claimed.first_sent, lease_len);
                 let leases = claimed.leases;
                 Counters::add(&shared.counters.claimed, leases.len() as u64);
                 debug!(queue = %shared.queue_name, n = leases.len(), "claimed");

@@ -8,8 +8,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::queue::{
-    Backoff, Claimed, Durability, FailMode, FailOutcome, Lease, LeaseRef, PartitionWaiter,
-    PartitionedQueue, Queue, QueueSettings, ReapOutcome, Result, Settle, Settled, SettledClaim,
+    Backoff, Durability, FailMode, FailOutcome, Lease, LeaseRef, PartitionWaiter, PartitionedQueue,
+    Queue, QueueSettings, ReapOutcome, Result, Settle, Settled, SettledClaim,
 };
 
 /// One queue or N partitions (see `crate::queue::PartitionedQueue`).
@@ -65,7 +65,9 @@ impl JobSource {
     /// partition, in parallel), then a claim in rotation, so a busy partitioned worker
     /// pays two round trips per batch; a resend after a lost reply finds the endings
     /// already made and reports them stale (nothing is applied twice: each needs the
-    /// lease, which the first one ended).
+    /// lease, which the first one ended). Its claim may carry the request id of an
+    /// earlier claim whose every reply was lost and get that claim's leases back
+    /// ([`crate::queue::Claimed::first_sent`] then says when it was first sent).
     pub(crate) async fn settle_claim(
         &self,
         request: &str,
@@ -116,14 +118,8 @@ impl JobSource {
                 settled[i] = Settled::Moved(outcome);
             }
         }
-        let leases = q.claim(n, worker, visibility).await?;
-        Ok(SettledClaim {
-            settled,
-            claimed: Claimed {
-                leases,
-                more: false,
-            },
-        })
+        let claimed = q.claim_batch(n, worker, visibility).await?;
+        Ok(SettledClaim { settled, claimed })
     }
 
     pub(crate) async fn ack_many(&self, leases: &[LeaseRef<'_>]) -> Result<Vec<bool>> {

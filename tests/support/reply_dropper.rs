@@ -1,7 +1,8 @@
 //! A TCP proxy in front of a redis-server that loses replies on purpose: a request that
 //! contains a marker (e.g. the claim script's SHA) is forwarded, then the connection is
 //! cut before any reply reaches the client. The script may have run; the client only
-//! sees a broken connection. Everything else is forwarded as it is.
+//! sees a broken connection. Everything else is forwarded as it is. Several markers
+//! (`start_with`) are cut each by its own rule.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,26 +14,34 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
+struct Marker {
+    bytes: Vec<u8>,
+    /// Cut this many of the next requests with this marker.
+    next: AtomicU64,
+    /// Then cut each with this probability, in thousandths.
+    per_mille: AtomicU64,
+}
+
 struct State {
     upstream: SocketAddr,
-    marker: Vec<u8>,
-    /// Cut this many of the next marked requests.
-    next: AtomicU64,
-    /// Then cut each marked request with this probability, in thousandths.
-    per_mille: AtomicU64,
+    markers: Vec<Marker>,
     /// Marked requests seen and cut.
     seen: AtomicU64,
     cuts: AtomicU64,
 }
 
 impl State {
-    fn should_cut(&self) -> bool {
+    /// Whether to cut a request of these bytes (the first marker it contains decides).
+    fn should_cut(&self, chunk: &[u8]) -> bool {
+        let Some(marker) = self.markers.iter().find(|m| contains(chunk, &m.bytes)) else {
+            return false;
+        };
         self.seen.fetch_add(1, Ordering::SeqCst);
-        let armed = self
+        let armed = marker
             .next
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_ok();
-        armed || rand::rng().random_range(0..1000) < self.per_mille.load(Ordering::SeqCst)
+        armed || rand::rng().random_range(0..1000) < marker.per_mille.load(Ordering::SeqCst)
     }
 }
 
@@ -46,13 +55,24 @@ impl ReplyDropper {
     /// Listen on a free loopback port in front of `127.0.0.1:upstream_port`; requests
     /// that contain `marker` may lose their reply.
     pub async fn start(upstream_port: u16, marker: &[u8]) -> ReplyDropper {
+        Self::start_with(upstream_port, &[marker]).await
+    }
+
+    /// As `start`, with several markers, each cut by its own rule (`cut_next_of`,
+    /// `cut_at_random_of`, by its index in `markers`).
+    pub async fn start_with(upstream_port: u16, markers: &[&[u8]]) -> ReplyDropper {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let state = Arc::new(State {
             upstream: SocketAddr::from(([127, 0, 0, 1], upstream_port)),
-            marker: marker.to_vec(),
-            next: AtomicU64::new(0),
-            per_mille: AtomicU64::new(0),
+            markers: markers
+                .iter()
+                .map(|m| Marker {
+                    bytes: m.to_vec(),
+                    next: AtomicU64::new(0),
+                    per_mille: AtomicU64::new(0),
+                })
+                .collect(),
             seen: AtomicU64::new(0),
             cuts: AtomicU64::new(0),
         });
@@ -75,12 +95,24 @@ impl ReplyDropper {
 
     /// Cut the connection of the next `n` marked requests after forwarding them.
     pub fn cut_next(&self, n: u64) {
-        self.state.next.store(n, Ordering::SeqCst);
+        self.cut_next_of(0, n);
     }
 
     /// Cut each marked request with probability `per_mille` / 1000.
     pub fn cut_at_random(&self, per_mille: u64) {
-        self.state.per_mille.store(per_mille, Ordering::SeqCst);
+        self.cut_at_random_of(0, per_mille);
+    }
+
+    /// `cut_next` for the requests with marker `i`.
+    pub fn cut_next_of(&self, i: usize, n: u64) {
+        self.state.markers[i].next.store(n, Ordering::SeqCst);
+    }
+
+    /// `cut_at_random` for the requests with marker `i`.
+    pub fn cut_at_random_of(&self, i: usize, per_mille: u64) {
+        self.state.markers[i]
+            .per_mille
+            .store(per_mille, Ordering::SeqCst);
     }
 
     /// Marked requests seen so far.
@@ -136,7 +168,7 @@ async fn serve(client: TcpStream, state: Arc<State>) {
                 return Ok::<_, std::io::Error>(());
             }
             let chunk = &buf[..n];
-            let cut_this = contains(chunk, &state.marker) && state.should_cut();
+            let cut_this = state.should_cut(chunk);
             if cut_this {
                 cut.store(true, Ordering::SeqCst);
                 state.cuts.fetch_add(1, Ordering::SeqCst);
