@@ -660,6 +660,39 @@ async fn a_busy_worker_makes_one_script_call_per_job() {
     assert_eq!((s.acked, s.pending, s.processing), (JOBS, 0, 0));
 }
 
+/// A record of each settle_claim call is kept for its retries, but not for as long as the
+/// leases: the call that ends a lease deletes the record of the call that made it, so a
+/// worker that processed many jobs under an hour's visibility leaves a bounded number of
+/// records, not one per job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn request_records_do_not_pile_up_under_a_long_visibility() {
+    const JOBS: u64 = 50;
+    let server = RedisServer::start();
+    let queue = server.queue("records").await;
+    queue
+        .enqueue_many((0..JOBS).map(|i| NewJob::new(format!("{i}"))).collect())
+        .await
+        .unwrap();
+    let worker = builder(&queue)
+        .concurrency(1)
+        .visibility(Some(Duration::from_secs(3600)))
+        .reaper(false)
+        .build()
+        .unwrap();
+    let running = spawn(worker, |_lease, _ctx| async { Ok(()) });
+    eventually("all jobs acked", || async {
+        running.stats.get().acked == JOBS
+    })
+    .await;
+    running.stop().await;
+    let records = server.request_records("records");
+    assert!(
+        records.len() <= 2,
+        "{} request records left after {JOBS} jobs: {records:?}",
+        records.len()
+    );
+}
+
 /// Writes log lines to a shared buffer and raises SIGTERM in the same instant the
 /// worker's start line is written: the moment a Kubernetes pod stopped right after it
 /// started gets its signal.

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use redis::{Cmd, ToRedisArgs, Value};
+use tokio::time::Instant;
 
 use super::MAX_BATCH;
 use super::connection::{Dedicated, Redis};
@@ -26,6 +27,17 @@ const CLAIM_ROUNDS: usize = 10;
 /// each time). Script calls are never repeated by the connection itself.
 const CLAIM_RETRIES: u32 = 3;
 const CLAIM_RETRY_WAIT: Duration = Duration::from_millis(100);
+
+/// The longest a request record of claim and settle_claim lives in Redis (the
+/// visibility when shorter; `RECORD_MS` of lua/include/request_record.lua): a call sent
+/// again with its request id after that is a new call.
+pub const REQUEST_RECORD_LIFE: Duration = Duration::from_secs(60);
+
+/// How long after its first send a claim or settle_claim is sent again with the same
+/// request id, at most: half the record's life, so a resend reaches Redis while the
+/// record is there even when it travels as long as a response timeout. After this the
+/// call is given up (or, by the worker runtime, sent with a fresh request id).
+pub const REQUEST_RETRY_WINDOW: Duration = Duration::from_secs(30);
 
 /// How many ids a job enqueued without one gets at most: the first, and new ones while
 /// enqueue reports the drawn id as taken.
@@ -56,8 +68,9 @@ struct Unanswered {
     visibility: Option<Duration>,
     request: String,
     /// When the claim was first sent: a lease it made ends one visibility after that at
-    /// the earliest.
-    first_sent: tokio::time::Instant,
+    /// the earliest, and its request id is reused only inside [`REQUEST_RETRY_WINDOW`]
+    /// from then.
+    first_sent: Instant,
 }
 
 /// The default client-side payload limit: 64 MiB. Redis takes up to 512 MiB per value
@@ -442,11 +455,13 @@ impl Queue {
 
     /// One logical claim, with its `more` flag (see [`Claimed`]). It carries a fresh
     /// request id, or the id of this worker's last claim (of the same `visibility`, for
-    /// at most `n` jobs) whose reply was lost, while a lease it made could still be run
-    /// (less than `visibility` since it was first sent; then [`Claimed::first_sent`] says
-    /// when that was). After a lost reply (a timeout or a broken connection) the call is
-    /// sent again with the same id, up to [`CLAIM_RETRIES`] times: Redis answers a
-    /// repeated id with the leases it made for it, so none is leased to nobody.
+    /// at most `n` jobs, sent first less than [`REQUEST_RETRY_WINDOW`] ago) whose reply
+    /// was lost, while a lease it made could still be run (less than `visibility` since
+    /// it was first sent; then [`Claimed::first_sent`] says when that was): then it is
+    /// that claim again, with its `n`. After a lost reply (a timeout or a broken
+    /// connection) the call is sent again with the same id and arguments, up to
+    /// [`CLAIM_RETRIES`] times inside the window: Redis answers a repeated id with the
+    /// leases it made for it, so none is leased to nobody.
     pub async fn claim_batch(
         &self,
         n: usize,
@@ -454,19 +469,19 @@ impl Queue {
         visibility: Option<Duration>,
     ) -> Result<Claimed> {
         check_count("n", n)?;
-        let now = tokio::time::Instant::now();
-        let (request, first_sent) = match self.take_unanswered(worker, n, visibility, now) {
-            Some(last) => (last.request, Some(last.first_sent)),
-            None => (new_token(), None),
+        let now = Instant::now();
+        let (request, n, first_sent) = match self.take_unanswered(worker, n, visibility, now) {
+            Some(last) => (last.request, last.n, Some(last.first_sent)),
+            None => (new_token(), n, None),
         };
         let mut wait = CLAIM_RETRY_WAIT;
         let mut retries = 0;
         loop {
             match self.claim_request(&request, n, worker, visibility).await {
                 Err(err) if err.is_transient() => {
-                    if retries == CLAIM_RETRIES {
-                        let first_sent = first_sent.unwrap_or(now);
-                        self.remember_unanswered(worker, n, visibility, request, first_sent);
+                    let since = first_sent.unwrap_or(now);
+                    if retries == CLAIM_RETRIES || !within_window(since, wait) {
+                        self.remember_unanswered(worker, n, visibility, request, since);
                         return Err(err);
                     }
                     retries += 1;
@@ -484,11 +499,14 @@ impl Queue {
     }
 
     /// One claim call with the caller's request id (1 to 256 bytes, e.g. 128 random bits
-    /// in hex; see docs/protocol.md, claim). Sending the same id again, with the same or
-    /// a larger `n`, after a lost reply returns the leases the first call made (those
-    /// still held) instead of new ones, for as long as the visibility timeout. Under
-    /// `replicated` [`Durability`] the call waits for the replicas; too few confirmations
-    /// are reported in [`Claimed::unconfirmed`], never as an error (the leases are held).
+    /// in hex; see docs/protocol.md, claim). Sending the same id again from the same
+    /// `worker` with the same `n` and `visibility` after a lost reply returns the leases
+    /// the first call made (those still held) instead of new ones, while its record lives
+    /// (the visibility, at most [`REQUEST_RECORD_LIFE`]); the id sent by another worker or
+    /// with other arguments is refused ([`Error::Rejected`], `invalid request`).
+    /// Under `replicated` [`Durability`] the call waits for the replicas; too few
+    /// confirmations are reported in [`Claimed::unconfirmed`], never as an error (the
+    /// leases are held).
     pub async fn claim_request(
         &self,
         request: &str,
@@ -531,16 +549,34 @@ impl Queue {
     /// nothing and never keeps the claim from happening), then the claim runs as
     /// [`Queue::claim_request`]. `request` identifies the call (1 to 256 bytes, e.g.
     /// [`new_token`]); a lost reply is sent again with the same request id up to
-    /// [`CLAIM_RETRIES`] times, and Redis answers a repeat from its record (the settle
-    /// part is not applied twice). When this returns a transient error the call may have
-    /// run: send it again with the same `request` and the same settles to learn its
-    /// answer. Under `replicated` [`Durability`] the call waits for the replicas, as ack,
-    /// fail and claim do; too few confirmations are not an error (the settles were
-    /// applied on the primary and the leases are held there): the answer says so in
+    /// [`CLAIM_RETRIES`] times inside [`REQUEST_RETRY_WINDOW`], and Redis answers a repeat
+    /// from its record (the settle part is not applied twice). When this returns a
+    /// transient error the call may have run: send it again with the same `request`,
+    /// `worker`, `n`, `visibility` and settles, within [`REQUEST_RETRY_WINDOW`] of the
+    /// first send, to learn its answer (other arguments under the same id are refused).
+    /// Under `replicated` [`Durability`] the call waits for the replicas, as ack, fail
+    /// and claim do; too few confirmations are not an error (the settles were applied on
+    /// the primary and the leases are held there): the answer says so in
     /// [`Claimed::unconfirmed`], and its leases are to be run as any others.
     pub async fn settle_claim(
         &self,
         request: &str,
+        settles: &[Settle<'_>],
+        n: usize,
+        worker: &str,
+        visibility: Option<Duration>,
+    ) -> Result<SettledClaim> {
+        self.settle_claim_since(request, Instant::now(), settles, n, worker, visibility)
+            .await
+    }
+
+    /// [`Queue::settle_claim`] for a call first sent at `first_sent` (a caller sending
+    /// it again after a transient error): it is resent here only while the resend
+    /// leaves inside [`REQUEST_RETRY_WINDOW`] from then.
+    pub async fn settle_claim_since(
+        &self,
+        request: &str,
+        first_sent: Instant,
         settles: &[Settle<'_>],
         n: usize,
         worker: &str,
@@ -599,7 +635,11 @@ impl Queue {
         let (reply, unconfirmed) = loop {
             let sent = self.run_replicated(&SCRIPTS.settle_claim, &cmd).await;
             match sent {
-                Err(err) if err.is_transient() && retries < CLAIM_RETRIES => {
+                Err(err)
+                    if err.is_transient()
+                        && retries < CLAIM_RETRIES
+                        && within_window(first_sent, wait) =>
+                {
                     retries += 1;
                     tokio::time::sleep(wait).await;
                     wait *= 2;
@@ -691,24 +731,32 @@ impl Queue {
         })
     }
 
+    /// The lost claim of `worker` to send again in place of a new claim of `n` jobs
+    /// (its request id, its `n` and when it was first sent), when it still can be.
     fn take_unanswered(
         &self,
         worker: &str,
         n: usize,
         visibility: Option<Duration>,
-        now: tokio::time::Instant,
+        now: Instant,
     ) -> Option<Unanswered> {
         let mut unanswered = self.unanswered.lock().unwrap_or_else(|e| e.into_inner());
         let last = unanswered.remove(worker)?;
-        // A replay answers at most the `last.n` leases recorded, so any claim of the same
-        // visibility asking for as many or more can carry the lost request's id (a
-        // worker's free slots only grow while it waits to try again). A smaller claim
-        // could not take them all: it is another request. Once a visibility has passed
-        // since the first send, a lease it made has no time left that the caller could
-        // count on (see `Claimed::first_sent`), and a fresh claim under the old id would
-        // be given that past deadline too: a new request then.
+        // A replay answers at most the `last.n` leases recorded, so a claim of the same
+        // visibility with as many free slots or more can be that claim again, sent with
+        // its own arguments (a record answers only the same ones; a worker's free slots
+        // only grow while it waits to try again). A smaller claim could not take them
+        // all, and a claim after the retry window would find the record gone: those are
+        // new requests, and the lost claim's leases go to the reaper. Once a visibility
+        // has passed since the first send, a lease it made has no time left that the
+        // caller could count on (see `Claimed::first_sent`), and a fresh claim under the
+        // old id would be given that past deadline too: a new request then.
         let expired = visibility.is_some_and(|v| now >= last.first_sent + v);
-        (last.n <= n && last.visibility == visibility && !expired).then_some(last)
+        (last.n <= n
+            && last.visibility == visibility
+            && !expired
+            && within_window(last.first_sent, Duration::ZERO))
+        .then_some(last)
     }
 
     fn remember_unanswered(
@@ -717,7 +765,7 @@ impl Queue {
         n: usize,
         visibility: Option<Duration>,
         request: String,
-        first_sent: tokio::time::Instant,
+        first_sent: Instant,
     ) {
         let mut unanswered = self.unanswered.lock().unwrap_or_else(|e| e.into_inner());
         unanswered.insert(
@@ -1595,6 +1643,12 @@ fn time_ms(reply: Value) -> std::result::Result<i64, String> {
     Ok(secs * 1000 + micros / 1000)
 }
 
+/// Whether a call first sent at `first_sent` can still be sent again with its request id
+/// after waiting `wait`: the resend leaves inside [`REQUEST_RETRY_WINDOW`].
+pub(crate) fn within_window(first_sent: Instant, wait: Duration) -> bool {
+    first_sent.elapsed() + wait < REQUEST_RETRY_WINDOW
+}
+
 /// A claim request id is 1 to 256 bytes (it is part of a key name).
 fn validate_request(request: &str) -> Result<()> {
     if request.is_empty() || request.len() > 256 {
@@ -1729,6 +1783,23 @@ fn parse_lease(v: Value) -> std::result::Result<Lease, Unreadable> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_id_is_resent_only_inside_the_retry_window() {
+        // The window ends well inside the record's life in Redis (60 s), leaving room for
+        // a resend that travels as long as the default response timeout (10 s).
+        assert!(REQUEST_RETRY_WINDOW + Duration::from_secs(10) < REQUEST_RECORD_LIFE);
+        let now = Instant::now();
+        assert!(within_window(now, CLAIM_RETRY_WAIT));
+        let late = now.checked_sub(Duration::from_secs(29)).unwrap();
+        assert!(
+            !within_window(late, Duration::from_secs(2)),
+            "the wait ends past the window"
+        );
+        assert!(within_window(late, Duration::ZERO));
+        let gone = now.checked_sub(REQUEST_RETRY_WINDOW).unwrap();
+        assert!(!within_window(gone, Duration::ZERO));
+    }
 
     #[test]
     fn a_claim_token_carries_claimed_at_and_the_worker() {

@@ -27,7 +27,11 @@ mod settings;
 mod stats;
 mod types;
 
-pub use client::{Consumer, DEFAULT_MAX_PAYLOAD, ID_DRAWS, Queue, parse_claim_token, reap_due};
+pub(crate) use client::within_window;
+pub use client::{
+    Consumer, DEFAULT_MAX_PAYLOAD, ID_DRAWS, Queue, REQUEST_RECORD_LIFE, REQUEST_RETRY_WINDOW,
+    parse_claim_token, reap_due,
+};
 pub use connection::{ConnectOptions, Dedicated, Redis, pem_blocks, redact_url};
 pub use durability::{DEFAULT_WAIT_TIMEOUT, Durability, Unconfirmed};
 pub use error::{Error, Result, TlsProblem};

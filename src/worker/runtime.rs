@@ -30,7 +30,7 @@ use super::{Counters, JobContext, JobError, MAX_ERROR_TEXT, RetryDelay, Worker, 
 use crate::duration;
 use crate::queue::{
     Dedicated, Error, FailMode, FailOutcome, JobId, Lease, LeaseRef, MAX_BATCH, Result, Settle,
-    Settled, Unconfirmed, new_token,
+    Settled, Unconfirmed, new_token, within_window,
 };
 use crate::shutdown::Signals;
 
@@ -598,9 +598,12 @@ async fn claim_until_shutdown<H, F>(
 /// answer says what became of each ending (counted and logged here). When the call
 /// fails, it is sent again, unchanged (same request id), while the failure is transient
 /// and the shutdown deadline has not passed, so the endings are settled exactly once; a
-/// claim with nothing to settle is not repeated (the loop claims anew). When it gave up,
-/// how long to wait before the next claim: an ending's lease then expires and its job
-/// runs again (at-least-once).
+/// claim with nothing to settle is not repeated (the loop claims anew). Past
+/// [`crate::queue::REQUEST_RETRY_WINDOW`] from its first send, the request's record may be gone from
+/// Redis: the call is then sent with a fresh request id (each ending is still applied at
+/// most once, by its token; one the lost call applied is answered stale, and leases the
+/// lost call made expire to the reaper). When it gave up, how long to wait before the
+/// next claim: an ending's lease then expires and its job runs again (at-least-once).
 async fn settle_and_claim(
     shared: &Shared,
     endings: &[Ending],
@@ -612,11 +615,19 @@ async fn settle_and_claim(
         .iter()
         .map(|e| e.settle(shared.retry_backoff))
         .collect();
-    let request = new_token();
+    let mut request = new_token();
+    let mut first_sent = tokio::time::Instant::now();
     let reply = loop {
         let sent = shared
             .queue
-            .settle_claim(&request, &settles, n, &shared.worker_id, Some(lease_len))
+            .settle_claim(
+                &request,
+                first_sent,
+                &settles,
+                n,
+                &shared.worker_id,
+                Some(lease_len),
+            )
             .await;
         match sent {
             Ok(reply) => break Some(reply),
@@ -628,9 +639,16 @@ async fn settle_and_claim(
             Err(err) if shared.retryable(&err) && !shared.hard_stop.is_cancelled() => {
                 let wait = delay.next_delay();
                 shared.redis_error("ending leases and claiming", &err, wait);
+                let fresh = !within_window(first_sent, wait);
                 tokio::select! {
                     _ = shared.hard_stop.cancelled() => break None,
                     _ = tokio::time::sleep(wait) => {}
+                }
+                if fresh {
+                    warn!(queue = %shared.queue_name, endings = endings.len(),
+                        "ending leases: no answer within the retry window; sending the call as a new request (leases the unanswered one made expire to the reaper)");
+                    request = new_token();
+                    first_sent = tokio::time::Instant::now();
                 }
             }
             Err(err) => {

@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::queue::{
     Backoff, Claimed, Durability, FailMode, FailOutcome, Lease, LeaseRef, PartitionWaiter,
     PartitionedQueue, Queue, QueueSettings, ReapOutcome, Result, Settle, Settled, SettledClaim,
@@ -79,6 +81,7 @@ impl JobSource {
     pub(crate) async fn settle_claim(
         &self,
         request: &str,
+        first_sent: Instant,
         settles: &[Settle<'_>],
         n: usize,
         worker: &str,
@@ -87,7 +90,7 @@ impl JobSource {
         let q = match self {
             JobSource::One(q) => {
                 return q
-                    .settle_claim(request, settles, n, worker, visibility)
+                    .settle_claim_since(request, first_sent, settles, n, worker, visibility)
                     .await;
             }
             JobSource::Partitioned(q) => q,

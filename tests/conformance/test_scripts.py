@@ -833,10 +833,11 @@ def claim_request_retry():
     q.enqueue([('a', 'pa', 0), ('b', 'pb', 0), ('c', 'pc', 0)])
     first = q.claim_reply(2, vis=60000, tokens=['t1', 't2'], request='req1')
     assert [j[0] for j in first[0]] == [b'a', b'b'] and first[1] == 0
-    # the record: more, then id, claim_token per lease; it expires with the leases
+    # the record: its head (more, n, visibility, worker), then id, claim_token per lease;
+    # it expires with the leases (the visibility, at most 60 s)
     t1, t2 = first[0][0][3], first[0][1][3]
     assert parse_token(t1)[2] == b't1' and parse_token(t2)[2] == b't2'
-    assert r.lrange(q.claimreq('req1'), 0, -1) == [b'0', b'a', t1, b'b', t2]
+    assert r.lrange(q.claimreq('req1'), 0, -1) == [b'0:2:60000:w1', b'a', t1, b'b', t2]
     assert 0 < r.pttl(q.claimreq('req1')) <= 60000
     # the same request again: the same leases, nothing claimed, no attempt charged
     snap_jobs = (q.job('a'), q.job('b'), q.job('c'))
@@ -867,8 +868,9 @@ def claim_request_retry():
     q3.enqueue([('z', 'p', 0)])
     r.delete(q3.claimreq('e'))
     assert q3.claim(1, request='e')[0][0] == b'z'
-    # a wrong-typed record fails the call, changing nothing
-    r.set(q3.claimreq('bad'), 'x')
+    # a wrong-typed record fails the call, changing nothing (a string is settle_claim's
+    # record: see cases_records.py)
+    r.hset(q3.claimreq('bad'), 'x', 'y')
     q3.enqueue([('w', 'p', 0)])
     snap = q3.snapshot()
     m = err_of(lambda: q3.claim(1, request='bad'))
@@ -958,7 +960,7 @@ def settle_claim_without_settles_is_a_claim():
     tok = q.tok('a')
     assert parse_token(tok)[2] == b'r1'
     assert first == [[[b'a', b'p', 1, tok, first[0][0][4]]], 0, [], []]
-    assert q.settle_claim(1, request='r1') == first
+    assert q.settle_claim(2, request='r1', vis=5000) == first
     assert 4000 < r.pttl(q.claimreq('r1')) <= 5000
     assert q.settle_claim(1, request='r2') == [[], 0, [], []]
     assert not r.exists(q.claimreq('r2'))     # nothing claimed or settled: no record

@@ -121,6 +121,18 @@ impl RedisServer {
         self.child.id()
     }
 
+    /// The request records (`claimreq:*` keys) of the queue `tag` of prefix `jq`.
+    pub fn request_records(&self, tag: &str) -> Vec<String> {
+        let pattern = format!("jq:\\{{{tag}\\}}:claimreq:*");
+        let mut conn = self.conn();
+        let mut keys: Vec<String> = redis::Commands::scan_match(&mut conn, pattern)
+            .unwrap()
+            .map(|k| k.unwrap())
+            .collect();
+        keys.sort();
+        keys
+    }
+
     /// SIGKILL the server (no shutdown, no save).
     pub fn kill(&mut self) {
         let _ = self.child.kill();
