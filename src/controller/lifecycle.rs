@@ -9,7 +9,10 @@
 //! - sets the worker target's replicas as `spec.workers.onDelete` says ([`on_delete`]):
 //!   `keep` (the default) leaves them, `zero` scales to 0, `restore` sets them back to
 //!   the count the target had when the operator first took it, which the status keeps
-//!   in `originalReplicas` ([`original_replicas`]);
+//!   in `originalReplicas` ([`original_replicas`]). A record is never replaced by a
+//!   reconcile that did not see it: a status write from a copy without the record is
+//!   conditional on the copy's `resourceVersion` ([`guards_record`]), and once refused
+//!   keeps the record the queue has ([`kept_original`]);
 //! - publishes a Normal Event `QueueDeleted` saying where the keys were left
 //!   ([`deleted_note`]), and forgets the queue's state and metric series.
 //!
@@ -61,6 +64,33 @@ pub fn original_replicas(
         target: target.to_string(),
         replicas,
     })
+}
+
+/// Whether a status write must be conditional on the `resourceVersion` of the copy it was
+/// decided from (`prev` that copy's record, `new` the one written): while the queue has
+/// workers, unless it writes the very record the copy has. A reconcile may run on a
+/// cached copy older than the last status write (one brought by the scale the previous
+/// reconcile made, before the watch brought that reconcile's write); a new record, or
+/// none, written from it could replace or drop a record it never saw: the recorded
+/// count replaced by the operator's own.
+pub fn guards_record(
+    has_workers: bool,
+    prev: Option<&OriginalReplicas>,
+    new: Option<&OriginalReplicas>,
+) -> bool {
+    has_workers && (new.is_none() || new != prev)
+}
+
+/// The `originalReplicas` to write once a conditional status write was refused and the
+/// queue read again: the record the queue has for `target` (`Kind/name`, `None` without
+/// workers), recorded by an earlier reconcile and never replaced, else `ours`.
+pub fn kept_original(
+    theirs: Option<&OriginalReplicas>,
+    ours: Option<OriginalReplicas>,
+    target: Option<&str>,
+) -> Option<OriginalReplicas> {
+    let target = target?;
+    theirs.filter(|t| t.target == target).cloned().or(ours)
 }
 
 /// What deleting the queue does to its worker target.

@@ -771,24 +771,89 @@ async fn patch_scale(
 }
 
 /// Patch the status subresource when it differs from what the object has.
+///
+/// `originalReplicas` must survive reconciles, and the copy a reconcile runs on may be
+/// older than the last status write: while the queue has workers and the status does not
+/// carry the very record the copy has, the write is conditional on the copy's
+/// `resourceVersion` ([`lifecycle::guards_record`]). Refused (409: the object moved on),
+/// the queue is read again, the record it has for the target is kept
+/// ([`lifecycle::kept_original`]) and the write tried again on that version.
 async fn write_status(q: &Subject<'_>, new: &JobQueueStatus) -> Result<()> {
     if q.prev == Some(new) {
         return Ok(());
     }
-    let patch = serde_json::json!({
-        "apiVersion": API_VERSION,
-        "kind": "JobQueue",
-        "status": new,
-    });
-    q.api
-        .patch_status(
-            &q.name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await
-        .map_err(Error::Kube)?;
-    Ok(())
+    let target = q
+        .jq
+        .spec
+        .workers
+        .as_ref()
+        .map(|w| format!("{}/{}", w.scale_target_ref.kind, w.scale_target_ref.name));
+    let mut status = new.clone();
+    let mut version = guarded_version(q.jq, q.prev, &status);
+    let mut attempt = 1;
+    loop {
+        let mut patch = serde_json::json!({
+            "apiVersion": API_VERSION,
+            "kind": "JobQueue",
+            "status": status,
+        });
+        if let Some(version) = &version {
+            patch["metadata"] = serde_json::json!({ "resourceVersion": version });
+        }
+        let written = q
+            .api
+            .patch_status(
+                &q.name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await;
+        match written {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(s))
+                if s.is_conflict() && version.is_some() && attempt < STATUS_ATTEMPTS =>
+            {
+                attempt += 1;
+                let fresh = q.api.get(&q.name).await.map_err(Error::Kube)?;
+                let theirs = fresh
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.original_replicas.as_ref());
+                status.original_replicas =
+                    lifecycle::kept_original(theirs, status.original_replicas, target.as_deref());
+                debug!(
+                    namespace = %q.ns,
+                    name = %q.name,
+                    original = ?status.original_replicas,
+                    "the status was written since this copy was read: writing on the queue as read again"
+                );
+                version = guarded_version(&fresh, fresh.status.as_ref(), &status);
+            }
+            Err(e) => return Err(Error::Kube(e)),
+        }
+    }
+}
+
+/// Status writes tried at most, each refused one on a newer version of the queue.
+const STATUS_ATTEMPTS: u32 = 3;
+
+/// The `resourceVersion` a status write decided from `jq` (whose status is `prev`) is
+/// conditional on, when it must be ([`lifecycle::guards_record`]).
+fn guarded_version(
+    jq: &JobQueue,
+    prev: Option<&JobQueueStatus>,
+    new: &JobQueueStatus,
+) -> Option<String> {
+    let guarded = lifecycle::guards_record(
+        jq.spec.workers.is_some(),
+        prev.and_then(|s| s.original_replicas.as_ref()),
+        new.original_replicas.as_ref(),
+    );
+    if guarded {
+        jq.metadata.resource_version.clone()
+    } else {
+        None
+    }
 }
 
 /// Publish an Event about `jq`; a failure to publish is logged, never fatal.

@@ -343,6 +343,14 @@ pub enum Expect {
     AddFinalizerStale,
     /// GET of the scenario's JobQueue, answered with it carrying the finalizer.
     GetQueueWithFinalizer,
+    /// A server-side apply of the scenario's JobQueue's status conditional on the
+    /// resource version the scenario's object has (`metadata.resourceVersion` in the
+    /// body), answered as the API server answers it once the object has changed since:
+    /// 409 Conflict.
+    StatusConflict,
+    /// GET of the scenario's JobQueue, answered with this object (the object as the API
+    /// server has it, newer than the scenario's copy).
+    GetQueue(Box<JobQueue>),
 }
 
 /// The path of the scenario's JobQueue (for its metadata patches).
@@ -395,6 +403,16 @@ impl Expect {
                 format!("PATCH {} adding the finalizer, refused", jq.name_any())
             }
             Expect::GetQueueWithFinalizer => format!("GET {}", jq.name_any()),
+            Expect::StatusConflict => format!(
+                "PATCH status of {} conditional on resourceVersion {:?}, refused",
+                jq.name_any(),
+                jq.resource_version()
+            ),
+            Expect::GetQueue(fresh) => format!(
+                "GET {} (at resourceVersion {:?})",
+                jq.name_any(),
+                fresh.resource_version()
+            ),
         }
     }
 
@@ -583,6 +601,44 @@ impl Expect {
                 let mut with = jq.clone();
                 with.metadata.finalizers = Some(vec![FINALIZER.into()]);
                 request.respond(json_response(StatusCode::OK, &with));
+            }
+            Expect::StatusConflict => {
+                assert_eq!(method, Method::PATCH, "request #{i}: {uri}");
+                assert!(uri.contains("/status?"), "request #{i}: {uri}");
+                let patch = request.json();
+                assert_eq!(
+                    patch["metadata"]["resourceVersion"].as_str(),
+                    jq.resource_version().as_deref(),
+                    "request #{i}: a status write from a copy that may be stale is conditional \
+                     on the resource version read, or the API server takes it over whatever was \
+                     written since: {patch}"
+                );
+                seen.statuses.push(
+                    serde_json::from_value(patch["status"].clone()).expect("a status"),
+                );
+                let status = json!({
+                    "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                    "reason": "Conflict", "code": 409,
+                    "message": format!(
+                        "Operation cannot be fulfilled on jobqueues.jobqueue.dev \"{}\": the \
+                         object has been modified; please apply your changes to the latest \
+                         version and try again",
+                        jq.name_any()
+                    ),
+                });
+                request.respond(json_response(StatusCode::CONFLICT, &status));
+            }
+            Expect::GetQueue(fresh) => {
+                assert_eq!(method, Method::GET, "request #{i}: {uri}");
+                assert_eq!(
+                    uri,
+                    format!(
+                        "/apis/jobqueue.dev/v1alpha1/namespaces/{NS}/jobqueues/{}",
+                        jq.name_any()
+                    ),
+                    "request #{i}"
+                );
+                request.respond(json_response(StatusCode::OK, &fresh));
             }
         }
     }
