@@ -117,16 +117,17 @@ async fn restore_scales_back_to_the_replicas_before_the_first_scale() {
     let clock = TestClock::new();
     let (ctx, mut api, registry) = test_context_at(&clock);
 
-    // The operator takes the target at 1 replica and scales it to 3.
+    // The operator takes the target at 1 replica, records it, and scales it to 3.
     let (result, seen) = Scenario::new(&jq)
         .expect(Expect::TargetRead(WORKER, 1))
+        .expect(Expect::RecordOriginal("Deployment/worker", 1))
         .expect(Expect::ScalePatch(WORKER, 3))
         .expect(Expect::StatusPatch)
         .expect(Expect::Event("Normal", "ScaledUp"))
         .run(&ctx, &mut api)
         .await;
     result.unwrap();
-    let patch: Value = serde_json::from_str(&seen.bodies[1]).unwrap();
+    let patch: Value = serde_json::from_str(&seen.bodies[2]).unwrap();
     assert_eq!(
         patch["status"]["originalReplicas"],
         json!({"target": "Deployment/worker", "replicas": 1}),
@@ -179,10 +180,10 @@ async fn restore_scales_back_to_the_replicas_before_the_first_scale() {
 
 /// The race that lost the original count: the first reconcile scales the target 2 → 5 and
 /// records 2; a second one, brought ~40 ms later by that scale, runs on the cached copy
-/// read before the first one's status write, without `originalReplicas`. Its write would
-/// record 5 over the 2 (the operator's own count), and the deleted queue left the target
-/// at 5. It is conditional on the version it read: refused, it reads the queue again and
-/// keeps the 2 recorded; deleted, the target goes back to 2.
+/// read before the first one's writes, without `originalReplicas`. Its status write
+/// recorded 5 over the 2 (the operator's own count), and the deleted queue left the
+/// target at 5. It is conditional on the version it read: refused, it reads the queue
+/// again and keeps the 2 recorded; deleted, the target goes back to 2.
 #[tokio::test]
 async fn a_reconcile_on_a_stale_copy_keeps_the_original_replicas_recorded() {
     let redis = RedisServer::start();
@@ -192,9 +193,10 @@ async fn a_reconcile_on_a_stale_copy_keeps_the_original_replicas_recorded() {
     let clock = TestClock::new();
     let (ctx, mut api, _) = test_context_at(&clock);
 
-    // The first reconcile takes the target at 2 and scales it to 5.
+    // The first reconcile takes the target at 2, records it, and scales it to 5.
     let (result, seen) = Scenario::new(&jq)
         .expect(Expect::TargetRead(WORKER, 2))
+        .expect(Expect::RecordOriginal("Deployment/worker", 2))
         .expect(Expect::ScalePatch(WORKER, 5))
         .expect(Expect::StatusPatch)
         .expect(Expect::Event("Normal", "ScaledUp"))
@@ -203,10 +205,13 @@ async fn a_reconcile_on_a_stale_copy_keeps_the_original_replicas_recorded() {
     result.unwrap();
     let first = seen.statuses[0].clone();
     let recorded = json!({"target": "Deployment/worker", "replicas": 2});
-    assert_eq!(serde_json::to_value(&first).unwrap()["originalReplicas"], recorded);
+    assert_eq!(
+        serde_json::to_value(&first).unwrap()["originalReplicas"],
+        recorded
+    );
     // As the API server has it now: the status written, a newer version.
     let mut fresh = jq.clone().with_status(first);
-    fresh.metadata.resource_version = Some("2".into());
+    fresh.metadata.resource_version = Some("3".into());
 
     // The second, on the stale copy (version 1, no status): its write is refused, the
     // queue read again, and the record it finds is the one written.
@@ -235,6 +240,105 @@ async fn a_reconcile_on_a_stale_copy_keeps_the_original_replicas_recorded() {
         .await;
     assert_eq!(result.unwrap(), Action::await_change());
     assert_eq!(seen.scales, vec![2]);
+}
+
+/// The same race when the second reconcile scales too (the backlog grew): the record it
+/// writes before its scale is refused, the record found is kept, and the scale goes on.
+#[tokio::test]
+async fn a_reconcile_on_a_stale_copy_that_scales_keeps_the_original_replicas() {
+    let redis = RedisServer::start();
+    let q = redis.queue("emails").await;
+    enqueue_more(&q, 50).await;
+    let jq = queue("emails", &redis.url(), "emails").with_workers(workers("restore"));
+    let clock = TestClock::new();
+    let (ctx, mut api, _) = test_context_at(&clock);
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::TargetRead(WORKER, 2))
+        .expect(Expect::RecordOriginal("Deployment/worker", 2))
+        .expect(Expect::ScalePatch(WORKER, 5))
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Normal", "ScaledUp"))
+        .run(&ctx, &mut api)
+        .await;
+    result.unwrap();
+    let mut fresh = jq.clone().with_status(seen.statuses[0].clone());
+    fresh.metadata.resource_version = Some("3".into());
+
+    enqueue_more(&q, 30).await;
+    clock.advance(10);
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::TargetRead(WORKER, 5))
+        .expect(Expect::RecordRefused(
+            "Deployment/worker",
+            5,
+            StatusCode::CONFLICT,
+        ))
+        .expect(Expect::GetQueue(Box::new(fresh)))
+        .expect(Expect::ScalePatch(WORKER, 8))
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Normal", "ScaledUp"))
+        .run(&ctx, &mut api)
+        .await;
+    result.unwrap();
+    assert_eq!(seen.scales, vec![8]);
+    let written = serde_json::to_value(&seen.statuses[0]).unwrap();
+    assert_eq!(
+        written["originalReplicas"],
+        json!({"target": "Deployment/worker", "replicas": 2})
+    );
+}
+
+/// The original count goes to the API server before the first scale: when it cannot be
+/// written there, the target is not scaled (a scale whose status write then failed would
+/// leave the operator's own count to be taken as the original), and the Scaling
+/// condition says why.
+#[tokio::test]
+async fn a_target_is_not_scaled_before_its_original_count_is_recorded() {
+    let redis = RedisServer::start();
+    let q = redis.queue("emails").await;
+    enqueue_more(&q, 50).await;
+    let jq = queue("emails", &redis.url(), "emails").with_workers(workers("restore"));
+    let clock = TestClock::new();
+    let (ctx, mut api, _) = test_context_at(&clock);
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::TargetRead(WORKER, 2))
+        .expect(Expect::RecordRefused(
+            "Deployment/worker",
+            2,
+            StatusCode::FORBIDDEN,
+        ))
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Warning", "ScaleFailed"))
+        .run(&ctx, &mut api)
+        .await;
+    result.unwrap();
+    assert!(seen.scales.is_empty(), "scaled: {:?}", seen.scales);
+    let status = &seen.statuses[0];
+    let scaling = status.condition("Scaling").unwrap();
+    assert_eq!(
+        (scaling.status.as_str(), scaling.reason.as_str()),
+        ("False", "ScaleFailed")
+    );
+    assert!(
+        scaling.message.starts_with(
+            "cannot record the original replicas of Deployment/worker (2) before scaling it: "
+        ),
+        "{}",
+        scaling.message
+    );
+    // Not scaled, the 2 read is still the original: the status write records it, on the
+    // version read.
+    let body: Value = serde_json::from_str(&seen.bodies[1]).unwrap();
+    assert_eq!(
+        (
+            &body["status"]["originalReplicas"],
+            &body["metadata"]["resourceVersion"]
+        ),
+        (
+            &json!({"target": "Deployment/worker", "replicas": 2}),
+            &json!("1")
+        )
+    );
 }
 
 async fn enqueue_more(q: &jobqueue::queue::Queue, n: usize) {
@@ -512,7 +616,8 @@ async fn the_operator_binary_restores_the_workers_of_a_deleted_queue() {
             .as_i64()
             .unwrap()
     };
-    let original = || api.get(CRD, "jobqueues", "jobs", "gone").unwrap()["status"]["originalReplicas"].clone();
+    let original =
+        || api.get(CRD, "jobqueues", "jobs", "gone").unwrap()["status"]["originalReplicas"].clone();
 
     // Taken: scaled up for 25 jobs, the original count in the status.
     op.wait_for("3 replicas")

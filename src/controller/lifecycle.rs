@@ -9,10 +9,11 @@
 //! - sets the worker target's replicas as `spec.workers.onDelete` says ([`on_delete`]):
 //!   `keep` (the default) leaves them, `zero` scales to 0, `restore` sets them back to
 //!   the count the target had when the operator first took it, which the status keeps
-//!   in `originalReplicas` ([`original_replicas`]). A record is never replaced by a
-//!   reconcile that did not see it: a status write from a copy without the record is
-//!   conditional on the copy's `resourceVersion` ([`guards_record`]), and once refused
-//!   keeps the record the queue has ([`kept_original`]);
+//!   in `originalReplicas` ([`original_replicas`]), written before the first scale. A
+//!   record is never replaced by a reconcile that did not see it: a status write from a
+//!   copy without the record is conditional on the copy's `resourceVersion`
+//!   ([`guards_record`]), and once refused keeps the record the queue has
+//!   ([`kept_original`]);
 //! - publishes a Normal Event `QueueDeleted` saying where the keys were left
 //!   ([`deleted_note`]), and forgets the queue's state and metric series.
 //!
@@ -357,6 +358,71 @@ mod tests {
         for (i, (prev, target, decision, want)) in cases.into_iter().enumerate() {
             assert_eq!(
                 original_replicas(prev.as_ref(), target, decision.as_ref()),
+                want,
+                "case #{i}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_write_that_could_replace_a_record_it_did_not_see_is_conditional() {
+        let d = "Deployment/worker";
+        let cases = [
+            // (workers, the copy's record, the record written) => conditional
+            // The copy's own record, written back: nothing it has not seen is at stake.
+            (true, Some(orig(d, 2)), Some(orig(d, 2)), false),
+            // A new record: the copy may be older than a record already written.
+            (true, None, Some(orig(d, 5)), true),
+            (
+                true,
+                Some(orig("Deployment/old", 2)),
+                Some(orig(d, 5)),
+                true,
+            ),
+            // None written (an HPA, no target, the queue unreadable): it would drop one.
+            (true, None, None, true),
+            (true, Some(orig(d, 2)), None, true),
+            // Without workers a record is dropped on purpose.
+            (false, Some(orig(d, 2)), None, false),
+            (false, None, None, false),
+        ];
+        for (i, (workers, prev, new, want)) in cases.into_iter().enumerate() {
+            assert_eq!(
+                guards_record(workers, prev.as_ref(), new.as_ref()),
+                want,
+                "case #{i}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_refused_write_keeps_the_record_the_queue_has() {
+        let d = "Deployment/worker";
+        let cases = [
+            // (the queue's record, ours, target) => written
+            // Recorded by an earlier reconcile: kept, never replaced by a later count.
+            (
+                Some(orig(d, 2)),
+                Some(orig(d, 5)),
+                Some(d),
+                Some(orig(d, 2)),
+            ),
+            (Some(orig(d, 2)), None, Some(d), Some(orig(d, 2))),
+            // None yet, or another target's: ours.
+            (None, Some(orig(d, 5)), Some(d), Some(orig(d, 5))),
+            (
+                Some(orig("Deployment/old", 2)),
+                Some(orig(d, 5)),
+                Some(d),
+                Some(orig(d, 5)),
+            ),
+            (Some(orig("Deployment/old", 2)), None, Some(d), None),
+            // Without workers, none.
+            (Some(orig(d, 2)), None, None, None),
+        ];
+        for (i, (theirs, ours, target, want)) in cases.into_iter().enumerate() {
+            assert_eq!(
+                kept_original(theirs.as_ref(), ours, target),
                 want,
                 "case #{i}"
             );
