@@ -850,6 +850,19 @@ impl OperatorProcess {
         }
     }
 
+    /// The value of the sample `series` (name and labels, as printed) on its /metrics.
+    #[allow(dead_code)]
+    pub async fn metric(&self, series: &str) -> Option<f64> {
+        let (_, body) = http_get(&self.metrics, "/metrics").await?;
+        body.lines().find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+    }
+
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
