@@ -137,7 +137,8 @@ struct Fleet {
     /// Names the log files (`NAME-i.log`) and the worker ids (`NAMEi-gN`): unique per
     /// scenario, since scenarios run at once and processes are found by worker id.
     name: &'static str,
-    handler: String,
+    /// The handler's command (tests/support/runs.rs).
+    command: Vec<String>,
     extra: Vec<String>,
 }
 
@@ -163,7 +164,7 @@ impl Fleet {
             ids: vec![String::new(); count],
             generation: 0,
             name,
-            handler: runs::handler(work),
+            command: runs::command(work),
             extra: extra.iter().map(|s| s.to_string()).collect(),
         };
         for i in 0..count {
@@ -205,7 +206,8 @@ impl Fleet {
             cmd.arg("--cluster");
         }
         let child = cmd
-            .args(["--exec", "sh", "-c", &self.handler])
+            .arg("--exec")
+            .args(&self.command)
             .env(runs::RUNS_ENV, &self.dir)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
@@ -457,6 +459,14 @@ fn run_checks(tally: &mut Tally, dir: &Path, dead: &[Vec<u8>]) -> Vec<String> {
                 runs::show(id)
             ));
         }
+    }
+    for run in all.iter().filter(|r| r.no_payload) {
+        problems.push(format!(
+            "{} attempt {} on {} read no payload",
+            runs::show(&run.id),
+            run.attempt,
+            run.worker
+        ));
     }
     let (beyond, longest) = runs::overlaps_beyond(&all, GRACE);
     tally.overlap_beyond_grace = beyond.len();

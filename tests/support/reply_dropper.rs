@@ -1,5 +1,6 @@
 //! A TCP proxy in front of a redis-server that loses replies on purpose: a request that
-//! contains a marker (e.g. the claim script's SHA) is forwarded, then the connection is
+//! contains a marker (e.g. the claim script's SHA; one of several markers, with
+//! [`ReplyDropper::start_any`]) is forwarded, then the connection is
 //! cut before any reply reaches the client. The script may have run; the client only
 //! sees a broken connection. Everything else is forwarded as it is.
 
@@ -15,7 +16,7 @@ use tokio::task::JoinHandle;
 
 struct State {
     upstream: SocketAddr,
-    marker: Vec<u8>,
+    markers: Vec<Vec<u8>>,
     /// Cut this many of the next marked requests.
     next: AtomicU64,
     /// Then cut each marked request with this probability, in thousandths.
@@ -46,11 +47,17 @@ impl ReplyDropper {
     /// Listen on a free loopback port in front of `127.0.0.1:upstream_port`; requests
     /// that contain `marker` may lose their reply.
     pub async fn start(upstream_port: u16, marker: &[u8]) -> ReplyDropper {
+        Self::start_any(upstream_port, &[marker]).await
+    }
+
+    /// The same, for requests that contain any of `markers` (e.g. the SHAs of claim and
+    /// extend: the calls a worker's leases depend on).
+    pub async fn start_any(upstream_port: u16, markers: &[&[u8]]) -> ReplyDropper {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let state = Arc::new(State {
             upstream: SocketAddr::from(([127, 0, 0, 1], upstream_port)),
-            marker: marker.to_vec(),
+            markers: markers.iter().map(|m| m.to_vec()).collect(),
             next: AtomicU64::new(0),
             per_mille: AtomicU64::new(0),
             seen: AtomicU64::new(0),
@@ -136,7 +143,8 @@ async fn serve(client: TcpStream, state: Arc<State>) {
                 return Ok::<_, std::io::Error>(());
             }
             let chunk = &buf[..n];
-            let cut_this = contains(chunk, &state.marker) && state.should_cut();
+            let cut_this =
+                state.markers.iter().any(|m| contains(chunk, m)) && state.should_cut();
             if cut_this {
                 cut.store(true, Ordering::SeqCst);
                 state.cuts.fetch_add(1, Ordering::SeqCst);

@@ -2,7 +2,7 @@
 //! from them (never from the queue's counters, which live in Redis and lose increments
 //! in a failover like any other write).
 //!
-//! The handler of [`handler`] runs under `jobqueue worker --exec` and appends one line
+//! The handler of [`command`] runs under `jobqueue worker --exec` and appends one line
 //! per event of a run to a file of its worker's own, `$CHAOS_RUNS/<worker id>.runs`:
 //!
 //! ```text
@@ -36,7 +36,14 @@ pub enum Work {
     Grandchildren,
 }
 
-/// The `sh -c` handler: reads `<kind> <seconds>` from stdin and records the run;
+/// The handler's command: `bash -c` and [`handler`] (bash for `$EPOCHREALTIME`: the
+/// time of a record is read without starting a process, which a signal to the job's
+/// process group could kill half-way).
+pub fn command(work: Work) -> Vec<String> {
+    vec!["bash".into(), "-c".into(), handler(work)]
+}
+
+/// The handler's script: reads `<kind> <seconds>` from stdin and records the run;
 /// `poison` exits with the dead-letter code (99), `flaky` fails its first attempt,
 /// anything else works for `<seconds>` and succeeds.
 pub fn handler(work: Work) -> String {
@@ -46,7 +53,7 @@ pub fn handler(work: Work) -> String {
     };
     format!(
         r#"read kind secs
-rec() {{ printf '%s %s %s %s %s\n' "$1" "$(date +%s.%N)" "$JOBQUEUE_ATTEMPT" "$secs" "$JOBQUEUE_JOB_ID" >> "$CHAOS_RUNS/$JOBQUEUE_WORKER_ID.runs"; }}
+rec() {{ printf '%s %s %s %s %s\n' "$1" "$EPOCHREALTIME" "$JOBQUEUE_ATTEMPT" "$secs" "$JOBQUEUE_JOB_ID" >> "$CHAOS_RUNS/$JOBQUEUE_WORKER_ID.runs"; }}
 rec S
 trap 'rec T; exit 143' TERM
 case "$kind" in
@@ -59,7 +66,7 @@ rec E
     )
 }
 
-/// Now, in seconds since the epoch (the clock the handler's `date` reads).
+/// Now, in seconds since the epoch (the clock of the handler's `$EPOCHREALTIME`).
 pub fn now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -116,6 +123,8 @@ pub struct Run {
     /// start plus the seconds of work).
     pub end: f64,
     pub how: End,
+    /// The command read no payload from its stdin.
+    pub no_payload: bool,
 }
 
 /// Every run recorded in `dir`, from the workers' files.
@@ -147,8 +156,21 @@ pub fn read(dir: &Path) -> Vec<Run> {
                     String::from_utf8_lossy(line)
                 );
             };
-            let num = |b: &[u8]| -> f64 { std::str::from_utf8(b).unwrap().parse().unwrap() };
-            let (t, attempt, secs) = (num(t), num(attempt) as u32, num(secs));
+            let num = |b: &[u8]| -> f64 {
+                std::str::from_utf8(b)
+                    .ok()
+                    .and_then(|t| t.replace(',', ".").parse().ok())
+                    .unwrap_or_else(|| {
+                        panic!(
+                            "{name}: unreadable record {:?}",
+                            String::from_utf8_lossy(line)
+                        )
+                    })
+            };
+            // A command that read no payload records no seconds of work.
+            let no_payload = secs.is_empty();
+            let (t, attempt) = (num(t), num(attempt) as u32);
+            let secs = if no_payload { 0.0 } else { num(secs) };
             match tag {
                 b"S" => mine.push((
                     Run {
@@ -158,6 +180,7 @@ pub fn read(dir: &Path) -> Vec<Run> {
                         start: t,
                         end: t + secs,
                         how: End::Killed,
+                        no_payload,
                     },
                     secs,
                     true,
