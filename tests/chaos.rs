@@ -460,14 +460,7 @@ fn run_checks(tally: &mut Tally, dir: &Path, dead: &[Vec<u8>]) -> Vec<String> {
             ));
         }
     }
-    for run in all.iter().filter(|r| r.no_payload) {
-        problems.push(format!(
-            "{} attempt {} on {} read no payload",
-            runs::show(&run.id),
-            run.attempt,
-            run.worker
-        ));
-    }
+    runs::note_runs_without_payload(&all);
     let (beyond, longest) = runs::overlaps_beyond(&all, GRACE);
     tally.overlap_beyond_grace = beyond.len();
     tally.longest_overlap = longest;

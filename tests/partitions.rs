@@ -337,14 +337,7 @@ async fn check_jobs<'a>(
             other => problems.push(format!("{id} ({kind}) in {}: {other:?}", home(id).name())),
         }
     }
-    for run in all.iter().filter(|r| r.no_payload) {
-        problems.push(format!(
-            "{} attempt {} on {} read no payload",
-            runs::show(&run.id),
-            run.attempt,
-            run.worker
-        ));
-    }
+    runs::note_runs_without_payload(&all);
     let (beyond, longest) = runs::overlaps_beyond(&all, GRACE);
     let overlaps = beyond.len();
     problems.extend(beyond);
@@ -712,9 +705,11 @@ async fn three_partitions_shrunk_to_one_with_claim_replies_lost_and_workers_sigk
         let _ = child.wait();
     }
 
+    // The first half of the batches went to three partitions, the rest to one.
+    let before_shrink = per_batch * (batches / 2);
     let home = |id: &str| {
         let n: usize = id[1..].parse().unwrap();
-        let queue = if n < total / 2 { &three } else { &one };
+        let queue = if n < before_shrink { &three } else { &one };
         &queue.partitions()[queue.partition_for(id.as_bytes())]
     };
     let (done, dead, wrong, dead_without_running, overlaps, longest) =
@@ -737,7 +732,7 @@ async fn three_partitions_shrunk_to_one_with_claim_replies_lost_and_workers_sigk
     assert_eq!(done + dead, total);
     assert!(proxy.cuts() > 0 && killed > 0);
     // Nothing went to the removed partitions after the shrink.
-    let first_half: Vec<String> = (0..total / 2).map(|i| format!("j{i}")).collect();
+    let first_half: Vec<String> = (0..before_shrink).map(|i| format!("j{i}")).collect();
     for &p in &removed {
         let routed_there = first_half
             .iter()

@@ -261,6 +261,20 @@ pub fn overlaps_beyond(runs: &[Run], grace: Duration) -> (Vec<String>, Duration)
     (beyond, Duration::from_secs_f64(longest.max(0.0)))
 }
 
+/// Print the runs whose command read no payload from its stdin (seen now and then, not
+/// explained yet: such a run fails and its job runs again, so it is reported, not
+/// failed on).
+pub fn note_runs_without_payload(runs: &[Run]) {
+    for run in runs.iter().filter(|r| r.no_payload) {
+        println!(
+            "note: {} attempt {} on {} read no payload",
+            show(&run.id),
+            run.attempt,
+            run.worker
+        );
+    }
+}
+
 /// An id for a message: its text (escaped where it is not UTF-8), cut after 40 bytes.
 pub fn show(id: &[u8]) -> String {
     let cut = &id[..id.len().min(40)];
