@@ -5,11 +5,18 @@
 //! binary against the stand-in API server) workers scaled up from zero for delayed and
 //! retried jobs that fall due, claim replies lost on the way back, and the queue's slot
 //! migrated between Cluster nodes under load; and behind Sentinel, the primary
-//! SIGKILLed under load and a manual failover while workers hold leases. At the end every job is acked or dead and
-//! none is lost; every job run more than once is explained by an expired lease.
+//! SIGKILLed under load and a manual failover while workers hold leases; `replicated`
+//! durability whose `WAIT` times out (no replica, a replica SIGSTOPped); ids of 1024
+//! bytes and ids that are not UTF-8 through the exec worker. At the end every job is
+//! acked or dead and none is lost; every job run more than once is explained by an
+//! expired lease. Runs are counted from each worker process's own records
+//! (tests/support/runs.rs): no job is dead-lettered without having run
+//! (`dead_without_running`), and no two runs of a job overlap for longer than the grace
+//! (`overlap_beyond_grace`).
 //!
 //! CI-sized by default. `JOBQUEUE_CHAOS_SCALE=N` multiplies the jobs and the faults
-//! (`make chaos`); `JOBQUEUE_CHAOS_REPORT=FILE` appends each tally to FILE.
+//! (`make chaos`); `JOBQUEUE_CHAOS_REPORT=FILE` appends each tally to FILE. Each scenario
+//! runs alone by its letter: `cargo test --test chaos m_`.
 
 mod support;
 
