@@ -9,9 +9,8 @@ use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use jobqueue::queue::{NewJob, Queue, QueueSettings, SCRIPTS};
+use jobqueue::queue::{NewJob, Queue, QueueSettings};
 use jobqueue::worker::Worker;
-use redis::Value;
 use support::eventually::{Wait, eventually};
 use support::redis::{RedisServer, enqueue_raw};
 

@@ -566,7 +566,9 @@ async fn account<K: AsRef<[u8]>>(
         // one lease ran twice.
         let distinct: HashSet<u32> = seen.iter().copied().collect();
         if distinct.len() != seen.len() {
-            problems.push(format!("{show} ran twice under one lease: attempts {seen:?}"));
+            problems.push(format!(
+                "{show} ran twice under one lease: attempts {seen:?}"
+            ));
         }
         if seen.iter().any(|&a| a > attempts) {
             problems.push(format!(
@@ -655,7 +657,15 @@ async fn killed_workers(scenario: &'static str, url: &str, cluster: bool, reaper
     let checker = start_invariant_checker(connect(url, cluster).await, &stop);
     // The scenario's reapers are the only ones (the workers' own are off), so every
     // reaped lease is counted by one of them and the counts below must match.
-    let mut fleet = Fleet::start_with(url, cluster, dir.path(), 3, "w", Work::Sleep, &["--no-reaper"]);
+    let mut fleet = Fleet::start_with(
+        url,
+        cluster,
+        dir.path(),
+        3,
+        "w",
+        Work::Sleep,
+        &["--no-reaper"],
+    );
 
     // Kill a worker every 250–600 ms (while jobs remain), restart it 100–300 ms later.
     let kills_planned = 6 * scale;
@@ -958,9 +968,9 @@ fn interrupted_runs(dir: &Path, worker: &str) -> Vec<(String, u32, bool)> {
     all.iter()
         .filter(|r| r.worker == worker && r.how != runs::End::Finished)
         .map(|r| {
-            let again = all.iter().any(|m| {
-                m.id == r.id && m.attempt > r.attempt && m.how == runs::End::Finished
-            });
+            let again = all
+                .iter()
+                .any(|m| m.id == r.id && m.attempt > r.attempt && m.how == runs::End::Finished);
             (runs::show(&r.id), r.attempt, again)
         })
         .collect()
@@ -2078,13 +2088,7 @@ async fn replicated_wait_times_out(scenario: &'static str, stalls: bool) -> Tall
             stalled += 1;
         }
     }
-    wait_until_settled(
-        &queue,
-        || n,
-        Duration::from_secs(60 * scale as u64),
-        &fleet,
-    )
-    .await;
+    wait_until_settled(&queue, || n, Duration::from_secs(60 * scale as u64), &fleet).await;
     let crashed = fleet.crashed();
     assert!(
         crashed.is_empty(),
@@ -2173,13 +2177,7 @@ async fn o_long_and_byte_ids_through_exec_workers_sigkilled() {
             fleet.spawn(i);
         }
     }
-    wait_until_settled(
-        &queue,
-        || n,
-        Duration::from_secs(60 * scale as u64),
-        &fleet,
-    )
-    .await;
+    wait_until_settled(&queue, || n, Duration::from_secs(60 * scale as u64), &fleet).await;
     let crashed = fleet.crashed();
     assert!(
         crashed.is_empty(),

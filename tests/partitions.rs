@@ -20,8 +20,8 @@ mod support;
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Mutex;
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use jobqueue::queue::partitions::tag_slot;
@@ -287,7 +287,14 @@ fn spawn_worker(
         cmd.arg("--cluster");
     }
     cmd.args(partitions)
-        .args(["--concurrency", "4", "--visibility", visibility, "--kill-grace", "1s"])
+        .args([
+            "--concurrency",
+            "4",
+            "--visibility",
+            visibility,
+            "--kill-grace",
+            "1s",
+        ])
         .args(["--shutdown-timeout", "3s", "--worker-id", id])
         .arg("--exec")
         .args(runs::command(Work::Sleep))
@@ -341,7 +348,14 @@ async fn check_jobs<'a>(
     let (beyond, longest) = runs::overlaps_beyond(&all, GRACE);
     let overlaps = beyond.len();
     problems.extend(beyond);
-    (done, dead, problems, dead_without_running, overlaps, longest)
+    (
+        done,
+        dead,
+        problems,
+        dead_without_running,
+        overlaps,
+        longest,
+    )
 }
 
 /// The worker id of some lease held now, if any.
@@ -382,7 +396,15 @@ async fn six_partitions_on_a_cluster_shrunk_to_three_lose_nothing() {
     let mut workers: Vec<(String, Child)> = (0..3)
         .map(|i| {
             let id = format!("six-{i}");
-            let child = spawn_worker(&url, true, "parts", dir.path(), &id, "1s", &["--partitions", "6"]);
+            let child = spawn_worker(
+                &url,
+                true,
+                "parts",
+                dir.path(),
+                &id,
+                "1s",
+                &["--partitions", "6"],
+            );
             (id, child)
         })
         .collect();
@@ -572,10 +594,7 @@ async fn three_partitions_shrunk_to_one_with_claim_replies_lost_and_workers_sigk
     three.load_scripts().await.unwrap();
     let proxy = ReplyDropper::start_any(
         server.port,
-        &[
-            SCRIPTS.claim.sha.as_bytes(),
-            SCRIPTS.extend.sha.as_bytes(),
-        ],
+        &[SCRIPTS.claim.sha.as_bytes(), SCRIPTS.extend.sha.as_bytes()],
     )
     .await;
     let proxy = std::sync::Arc::new(proxy);
@@ -590,7 +609,15 @@ async fn three_partitions_shrunk_to_one_with_claim_replies_lost_and_workers_sigk
     let mut workers: Vec<(String, Child)> = (0..3)
         .map(|i| {
             let id = format!("three-{i}");
-            let child = spawn_worker(&url, false, TAG, dir.path(), &id, LEASE, &["--partitions", "3"]);
+            let child = spawn_worker(
+                &url,
+                false,
+                TAG,
+                dir.path(),
+                &id,
+                LEASE,
+                &["--partitions", "3"],
+            );
             (id, child)
         })
         .collect();

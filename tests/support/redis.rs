@@ -103,7 +103,11 @@ impl RedisServer {
     /// Freeze the server (SIGSTOP) or let it go on (SIGCONT): a stall of the process, its
     /// connections left open.
     pub fn pause(&self, stalled: bool) {
-        let sig = if stalled { libc::SIGSTOP } else { libc::SIGCONT };
+        let sig = if stalled {
+            libc::SIGSTOP
+        } else {
+            libc::SIGCONT
+        };
         // SAFETY: kill has no memory effects.
         unsafe { libc::kill(self.child.id() as i32, sig) };
     }

@@ -143,8 +143,7 @@ async fn serve(client: TcpStream, state: Arc<State>) {
                 return Ok::<_, std::io::Error>(());
             }
             let chunk = &buf[..n];
-            let cut_this =
-                state.markers.iter().any(|m| contains(chunk, m)) && state.should_cut();
+            let cut_this = state.markers.iter().any(|m| contains(chunk, m)) && state.should_cut();
             if cut_this {
                 cut.store(true, Ordering::SeqCst);
                 state.cuts.fetch_add(1, Ordering::SeqCst);

@@ -199,7 +199,10 @@ pub fn read(dir: &Path) -> Vec<Run> {
                         *open = false;
                     }
                 }
-                other => panic!("{name}: unknown record {:?}", String::from_utf8_lossy(other)),
+                other => panic!(
+                    "{name}: unknown record {:?}",
+                    String::from_utf8_lossy(other)
+                ),
             }
         }
         for (mut run, _, open) in mine {
