@@ -140,8 +140,9 @@ pub fn read(dir: &Path) -> Vec<Run> {
             continue;
         };
         let text = std::fs::read(entry.path()).unwrap_or_default();
-        // Runs started and not yet ended, in order: (id, attempt) → index in `mine`.
-        let mut mine: Vec<(Run, f64, bool)> = Vec::new();
+        // This worker's runs in the order they started, each with whether it is still
+        // open (no end recorded yet).
+        let mut mine: Vec<(Run, bool)> = Vec::new();
         for line in text.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
             let mut parts = line.splitn(5, |&b| b == b' ');
             let (Some(tag), Some(t), Some(attempt), Some(secs), Some(id)) = (
@@ -182,13 +183,12 @@ pub fn read(dir: &Path) -> Vec<Run> {
                         how: End::Killed,
                         no_payload,
                     },
-                    secs,
                     true,
                 )),
                 b"E" | b"T" => {
-                    if let Some((run, _, open)) = mine
+                    if let Some((run, open)) = mine
                         .iter_mut()
-                        .find(|(r, _, open)| *open && r.id == id && r.attempt == attempt)
+                        .find(|(r, open)| *open && r.id == id && r.attempt == attempt)
                     {
                         run.end = t;
                         run.how = if tag == b"E" {
@@ -205,7 +205,7 @@ pub fn read(dir: &Path) -> Vec<Run> {
                 ),
             }
         }
-        for (mut run, _, open) in mine {
+        for (mut run, open) in mine {
             if open && let Some(&killed) = kills.get(worker) {
                 run.end = run.end.min(killed.max(run.start));
             }
