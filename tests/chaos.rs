@@ -467,7 +467,6 @@ fn run_checks(tally: &mut Tally, dir: &Path, dead: &[Vec<u8>]) -> Vec<String> {
             ));
         }
     }
-    runs::note_runs_without_payload(&all);
     let (beyond, longest) = runs::overlaps_beyond(&all, GRACE);
     tally.overlap_beyond_grace = beyond.len();
     tally.longest_overlap = longest;

@@ -344,7 +344,6 @@ async fn check_jobs<'a>(
             other => problems.push(format!("{id} ({kind}) in {}: {other:?}", home(id).name())),
         }
     }
-    runs::note_runs_without_payload(&all);
     let (beyond, longest) = runs::overlaps_beyond(&all, GRACE);
     let overlaps = beyond.len();
     problems.extend(beyond);

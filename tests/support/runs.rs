@@ -123,7 +123,8 @@ pub struct Run {
     /// start plus the seconds of work).
     pub end: f64,
     pub how: End,
-    /// The command read no payload from its stdin.
+    /// The command read no payload from its stdin: its worker died before writing it
+    /// (the command, started just before, is killed with the worker's jobs).
     pub no_payload: bool,
 }
 
@@ -168,7 +169,8 @@ pub fn read(dir: &Path) -> Vec<Run> {
                         )
                     })
             };
-            // A command that read no payload records no seconds of work.
+            // A command that read no payload (its worker was killed before writing it)
+            // records no seconds of work.
             let no_payload = secs.is_empty();
             let (t, attempt) = (num(t), num(attempt) as u32);
             let secs = if no_payload { 0.0 } else { num(secs) };
@@ -262,20 +264,6 @@ pub fn overlaps_beyond(runs: &[Run], grace: Duration) -> (Vec<String>, Duration)
         }
     }
     (beyond, Duration::from_secs_f64(longest.max(0.0)))
-}
-
-/// Print the runs whose command read no payload from its stdin (seen now and then, not
-/// explained yet: such a run fails and its job runs again, so it is reported, not
-/// failed on).
-pub fn note_runs_without_payload(runs: &[Run]) {
-    for run in runs.iter().filter(|r| r.no_payload) {
-        println!(
-            "note: {} attempt {} on {} read no payload",
-            show(&run.id),
-            run.attempt,
-            run.worker
-        );
-    }
 }
 
 /// An id for a message: its text (escaped where it is not UTF-8), cut after 40 bytes.
