@@ -558,15 +558,15 @@ async fn six_partitions_on_a_cluster_shrunk_to_three_lose_nothing() {
     );
 }
 
-/// 3 partitions shrunk to 1 under load on one server. The first three workers reach
-/// Redis through a proxy that loses the replies of claims and renewals (the script
+/// 3 partitions shrunk to 1 under load on one server. Two of the workers reach Redis
+/// through a proxy that loses the replies of claims and renewals (the script
 /// runs, the connection is cut before its reply): every one of them for 0.8 to 2 s (up
 /// to a lease; longer than a claim's four sends, 100 + 200 + 400 ms apart, so every
 /// send of some claims is lost and a later claim gets their leases replayed), then
-/// none for 0.2 to 0.6 s, again and again. The workers started later (the new layout's,
-/// and those replacing the ones SIGKILLed along the way) reach Redis directly, so a job
-/// whose lease ended in Redis is run by one of them while the worker behind the proxy
-/// may still run it. One job in eight works longer than the lease, so a run that
+/// none for 0.2 to 0.6 s, again and again. The others (one from the start, the new
+/// layout's) reach Redis directly, so a job whose lease ended in Redis is run by one of
+/// them while the worker behind the proxy may still run it. Workers SIGKILLed along the
+/// way are replaced by workers of the new layout that reach Redis the same way. One job in eight works longer than the lease, so a run that
 /// outlives its lease in Redis is seen beside the next one. At the
 /// end every job is done (or dead, for poison) where its layout put it, none was
 /// dead-lettered without running, and no two runs of a job overlapped for longer than
@@ -605,19 +605,15 @@ async fn three_partitions_shrunk_to_one_with_claim_replies_lost_and_workers_sigk
     let batches = 3 * scale();
     let per_batch = 30;
     let total = per_batch * batches;
-    let mut workers: Vec<(String, Child)> = (0..3)
-        .map(|i| {
+    // Two workers behind the proxy, one direct; each keeps its way to Redis across kills.
+    let mut workers: Vec<(String, &str, Child)> = [&url, &url, &direct]
+        .into_iter()
+        .enumerate()
+        .map(|(i, way)| {
             let id = format!("three-{i}");
-            let child = spawn_worker(
-                &url,
-                false,
-                TAG,
-                dir.path(),
-                &id,
-                LEASE,
-                &["--partitions", "3"],
-            );
-            (id, child)
+            let args = ["--partitions", "3"];
+            let child = spawn_worker(way, false, TAG, dir.path(), &id, LEASE, &args);
+            (id, way.as_str(), child)
         })
         .collect();
     let stop = CancellationToken::new();
@@ -676,23 +672,19 @@ async fn three_partitions_shrunk_to_one_with_claim_replies_lost_and_workers_sigk
             // layout drains all three.
             let id = "one-0".to_string();
             let args = ["--partitions", "1", "--drain-partitions", "3"];
-            workers.push((
-                id.clone(),
-                spawn_worker(&direct, false, TAG, dir.path(), &id, LEASE, &args),
-            ));
+            let child = spawn_worker(&direct, false, TAG, dir.path(), &id, LEASE, &args);
+            workers.push((id, direct.as_str(), child));
         }
         tokio::time::sleep(Duration::from_millis(1000)).await;
         if batch % 2 == 1 {
             let i = rand::rng().random_range(0..workers.len());
-            let (id, child) = workers.remove(i);
+            let (id, way, child) = workers.remove(i);
             kill_worker(dir.path(), &id, child);
             killed += 1;
             let id = format!("after-kill-{killed}");
             let args = ["--partitions", "1", "--drain-partitions", "3"];
-            workers.push((
-                id.clone(),
-                spawn_worker(&direct, false, TAG, dir.path(), &id, LEASE, &args),
-            ));
+            let child = spawn_worker(way, false, TAG, dir.path(), &id, LEASE, &args);
+            workers.push((id, way, child));
         }
     }
 
@@ -726,7 +718,7 @@ async fn three_partitions_shrunk_to_one_with_claim_replies_lost_and_workers_sigk
     stop.cancel();
     reaper.await.unwrap();
     let blackouts = blackouts.await.unwrap();
-    for (_, mut child) in workers {
+    for (_, _, mut child) in workers {
         let _ = child.kill();
         let _ = child.wait();
     }
