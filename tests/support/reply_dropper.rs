@@ -21,6 +21,8 @@ struct State {
     next: AtomicU64,
     /// Then cut each marked request with this probability, in thousandths.
     per_mille: AtomicU64,
+    /// Requests that contain one of these are cut, every one (not counted as marked).
+    always: std::sync::Mutex<Vec<Vec<u8>>>,
     /// Marked requests seen and cut.
     seen: AtomicU64,
     cuts: AtomicU64,
@@ -62,6 +64,7 @@ impl ReplyDropper {
             per_mille: AtomicU64::new(0),
             seen: AtomicU64::new(0),
             cuts: AtomicU64::new(0),
+            always: std::sync::Mutex::new(Vec::new()),
         });
         let accepting = state.clone();
         let accept = tokio::spawn(async move {
@@ -88,6 +91,12 @@ impl ReplyDropper {
     /// Cut each marked request with probability `per_mille` / 1000.
     pub fn cut_at_random(&self, per_mille: u64) {
         self.state.per_mille.store(per_mille, Ordering::SeqCst);
+    }
+
+    /// Cut every request that contains `marker` from now on (e.g. every renewal of the
+    /// clients behind the proxy, so that only their local deadlines end their leases).
+    pub fn always_cut(&self, marker: &[u8]) {
+        self.state.always.lock().unwrap().push(marker.to_vec());
     }
 
     /// Marked requests seen so far.
@@ -143,7 +152,14 @@ async fn serve(client: TcpStream, state: Arc<State>) {
                 return Ok::<_, std::io::Error>(());
             }
             let chunk = &buf[..n];
-            let cut_this = state.markers.iter().any(|m| contains(chunk, m)) && state.should_cut();
+            let always = state
+                .always
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|m| contains(chunk, m));
+            let cut_this =
+                always || (state.markers.iter().any(|m| contains(chunk, m)) && state.should_cut());
             if cut_this {
                 cut.store(true, Ordering::SeqCst);
                 state.cuts.fetch_add(1, Ordering::SeqCst);
