@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use jobqueue::queue::{
     Backoff, Durability, FailMode, Lease, NewJob, Queue, QueueSettings, SCRIPTS, new_job_id,
+    new_token,
 };
 use serde_json::json;
 
@@ -703,7 +704,7 @@ async fn claim_ack_cost(
 /// next `batch` in one `settle_claim` call, `calls` calls in all; what the script cost
 /// Redis (INFO commandstats). The first claims and the last acks are outside the window.
 async fn settle_claim_cost(s: &mut Server, q: &Queue, batch: usize, calls: usize) -> ScriptCost {
-    use jobqueue::queue::{Settle, new_token};
+    use jobqueue::queue::Settle;
     let per_task = calls.div_ceil(COST_TASKS);
     let held: Vec<Vec<Lease>> = {
         let mut out = Vec::new();
@@ -1434,6 +1435,64 @@ async fn main() {
             }
             let bytes = (used(&mut s) - before) as f64 / n as f64;
             rows.push(Row::new(name, what, bytes, "bytes"));
+        }
+        // Request records: what one claim or settle_claim call that leased a job keeps
+        // for its retries (at most REQUEST_RECORD_LIFE, the visibility when shorter; a
+        // settle_claim's record goes as soon as a lease it made is ended). Measured as
+        // the memory the records free when deleted, with a worker id as the runtime
+        // makes one in Kubernetes (pod name and pid) and 32-hex request ids.
+        let calls = 20_000 / scale;
+        let worker = "emails-worker-7d9f8c6b5-x2k4q-1";
+        let hour = Some(Duration::from_secs(3600));
+        for (name, what, settle) in [
+            (
+                "memory.request_record.settle_claim",
+                "Redis memory per request record (settle_claim, 1 job leased)",
+                true,
+            ),
+            (
+                "memory.request_record.claim",
+                "Redis memory per request record (claim, 1 job leased)",
+                false,
+            ),
+        ] {
+            s.flush();
+            fill(&q, calls).await;
+            for _ in 0..calls {
+                if settle {
+                    q.settle_claim(&new_token(), &[], 1, worker, hour)
+                        .await
+                        .unwrap();
+                } else {
+                    q.claim_request(&new_token(), 1, worker, hour)
+                        .await
+                        .unwrap();
+                }
+            }
+            let pattern = q
+                .keys()
+                .claim_request("*")
+                .replace('{', "\\{")
+                .replace('}', "\\}");
+            let keys: Vec<String> = redis::cmd("KEYS").arg(&pattern).query(&mut s.conn).unwrap();
+            assert_eq!(keys.len(), calls, "one record per call");
+            let usage: i64 = redis::cmd("MEMORY")
+                .arg("USAGE")
+                .arg(&keys[0])
+                .query(&mut s.conn)
+                .unwrap();
+            let ttl: i64 = redis::cmd("PTTL").arg(&keys[0]).query(&mut s.conn).unwrap();
+            let with = used(&mut s);
+            for chunk in keys.chunks(1000) {
+                let _: () = redis::cmd("DEL").arg(chunk).query(&mut s.conn).unwrap();
+            }
+            let bytes = (with - used(&mut s)) as f64 / calls as f64;
+            rows.push(Row::new(name, what, bytes, "bytes").extra(json!({
+                "calls": calls,
+                "worker_id_bytes": worker.len(),
+                "memory_usage_of_one_record": usage,
+                "record_pttl_ms_with_1h_visibility": ttl,
+            })));
         }
     }
 

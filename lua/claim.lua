@@ -6,11 +6,13 @@
   KEYS[3] P:{T}:delayed      ZSET  id -> run_at
   KEYS[4] P:{T}:dead         ZSET  (not touched)
   KEYS[5] P:{T}:meta         HASH  visibility_timeout_ms (read when ARGV[4] is 0)
-  KEYS[6] P:{T}:stats        HASH  counters claimed, orphans, set_aside
-  KEYS[7] P:{T}:wake         LIST  trimmed to the length of pending (claim pushes none)
-  KEYS[8] P:{T}:orphans      ZSET  id -> ms it was set aside (ids whose hash is absent)
-  KEYS[9] P:{T}:claimreq:<request>  LIST  the answer of this claim request: more, then
-                                     id, claim_token per lease; expires with the leases
+  KEYS[6] P:{T}:stats        HASH  counters claimed, orphans, set_aside, wrong_type
+  KEYS[7] P:{T}:wake         LIST  emptied when pending ran dry in the call (claim pushes none)
+  KEYS[8] P:{T}:orphans      ZSET  id -> ms it was set aside (ids whose job hash is absent);
+                                   an id purge forgot (negative score) is set aside anew
+  KEYS[9] P:{T}:claimreq:<request>  LIST  the record of this claim request: its head
+                                     <more>:<n>:<visibility>:<worker>, then id, claim_token
+                                     per lease; lives the visibility, at most 60 s
 
   ARGV[1]        job-key prefix P:{T}:job:  (job keys are built as ARGV[1]..id)
   ARGV[2]        n, the most jobs to claim, 1..1000
@@ -31,24 +33,35 @@
            with fewer than n jobs and ready work may be left (call again at once rather
            than wait for a wake marker), else 0.
 
-  Retry-safe: a claim that leased jobs records its ids and tokens in KEYS[9] (PEXPIRE =
-  the visibility used). A call whose KEYS[9] holds a record claims nothing new: it
-  answers the recorded leases this request still holds (status processing with the
-  recorded token; current attempts and lease_until), in the recorded order, with the
-  recorded more, and counts `replayed`. So a caller whose reply was lost repeats the
-  call with the same request id and gets the same leases, with no attempt charged twice.
+  Retry-safe: a claim that leased jobs records its ids and tokens in KEYS[9], after a
+  head naming its more, n, visibility (ARGV[4] as a number, 0 for meta's) and worker
+  (PEXPIRE = the visibility used, at most 60 s: the retry window). A call whose KEYS[9]
+  holds a record claims nothing new. When the record's worker, n and visibility are the
+  call's, it answers the recorded leases this request still holds (status processing
+  with the recorded token; current attempts and lease_until), in the recorded order,
+  with the recorded more, and counts `replayed`: a caller whose reply was lost repeats
+  the call with the same request id, worker and arguments (fresh slot tokens are fine)
+  and gets the same leases, with no attempt charged twice. Otherwise the call fails with
+  `invalid request` and changes nothing; so does a request id whose key holds a
+  settle_claim record (a string), and a record of another shape (a head that is neither
+  of the two below, an even number of entries, more than 2001): stored data is read in
+  bounded steps. A record whose head is more alone (written by an earlier release) is
+  answered as before.
 
   First moves up to 100 due delayed jobs (earliest run_at first) to the back of pending.
   Then takes ids from the front of pending, at most n + 100 ids per call. An id whose
-  job hash is absent (no `status`: during a Cluster slot migration the hash may be on
-  the other node) is set aside: moved to orphans (ZADD NX, scored now), counted in
-  `orphans` and `set_aside`; the reaper puts it back once the hash is there. An id whose
-  status is not the list's (`delayed`, `pending`) is dropped and counted in `orphans`.
-  Neither uses a slot. more = 1 when fewer than n jobs were claimed and either n + 100
-  ids left pending with pending still not empty, or 100 due delayed ids were examined.
-  After a call that took ids from pending, wake is trimmed to as many markers as pending
-  holds ids (LTRIM; a wrong-typed wake key is left as it is), so markers of jobs claimed
-  do not wake idle workers for nothing.
+  job hash is absent (no key: during a Cluster slot migration the hash may be on the
+  other node) or whose job key is not a hash is set aside: moved to orphans (scored now;
+  an id set aside before keeps its time), counted in `orphans` and `set_aside`, and the
+  second kind in `wrong_type` too (the key is never touched); the reaper puts it back
+  once a job hash is there. A hash that exists without `status` is a pending job (one
+  enqueued ready). An id whose status is not the list's (`delayed`, `pending`) is
+  dropped and counted in `orphans`. Neither uses a slot. more = 1 when fewer than n jobs
+  were claimed and either n + 100 ids left pending with pending still not empty, or 100
+  due delayed ids were examined.
+  When an RPOP found pending short of what it asked (pending ran dry) and no promoted
+  job was left in pending, wake is emptied (LTRIM wake 1 0; a wrong-typed wake key is
+  left as it is), so markers of jobs claimed do not wake idle workers for nothing.
   A failed call leaves every key as it was: a wrong-typed key is found by the first
   command on it, and what the call changed before (the RPOP of pending, the first
   counter) is undone before it fails.
@@ -162,15 +175,24 @@ local function clock()
   return tonumber(s), s
 end
 -- keepAside(key, ids, nowS): ids whose job hash is absent go to the orphans zset, scored
--- the time they were set aside (NX: an id set aside earlier keeps its first time)
+-- the time they were set aside: an id set aside earlier keeps its first time; one purge
+-- forgot (a negative score) is set aside anew
 local function keepAside(key, ids, nowS)
   if #ids == 0 then return end
+  local s = redis.call('ZMSCORE', key, unpack(ids))
   local z = {}
   for i = 1, #ids do
-    z[2 * i - 1] = nowS
-    z[2 * i] = ids[i]
+    if not s[i] or tonumber(s[i]) < 0 then
+      z[#z + 1] = nowS
+      z[#z + 1] = ids[i]
+    end
   end
-  redis.call('ZADD', key, 'NX', unpack(z))
+  if #z > 0 then redis.call('ZADD', key, unpack(z)) end
+end
+-- wrongTyped(r): true when r, a redis.pcall() reply, is a WRONGTYPE error: a job key that
+-- is not a hash, which claim and reap set aside like an absent hash
+local function wrongTyped(r)
+  return type(r) == 'table' and r.err ~= nil and string.find(r.err, 'WRONGTYPE', 1, true) ~= nil
 end
 -- earliest(key): the run-at (ms) of the delayed zset's first entry, nil when it is empty;
 -- as a second value the error reply when key holds another type
@@ -234,6 +256,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   nowS = nowS or S(now)
   local orphans = 0
   local aside = nil          -- ids whose hash is absent: set aside, never forgotten
+  local wrong = 0            -- of them, the ids whose job key is not a hash
 
   -- due delayed jobs, earliest first, at most 100 (orphans included); none when the
   -- caller knows delayed is absent
@@ -249,14 +272,20 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     local id = due[i]
     local key = prefix .. id
     local h = redis.pcall('HMGET', key, 'status', 'attempts')
-    if h.err then return nil, failure(h, key, 'hash') end
-    if h[1] == 'delayed' then
+    if h.err then
+      if not wrongTyped(h) then return nil, failure(h, key, 'hash') end
+      -- a job key that is not a hash: set aside, the queue keeps flowing
+      orphans, wrong = orphans + 1, wrong + 1
+      aside = aside or {}
+      aside[#aside + 1] = id
+    elseif h[1] == 'delayed' then
       promo[#promo + 1] = id
       promoAtt[#promo] = h[2]
       promoSet[id] = true
     else
       orphans = orphans + 1
-      if not h[1] then
+      -- a hash without status that exists is a pending job: this entry is a stray one
+      if not h[1] and redis.call('EXISTS', key) == 0 then
         aside = aside or {}
         aside[#aside + 1] = id
       end
@@ -293,7 +322,12 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
         -- the whole hash: a ready job's is its payload alone, cheaper to read than three
         -- named fields
         local h = redis.pcall('HGETALL', key)
-        if h.err then return unclaim(pops, nil, 0, failure(h, key, 'hash')) end
+        if h.err then
+          if not wrongTyped(h) then return unclaim(pops, nil, 0, failure(h, key, 'hash')) end
+          -- a job key that is not a hash: set aside (below), the queue keeps flowing
+          wrong = wrong + 1
+          h = {}
+        end
         local st, att, pay = nil, nil, nil
         for f = 1, #h, 2 do
           local name = h[f]
@@ -305,8 +339,8 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
             att = h[f + 1]
           end
         end
-        -- a job enqueued ready has no status: a hash with a payload and no status is pending
-        if not st and pay then st = 'pending' end
+        -- a job enqueued ready has no status: a hash that exists without status is pending
+        if not st and #h > 0 then st = 'pending' end
         if promoSet[id] and st == 'delayed' then st = 'pending' end -- promoted before the pop
         if st == 'pending' and not taken[key] then
           taken[key] = true
@@ -459,6 +493,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   -- the other counters: stats is known to be a hash by now
   if nc > 0 and orphans > 0 then redis.pcall('HINCRBY', K_STATS, 'orphans', S(orphans)) end
   if aside then redis.pcall('HINCRBY', K_STATS, 'set_aside', S(#aside)) end
+  if wrong > 0 then redis.pcall('HINCRBY', K_STATS, 'wrong_type', S(wrong)) end
   -- markers of the jobs just taken must not wake idle workers: when an RPOP found pending
   -- short of what it asked and no promoted job was left there (pending is empty), wake is
   -- emptied (a wrong-typed wake is left as it is); while pending holds ids, its markers
@@ -467,6 +502,62 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   return out, cIds, nc, more, vis, shared, leaseS
 end
 -- END include/claim_jobs.lua
+
+-- BEGIN include/request_record.lua (generated by make lua; edit lua/include/request_record.lua)
+-- Request records (docs/protocol.md, Request records): claim and settle_claim keep the
+-- answer of a call in P:{T}:claimreq:<request> for its retries. A record names the worker
+-- and the arguments of its call, answers only a call of that worker with those arguments,
+-- and lives RECORD_MS at most (the visibility when shorter): the retry window, which the
+-- caller's retries stay inside.
+local RECORD_MS = 60000
+-- recordLife(vis): how long the record of a call with visibility vis lives, in ms
+local function recordLife(vis)
+  if vis < RECORD_MS then return vis end
+  return RECORD_MS
+end
+-- notOurs(request, what): the reply to a call whose request id holds the record of another
+-- call (what says whose), changing nothing
+local function notOurs(request, what)
+  return bad('request', 'request id ' .. shown(request) .. ' ' .. what ..
+    '; a request id is sent again only by its worker, with the same arguments')
+end
+-- madeBy(token): the request id a lease's claim_token ends with, as settle_claim writes it
+-- (<claimed_at>:<#worker>:<worker>:<request>); nil when the token has no such layout.
+-- Bounded: two plain finds and a length check
+local function madeBy(token)
+  local a = string.find(token, ':', 1, true)
+  if not a then return nil end
+  local b = string.find(token, ':', a + 1, true)
+  if not b or b - a < 2 or b - a > 6 then return nil end
+  local len = string.sub(token, a + 1, b - 1)
+  if not string.find(len, '^%d+$') then return nil end
+  local at = b + 1 + tonumber(len)
+  if string.sub(token, at, at) ~= ':' then return nil end
+  local request = string.sub(token, at + 1)
+  if #request < 1 or #request > 256 then return nil end
+  return request
+end
+-- recordBase(prefix): the record keys' prefix P:{T}:claimreq: from the job-key prefix
+-- P:{T}:job:, nil when prefix does not end with job:
+local function recordBase(prefix)
+  if string.sub(prefix, -4) ~= 'job:' then return nil end
+  return string.sub(prefix, 1, -5) .. 'claimreq:'
+end
+-- forget(base, tokens): delete the records of the calls that made leases the caller just
+-- ended, tokens being a table whose keys are those leases' claim_tokens and base the
+-- record keys' prefix P:{T}:claimreq: (one DEL). A caller holds a lease's token only from
+-- the reply of the call that made it, so that call is answered and not sent again: its
+-- record has no further use. A token of a claim lease names its slot token, for which
+-- no record exists (tokens and request ids are fresh random values)
+local function forget(base, tokens)
+  local dels = {}
+  for token in pairs(tokens) do
+    local request = madeBy(token)
+    if request then dels[#dels + 1] = base .. request end
+  end
+  if #dels > 0 then redis.call('DEL', unpack(dels)) end
+end
+-- END include/request_record.lua
 
 -- arguments ------------------------------------------------------------------
 local n = int(ARGV[2], 1, 1000)
@@ -494,9 +585,43 @@ local K_STATS, K_REQUEST = KEYS[6], KEYS[9]
 local prefix, worker = ARGV[1], ARGV[3]
 
 -- a retry of a request that already leased jobs: answer what it still holds ------
-local record = redis.pcall('LRANGE', K_REQUEST, '0', '-1')
-if record.err then return failure(record, K_REQUEST, 'list') end
+-- the record's head: more, n, visibility (as given) and the worker, so a record answers
+-- only a retry of its own call
+local head = ':' .. S(n) .. ':' .. S(vis) .. ':' .. worker
+-- the record is stored data: read at most one entry more than claim writes (the head,
+-- then an id and a token per lease, 1000 leases at most), and used only when it has that
+-- shape
+local record = redis.pcall('LRANGE', K_REQUEST, '0', '2001')
+if record.err then
+  if string.find(record.err, 'WRONGTYPE', 1, true) then
+    local t = redis.call('TYPE', K_REQUEST)
+    if type(t) == 'table' then t = t.ok end
+    if t == 'string' then return notOurs(ARGV[5], 'names a settle_claim call') end
+  end
+  return failure(record, K_REQUEST, 'list')
+end
+if #record > 0 and (#record > 2001 or #record % 2 == 0) then
+  return bad('request', 'the record of request ' .. shown(ARGV[5]) .. ' at ' .. K_REQUEST ..
+    ' is not one claim writes; delete it or send another request id')
+end
 if #record > 0 then
+  local first = record[1]
+  -- a record of an earlier release holds more alone in its head: answered as it was
+  if first ~= '0' and first ~= '1' then
+    local more, rn, rvis = string.match(first, '^([01]):(%d+):(%d+):')
+    if not more then
+      return bad('request', 'the record of request ' .. shown(ARGV[5]) .. ' at ' .. K_REQUEST ..
+        ' is not one claim writes; delete it or send another request id')
+    end
+    if string.sub(first, #more + #rn + #rvis + 4) ~= worker then
+      return notOurs(ARGV[5], "belongs to another worker's call")
+    end
+    if string.sub(first, 2) ~= head then
+      return notOurs(ARGV[5], 'was sent with other arguments (n=' .. rn .. ', visibility=' ..
+        rvis .. ')')
+    end
+    first = more
+  end
   local again = {}
   for i = 2, #record - 1, 2 do
     local id, token = record[i], record[i + 1]
@@ -512,20 +637,21 @@ if #record > 0 then
   effects()
   -- a counter holding a non-number or a wrong-typed stats key must not fail the retry
   redis.pcall('HINCRBY', K_STATS, 'replayed', '1')
-  return { again, math.floor(tonumber(record[1]) or 0) }
+  return { again, first == '1' and 1 or 0 }
 end
 
 effects()
 local out, ids, nc, more, used = claimJobs(n, nS, vis, worker, 5, clock(), nil)
 if not out then return ids end
--- the record a retry of this request is answered from (K_REQUEST was read: absent)
+-- the record a retry of this request is answered from (K_REQUEST was read: absent); it
+-- lives the retry window: the visibility used, at most RECORD_MS
 if nc > 0 then
-  local rec = { S(more) }
+  local rec = { S(more) .. head }
   for c = 1, nc do
     rec[2 * c] = ids[c]
     rec[2 * c + 1] = out[c][4]
   end
   redis.call('RPUSH', K_REQUEST, unpack(rec))
-  redis.call('PEXPIRE', K_REQUEST, S(used))
+  redis.call('PEXPIRE', K_REQUEST, S(recordLife(used)))
 end
 return { out, more }

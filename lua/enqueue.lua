@@ -15,14 +15,16 @@
 
   ARGV[1]        job-key prefix P:{T}:job:
   ARGV[2]        n, 1..1000
-  ARGV[3..2+3n]  n triples: id, payload (opaque bytes), delay_ms (0..10^15, 0 = ready now)
+  ARGV[3..2+3n]  n triples: id (1..1024 bytes, any bytes), payload (opaque bytes), delay_ms
+                 (0..10^15, 0 = ready now)
 
   Returns: an array of n integers, in triple order: 1 enqueued, 0 when the id is already
            there (its job hash exists, whatever its status, or it came earlier in this
            call); nothing changes for a refused id.
 
   A new job ready now holds only its payload: a job hash without `status` is pending.
-  A new delayed job holds payload, status `delayed` and enqueued_at (ms, Redis clock).
+  A new delayed job holds payload, status `delayed`, enqueued_at (ms, Redis clock) and
+  run_at (ms, its score in delayed).
   `attempts` is absent until the first claim (absent counts as 0).
 ]]
 
@@ -134,15 +136,24 @@ local function clock()
   return tonumber(s), s
 end
 -- keepAside(key, ids, nowS): ids whose job hash is absent go to the orphans zset, scored
--- the time they were set aside (NX: an id set aside earlier keeps its first time)
+-- the time they were set aside: an id set aside earlier keeps its first time; one purge
+-- forgot (a negative score) is set aside anew
 local function keepAside(key, ids, nowS)
   if #ids == 0 then return end
+  local s = redis.call('ZMSCORE', key, unpack(ids))
   local z = {}
   for i = 1, #ids do
-    z[2 * i - 1] = nowS
-    z[2 * i] = ids[i]
+    if not s[i] or tonumber(s[i]) < 0 then
+      z[#z + 1] = nowS
+      z[#z + 1] = ids[i]
+    end
   end
-  redis.call('ZADD', key, 'NX', unpack(z))
+  if #z > 0 then redis.call('ZADD', key, unpack(z)) end
+end
+-- wrongTyped(r): true when r, a redis.pcall() reply, is a WRONGTYPE error: a job key that
+-- is not a hash, which claim and reap set aside like an absent hash
+local function wrongTyped(r)
+  return type(r) == 'table' and r.err ~= nil and string.find(r.err, 'WRONGTYPE', 1, true) ~= nil
 end
 -- earliest(key): the run-at (ms) of the delayed zset's first entry, nil when it is empty;
 -- as a second value the error reply when key holds another type
@@ -171,6 +182,13 @@ local e = perJob(n, 2, 3, 'triple', 'id, payload, delay_ms')
 if e then return e end
 local delays = {}
 for i = 1, n do
+  -- an id is 1..1024 bytes: every part of the system can carry it (a key, a log line, a
+  -- worker's environment)
+  local idLen = #ARGV[3 * i]
+  if idLen < 1 or idLen > 1024 then
+    return bad('id', 'triple ' .. i .. ': expected an id of 1..1024 bytes, got ' .. idLen ..
+      ' bytes')
+  end
   local d = int(ARGV[2 + 3 * i], 0, MAXMS)
   if not d then
     return bad('delay_ms', 'triple ' .. i .. ': expected an integer 0..10^15, got ' .. shown(ARGV[2 + 3 * i]))
@@ -219,13 +237,15 @@ local now = clock()
 local nowS = S(now)
 
 local firstAt -- the earliest run-at among the delayed jobs added
+local runAt = {} -- the run-at of each delayed job, by triple, as a decimal string
 for j = 1, nn do
   local i = newIdx[j]
   local id = ARGV[3 * i]
   if delays[i] > 0 then
     local at = now + delays[i]
     if firstAt == nil or at < firstAt then firstAt = at end
-    later[#later + 1] = S(at)
+    runAt[i] = S(at)
+    later[#later + 1] = runAt[i]
     later[#later + 1] = id
   else
     ready[#ready + 1] = id
@@ -264,7 +284,7 @@ for j = 1, nn do
   -- status means pending), so a small job's hash fits the smallest allocation it can
   if delays[i] > 0 then
     redis.call('HSET', newKeys[j], 'payload', ARGV[3 * i + 1], 'status', 'delayed',
-      'enqueued_at', nowS)
+      'enqueued_at', nowS, 'run_at', runAt[i])
   else
     redis.call('HSET', newKeys[j], 'payload', ARGV[3 * i + 1])
   end

@@ -9,22 +9,26 @@
   KEYS[6] P:{T}:stats        HASH  counters purged, orphans, orphans_purged
   KEYS[7] P:{T}:wake         (not touched)
   KEYS[7+i]                  `ids` form only: job key of the i-th id (ARGV[1]..id)
-  KEYS[8]                    `orphans` form only: P:{T}:orphans  ZSET  entries are removed
+  KEYS[8]                    `orphans` form only: P:{T}:orphans  ZSET  entries re-scored
+                             to minus now (forgotten)
 
   ARGV[1]  job-key prefix P:{T}:job:  (the `oldest` and `orphans` forms build job keys as
            ARGV[1]..id)
   ARGV[2]  form: `ids`, `oldest` or `orphans`
   `ids`:     ARGV[3..] the ids, 1..1000 of them
   `oldest`:  ARGV[3] n, 1..1000: the n dead entries with the lowest died_at
-  `orphans`: ARGV[3] n, 1..1000: the n set-aside ids with the lowest score (set aside
-             longest ago)
+  `orphans`: ARGV[3] n, 1..1000: the n set-aside ids with the lowest score not below 0
+             (set aside longest ago; ids purged before have a negative score)
 
   Returns: the number of dead jobs deleted, or (`orphans` form) of set-aside ids removed
            (integer).
 
-  The `orphans` form removes each of those ids from orphans whose job hash is still
-  absent (counted in `orphans_purged`); an id whose hash is back is left for the reaper
-  to put back. Nothing else changes: the ids are forgotten on purpose.
+  The `orphans` form forgets each of those ids whose job hash is still absent (no key,
+  or a key of another type; counted in `orphans_purged`): it stays in orphans scored
+  minus the time it was purged, so it is no longer set aside (stats' `orphaned`) but reap
+  still puts it back if its hash comes back within 7 days, and removes it after that.
+  An id whose hash is back is left for the reaper to put back. Nothing else changes: the
+  ids are forgotten on purpose (a job key is never touched).
 
   Only jobs whose status is `dead` are deleted (entry and hash). A dead entry whose hash
   is gone or whose status is not `dead` is removed from dead and counted in `orphans`
@@ -139,15 +143,24 @@ local function clock()
   return tonumber(s), s
 end
 -- keepAside(key, ids, nowS): ids whose job hash is absent go to the orphans zset, scored
--- the time they were set aside (NX: an id set aside earlier keeps its first time)
+-- the time they were set aside: an id set aside earlier keeps its first time; one purge
+-- forgot (a negative score) is set aside anew
 local function keepAside(key, ids, nowS)
   if #ids == 0 then return end
+  local s = redis.call('ZMSCORE', key, unpack(ids))
   local z = {}
   for i = 1, #ids do
-    z[2 * i - 1] = nowS
-    z[2 * i] = ids[i]
+    if not s[i] or tonumber(s[i]) < 0 then
+      z[#z + 1] = nowS
+      z[#z + 1] = ids[i]
+    end
   end
-  redis.call('ZADD', key, 'NX', unpack(z))
+  if #z > 0 then redis.call('ZADD', key, unpack(z)) end
+end
+-- wrongTyped(r): true when r, a redis.pcall() reply, is a WRONGTYPE error: a job key that
+-- is not a hash, which claim and reap set aside like an absent hash
+local function wrongTyped(r)
+  return type(r) == 'table' and r.err ~= nil and string.find(r.err, 'WRONGTYPE', 1, true) ~= nil
 end
 -- earliest(key): the run-at (ms) of the delayed zset's first entry, nil when it is empty;
 -- as a second value the error reply when key holds another type
@@ -180,19 +193,28 @@ if ARGV[2] == 'orphans' then
   end
   local K_ORPHANS, K_STATS = KEYS[8], KEYS[6]
   effects()
-  local r = redis.pcall('ZRANGE', K_ORPHANS, '0', S(n - 1))
+  -- the set-aside ids (score >= 0; a negative one is an id purged before), oldest first
+  local r = redis.pcall('ZRANGEBYSCORE', K_ORPHANS, '0', '+inf', 'LIMIT', '0', S(n))
   local e = failure(r, K_ORPHANS, 'zset')
   if e then return e end
   local gone = {}
   for i = 1, #r do
-    local key = ARGV[1] .. r[i]
-    local t = redis.call('EXISTS', key)
-    if t == 0 then gone[#gone + 1] = r[i] end
+    -- no job hash: no key, or a key of another type
+    local t = redis.call('TYPE', ARGV[1] .. r[i])
+    if type(t) == 'table' then t = t.ok end
+    if t ~= 'hash' then gone[#gone + 1] = r[i] end
   end
   if #gone == 0 then return 0 end
   e = expect(K_STATS, 'hash')
   if e then return e end
-  redis.call('ZREM', K_ORPHANS, unpack(gone))
+  -- remembered as purged (scored minus now) for reap: a hash that comes back is put back
+  local nowS = S(-clock())
+  local z = {}
+  for i = 1, #gone do
+    z[2 * i - 1] = nowS
+    z[2 * i] = gone[i]
+  end
+  redis.call('ZADD', K_ORPHANS, unpack(z))
   redis.pcall('HINCRBY', K_STATS, 'orphans_purged', S(#gone))
   return #gone
 end

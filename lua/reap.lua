@@ -9,9 +9,10 @@
   KEYS[4] P:{T}:dead         ZSET  dead-lettered jobs (scored now), trimmed
   KEYS[5] P:{T}:meta         HASH  max_attempts, dead_retention_ms, dead_max_len
   KEYS[6] P:{T}:stats        HASH  counters reaped, dead_lettered, dead_trimmed, orphans,
-                                   promoted, set_aside, restored
+                                   promoted, set_aside, restored, restored_purged, wrong_type
   KEYS[7] P:{T}:wake         LIST  one marker per job put in pending, trimmed to 1024
-  KEYS[8] P:{T}:orphans      ZSET  id -> ms it was set aside (ids whose hash is absent)
+  KEYS[8] P:{T}:orphans      ZSET  id -> ms it was set aside (ids whose hash is absent), or
+                                   minus the ms purge forgot it (remembered 7 days)
 
   ARGV[1]  job-key prefix P:{T}:job:  (job keys are built as ARGV[1]..id)
   ARGV[2]  batch, 1..1000: the most entries examined of each kind (expired leases, due
@@ -19,31 +20,37 @@
 
   Returns: {requeued, dead_lettered, more, promoted, restored}, five integers; more is 1
            when a lease with lease_until <= now is still in processing, or a delayed job
-           with run_at <= now is still in delayed, after this call.
+           with run_at <= now is still in delayed, after this call (an entry this call
+           put back from orphans scored <= now included).
 
   Takes up to batch processing entries with score <= now, earliest first. For each, the
-  job hash decides: hash absent (no `status`) -> set aside (moved to orphans, ZADD NX
-  scored now; counted in `orphans` and `set_aside`); status not `processing` -> entry
-  removed, counted in `orphans`; hash lease_until > now -> entry re-scored to it,
+  job hash decides: no job hash (no key, or a key that is not a hash) -> set aside
+  (moved to orphans scored now, an id set aside before keeping its time; counted in
+  `orphans` and `set_aside`, a wrong-typed key in `wrong_type` too, and never touched);
+  status not `processing` (a hash without status is a pending job) -> entry removed,
+  counted in `orphans`; hash lease_until > now -> entry re-scored to it,
   nothing else; attempts >= max_attempts (below 1 counts as 1) -> dead with last_error
   "lease expired"; otherwise back to the front of pending with a wake marker.
   lease_until is removed from every job whose lease ends (claim_token stays: when and
-  by whom the job was last claimed).
+  by whom the job was last claimed); a dead-lettered job gets died_at = now.
   Then takes up to batch delayed entries with score <= now, earliest first: status
-  `delayed` -> status `pending`, LPUSHed to pending with a wake marker (`promoted`); hash
-  absent -> set aside; other status -> removed (`orphans`).
+  `delayed` -> status `pending`, LPUSHed to pending with a wake marker (`promoted`); no
+  job hash -> set aside; other status -> removed (`orphans`).
   Then trims dead, oldest died_at first, at most 1000 entries per call: died_at < now -
   dead_retention_ms, then beyond dead_max_len (0 = no limit of that kind); a trimmed
-  dead job's hash is deleted (`dead_trimmed`), an entry whose hash is absent is set
-  aside, one whose status is not `dead` is only removed (`orphans`).
-  Last, re-examines set-aside ids: all of them when orphans holds at most batch, else
-  batch of them at random (ZRANDMEMBER). An id whose hash is back leaves orphans and goes
-  where its status says (`restored`): `pending` -> RPUSHed to pending (served next) with
-  a wake marker; `processing` -> processing scored lease_until (now when unreadable;
-  an expired one is reaped by a later call); `delayed` -> delayed scored the time it
-  was set aside (it was due then); `dead` -> dead scored the time it was set aside; any
-  other status (`done`) -> only removed from orphans (`orphans`). An id whose hash is
-  still absent stays. Ids put back by this call are not examined again in it.
+  dead job's hash is deleted (`dead_trimmed`), an entry with no job hash is set aside,
+  one whose status is not `dead` is only removed (`orphans`).
+  Last, re-examines the ids in orphans: all of them when it holds at most batch, else
+  batch of them at random (ZRANDMEMBER). An id whose job hash is back leaves orphans and
+  goes where its status says (`restored`; `restored_purged` too when purge had forgotten
+  it), with the job's own time from its hash as the score (ZADD NX: an entry already
+  there is left as it is): `pending` (or no status) -> RPUSHed to pending (served next)
+  with a wake marker; `processing` -> processing scored lease_until; `delayed` ->
+  delayed scored run_at; `dead` -> dead scored died_at (each now when the field is
+  absent or unreadable); any other status (`done`) -> only removed from orphans
+  (`orphans`). An id with no job hash (absent, or a key that is not a hash) stays; one
+  purge forgot more than 7 days ago is removed. Ids set aside or moved by this call are
+  not examined again in it.
 ]]
 
 -- BEGIN include/prelude.lua (generated by make lua; edit lua/include/prelude.lua)
@@ -154,15 +161,24 @@ local function clock()
   return tonumber(s), s
 end
 -- keepAside(key, ids, nowS): ids whose job hash is absent go to the orphans zset, scored
--- the time they were set aside (NX: an id set aside earlier keeps its first time)
+-- the time they were set aside: an id set aside earlier keeps its first time; one purge
+-- forgot (a negative score) is set aside anew
 local function keepAside(key, ids, nowS)
   if #ids == 0 then return end
+  local s = redis.call('ZMSCORE', key, unpack(ids))
   local z = {}
   for i = 1, #ids do
-    z[2 * i - 1] = nowS
-    z[2 * i] = ids[i]
+    if not s[i] or tonumber(s[i]) < 0 then
+      z[#z + 1] = nowS
+      z[#z + 1] = ids[i]
+    end
   end
-  redis.call('ZADD', key, 'NX', unpack(z))
+  if #z > 0 then redis.call('ZADD', key, unpack(z)) end
+end
+-- wrongTyped(r): true when r, a redis.pcall() reply, is a WRONGTYPE error: a job key that
+-- is not a hash, which claim and reap set aside like an absent hash
+local function wrongTyped(r)
+  return type(r) == 'table' and r.err ~= nil and string.find(r.err, 'WRONGTYPE', 1, true) ~= nil
 end
 -- earliest(key): the run-at (ms) of the delayed zset's first entry, nil when it is empty;
 -- as a second value the error reply when key holds another type
@@ -200,6 +216,9 @@ local K_PENDING, K_PROCESSING, K_DELAYED, K_DEAD = KEYS[1], KEYS[2], KEYS[3], KE
 local K_META, K_STATS, K_WAKE, K_ORPHANS = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local prefix = ARGV[1]
 local TRIM_MAX = 1000
+-- how long an id purge forgot is remembered (a negative score in orphans), so that a job
+-- hash coming back after the purge is still put back: 7 days
+local TOMBSTONE_MS = 604800000
 
 effects()
 local now = clock()
@@ -228,6 +247,9 @@ local requeue, requeueKeys = {}, {}
 local dead, deadKeys, deadSet = {}, {}, {}
 local orphans = 0
 local aside, asideSet = {}, {}   -- ids whose hash is absent: set aside, never forgotten
+local wrong = 0                  -- of them, the ids whose job key is not a hash
+local moved = {}                 -- ids this call moves: not restored in it too (their
+                                 -- status was read before this call's own writes)
 local function setAside(id)
   orphans = orphans + 1
   if not asideSet[id] then
@@ -235,15 +257,32 @@ local function setAside(id)
     aside[#aside + 1] = id
   end
 end
+-- absent(r, id, key): r is the reply of a redis.pcall() reading the job hash of id: nil
+-- when the job is there (r holds its fields); else true when it is set aside (a job key
+-- that is not a hash, or no key at all), or false with the error reply as second value.
+-- A hash without status that exists is a pending job, not an absent one.
+local function absent(r, id, key, st)
+  if type(r) == 'table' and r.err then
+    if not wrongTyped(r) then return false, failure(r, key, 'hash') end
+    if not asideSet[id] then wrong = wrong + 1 end
+    setAside(id)
+    return true
+  end
+  if st then return nil end
+  if redis.call('EXISTS', key) == 1 then return nil end
+  setAside(id)
+  return true
+end
 for i = 1, #due do
   local id = due[i]
   local key = prefix .. id
+  moved[id] = true
   local h = redis.pcall('HMGET', key, 'status', 'lease_until', 'attempts')
-  e = failure(h, key, 'hash')
+  local out
+  out, e = absent(h, id, key, not h.err and h[1])
   if e then return e end
   local st, luS, attS = h[1], h[2], h[3]
-  if not st then
-    setAside(id)
+  if out then
     gone[#gone + 1] = id
   elseif st ~= 'processing' then
     orphans = orphans + 1
@@ -276,14 +315,16 @@ local promo, promoKeys = {}, {}
 for i = 1, #dueDelayed do
   local id = dueDelayed[i]
   local key = prefix .. id
+  moved[id] = true
   local st = redis.pcall('HGET', key, 'status')
-  e = failure(st, key, 'hash')
+  local out
+  out, e = absent(st, id, key, st)
   if e then return e end
-  if st == 'delayed' then
+  if out then
+    -- set aside
+  elseif st == 'delayed' then
     promo[#promo + 1] = id
     promoKeys[#promoKeys + 1] = key
-  elseif not st then
-    setAside(id)
   else
     orphans = orphans + 1
   end
@@ -349,14 +390,16 @@ local trimDel = {}
 local trimmed = 0
 for i = 1, #trim do
   local key = prefix .. trim[i]
+  moved[trim[i]] = true
   local s = redis.pcall('HGET', key, 'status')
-  e = failure(s, key, 'hash')
+  local out
+  out, e = absent(s, trim[i], key, s)
   if e then return e end
-  if s == 'dead' then
+  if out then
+    -- set aside
+  elseif s == 'dead' then
     trimDel[#trimDel + 1] = key
     trimmed = trimmed + 1
-  elseif not s then
-    setAside(trim[i])
   else
     orphans = orphans + 1
   end
@@ -368,8 +411,19 @@ e = failure(card, K_ORPHANS, 'zset')
 if e then return e end
 local back = {}                  -- ids leaving orphans
 local settled = 0                -- of them, the ones that belong nowhere (done)
+local fromPurged = 0             -- of the ones restored, ids purge had forgotten
 local backPending, backPendingKeys = {}, {}
 local backProcessing, backDelayed, backDead = {}, {}, {}  -- score, id pairs
+local backDue = false            -- an entry put back in processing or delayed is due
+-- the job's own time, from its hash, as a score: now when absent or unreadable (a hash
+-- written by an earlier release), and whether it is due (<= now)
+local function ownTime(v)
+  local t = tonumber(v)
+  if t and t == math.floor(t) and t >= 0 and t < 9007199254740992 then
+    return S(t), t <= now
+  end
+  return nowS, true
+end
 if card > 0 then
   local cand
   if card <= batch then
@@ -377,39 +431,46 @@ if card > 0 then
   else
     cand = redis.call('ZRANDMEMBER', K_ORPHANS, S(batch), 'WITHSCORES')
   end
+  local forget = now - TOMBSTONE_MS
   for i = 1, #cand, 2 do
-    local id, at = cand[i], cand[i + 1]
+    local id, at = cand[i], tonumber(cand[i + 1])
     local key = prefix .. id
-    local h = redis.pcall('HMGET', key, 'status', 'lease_until')
-    e = failure(h, key, 'hash')
-    if e then return e end
-    local st = h[1]
-    -- a job enqueued ready has no status: a hash without one that exists is pending
-    if not st and redis.call('EXISTS', key) == 1 then st = 'pending' end
-    if st and not asideSet[id] then
+    local h = redis.pcall('HMGET', key, 'status', 'lease_until', 'run_at', 'died_at')
+    local st
+    if h.err then
+      -- a job key that is not a hash: the id stays set aside
+      if not wrongTyped(h) then return failure(h, key, 'hash') end
+    else
+      st = h[1]
+      -- a job enqueued ready has no status: a hash without one that exists is pending
+      if not st and redis.call('EXISTS', key) == 1 then st = 'pending' end
+    end
+    if st and not asideSet[id] and not moved[id] then
       back[#back + 1] = id
+      local due, put = nil, true
       if st == 'pending' then
         backPending[#backPending + 1] = id
         backPendingKeys[#backPendingKeys + 1] = key
       elseif st == 'processing' then
-        local lu = tonumber(h[2])
-        if lu and lu == math.floor(lu) and lu >= 0 and lu < 9007199254740992 then
-          lu = S(lu)
-        else
-          lu = nowS
-        end
-        backProcessing[#backProcessing + 1] = lu
+        backProcessing[#backProcessing + 1], due = ownTime(h[2])
         backProcessing[#backProcessing + 1] = id
       elseif st == 'delayed' then
-        backDelayed[#backDelayed + 1] = at
+        backDelayed[#backDelayed + 1], due = ownTime(h[3])
         backDelayed[#backDelayed + 1] = id
       elseif st == 'dead' then
-        backDead[#backDead + 1] = at
+        backDead[#backDead + 1] = ownTime(h[4])
         backDead[#backDead + 1] = id
       else
         orphans = orphans + 1
         settled = settled + 1
+        put = false
       end
+      if due then backDue = true end
+      if put and at and at < 0 then fromPurged = fromPurged + 1 end
+    elseif not st and at and at < 0 and -at < forget then
+      -- purged over TOMBSTONE_MS ago and never back: forgotten for good
+      back[#back + 1] = id
+      settled = settled + 1
     end
   end
 end
@@ -457,7 +518,8 @@ if nd > 0 then
   redis.call('ZADD', K_DEAD, unpack(z))
   for i = 1, nd do
     redis.call('HDEL', deadKeys[i], 'lease_until')
-    redis.call('HSET', deadKeys[i], 'status', 'dead', 'last_error', 'lease expired')
+    redis.call('HSET', deadKeys[i], 'status', 'dead', 'last_error', 'lease expired',
+      'died_at', nowS)
   end
 end
 -- every due entry leaves delayed: promoted, set aside or dropped
@@ -489,9 +551,10 @@ if #back > 0 then
     for i = nb, 1, -1 do rev[#rev + 1] = backPending[i] end
     redis.call('RPUSH', K_PENDING, unpack(rev))
   end
-  if #backProcessing > 0 then redis.call('ZADD', K_PROCESSING, unpack(backProcessing)) end
-  if #backDelayed > 0 then redis.call('ZADD', K_DELAYED, unpack(backDelayed)) end
-  if #backDead > 0 then redis.call('ZADD', K_DEAD, unpack(backDead)) end
+  -- NX: an entry already there (the job enqueued again meanwhile) is left as it is
+  if #backProcessing > 0 then redis.call('ZADD', K_PROCESSING, 'NX', unpack(backProcessing)) end
+  if #backDelayed > 0 then redis.call('ZADD', K_DELAYED, 'NX', unpack(backDelayed)) end
+  if #backDead > 0 then redis.call('ZADD', K_DEAD, 'NX', unpack(backDead)) end
 end
 keepAside(K_ORPHANS, aside, nowS)
 -- one wake marker per job put in pending
@@ -512,8 +575,12 @@ if orphans > 0 then redis.pcall('HINCRBY', K_STATS, 'orphans', S(orphans)) end
 if np > 0 then redis.pcall('HINCRBY', K_STATS, 'promoted', S(np)) end
 if #aside > 0 then redis.pcall('HINCRBY', K_STATS, 'set_aside', S(#aside)) end
 if restored > 0 then redis.pcall('HINCRBY', K_STATS, 'restored', S(restored)) end
+if fromPurged > 0 then redis.pcall('HINCRBY', K_STATS, 'restored_purged', S(fromPurged)) end
+if wrong > 0 then redis.pcall('HINCRBY', K_STATS, 'wrong_type', S(wrong)) end
 
 local more = 0
+-- an entry put back in processing or delayed scored <= now is work to do now
+if backDue then more = 1 end
 if #due == batch and redis.call('ZCOUNT', K_PROCESSING, '-inf', nowS) > 0 then more = 1 end
 if #dueDelayed == batch and redis.call('ZCOUNT', K_DELAYED, '-inf', nowS) > 0 then more = 1 end
 return { nr, nd, more, np, restored }

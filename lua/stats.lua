@@ -8,14 +8,14 @@
   KEYS[5] P:{T}:meta         (not touched)
   KEYS[6] P:{T}:stats        HASH  every field
   KEYS[7] P:{T}:wake         (not touched)
-  KEYS[8] P:{T}:orphans      ZSET  ZCARD
+  KEYS[8] P:{T}:orphans      ZSET  ZCOUNT of set-aside ids (score >= 0)
 
   ARGV[1]  job-key prefix P:{T}:job: (not used; ARGV may be empty)
 
   Returns: a flat array name, value, ...: pending, processing (every lease, expired ones
            too), expired (lease_until <= now), delayed (every delayed job), due (delayed
            with run_at <= now), dead, orphaned (ids set aside in orphans because their
-           job hash was absent), then every field of the stats hash (counters never incremented are absent; h:<b> fields in any
+           job hash was absent; not the ids purge forgot), then every field of the stats hash (counters never incremented are absent; h:<b> fields in any
            order). Every value is an integer.
 ]]
 
@@ -127,15 +127,24 @@ local function clock()
   return tonumber(s), s
 end
 -- keepAside(key, ids, nowS): ids whose job hash is absent go to the orphans zset, scored
--- the time they were set aside (NX: an id set aside earlier keeps its first time)
+-- the time they were set aside: an id set aside earlier keeps its first time; one purge
+-- forgot (a negative score) is set aside anew
 local function keepAside(key, ids, nowS)
   if #ids == 0 then return end
+  local s = redis.call('ZMSCORE', key, unpack(ids))
   local z = {}
   for i = 1, #ids do
-    z[2 * i - 1] = nowS
-    z[2 * i] = ids[i]
+    if not s[i] or tonumber(s[i]) < 0 then
+      z[#z + 1] = nowS
+      z[#z + 1] = ids[i]
+    end
   end
-  redis.call('ZADD', key, 'NX', unpack(z))
+  if #z > 0 then redis.call('ZADD', key, unpack(z)) end
+end
+-- wrongTyped(r): true when r, a redis.pcall() reply, is a WRONGTYPE error: a job key that
+-- is not a hash, which claim and reap set aside like an absent hash
+local function wrongTyped(r)
+  return type(r) == 'table' and r.err ~= nil and string.find(r.err, 'WRONGTYPE', 1, true) ~= nil
 end
 -- earliest(key): the run-at (ms) of the delayed zset's first entry, nil when it is empty;
 -- as a second value the error reply when key holds another type
@@ -187,7 +196,8 @@ put('due', K_DELAYED, 'zset', 'ZCOUNT', K_DELAYED, '-inf', nowS)
 if e then return e end
 put('dead', K_DEAD, 'zset', 'ZCARD', K_DEAD)
 if e then return e end
-put('orphaned', K_ORPHANS, 'zset', 'ZCARD', K_ORPHANS)
+-- set-aside ids only: a negative score is an id purge forgot
+put('orphaned', K_ORPHANS, 'zset', 'ZCOUNT', K_ORPHANS, '0', '+inf')
 if e then return e end
 local h = redis.pcall('HGETALL', K_STATS)
 e = failure(h, K_STATS, 'hash')

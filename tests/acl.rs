@@ -334,6 +334,7 @@ fn each_roles_acl_grants_what_its_scripts_call_and_nothing_more() {
                 "evalsha",
                 "script|load",
                 "time",
+                "role",
                 "blpop",
                 "type",
                 "exists",

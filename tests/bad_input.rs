@@ -68,7 +68,7 @@ const fn on(target: Target, r: Row) -> Row {
 
 // Placeholders: {url} the target's URL, {tls_url} rediss:// to the seeded server,
 // {dir} a scratch directory holding `big.bin` (2 MiB), `notpem.crt` and `ca.pem`,
-// {long_tag} 100 000 characters, {long_id} 300 characters, {sentinel} a Sentinel that
+// {long_tag} 100 000 characters, {long_id} 1025 characters, {sentinel} a Sentinel that
 // monitors the seeded server as `mymaster`, {closed_addr} host:port nobody listens on.
 #[rustfmt::skip]
 const ROWS: &[Row] = &[
@@ -99,7 +99,7 @@ const ROWS: &[Row] = &[
     row("tag-huge", &["stats", "--redis", "{url}", "--tag", "{long_tag}"], 2, "100000 bytes: at most 256"),
     row("prefix-braces", &["stats", "--redis", "{url}", "--tag", "bi", "--prefix", "a{b"], 2, "key prefix"),
     row("id-space", &["enqueue", "--redis", "{url}", "--tag", "bi", "--id", "a b", "x"], 2, "job id"),
-    row("id-long", &["enqueue", "--redis", "{url}", "--tag", "bi", "--id", "{long_id}", "x"], 2, "1 to 256 bytes"),
+    row("id-long", &["enqueue", "--redis", "{url}", "--tag", "bi", "--id", "{long_id}", "x"], 2, "1 to 1024 bytes"),
     row("enqueue-no-payload", &["enqueue", "--redis", "{url}", "--tag", "bi"], 2, "required"),
     row("enqueue-file-missing", &["enqueue", "--redis", "{url}", "--tag", "bi", "--file", "/nonexistent"], 1, "cannot read"),
     row("payload-over-max", &["enqueue", "--redis", "{url}", "--tag", "bi", "--max-payload", "10", "a longer payload"], 2, "payload"),
@@ -166,11 +166,16 @@ const LIB_ROWS: &[(&str, &str, bool)] = &[
     ("lib-ack-stale-token", "acked: Ok(false)", false),
     ("lib-extend-stale-token", "extended: None", false),
     ("lib-fail-stale-token", "Stale", false),
-    ("lib-id-empty", "must be 1 to 256 bytes", true),
+    ("lib-id-empty", "must be 1 to 1024 bytes", true),
     ("lib-tag-braces", "must not contain braces", true),
     ("lib-delay-huge", "must be at most 10^15 ms", true),
     ("script-n-zero", "jobqueue: invalid n", true),
     ("script-delay-negative", "delay_ms", true),
+    (
+        "script-id-long",
+        "jobqueue: invalid id: triple 1: expected an id of 1..1024 bytes, got 1025 bytes",
+        true,
+    ),
 ];
 
 /// Run one library or protocol row against queue `lb` (p1 claimed: `lease`).
@@ -242,6 +247,15 @@ async fn lib_case(id: &str, server: &RedisServer, lease: &jobqueue::queue::Lease
             &["jq:{lb}:job:n1"],
             &["jq:{lb}:job:", "1", "n1", "x", "-1"],
         ),
+        "script-id-long" => {
+            let id = "i".repeat(1025);
+            let key = format!("jq:{{lb}}:job:{id}");
+            script(
+                SCRIPTS.enqueue.source,
+                &[&key],
+                &["jq:{lb}:job:", "1", &id, "x", "0"],
+            )
+        }
         other => panic!("no case for {other}"),
     }
 }
@@ -499,7 +513,7 @@ fn every_bad_input_is_answered_with_its_code_and_message_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     write_files(dir.path());
     let long_tag = "a".repeat(100_000);
-    let long_id = "i".repeat(300);
+    let long_id = "i".repeat(1025);
 
     let mut failures = Vec::new();
     for r in ROWS {

@@ -6,10 +6,12 @@
 mod support;
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jobqueue::queue::{NewJob, Queue, QueueSettings};
 use redis::Commands;
+use support::eventually::eventually;
 use support::redis::{RedisServer, redis_now_ms, wait_past};
 
 fn job(id: &str) -> NewJob {
@@ -270,4 +272,66 @@ async fn a_dead_letter_page_past_the_end_is_empty_whatever_its_offset() {
             "offset {offset}: {page:?}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_typed_job_key_is_set_aside_and_the_worker_runs_the_rest() {
+    let server = RedisServer::start();
+    let q = server.queue("wrongtype").await;
+    let mut c = server.conn();
+    q.enqueue_many(vec![job("bad"), job("b"), job("c")])
+        .await
+        .unwrap();
+    // the job key of the job at the front of pending is not a hash
+    let _: () = c.del(q.keys().job("bad")).unwrap();
+    let _: () = c.set(q.keys().job("bad"), "not a job").unwrap();
+
+    let worker = jobqueue::worker::Worker::builder(q.clone())
+        .handle_signals(false)
+        .worker_id("wt")
+        .redis_retry(Duration::from_millis(20), Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let shutdown = worker.shutdown_token();
+    let counters = worker.stats();
+    let ran = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = ran.clone();
+    let task = tokio::spawn(worker.run(move |lease, _ctx| {
+        let seen = seen.clone();
+        async move {
+            let id = lease.id.as_str().unwrap().to_string();
+            seen.lock().unwrap().push(id);
+            Ok(())
+        }
+    }));
+    // whichever comes first: both jobs acked, or the worker's calls failing
+    eventually("both jobs acked or three failed Redis calls", async || {
+        let s = counters.get();
+        s.acked >= 2 || s.redis_errors >= 3
+    })
+    .await;
+    let s = counters.get();
+    assert_eq!(
+        s.redis_errors,
+        0,
+        "no call fails on the wrong-typed key (ran: {:?})",
+        ran.lock().unwrap()
+    );
+    let mut ids = ran.lock().unwrap().clone();
+    ids.sort();
+    assert_eq!(ids, ["b", "c"]);
+    shutdown.cancel();
+    task.await.unwrap();
+
+    let stats = q.stats().await.unwrap();
+    assert_eq!(
+        (stats.orphaned, stats.set_aside, stats.wrong_type),
+        (1, 1, 1),
+        "the id is set aside, counted as a wrong-typed key"
+    );
+    // the key is left as it is, and reap keeps the id set aside without failing
+    let kept: String = c.get(q.keys().job("bad")).unwrap();
+    assert_eq!(kept, "not a job");
+    assert_eq!(q.reap(100).await.unwrap().restored, 0);
+    assert_eq!(q.stats().await.unwrap().orphaned, 1);
 }

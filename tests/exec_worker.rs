@@ -8,7 +8,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 use jobqueue::queue::{NewJob, Queue, QueueSettings};
-use support::eventually::eventually;
+use support::eventually::{Wait, eventually};
 use support::procs::alive;
 use support::redis::RedisServer;
 
@@ -22,6 +22,18 @@ struct ExecWorker {
 
 impl ExecWorker {
     fn start(server: &RedisServer, tag: &str, out: &Path, flags: &[&str], script: &str) -> Self {
+        Self::start_with_env(server, tag, out, flags, &[], script)
+    }
+
+    /// [`ExecWorker::start`] with more variables in the worker's environment.
+    fn start_with_env(
+        server: &RedisServer,
+        tag: &str,
+        out: &Path,
+        flags: &[&str],
+        env: &[(&str, &str)],
+        script: &str,
+    ) -> Self {
         let log = out.join(format!("worker-{tag}.log"));
         let child = Command::new(BIN)
             .args(["worker", "--redis", &server.url(), "--tag", tag])
@@ -29,6 +41,7 @@ impl ExecWorker {
             .args(["--exec", "sh", "-c", script])
             .env("OUT", out)
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
@@ -46,6 +59,14 @@ impl ExecWorker {
 
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Panic with the worker's log if it has exited: for waits that a dead worker would
+    /// otherwise only end by their deadline.
+    fn assert_running(&mut self) {
+        if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+            panic!("the worker exited ({status}):\n{}", self.log());
+        }
     }
 
     fn signal(&self, sig: i32) {
@@ -459,8 +480,8 @@ async fn shutdown_releases_an_interrupted_job_without_charging_an_attempt() {
 
 /// A worker started without `--durability` takes the queue's own (published in `meta`
 /// by the operator from `spec.durability`); an explicit flag wins. Here the queue asks
-/// for one replica and the server has none: the adopting worker's acks run but are
-/// reported as not replicated, the other worker's are plain acks.
+/// for one replica and the server has none: the adopting worker's claims and acks run
+/// but are reported as not replicated, the other worker's are plain.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_without_durability_takes_the_one_published_in_meta() {
     use jobqueue::queue::Durability;
@@ -478,15 +499,17 @@ async fn a_worker_without_durability_takes_the_one_published_in_meta() {
     let out = tempfile::tempdir().unwrap();
     let adopting = ExecWorker::start(&server, "dur", out.path(), &[], "cat >/dev/null");
     queue.enqueue(NewJob::new("a").id("a")).await.unwrap();
-    eventually(
-        "the adopting worker reports its ack unconfirmed",
-        || async {
-            adopting
-                .log()
-                .contains("only 0 of 1 replica(s) confirmed it within 100ms")
-        },
-    )
+    eventually("the adopting worker acks", || async {
+        queue.stats().await.unwrap().acked == 1
+    })
     .await;
+    assert!(
+        adopting
+            .log()
+            .contains("only 0 of 1 replica(s) confirmed it within 100ms"),
+        "{}",
+        adopting.log()
+    );
     let (_, log) = adopting.terminate().await;
     assert!(
         log.contains("using the queue's durability setting")
@@ -551,4 +574,243 @@ async fn losing_redis_is_one_warning_not_one_per_retry() {
     let _ = child.kill();
     let _ = child.wait();
     assert_eq!(retries("WARN") + retries("ERROR"), 1, "{}", read());
+}
+
+/// A job whose id is longer than the environment can carry (written straight into Redis,
+/// as a release before the id limit could have stored it): starting its command fails
+/// with E2BIG, which belongs to that job alone. The job fails (retried, then dead-lettered
+/// as usual) with the reason in `last_error`; the worker keeps running and the jobs
+/// behind it run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_id_the_environment_cannot_carry_fails_alone() {
+    use redis::Commands;
+    let server = RedisServer::start();
+    let settings = QueueSettings {
+        max_attempts: 2,
+        backoff_initial: Duration::from_millis(1),
+        backoff_max: Duration::from_millis(1),
+        ..Default::default()
+    };
+    let queue = queue_with(&server, "e2big", settings).await;
+    let long_id = "L".repeat(128 * 1024);
+    let mut conn = server.conn();
+    let () = conn
+        .hset(format!("jq:{{e2big}}:job:{long_id}"), "payload", "x")
+        .unwrap();
+    let () = conn.lpush("jq:{e2big}:pending", &long_id).unwrap();
+    for id in ["a", "b", "c"] {
+        queue.enqueue(NewJob::new("").id(id)).await.unwrap();
+    }
+    let out = tempfile::tempdir().unwrap();
+    let mut worker = ExecWorker::start(
+        &server,
+        "e2big",
+        out.path(),
+        &[],
+        r#"touch "$OUT/$JOBQUEUE_JOB_ID""#,
+    );
+    eventually("the long id dead and the others acked", || {
+        worker.assert_running();
+        let queue = &queue;
+        async move {
+            let stats = queue.stats().await.unwrap();
+            stats.dead == 1 && stats.acked == 3
+        }
+    })
+    .await;
+    for id in ["a", "b", "c"] {
+        assert!(out.path().join(id).exists(), "{id} ran");
+    }
+    let job = queue.job(&long_id).await.unwrap().unwrap();
+    assert_eq!(
+        job.attempts, 2,
+        "retried, then dead-lettered by max attempts"
+    );
+    let error = job.last_error.unwrap();
+    assert!(
+        error.starts_with("cannot start this job's command: sh: Argument list too long")
+            && error.ends_with(
+                "(the job's id is 131072 bytes, over the limit of 1024 that enqueue keeps to)"
+            ),
+        "{error}"
+    );
+    let (exit, log) = worker.terminate().await;
+    assert!(exit.success(), "{exit:?}\n{log}");
+}
+
+/// The worker's own credentials (the Redis URL, which may carry a password, and the
+/// password variables) never reach the command unless the worker is told to pass them
+/// with `--exec-keep-credentials`; the rest of the environment does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_gets_no_credentials_unless_asked() {
+    let server = RedisServer::start();
+    let queue = queue_with(&server, "env", QueueSettings::default()).await;
+    let out = tempfile::tempdir().unwrap();
+    let url = server.url();
+    let secrets = [
+        ("JOBQUEUE_REDIS_URL", url.as_str()),
+        ("JOBQUEUE_REDIS_PASSWORD", "redis-pw-s3cret"),
+        ("JOBQUEUE_SENTINEL_PASSWORD", "sentinel-pw-s3cret"),
+    ];
+    let script = r#"env > "$OUT/$JOBQUEUE_JOB_ID.tmp" && mv "$OUT/$JOBQUEUE_JOB_ID.tmp" "$OUT/$JOBQUEUE_JOB_ID""#;
+    let run = async |flags: &[&str], env: &[(&str, &str)], id: &str| {
+        let mut worker = ExecWorker::start_with_env(&server, "env", out.path(), flags, env, script);
+        queue.enqueue(NewJob::new("").id(id)).await.unwrap();
+        let path = out.path().join(id);
+        eventually(&format!("job {id} ran"), || {
+            worker.assert_running();
+            let exists = path.exists();
+            async move { exists }
+        })
+        .await;
+        let (exit, log) = worker.terminate().await;
+        assert!(exit.success(), "{exit:?}\n{log}");
+        std::fs::read_to_string(&path).unwrap()
+    };
+
+    let env = run(&[], &secrets, "stripped").await;
+    for (name, value) in secrets {
+        assert!(
+            !env.contains(&format!("{name}=")) && !env.contains(value),
+            "{name} reached the command:\n{env}"
+        );
+    }
+    assert!(env.contains("JOBQUEUE_JOB_ID=stripped"), "{env}");
+    assert!(
+        env.contains(&format!("OUT={}", out.path().display())),
+        "{env}"
+    );
+
+    let env = run(&["--exec-keep-credentials"], &secrets, "kept").await;
+    for (name, value) in secrets {
+        assert!(
+            env.contains(&format!("{name}={value}")),
+            "{name} was not kept:\n{env}"
+        );
+    }
+    let mut with_env = secrets.to_vec();
+    with_env.push(("JOBQUEUE_EXEC_KEEP_CREDENTIALS", "true"));
+    let env = run(&[], &with_env, "kept-by-env").await;
+    assert!(env.contains(&format!("JOBQUEUE_REDIS_URL={url}")), "{env}");
+}
+
+/// `--durability replicated:1:50ms` on a Redis with no replica: every WAIT times out.
+/// The settle_claim calls that ack finished jobs also lease the next ones; those leases
+/// ran on the primary and must reach a handler, not expire and be charged an attempt.
+/// Each job is run (the runs are counted from the commands' own record) and acked; none
+/// ends dead without having run. The unconfirmed acks are logged as applied on the
+/// primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unconfirmed_replication_never_strands_the_jobs_a_call_leased() {
+    let server = RedisServer::start();
+    let queue = queue_with(
+        &server,
+        "norep",
+        QueueSettings {
+            visibility_timeout: Duration::from_secs(2),
+            max_attempts: 2,
+            ..QueueSettings::default()
+        },
+    )
+    .await;
+    let ids: Vec<String> = (0..40).map(|i| format!("j{i}")).collect();
+    queue
+        .enqueue_many(ids.iter().map(|id| NewJob::new("x").id(id)).collect())
+        .await
+        .unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let worker = ExecWorker::start(
+        &server,
+        "norep",
+        out.path(),
+        &["--concurrency", "4", "--durability", "replicated:1:50ms"],
+        r#"cat >/dev/null; echo "$JOBQUEUE_JOB_ID $JOBQUEUE_ATTEMPT" >> "$OUT/runs""#,
+    );
+    let ended = Wait::for_("every job acked or dead")
+        .within(Duration::from_secs(60))
+        .explained_by(|| worker.log())
+        .until(async || {
+            let stats = queue.stats().await.unwrap();
+            (stats.acked + stats.dead == ids.len() as u64).then_some(stats)
+        })
+        .await;
+    let runs = std::fs::read_to_string(out.path().join("runs")).unwrap_or_default();
+    let mut dead_without_running = Vec::new();
+    for id in &ids {
+        if queue
+            .job(id)
+            .await
+            .unwrap()
+            .is_some_and(|j| j.status.as_deref() == Some("dead"))
+        {
+            let ran = runs
+                .lines()
+                .any(|l| l.split(' ').next() == Some(id.as_str()));
+            if !ran {
+                dead_without_running.push(id.clone());
+            }
+        }
+    }
+    assert_eq!(
+        (ended.dead, dead_without_running.len()),
+        (0, 0),
+        "dead jobs (never run: {dead_without_running:?})\n{}",
+        worker.log()
+    );
+    for id in &ids {
+        assert!(
+            runs.lines().any(|l| l == format!("{id} 1")),
+            "{id} never ran on its first attempt: {runs}"
+        );
+    }
+    let (exit, log) = worker.terminate().await;
+    assert!(exit.success(), "{exit:?}\n{log}");
+    assert!(
+        log.contains("applied on the primary but not confirmed by 1 replica"),
+        "{log}"
+    );
+}
+
+/// A worker or `reap` pointed at a read-only replica cannot do anything there: each
+/// exits non-zero at once with an error that names the problem, instead of retrying
+/// READONLY for ever (the worker) or reporting a pass that could not have written (reap).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_and_reap_pointed_at_a_replica_exit_naming_it() {
+    let primary = RedisServer::start();
+    let queue = queue_with(&primary, "ro", QueueSettings::default()).await;
+    queue.enqueue(NewJob::new("x").id("a")).await.unwrap();
+    let replica = RedisServer::start_replica_of(&primary);
+    eventually("the job reached the replica", || async {
+        let exists: bool = redis::cmd("EXISTS")
+            .arg("jq:{ro}:job:a")
+            .query(&mut replica.conn())
+            .unwrap();
+        exists
+    })
+    .await;
+    let want = "read-only replica";
+
+    let out = tempfile::tempdir().unwrap();
+    let mut worker = ExecWorker::start(&replica, "ro", out.path(), &[], "cat >/dev/null");
+    let log_file = worker.log.clone();
+    let exited = Wait::for_("the worker on a replica to exit")
+        .within(Duration::from_secs(20))
+        .explained_by(move || std::fs::read_to_string(&log_file).unwrap_or_default())
+        .until(async || worker.child.as_mut().unwrap().try_wait().unwrap())
+        .await;
+    let log = worker.log();
+    assert!(!exited.success(), "{exited:?}\n{log}");
+    assert!(log.contains(want) && log.contains("primary"), "{log}");
+    assert_eq!(queue.stats().await.unwrap().pending, 1);
+
+    let reap = Command::new(BIN)
+        .args(["reap", "--redis", &replica.url(), "--tag", "ro"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&reap.stderr);
+    assert!(!reap.status.success(), "{:?}\n{stderr}", reap.status);
+    assert!(
+        stderr.contains(want) && stderr.contains("primary"),
+        "{stderr}"
+    );
 }

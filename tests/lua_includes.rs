@@ -16,6 +16,10 @@ const REQUIRED: &[(&str, Option<&[&str]>)] = &[
         "retry_policy.lua",
         Some(&["ack.lua", "fail.lua", "settle_claim.lua"]),
     ),
+    (
+        "request_record.lua",
+        Some(&["ack.lua", "claim.lua", "settle_claim.lua"]),
+    ),
 ];
 
 const BEGIN: &str = "-- BEGIN include/";

@@ -126,6 +126,7 @@ async fn cached_reads_send_no_get_and_no_list() {
     );
     let (ctx, mut api, _) = test_context_tuned(&clock, |_| {}, cached);
     let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::RecordOriginal("Deployment/worker", 0))
         .expect(Expect::ScalePatch(WORKER, 3))
         .expect(Expect::StatusPatch)
         .expect(Expect::Event("Normal", "ScaledUp"))
@@ -148,6 +149,7 @@ async fn a_target_cache_behind_the_last_scale_is_not_trusted() {
     // The cache says 0 throughout: it never sees the scale to 4.
     let (ctx, mut api, _) = test_context_tuned(&clock, |_| {}, caches(Vec::new(), Vec::new(), 0));
     let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::RecordOriginal("Deployment/worker", 0))
         .expect(Expect::ScalePatch(WORKER, 4))
         .expect(Expect::StatusPatch)
         .expect(Expect::Event("Normal", "ScaledUp"))
@@ -155,6 +157,7 @@ async fn a_target_cache_behind_the_last_scale_is_not_trusted() {
         .await;
     result.unwrap();
     assert_eq!(seen.scales, vec![4]);
+    let jq = jq.with_status(seen.statuses[0].clone());
     clock.advance(10);
     let (result, seen) = Scenario::new(&jq)
         .expect(Expect::GetScale(WORKER, 4))
@@ -234,6 +237,7 @@ async fn without_keda_no_scaled_object_is_listed() {
     cached.keda_installed = Some(false);
     let (ctx, mut api, _) = test_context_tuned(&clock, |_| {}, cached);
     let (result, _) = Scenario::new(&jq)
+        .expect(Expect::RecordOriginal("Deployment/worker", 0))
         .expect(Expect::ScalePatch(WORKER, 3))
         .expect(Expect::StatusPatch)
         .expect(Expect::Event("Normal", "ScaledUp"))

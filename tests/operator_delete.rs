@@ -117,16 +117,17 @@ async fn restore_scales_back_to_the_replicas_before_the_first_scale() {
     let clock = TestClock::new();
     let (ctx, mut api, registry) = test_context_at(&clock);
 
-    // The operator takes the target at 1 replica and scales it to 3.
+    // The operator takes the target at 1 replica, records it, and scales it to 3.
     let (result, seen) = Scenario::new(&jq)
         .expect(Expect::TargetRead(WORKER, 1))
+        .expect(Expect::RecordOriginal("Deployment/worker", 1))
         .expect(Expect::ScalePatch(WORKER, 3))
         .expect(Expect::StatusPatch)
         .expect(Expect::Event("Normal", "ScaledUp"))
         .run(&ctx, &mut api)
         .await;
     result.unwrap();
-    let patch: Value = serde_json::from_str(&seen.bodies[1]).unwrap();
+    let patch: Value = serde_json::from_str(&seen.bodies[2]).unwrap();
     assert_eq!(
         patch["status"]["originalReplicas"],
         json!({"target": "Deployment/worker", "replicas": 1}),
@@ -175,6 +176,149 @@ async fn restore_scales_back_to_the_replicas_before_the_first_scale() {
     // Its metric series went with it, at once.
     let text = jobqueue::controller::metrics::encode(&registry);
     assert!(!text.contains("name=\"emails\""), "{text}");
+}
+
+/// The race that lost the original count: the first reconcile scales the target 2 → 5 and
+/// records 2; a second one, brought ~40 ms later by that scale, runs on the cached copy
+/// read before the first one's writes, without `originalReplicas`. Its status write
+/// recorded 5 over the 2 (the operator's own count), and the deleted queue left the
+/// target at 5. It is conditional on the version it read: refused, it reads the queue
+/// again and keeps the 2 recorded; deleted, the target goes back to 2.
+#[tokio::test]
+async fn a_reconcile_on_a_stale_copy_keeps_the_original_replicas_recorded() {
+    let redis = RedisServer::start();
+    let q = redis.queue("emails").await;
+    enqueue_more(&q, 50).await;
+    let jq = queue("emails", &redis.url(), "emails").with_workers(workers("restore"));
+    let clock = TestClock::new();
+    let (ctx, mut api, _) = test_context_at(&clock);
+
+    // The first reconcile took the target at 2, recorded it, scaled it to 5: the queue
+    // as the API server has it now, at a newer version than the copy `jq` the cache
+    // still holds (version 1, no status).
+    let recorded = json!({"target": "Deployment/worker", "replicas": 2});
+    let mut fresh = jq
+        .clone()
+        .with_status(status_with_original("Deployment/worker", 2));
+    fresh.metadata.resource_version = Some("3".into());
+
+    // The second, on the stale copy (version 1, no status): its write is refused, the
+    // queue read again, and the record it finds is the one written.
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::TargetRead(WORKER, 5))
+        .expect(Expect::StatusConflict)
+        .expect(Expect::GetQueue(Box::new(fresh.clone())))
+        .expect(Expect::StatusPatch)
+        .run(&ctx, &mut api)
+        .await;
+    result.unwrap();
+    let written = serde_json::to_value(&seen.statuses[1]).unwrap();
+    assert_eq!(
+        written["originalReplicas"], recorded,
+        "the record of the first reconcile is kept, not replaced by the operator's own count"
+    );
+
+    // Deleted: back to 2.
+    let deleted = fresh.with_status(seen.statuses[1].clone()).deleted();
+    let (result, seen) = Scenario::new(&deleted)
+        .expect(Expect::GetScale(WORKER, 5))
+        .expect(Expect::ScalePatch(WORKER, 2))
+        .expect(Expect::Event("Normal", "QueueDeleted"))
+        .expect(Expect::RemoveFinalizer)
+        .run(&ctx, &mut api)
+        .await;
+    assert_eq!(result.unwrap(), Action::await_change());
+    assert_eq!(seen.scales, vec![2]);
+}
+
+/// The same race when the second reconcile scales too (the backlog grew): the record it
+/// writes before its scale is refused, the record found is kept, and the scale goes on.
+#[tokio::test]
+async fn a_reconcile_on_a_stale_copy_that_scales_keeps_the_original_replicas() {
+    let redis = RedisServer::start();
+    let q = redis.queue("emails").await;
+    enqueue_more(&q, 80).await;
+    let jq = queue("emails", &redis.url(), "emails").with_workers(workers("restore"));
+    let (ctx, mut api, _) = test_context();
+    // Recorded at 2 and scaled to 5 since the copy `jq` (version 1, no status).
+    let mut fresh = jq
+        .clone()
+        .with_status(status_with_original("Deployment/worker", 2));
+    fresh.metadata.resource_version = Some("3".into());
+
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::TargetRead(WORKER, 5))
+        .expect(Expect::RecordRefused(
+            "Deployment/worker",
+            5,
+            StatusCode::CONFLICT,
+        ))
+        .expect(Expect::GetQueue(Box::new(fresh)))
+        .expect(Expect::ScalePatch(WORKER, 8))
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Normal", "ScaledUp"))
+        .run(&ctx, &mut api)
+        .await;
+    result.unwrap();
+    assert_eq!(seen.scales, vec![8]);
+    let written = serde_json::to_value(&seen.statuses[0]).unwrap();
+    assert_eq!(
+        written["originalReplicas"],
+        json!({"target": "Deployment/worker", "replicas": 2})
+    );
+}
+
+/// The original count goes to the API server before the first scale: when it cannot be
+/// written there, the target is not scaled (a scale whose status write then failed would
+/// leave the operator's own count to be taken as the original), and the Scaling
+/// condition says why.
+#[tokio::test]
+async fn a_target_is_not_scaled_before_its_original_count_is_recorded() {
+    let redis = RedisServer::start();
+    let q = redis.queue("emails").await;
+    enqueue_more(&q, 50).await;
+    let jq = queue("emails", &redis.url(), "emails").with_workers(workers("restore"));
+    let clock = TestClock::new();
+    let (ctx, mut api, _) = test_context_at(&clock);
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::TargetRead(WORKER, 2))
+        .expect(Expect::RecordRefused(
+            "Deployment/worker",
+            2,
+            StatusCode::FORBIDDEN,
+        ))
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Warning", "ScaleFailed"))
+        .run(&ctx, &mut api)
+        .await;
+    result.unwrap();
+    assert!(seen.scales.is_empty(), "scaled: {:?}", seen.scales);
+    let status = &seen.statuses[0];
+    let scaling = status.condition("Scaling").unwrap();
+    assert_eq!(
+        (scaling.status.as_str(), scaling.reason.as_str()),
+        ("False", "ScaleFailed")
+    );
+    assert!(
+        scaling.message.starts_with(
+            "cannot record the original replicas of Deployment/worker (2) before scaling it: "
+        ),
+        "{}",
+        scaling.message
+    );
+    // Not scaled, the 2 read is still the original: the status write records it, on the
+    // version read.
+    let body: Value = serde_json::from_str(&seen.bodies[1]).unwrap();
+    assert_eq!(
+        (
+            &body["status"]["originalReplicas"],
+            &body["metadata"]["resourceVersion"]
+        ),
+        (
+            &json!({"target": "Deployment/worker", "replicas": 2}),
+            &json!("1")
+        )
+    );
 }
 
 async fn enqueue_more(q: &jobqueue::queue::Queue, n: usize) {
@@ -399,8 +543,14 @@ async fn a_refused_scale_keeps_the_finalizer_and_the_retry_finishes_the_cleanup(
 }
 
 /// The operator binary over real HTTP: a JobQueue with workers and `onDelete: restore`
-/// gets the finalizer, scales its Deployment up from 1, and once deleted the Deployment
-/// is back at 1, a `QueueDeleted` Event is published, the object is gone, the jobs stay.
+/// scales its Deployment up from 1, and once deleted the Deployment is back at 1, a
+/// `QueueDeleted` Event is published, the object is gone, the jobs stay.
+///
+/// The race that lost the original count is made certain: the stand-in holds the
+/// JobQueue watch events back from the first status write on, so every reconcile after
+/// the first runs on the copy listed at the start (the finalizer, no status), as one
+/// brought by the scale did when the write's event came late. Each must keep the 1
+/// recorded, not record the 3 the operator set.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_binary_restores_the_workers_of_a_deleted_queue() {
     const APPS: &str = "/apis/apps/v1";
@@ -424,7 +574,7 @@ async fn the_operator_binary_restores_the_workers_of_a_deleted_queue() {
         "jobqueues",
         json!({
             "apiVersion": "jobqueue.dev/v1alpha1", "kind": "JobQueue",
-            "metadata": {"name": "gone", "namespace": "jobs"},
+            "metadata": {"name": "gone", "namespace": "jobs", "finalizers": [FINALIZER]},
             "spec": {
                 "redis": {"url": redis.url()},
                 "hashTag": "gone",
@@ -438,6 +588,7 @@ async fn the_operator_binary_restores_the_workers_of_a_deleted_queue() {
             }
         }),
     );
+    api.hold_watch_from_status_write("jobqueues");
     let dir = tempfile::tempdir().unwrap();
     let op = OperatorProcess::start(&api, "jobs", dir.path(), &["--no-leader-election"], &[]);
     let replicas = || {
@@ -445,24 +596,30 @@ async fn the_operator_binary_restores_the_workers_of_a_deleted_queue() {
             .as_i64()
             .unwrap()
     };
+    let original =
+        || api.get(CRD, "jobqueues", "jobs", "gone").unwrap()["status"]["originalReplicas"].clone();
 
-    // Taken: the finalizer, the original count in the status, scaled up for 25 jobs.
-    let jq = op
-        .wait_for("the finalizer and the original replicas")
-        .until(async || {
-            let jq = api.get(CRD, "jobqueues", "jobs", "gone")?;
-            (jq["metadata"]["finalizers"] == json!([FINALIZER])
-                && !jq["status"]["originalReplicas"].is_null())
-            .then_some(jq)
-        })
-        .await;
-    assert_eq!(
-        jq["status"]["originalReplicas"],
-        json!({"target": "Deployment/worker", "replicas": 1})
-    );
+    // Taken: scaled up for 25 jobs, the original count in the status.
     op.wait_for("3 replicas")
         .until(async || replicas() == 3)
         .await;
+    // A third reconcile has started (the period is 1 s), so the second is done: it ran
+    // after the first one's writes, on the copy without them.
+    let runs = r#"jobqueue_reconcile_runs_total{namespace="jobs",name="gone"}"#;
+    op.wait_for("a reconcile on the stale copy done")
+        .until(async || op.metric(runs).await.is_some_and(|n| n >= 3.0))
+        .await;
+    assert!(
+        api.held_events() >= 1,
+        "the first reconcile's writes were held back from the watch"
+    );
+    let recorded = json!({"target": "Deployment/worker", "replicas": 1});
+    assert_eq!(
+        original(),
+        recorded,
+        "a reconcile on a stale copy replaced the original count"
+    );
+    api.release_watch();
 
     // Deleted: marked, then cleaned up and gone.
     let marked = api.delete(CRD, "jobqueues", "jobs", "gone").unwrap();

@@ -81,6 +81,7 @@ async fn the_status_lists_each_partition_and_the_workers_scale_on_the_total() {
     let (ctx, mut api, registry) = test_context_at(&clock);
     let (result, seen) = Scenario::new(&jq)
         .expect(Expect::TargetRead(WORKER, 0))
+        .expect(Expect::RecordOriginal("Deployment/worker", 0))
         .expect(Expect::ScalePatch(WORKER, 4))
         .expect(Expect::StatusPatch)
         .expect(Expect::Event("Normal", "ScaledUp"))

@@ -168,6 +168,7 @@ async fn paused_replicas_scales_to_n_and_holds_it() {
     let (ctx, mut api, registry) = test_context_at(&clock);
     let (result, seen) = Scenario::new(&jq)
         .expect(Expect::TargetRead(WORKER, 0))
+        .expect(Expect::RecordOriginal("Deployment/worker", 0))
         .expect(Expect::ScalePatch(WORKER, 3))
         .expect(Expect::StatusPatch)
         .expect(Expect::Event("Normal", "PausedReplicas"))
@@ -358,6 +359,7 @@ async fn a_scaled_object_on_the_target_is_refused_paused_or_not() {
         .expect(Expect::GetScale(WORKER, 2))
         .expect(Expect::ListHpas(vec![]))
         .expect(Expect::ListScaledObjects(vec![elsewhere]))
+        .expect(Expect::RecordOriginal("Deployment/worker", 2))
         .expect(Expect::ScalePatch(WORKER, 5))
         .expect(Expect::StatusPatch)
         .expect(Expect::Event("Normal", "ScaledUp"))
@@ -370,6 +372,7 @@ async fn a_scaled_object_on_the_target_is_refused_paused_or_not() {
         .expect(Expect::GetScale(WORKER, 2))
         .expect(Expect::ListHpas(vec![]))
         .expect(Expect::NoScaledObjects)
+        .expect(Expect::RecordOriginal("Deployment/worker", 2))
         .expect(Expect::ScalePatch(WORKER, 5))
         .expect(Expect::StatusPatch)
         .expect(Expect::Event("Normal", "ScaledUp"))
@@ -418,6 +421,7 @@ async fn of_two_queues_on_one_target_the_younger_refuses() {
     // The older one scales it.
     let (result, seen) = Scenario::new(&old)
         .expect(Expect::TargetRead(WORKER, 2))
+        .expect(Expect::RecordOriginal("Deployment/worker", 2))
         .expect(Expect::ScalePatch(WORKER, 5))
         .expect(Expect::StatusPatch)
         .expect(Expect::Event("Normal", "ScaledUp"))

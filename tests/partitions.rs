@@ -21,18 +21,21 @@ mod support;
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jobqueue::queue::partitions::tag_slot;
 use jobqueue::queue::{
     NewJob, PartitionedQueue, Queue, QueueSettings, Redis, SCRIPTS, partition_of, partition_tags,
 };
+use jobqueue::worker::Worker;
 use rand::Rng;
-use support::eventually::Wait;
+use support::eventually::{Wait, eventually};
 use support::redis::{RedisCluster, RedisServer};
 use support::reply_dropper::ReplyDropper;
 use support::runs::{self, Work};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 const BIN: &str = env!("CARGO_BIN_EXE_jobqueue");
@@ -127,8 +130,11 @@ async fn the_same_id_goes_to_the_same_partition_and_is_deduplicated() {
 
 #[tokio::test]
 async fn claims_rotate_so_no_partition_starves() {
+    const RECHECK: Duration = Duration::from_millis(100);
     let server = RedisServer::start();
-    let queue = PartitionedQueue::new(server.redis().await, "jq", "fair", 6).unwrap();
+    let queue = PartitionedQueue::new(server.redis().await, "jq", "fair", 6)
+        .unwrap()
+        .recheck_empty(RECHECK);
     // Every partition loaded alike: strict rotation, 10 claims each.
     for (p, part) in queue.partitions().iter().enumerate() {
         let jobs = (0..10)
@@ -145,31 +151,169 @@ async fn claims_rotate_so_no_partition_starves() {
     }
     assert_eq!(claims, [10; 6]);
 
-    // One partition flooded, another with two jobs: the small one is served within
-    // every second claim, not after the flood.
-    let flood = (0..200)
-        .map(|i| NewJob::new(&b"x"[..]).id(format!("f{i}")))
-        .collect();
-    queue.partitions()[0].enqueue_many(flood).await.unwrap();
-    queue.mark_all_ready();
+    // A steady flow into partition 0 (each claim's jobs replaced), the other partitions
+    // found empty by the claims (nothing marks them ready by hand): two jobs that then go
+    // into partition 4 are claimed by the first claim made a recheck interval later, not
+    // after the flow.
+    let mut flowed = 0;
+    let mut flow = async |n: usize| {
+        let jobs = (flowed..flowed + n)
+            .map(|i| NewJob::new(&b"x"[..]).id(format!("f{i}")))
+            .collect();
+        flowed += n;
+        queue.partitions()[0].enqueue_many(jobs).await.unwrap();
+    };
+    flow(20).await;
+    for _ in 0..2 {
+        let leases = queue.claim(5, "w", None).await.unwrap();
+        assert_eq!(leases[0].partition, 0);
+        flow(leases.len()).await;
+    }
+    assert!(queue.claim(5, "w", None).await.unwrap()[0].partition == 0);
+    let enqueued = Instant::now();
     let few = (0..2)
         .map(|i| NewJob::new(&b"x"[..]).id(format!("s{i}")))
         .collect();
     queue.partitions()[4].enqueue_many(few).await.unwrap();
-    let mut small_at = Vec::new();
-    for claim in 0..10 {
+    // (claim started at, partition it gave jobs from)
+    let mut made = Vec::new();
+    loop {
+        let at = Instant::now();
         let leases = queue.claim(5, "w", None).await.unwrap();
         assert!(!leases.is_empty());
+        made.push((at, leases[0].partition));
         if leases[0].partition == 4 {
-            small_at.push(claim);
+            assert_eq!(leases.len(), 2, "both jobs of the small partition at once");
+            break;
+        }
+        flow(leases.len()).await;
+        if made
+            .iter()
+            .filter(|(at, _)| *at >= enqueued + RECHECK)
+            .count()
+            > 10
+        {
+            break;
         }
     }
-    assert!(!small_at.is_empty() && small_at[0] < 2, "{small_at:?}");
+    // The small partition's jobs are claimed no later than by the first claim that
+    // started a recheck interval after the enqueue (partition 0 gave last, and the
+    // rotation tries 1 to 5 before it).
+    let first_late = made
+        .iter()
+        .position(|(at, _)| *at >= enqueued + RECHECK)
+        .unwrap_or(made.len());
+    let small = made.iter().position(|(_, p)| *p == 4);
+    let late: Vec<usize> = made[first_late..].iter().map(|(_, p)| *p).collect();
+    assert!(
+        small.is_some_and(|s| s <= first_late),
+        "claims made {RECHECK:?} or more after the jobs went into partition 4 took from \
+         partitions {late:?}"
+    );
     assert_eq!(
         queue.partitions()[4].stats().await.unwrap().pending,
         0,
-        "the small partition was drained while the flood waits"
+        "the small partition was drained while the flow goes on"
     );
+}
+
+/// One job run by the worker of `a_busy_worker_looks_again_at_a_partition_it_found_empty`.
+struct Run {
+    id: String,
+    partition: usize,
+    ended: Instant,
+}
+
+/// A busy worker looks again at a partition it found empty once its poll interval has
+/// passed, without waiting to be idle: with a steady flow into partition 0 (each of its
+/// jobs enqueues the next), a job put into partition 1 after the worker found that
+/// partition empty is claimed by the first claim made a poll interval later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_worker_looks_again_at_a_partition_it_found_empty() {
+    const POLL: Duration = Duration::from_millis(200);
+    let server = RedisServer::start();
+    let queue = PartitionedQueue::new(server.redis().await, "jq", "busy", 3).unwrap();
+    let flow = queue.partitions()[0].clone();
+    let first = (0..20)
+        .map(|i| NewJob::new(&b"x"[..]).id(format!("flow-{i}")))
+        .collect();
+    flow.enqueue_many(first).await.unwrap();
+
+    let runs: Arc<Mutex<Vec<Run>>> = Arc::default();
+    let next = Arc::new(AtomicUsize::new(20));
+    let stop = CancellationToken::new();
+    let worker = Worker::builder(queue.clone())
+        .concurrency(1)
+        .poll_interval(POLL)
+        .reaper(false)
+        .handle_signals(false)
+        .shutdown_token(stop.clone())
+        .build()
+        .unwrap();
+    let worker = tokio::spawn({
+        let runs = runs.clone();
+        worker.run(move |lease, _ctx| {
+            let (runs, flow, next) = (runs.clone(), flow.clone(), next.clone());
+            async move {
+                if lease.partition == 0 {
+                    let n = next.fetch_add(1, Ordering::SeqCst);
+                    flow.enqueue(NewJob::new(&b"x"[..]).id(format!("flow-{n}")))
+                        .await
+                        .unwrap();
+                }
+                runs.lock().unwrap().push(Run {
+                    id: lease.id.to_string(),
+                    partition: lease.partition,
+                    ended: Instant::now(),
+                });
+                Ok(())
+            }
+        })
+    });
+
+    // Three claims made: each started at partition 0's successor, so partitions 1 and 2
+    // were found empty.
+    eventually("the worker runs three jobs", async || {
+        runs.lock().unwrap().len() >= 3
+    })
+    .await;
+    let enqueued = Instant::now();
+    queue.partitions()[1]
+        .enqueue(NewJob::new(&b"x"[..]).id("lone"))
+        .await
+        .unwrap();
+    // Until it ran, or ten more jobs from partition 0 ran after the first one that
+    // ended a poll interval after it was enqueued.
+    let rechecked = enqueued + POLL;
+    eventually(
+        "the lone job runs or partition 0 goes on without it",
+        async || {
+            let runs = runs.lock().unwrap();
+            runs.iter().any(|r| r.id == "lone")
+                || runs.iter().filter(|r| r.ended >= rechecked).count() > 10
+        },
+    )
+    .await;
+    stop.cancel();
+    worker.await.unwrap();
+
+    let runs = runs.lock().unwrap();
+    // With one job at a time, the claim after a job starts once that job ended: the
+    // claim after the first job that ended at `rechecked` or later looks at partition 1
+    // (the one after partition 0 in the rotation) again, if no claim did sooner.
+    let late = runs
+        .iter()
+        .position(|r| r.ended >= rechecked)
+        .unwrap_or(runs.len());
+    let lone = runs.iter().position(|r| r.id == "lone");
+    let behind = lone.unwrap_or(runs.len()).saturating_sub(late + 1);
+    assert!(
+        lone.is_some_and(|l| l <= late + 1),
+        "the job in partition 1 ran at {lone:?} of {} runs: {behind} jobs of partition 0 were \
+         claimed after a poll interval ({POLL:?}) had passed since it was enqueued",
+        runs.len()
+    );
+    assert_eq!(runs[lone.unwrap()].partition, 1);
 }
 
 #[tokio::test]

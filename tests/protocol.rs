@@ -1467,10 +1467,13 @@ async fn a_job_enqueued_ready_holds_only_its_payload() {
     assert!(info.enqueued_at.is_some());
 }
 
+/// Under `replicated`, settle_claim and claim wait for the replicas too; too few
+/// confirmations are not an error: the call took effect on the primary, its leases are
+/// held there and come back (to be run), flagged as unconfirmed.
 #[tokio::test]
-async fn replicated_durability_waits_for_the_settle_part() {
+async fn replicated_durability_waits_for_settle_claim_and_returns_its_leases() {
     let (_s, q, _c) = setup("scdur").await;
-    for id in ["a", "b"] {
+    for id in ["a", "b", "c"] {
         q.enqueue(job(id).id(id)).await.unwrap();
     }
     let a = q.claim_one("w", None).await.unwrap().unwrap();
@@ -1479,20 +1482,34 @@ async fn replicated_durability_waits_for_the_settle_part() {
         replicas: 1,
         timeout: Duration::from_millis(10),
     });
-    // Nothing to settle: a claim, which is not waited for (as claim).
+    let unconfirmed = Some(jobqueue::queue::Unconfirmed {
+        acked: 0,
+        wanted: 1,
+        timeout_ms: 10,
+    });
+    // Nothing to settle: a claim, waited for all the same.
     let r = q
         .settle_claim(&new_token(), &[], 1, "w", None)
         .await
         .unwrap();
     assert_eq!(r.claimed.leases[0].id, "b");
-    // An ack is waited for: it ran on the primary, unconfirmed.
-    let err = q
+    assert_eq!(r.claimed.unconfirmed, unconfirmed);
+    // An ack and a claim: the ack applied on the primary, the new lease returned.
+    let r = q
         .settle_claim(&new_token(), &[acked(&a)], 1, "w", None)
         .await
-        .unwrap_err();
-    match err {
-        Error::NotReplicated { op, acked, .. } => assert_eq!((op, acked), ("settle_claim", 0)),
-        other => panic!("expected NotReplicated, got {other:?}"),
-    }
+        .unwrap();
+    assert_eq!(r.settled, vec![Settled::Acked]);
+    assert_eq!(r.claimed.leases[0].id, "c");
+    assert_eq!(r.claimed.unconfirmed, unconfirmed);
     assert_eq!(q.stats().await.unwrap().acked, 1);
+    // The leases are held: their acks are accepted (and, alone, reported unconfirmed).
+    let b = q.claim_batch(1, "w", None).await.unwrap();
+    assert!(b.leases.is_empty(), "nothing left to claim");
+    let err = q.ack(&r.claimed.leases[0]).await.unwrap_err();
+    assert!(
+        matches!(err, Error::NotReplicated { op: "ack", .. }),
+        "{err:?}"
+    );
+    assert_eq!(q.stats().await.unwrap().acked, 2);
 }

@@ -7,7 +7,9 @@ mod support;
 
 use std::time::Duration;
 
-use jobqueue::queue::{ConnectOptions, DEFAULT_MAX_PAYLOAD, Error, NewJob, Queue, Redis, SCRIPTS};
+use jobqueue::queue::{
+    ConnectOptions, DEFAULT_MAX_PAYLOAD, Error, NewJob, Queue, Redis, SCRIPTS, Settle, Settled,
+};
 use redis::Commands;
 use support::redis::{RedisCluster, RedisServer};
 use support::reply_dropper::ReplyDropper;
@@ -168,6 +170,65 @@ async fn a_repeated_claim_request_returns_the_leases_it_still_holds() {
     let exists: bool = c.exists(q.keys().claim_request("r3")).unwrap();
     assert!(!exists);
     assert!(q.claim_request("", 1, "w", vis).await.is_err());
+}
+
+/// A request id names one call of one worker: a record answers only the retry of that
+/// call (same worker, same arguments). Another worker, or the same worker with other
+/// arguments, sending the id is refused naming `request`, and nothing changes.
+#[tokio::test]
+async fn a_request_record_answers_only_its_own_worker_and_arguments() {
+    let server = RedisServer::start();
+    let q = server.queue("owner").await;
+    for id in ["x", "y", "a"] {
+        q.enqueue(NewJob::new(id.as_bytes().to_vec()).id(id))
+            .await
+            .unwrap();
+    }
+    let vis = Some(Duration::from_secs(60));
+    let x = q.claim(1, "w1", vis).await.unwrap().remove(0);
+    let y = q.claim(1, "w2", vis).await.unwrap().remove(0);
+    let first = q
+        .settle_claim("R", &[Settle::Ack(x.lease_ref())], 1, "w1", vis)
+        .await
+        .unwrap();
+    assert_eq!(first.settled, [Settled::Acked]);
+    assert_eq!(first.claimed.leases.len(), 1);
+    let a = &first.claimed.leases[0];
+    // w2 reuses w1's request id for its own ack.
+    let refused = q
+        .settle_claim("R", &[Settle::Ack(y.lease_ref())], 1, "w2", vis)
+        .await;
+    match &refused {
+        Err(Error::Rejected { detail, .. }) if detail.starts_with("invalid request: ") => {}
+        other => panic!("another worker's call is refused naming request, got {other:?}"),
+    }
+    let info = q.job("y").await.unwrap().unwrap();
+    assert_eq!(info.status.as_deref(), Some("processing"), "y is not acked");
+    let mut c = server.conn();
+    let token: String = c.hget(q.keys().job("a"), "claim_token").unwrap();
+    assert_eq!(token, a.token, "a stays w1's lease");
+    // The same worker with other arguments: refused too.
+    let other = q
+        .settle_claim("R", &[Settle::Ack(x.lease_ref())], 2, "w1", vis)
+        .await;
+    assert!(
+        matches!(&other, Err(Error::Rejected { detail, .. }) if detail.starts_with("invalid request: ")),
+        "{other:?}"
+    );
+    let claim = q.claim_request("R", 1, "w2", vis).await;
+    assert!(
+        matches!(&claim, Err(Error::Rejected { detail, .. }) if detail.starts_with("invalid request: ")),
+        "{claim:?}"
+    );
+    assert_eq!(q.stats().await.unwrap().replayed, 0);
+    // The call itself, sent again: its answer.
+    let again = q
+        .settle_claim("R", &[Settle::Ack(x.lease_ref())], 1, "w1", vis)
+        .await
+        .unwrap();
+    assert_eq!(again.settled, first.settled);
+    assert_eq!(again.claimed.leases, first.claimed.leases);
+    assert_eq!(q.stats().await.unwrap().replayed, 1);
 }
 
 #[tokio::test]

@@ -56,6 +56,7 @@ async fn a_backlog_scales_up_from_zero() {
     let (ctx, mut api, registry) = test_context_at(&clock);
     let (result, seen) = Scenario::new(&jq)
         .expect(Expect::TargetRead(WORKER, 0))
+        .expect(Expect::RecordOriginal("Deployment/worker", 0))
         .expect(Expect::ScalePatch(WORKER, 3))
         .expect(Expect::StatusPatch)
         .expect(Expect::Event("Normal", "ScaledUp"))
@@ -97,6 +98,7 @@ async fn running_jobs_count_and_the_step_bounds_a_scale_up() {
     let (ctx, mut api, _) = test_context_at(&clock);
     let (result, seen) = Scenario::new(&jq)
         .expect(Expect::TargetRead(WORKER, 2))
+        .expect(Expect::RecordOriginal("Deployment/worker", 2))
         .expect(Expect::ScalePatch(WORKER, 6))
         .expect(Expect::StatusPatch)
         .expect(Expect::Event("Normal", "ScaledUp"))
@@ -269,6 +271,7 @@ async fn a_missing_target_is_a_condition_not_a_failure() {
     clock.advance(10);
     let (result, seen) = Scenario::new(&jq)
         .expect(Expect::TargetRead(WORKER, 0))
+        .expect(Expect::RecordOriginal("Deployment/worker", 0))
         .expect(Expect::ScalePatch(WORKER, 1))
         .expect(Expect::StatusPatch)
         .expect(Expect::Event("Normal", "ScaledUp"))
@@ -326,6 +329,7 @@ async fn an_hpa_on_the_same_target_is_not_fought() {
         .expect(Expect::GetScale(WORKER, 2))
         .expect(Expect::ListHpas(bystanders))
         .expect(Expect::ListScaledObjects(vec![]))
+        .expect(Expect::RecordOriginal("Deployment/worker", 2))
         .expect(Expect::ScalePatch(WORKER, 6))
         .expect(Expect::StatusPatch)
         .expect(Expect::Event("Normal", "ScaledUp"))
@@ -357,6 +361,7 @@ async fn any_kind_with_a_scale_subresource() {
     let (ctx, mut api, _) = test_context_at(&clock);
     let (result, seen) = Scenario::new(&jq)
         .expect(Expect::TargetRead(pool, 0))
+        .expect(Expect::RecordOriginal("WorkerPool/pool", 0))
         .expect(Expect::ScalePatch(pool, 1))
         .expect(Expect::StatusPatch)
         .expect(Expect::Event("Normal", "ScaledUp"))
@@ -466,6 +471,17 @@ fn serve(mut handle: Handle, cluster: Arc<Mutex<Cluster>>, jq: JobQueue) {
                 c.replicas = to;
                 c.log.push(format!("PATCH scale {to}"));
                 json_response(StatusCode::OK, &WORKER.scale(to))
+            } else if method == Method::PATCH && uri == status_uri.replace("&force=true", "") {
+                // The original count, recorded before the first scale.
+                let patch: Value = serde_json::from_str(&body).unwrap();
+                let record = patch["status"]["originalReplicas"].clone();
+                c.log.push(format!("PATCH original {}", record["replicas"]));
+                let mut status = c.status.clone().unwrap_or_default();
+                status.original_replicas = Some(serde_json::from_value(record).unwrap());
+                c.status = Some(status.clone());
+                let mut applied = jq.clone();
+                applied.status = Some(status);
+                json_response(StatusCode::OK, &applied)
             } else if method == Method::PATCH && uri == status_uri {
                 let patch: Value = serde_json::from_str(&body).unwrap();
                 let status: JobQueueStatus =
@@ -562,8 +578,13 @@ async fn the_replicas_follow_the_backlog_through_real_redis() {
         let result = jobqueue::controller::reconcile(Arc::new(jq.clone()), ctx.clone()).await;
         assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(10)));
 
-        let log = std::mem::take(&mut cluster.lock().unwrap().log);
+        let mut log = std::mem::take(&mut cluster.lock().unwrap().log);
         assert_eq!(log[..2], ["GET scale", "LIST hpas"], "at {at}s: {log:?}");
+        if *at == 0 {
+            // Taken at 0: recorded before the first scale, once.
+            assert_eq!(log[2], "PATCH original 0", "at {at}s: {log:?}");
+            log.remove(2);
+        }
         let patch = log
             .iter()
             .find_map(|l| l.strip_prefix("PATCH scale ").map(|n| n.parse().unwrap()));
@@ -776,6 +797,7 @@ async fn due_delayed_jobs_scale_up_from_zero() {
     let (ctx, mut api, _) = test_context_at(&clock);
     let (result, seen) = Scenario::new(&jq)
         .expect(Expect::TargetRead(WORKER, 0))
+        .expect(Expect::RecordOriginal("Deployment/worker", 0))
         .expect(Expect::ScalePatch(WORKER, 3))
         .expect(Expect::StatusPatch)
         .expect(Expect::Event("Normal", "ScaledUp"))

@@ -55,30 +55,32 @@ async fn batched_claim_skips_orphans_and_duplicates_in_order() {
 }
 
 #[tokio::test]
-async fn a_wrong_typed_job_key_in_a_batch_fails_the_claim_and_changes_nothing() {
+async fn a_wrong_typed_job_key_in_a_batch_is_set_aside_and_the_rest_are_claimed() {
     let server = RedisServer::start();
     let q = server.queue("badjob").await;
     let mut c = server.conn();
     enqueue_ids(&q, &["a", "b", "c"]).await;
     let _: () = c.del(q.keys().job("b")).unwrap();
     let _: () = c.set(q.keys().job("b"), "not a hash").unwrap();
-    let pending_before: Vec<String> = c.lrange(&q.keys().pending, 0, -1).unwrap();
-    let err = q.claim(3, "w", None).await.unwrap_err();
-    match &err {
-        Error::WrongType { key, .. } => assert_eq!(key, &q.keys().job("b")),
-        other => panic!("expected WrongType, got {other:?}"),
-    }
-    let pending_after: Vec<String> = c.lrange(&q.keys().pending, 0, -1).unwrap();
-    assert_eq!(pending_after, pending_before, "pending is as it was");
-    let processing: usize = c.zcard(&q.keys().processing).unwrap();
-    assert_eq!(processing, 0);
-    // still as enqueued: only its payload (no status: pending)
-    let fields: Vec<String> = c.hkeys(q.keys().job("a")).unwrap();
-    assert_eq!(fields, ["payload"]);
-    let stats: bool = c.exists(&q.keys().stats).unwrap();
-    let counted: Option<String> = c.hget(&q.keys().stats, "claimed").unwrap();
-    assert!(stats, "enqueue counted");
-    assert_eq!(counted, None, "nothing claimed was counted");
+    let leases = q.claim(3, "w", None).await.unwrap();
+    let ids: Vec<&str> = leases.iter().map(|l| l.id.as_str().unwrap()).collect();
+    assert_eq!(ids, ["a", "c"]);
+    let pending: usize = c.llen(&q.keys().pending).unwrap();
+    assert_eq!(pending, 0);
+    let aside: Vec<String> = c.zrange(&q.keys().orphans, 0, -1).unwrap();
+    assert_eq!(aside, ["b"], "b is set aside");
+    let kept: String = c.get(q.keys().job("b")).unwrap();
+    assert_eq!(kept, "not a hash", "the key is left as it is");
+    let stats = q.stats().await.unwrap();
+    assert_eq!(
+        (
+            stats.claimed,
+            stats.orphans,
+            stats.set_aside,
+            stats.wrong_type
+        ),
+        (2, 1, 1, 1)
+    );
 }
 
 #[tokio::test]
@@ -216,17 +218,9 @@ async fn reap_a_batch(q: &Queue, c: &mut redis::Connection, count: usize, bad_ke
     let later = until + 60_000;
     let _: () = c.hset(q.keys().job("r01"), "lease_until", later).unwrap();
     if bad_key {
+        // a job key that is not a hash: set aside like an absent one, the rest reaped
         let _: () = c.del(q.keys().job("r02")).unwrap();
         let _: () = c.set(q.keys().job("r02"), "not a hash").unwrap();
-        let before: Vec<(String, f64)> = c.zrange_withscores(&q.keys().processing, 0, -1).unwrap();
-        let err = q.reap(1000).await.unwrap_err();
-        assert!(
-            matches!(&err, Error::WrongType { key, .. } if key == &q.keys().job("r02")),
-            "{err:?}"
-        );
-        let after: Vec<(String, f64)> = c.zrange_withscores(&q.keys().processing, 0, -1).unwrap();
-        assert_eq!(after, before, "nothing changed");
-        let _: () = c.del(q.keys().job("r02")).unwrap();
     }
     let out = q.reap(1000).await.unwrap();
     let lost = if bad_key { 2 } else { 1 };
@@ -236,6 +230,11 @@ async fn reap_a_batch(q: &Queue, c: &mut redis::Connection, count: usize, bad_ke
     assert_eq!(score as i64, later, "re-scored from the hash");
     let stats = q.stats().await.unwrap();
     assert_eq!(stats.orphans as usize, lost);
+    assert_eq!(
+        (stats.set_aside as usize, stats.orphaned as usize),
+        (lost, lost)
+    );
+    assert_eq!(stats.wrong_type, u64::from(bad_key));
     assert_eq!(stats.pending as usize, count - 1 - lost);
     // Served earliest-expired first: r03.. (or r02..) in claim order.
     let next = q.claim(1, "w", None).await.unwrap();

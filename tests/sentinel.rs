@@ -356,49 +356,13 @@ async fn readonly_from_a_demoted_primary_sends_the_write_to_the_new_primary() {
     let setup = SentinelSetup::start();
     let queue = setup.queue("ro2").await;
     queue.enqueue(NewJob::new("before").id("b")).await.unwrap();
-    let old = setup.primary_port();
-    let new = setup
-        .servers
-        .iter()
-        .map(|s| s.port)
-        .find(|p| *p != old)
-        .unwrap();
-    // The Sentinels forget the master (so they do not undo the switch), the replica is
-    // promoted, the old primary follows it, and the Sentinels monitor the new one.
-    for i in 0..3 {
-        let _: () = redis::cmd("SENTINEL")
-            .arg("REMOVE")
-            .arg(MASTER)
-            .query(&mut setup.sentinel_conn(i))
-            .unwrap();
-    }
+    let (old, new) = tokio::task::block_in_place(|| setup.switch_primary_by_hand());
     let node = |port: u16| {
         redis::Client::open(format!("redis://127.0.0.1:{port}"))
             .unwrap()
             .get_connection()
             .unwrap()
     };
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query(&mut node(new))
-        .unwrap();
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("127.0.0.1")
-        .arg(new)
-        .query(&mut node(old))
-        .unwrap();
-    for i in 0..3 {
-        let _: () = redis::cmd("SENTINEL")
-            .arg("MONITOR")
-            .arg(MASTER)
-            .arg("127.0.0.1")
-            .arg(new)
-            .arg(2)
-            .query(&mut setup.sentinel_conn(i))
-            .unwrap();
-    }
-    tokio::task::block_in_place(|| setup.wait_for_role(old, "slave"));
     // The old primary still holds the client's connection, and refuses writes on it.
     let mut direct = node(old);
     let refused: redis::RedisResult<()> = redis::cmd("SET").arg("k").arg("v").query(&mut direct);
@@ -680,4 +644,64 @@ async fn a_worker_started_during_a_failover_waits_for_the_new_primary() {
         "{log}"
     );
     assert!(log.contains("worker started"), "{log}");
+}
+
+/// A worker behind Sentinel whose primary is demoted (`READONLY` on its connection): a
+/// failover, not a replica given by mistake. It asks the Sentinels again and goes on with
+/// the new primary; it does not exit as a worker pointed at a replica does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_behind_sentinel_follows_a_demotion_instead_of_exiting() {
+    let setup = SentinelSetup::start();
+    let queue = setup.queue("demote").await;
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("worker.log");
+    let mut worker = Command::new(BIN)
+        .args([
+            "worker",
+            "--sentinel",
+            &setup.addr_list(),
+            "--master-name",
+            MASTER,
+        ])
+        .args(["--tag", "demote", "--exec", "true"])
+        .env_remove("JOBQUEUE_REDIS_URL")
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .unwrap();
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    queue.enqueue(NewJob::new("x").id("before")).await.unwrap();
+    acked_by_running(&queue, &mut worker, 1, &log).await;
+    tokio::task::block_in_place(|| setup.switch_primary_by_hand());
+    queue.enqueue(NewJob::new("x").id("after")).await.unwrap();
+    acked_by_running(&queue, &mut worker, 2, &log).await;
+
+    // SAFETY: kill has no memory effects.
+    assert_eq!(unsafe { libc::kill(worker.id() as i32, libc::SIGTERM) }, 0);
+    let status = worker.wait().unwrap();
+    let log = log();
+    assert!(status.success(), "{status}: {log}");
+    assert!(log.contains("READONLY"), "the demotion was met: {log}");
+    assert!(!log.contains("cannot go on"), "{log}");
+}
+
+/// Wait until `n` jobs of `queue` were acked, failing if `worker` ends first.
+async fn acked_by_running(
+    queue: &Queue,
+    worker: &mut std::process::Child,
+    n: u64,
+    log: &(impl Fn() -> String + Sync),
+) {
+    support::eventually::Wait::for_(format!("the worker to ack {n} job(s)"))
+        .within(Duration::from_secs(60))
+        .explained_by(log)
+        .until(async || {
+            if let Ok(Some(status)) = worker.try_wait() {
+                panic!("the worker ended: {status}\n{}", log());
+            }
+            queue.stats().await.ok().filter(|s| s.acked == n)
+        })
+        .await;
 }

@@ -335,3 +335,56 @@ async fn an_id_that_is_not_utf8_is_shown_by_its_bytes_or_its_hex() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not hex"));
 }
+
+#[tokio::test]
+async fn a_set_aside_id_is_shown_with_its_reason() {
+    let server = RedisServer::start();
+    let queue = server.queue("aside").await;
+    for id in ["bad", "gone", "fine"] {
+        queue.enqueue(NewJob::new("p").id(id)).await.unwrap();
+    }
+    let mut conn = server.conn();
+    let bad = queue.keys().job("bad");
+    let _: () = redis::cmd("DEL").arg(&bad).query(&mut conn).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(&bad)
+        .arg("not a job")
+        .query(&mut conn)
+        .unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(queue.keys().job("gone"))
+        .query(&mut conn)
+        .unwrap();
+    let leases = queue.claim(3, "w", None).await.unwrap();
+    assert_eq!(leases.len(), 1, "only fine is claimed");
+    let before = snapshot(&server);
+
+    let text = ok(&server, "aside", &["show", "bad"]);
+    assert_eq!(row(&text, "status"), "set aside");
+    let why = row(&text, "set aside");
+    assert!(
+        why.contains("UTC: its job key holds the wrong type (string), not a hash"),
+        "{text}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&server, "aside", &["show", "bad", "--json"])).unwrap();
+    assert_eq!(json["set_aside"]["key_type"], "string", "{json}");
+    assert_eq!(json["set_aside"]["purged"], false, "{json}");
+
+    let text = ok(&server, "aside", &["show", "gone"]);
+    assert_eq!(row(&text, "status"), "set aside");
+    assert!(
+        row(&text, "set aside").contains("its job hash is absent"),
+        "{text}"
+    );
+    assert!(snapshot(&server) == before, "show wrote to Redis");
+
+    // forgotten by purge: shown as such while it is remembered
+    assert_eq!(queue.purge_orphans(10).await.unwrap(), 2);
+    let text = ok(&server, "aside", &["show", "gone"]);
+    assert_eq!(row(&text, "status"), "forgotten (purged orphan)");
+    assert!(
+        row(&text, "forgotten").contains("remembered until"),
+        "{text}"
+    );
+}

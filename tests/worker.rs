@@ -660,6 +660,39 @@ async fn a_busy_worker_makes_one_script_call_per_job() {
     assert_eq!((s.acked, s.pending, s.processing), (JOBS, 0, 0));
 }
 
+/// A record of each settle_claim call is kept for its retries, but not for as long as the
+/// leases: the call that ends a lease deletes the record of the call that made it, so a
+/// worker that processed many jobs under an hour's visibility leaves a bounded number of
+/// records, not one per job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn request_records_do_not_pile_up_under_a_long_visibility() {
+    const JOBS: u64 = 50;
+    let server = RedisServer::start();
+    let queue = server.queue("records").await;
+    queue
+        .enqueue_many((0..JOBS).map(|i| NewJob::new(format!("{i}"))).collect())
+        .await
+        .unwrap();
+    let worker = builder(&queue)
+        .concurrency(1)
+        .visibility(Some(Duration::from_secs(3600)))
+        .reaper(false)
+        .build()
+        .unwrap();
+    let running = spawn(worker, |_lease, _ctx| async { Ok(()) });
+    eventually("all jobs acked", || async {
+        running.stats.get().acked == JOBS
+    })
+    .await;
+    running.stop().await;
+    let records = server.request_records("records");
+    assert!(
+        records.len() <= 2,
+        "{} request records left after {JOBS} jobs: {records:?}",
+        records.len()
+    );
+}
+
 /// Writes log lines to a shared buffer and raises SIGTERM in the same instant the
 /// worker's start line is written: the moment a Kubernetes pod stopped right after it
 /// started gets its signal.
@@ -715,4 +748,39 @@ async fn a_sigterm_as_the_start_line_is_written_is_a_graceful_shutdown() {
     );
     assert!(log.contains("worker stopped"), "{log}");
     assert_eq!(stats.claimed, 0, "{stats:?}");
+}
+
+/// A primary demoted to a replica under a running worker (a failover without Sentinel,
+/// or `REPLICAOF` by hand): every write is refused with READONLY and no retry changes
+/// that. The worker stops by itself and `try_run` says why, instead of retrying for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_whose_primary_is_demoted_stops_with_the_error() {
+    let server = RedisServer::start();
+    let new_primary = RedisServer::start();
+    let queue = configured(&server, "demoted", QueueSettings::default()).await;
+    let worker = builder(&queue).build().unwrap();
+    let stats = worker.stats();
+    let run = tokio::spawn(worker.try_run(|_lease, _ctx| async { Ok(()) }));
+    queue.enqueue(NewJob::new("x").id("before")).await.unwrap();
+    eventually("the job acked", || async { stats.get().acked == 1 }).await;
+
+    let other = new_primary.queue("demoted").await;
+    other.configure(&QueueSettings::default()).await.unwrap();
+    other.enqueue(NewJob::new("x").id("after")).await.unwrap();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(new_primary.port)
+        .query(&mut server.conn())
+        .unwrap();
+    let stopped = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("the worker stops by itself")
+        .unwrap();
+    let err = stopped.expect_err("a replica is an error");
+    assert!(
+        matches!(err, jobqueue::queue::Error::ReadOnly { .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("read-only replica"), "{err}");
+    assert_eq!(status(&other, "after").await.as_deref(), Some("pending"));
 }

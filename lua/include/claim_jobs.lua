@@ -39,6 +39,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   nowS = nowS or S(now)
   local orphans = 0
   local aside = nil          -- ids whose hash is absent: set aside, never forgotten
+  local wrong = 0            -- of them, the ids whose job key is not a hash
 
   -- due delayed jobs, earliest first, at most 100 (orphans included); none when the
   -- caller knows delayed is absent
@@ -54,14 +55,20 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     local id = due[i]
     local key = prefix .. id
     local h = redis.pcall('HMGET', key, 'status', 'attempts')
-    if h.err then return nil, failure(h, key, 'hash') end
-    if h[1] == 'delayed' then
+    if h.err then
+      if not wrongTyped(h) then return nil, failure(h, key, 'hash') end
+      -- a job key that is not a hash: set aside, the queue keeps flowing
+      orphans, wrong = orphans + 1, wrong + 1
+      aside = aside or {}
+      aside[#aside + 1] = id
+    elseif h[1] == 'delayed' then
       promo[#promo + 1] = id
       promoAtt[#promo] = h[2]
       promoSet[id] = true
     else
       orphans = orphans + 1
-      if not h[1] then
+      -- a hash without status that exists is a pending job: this entry is a stray one
+      if not h[1] and redis.call('EXISTS', key) == 0 then
         aside = aside or {}
         aside[#aside + 1] = id
       end
@@ -98,7 +105,12 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
         -- the whole hash: a ready job's is its payload alone, cheaper to read than three
         -- named fields
         local h = redis.pcall('HGETALL', key)
-        if h.err then return unclaim(pops, nil, 0, failure(h, key, 'hash')) end
+        if h.err then
+          if not wrongTyped(h) then return unclaim(pops, nil, 0, failure(h, key, 'hash')) end
+          -- a job key that is not a hash: set aside (below), the queue keeps flowing
+          wrong = wrong + 1
+          h = {}
+        end
         local st, att, pay = nil, nil, nil
         for f = 1, #h, 2 do
           local name = h[f]
@@ -110,8 +122,8 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
             att = h[f + 1]
           end
         end
-        -- a job enqueued ready has no status: a hash with a payload and no status is pending
-        if not st and pay then st = 'pending' end
+        -- a job enqueued ready has no status: a hash that exists without status is pending
+        if not st and #h > 0 then st = 'pending' end
         if promoSet[id] and st == 'delayed' then st = 'pending' end -- promoted before the pop
         if st == 'pending' and not taken[key] then
           taken[key] = true
@@ -264,6 +276,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   -- the other counters: stats is known to be a hash by now
   if nc > 0 and orphans > 0 then redis.pcall('HINCRBY', K_STATS, 'orphans', S(orphans)) end
   if aside then redis.pcall('HINCRBY', K_STATS, 'set_aside', S(#aside)) end
+  if wrong > 0 then redis.pcall('HINCRBY', K_STATS, 'wrong_type', S(wrong)) end
   -- markers of the jobs just taken must not wake idle workers: when an RPOP found pending
   -- short of what it asked and no promoted job was left there (pending is empty), wake is
   -- emptied (a wrong-typed wake is left as it is); while pending holds ids, its markers

@@ -1,17 +1,33 @@
+-- storedMs(v): a time in ms read from stored data (a job hash may hold anything): v when
+-- it is 1 to 16 decimal digits, else nil. Never tonumber() alone: it reads "-inf", "1e400"
+-- and "0x..." too, and an infinite time makes the histogram bucket loop for ever.
+local function storedMs(v)
+  if type(v) ~= 'string' or #v < 1 or #v > 16 or string.find(v, '%D') then return nil end
+  return tonumber(v)
+end
 -- leaseStart(token): the claimed_at (ms) a claim_token begins with, as claim writes it
 -- (<claimed_at>:<#worker>:<worker>:<token>); nil for a token without one (the older
--- layout, whose claimed_at is a field of its own)
+-- layout, whose claimed_at is a field of its own) or whose start is no such time
 local function leaseStart(token)
   local at = string.find(token, ':', 1, true)
-  if not at then return nil end
-  return tonumber(string.sub(token, 1, at - 1))
+  if not at or at > 17 then return nil end
+  return storedMs(string.sub(token, 1, at - 1))
+end
+-- claimedAt(token, key, now): when the lease of token on the job at key began, for the
+-- histogram: the token's claimed_at, else the hash's claimed_at field (the older layout),
+-- else now (a start that cannot be read counts as a processing time of 0)
+local function claimedAt(token, key, now)
+  local at = leaseStart(token)
+  if at then return at end
+  return storedMs(redis.call('HGET', key, 'claimed_at')) or now
 end
 -- log2floor(ms): floor(log2(max(ms, 1))) in exact arithmetic, the histogram bucket of a
 -- processing time: halving a double is exact, so no rounding can move a power of two into
--- the wrong bucket
+-- the wrong bucket. Bounded: ms above 10^15 counts as 10^15 (NaN as 0)
 local function log2floor(ms)
   local b = 0
-  if ms < 2 then return 0 end
+  if not (ms >= 2) then return 0 end
+  if ms > MAXMS then ms = MAXMS end
   while ms >= 256 do
     ms = ms / 256
     b = b + 8

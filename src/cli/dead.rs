@@ -116,8 +116,10 @@ pub struct PurgeArgs {
     #[arg(long)]
     pub all: bool,
     /// Forget every id set aside because its job hash was absent (`orphaned` in
-    /// `jobqueue stats`) and whose hash is still absent. Ids whose hash came back are
-    /// left for the reaper to put back. Needs --yes.
+    /// `jobqueue stats`) and whose hash is still absent (or whose job key is not a hash).
+    /// Ids whose hash came back are left for the reaper to put back; a forgotten id is
+    /// remembered for 7 days, so a hash that comes back meanwhile is still put back and
+    /// runs. Needs --yes.
     #[arg(long, conflicts_with_all = ["ids", "oldest", "all"])]
     pub orphans: bool,
     /// Confirm `purge --all` and `purge --orphans`.
@@ -419,6 +421,12 @@ async fn purge_orphans_one(queue: &Queue) -> anyhow::Result<()> {
         eprintln!(
             "{left} set-aside ids are left: their job hash is there again (the reaper puts \
              them back), or they were set aside meanwhile"
+        );
+    }
+    if done > 0 {
+        eprintln!(
+            "a forgotten id whose job hash comes back within 7 days is still put back by the \
+             reaper (`jobqueue show <id>` tells)"
         );
     }
     writeln!(

@@ -196,9 +196,9 @@ pub struct RedisArgs {
         requires = "sentinel"
     )]
     pub master_name: Option<String>,
-    /// What enqueue, ack, fail and reap wait for: `primary` (default: the primary ran it) or
-    /// `replicated[:REPLICAS[:TIMEOUT]]` (also confirmed by that many replicas, default
-    /// 1 within 1s, e.g. `replicated:1:500ms`). Without it, `primary`; a worker takes
+    /// What enqueue, claim, ack, fail and reap wait for: `primary` (default: the primary
+    /// ran it) or `replicated[:REPLICAS[:TIMEOUT]]` (also confirmed by that many replicas,
+    /// default 1 within 1s, e.g. `replicated:1:500ms`). Without it, `primary`; a worker takes
     /// the queue's own setting (`spec.durability`, published by the operator) instead.
     /// See docs/operations.md, Durability.
     #[arg(long, env = "JOBQUEUE_DURABILITY", value_name = "SETTING")]

@@ -89,7 +89,12 @@ pub async fn run(args: ReapArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One pass, on a primary: a replica refuses every write, and a reap with nothing to
+/// write would pass there unnoticed (checked each pass: a primary can be demoted).
 async fn pass(queue: &Target, batch: usize) -> crate::queue::Result<ReapOutcome> {
+    for q in queue.queues() {
+        q.check_primary().await?;
+    }
     queue.reap_expired(batch, MAX_CALLS_PER_PASS).await
 }
 

@@ -13,7 +13,7 @@ use clap::Args;
 use super::ConnectArgs;
 use super::common::UsageError;
 use super::format::{add_id_hex, escape, format_epoch_ms};
-use crate::queue::{JobId, JobInfo, JobStatus, Queue};
+use crate::queue::{Error, JobId, JobInfo, JobStatus, PURGED_REMEMBERED_MS, Queue, SetAside};
 
 pub const EXAMPLES: &str = "\
 Examples:
@@ -63,6 +63,9 @@ pub struct JobView {
     pub filed_at: Option<i64>,
     /// Redis's clock when it was read (ms).
     pub now: i64,
+    /// Its entry in the orphans set, when it has one: set aside (no job hash, or a job
+    /// key of another type), or forgotten by purge and remembered.
+    pub aside: Option<SetAside>,
 }
 
 impl JobView {
@@ -72,10 +75,12 @@ impl JobView {
 
     /// What its status reads as; a done job is there only because retention keeps it.
     fn status_text(&self) -> String {
-        match (self.status(), self.info.status.as_deref()) {
-            (Some(JobStatus::Done), _) => "done (kept by completed retention)".into(),
-            (_, Some(s)) => s.to_string(),
-            (_, None) => "-".into(),
+        match (self.status(), self.info.status.as_deref(), &self.aside) {
+            (Some(JobStatus::Done), _, _) => "done (kept by completed retention)".into(),
+            (_, Some(s), _) => s.to_string(),
+            (_, None, Some(a)) if a.purged => "forgotten (purged orphan)".into(),
+            (_, None, Some(_)) => "set aside".into(),
+            (_, None, None) => "-".into(),
         }
     }
 
@@ -152,6 +157,23 @@ impl JobView {
             rows.push(("died", time(self.filed_at)));
         }
         rows.push(("worker", info.worker.clone().unwrap_or_else(|| "-".into())));
+        if let Some(a) = &self.aside {
+            let (label, until) = if a.purged {
+                (
+                    "forgotten",
+                    format!(
+                        ", remembered until {} UTC",
+                        format_epoch_ms(a.at + PURGED_REMEMBERED_MS)
+                    ),
+                )
+            } else {
+                ("set aside", String::new())
+            };
+            rows.push((
+                label,
+                format!("{} UTC{until}: {}", format_epoch_ms(a.at), a.reason()),
+            ));
+        }
         rows.push((
             "last error",
             info.last_error
@@ -192,6 +214,13 @@ impl JobView {
         }
         obj.insert("payload_bytes".into(), self.info.payload.len().into());
         obj.insert("payload_truncated".into(), (rest > 0).into());
+        if let Some(a) = &self.aside {
+            let mut aside = serde_json::to_value(a)?;
+            if let Some(o) = aside.as_object_mut() {
+                o.insert("reason".into(), a.reason().into());
+            }
+            obj.insert("set_aside".into(), aside);
+        }
         let dead = self.status() == Some(JobStatus::Dead);
         obj.insert("died_at".into(), self.filed_at.filter(|_| dead).into());
         match self.status() {
@@ -243,10 +272,26 @@ pub async fn load(queue: &Queue, id: &[u8]) -> anyhow::Result<JobView> {
     })
 }
 
-/// Read job `id` and where it is filed; `None` when it has no hash.
+/// Read job `id` and where it is filed; `None` when it has no hash and is not set aside.
+/// A set-aside id is shown with its entry (and no hash, when it has none: its job key is
+/// absent or of another type).
 pub async fn find(queue: &Queue, id: &[u8]) -> anyhow::Result<Option<JobView>> {
-    let Some(info) = queue.job(id).await? else {
-        return Ok(None);
+    let aside = queue.set_aside(id).await?;
+    let info = match (queue.job(id).await, &aside) {
+        (Ok(Some(info)), _) => info,
+        (Ok(None) | Err(Error::WrongType { .. }), Some(_)) => JobInfo {
+            id: id.into(),
+            payload: Default::default(),
+            status: None,
+            attempts: 0,
+            enqueued_at: None,
+            claimed_at: None,
+            lease_until: None,
+            last_error: None,
+            worker: None,
+        },
+        (Ok(None), None) => return Ok(None),
+        (Err(e), _) => return Err(e.into()),
     };
     let keys = queue.keys();
     let filed_at = match info.status.as_deref().and_then(JobStatus::parse) {
@@ -264,6 +309,7 @@ pub async fn find(queue: &Queue, id: &[u8]) -> anyhow::Result<Option<JobView>> {
         info,
         filed_at,
         now,
+        aside,
     }))
 }
 
@@ -293,7 +339,7 @@ pub async fn run(args: ShowArgs) -> anyhow::Result<()> {
     // Partitioned: the partition that holds the job (the first, when none does).
     let mut queue = queues[0].clone();
     for q in &queues {
-        if q.job(&id).await?.is_some() {
+        if find(q, &id).await?.is_some() {
             queue = q.clone();
             break;
         }

@@ -218,6 +218,8 @@ pub fn table(name: &str, endpoint: &str, s: &QueueStats) -> String {
             ("orphans", s.orphans),
             ("set_aside", s.set_aside),
             ("restored", s.restored),
+            ("restored_purged", s.restored_purged),
+            ("wrong_type", s.wrong_type),
             ("orphans_purged", s.orphans_purged),
             ("promoted", s.promoted),
         ],

@@ -28,9 +28,14 @@ What the command gets and how its exit is read:
   JOBQUEUE_ATTEMPT      1 on the first run, 2 on the first retry, ...
   JOBQUEUE_QUEUE        the queue, e.g. jq:{emails}
   JOBQUEUE_WORKER_ID    this worker's id
+  environment           the worker's, less its credentials (JOBQUEUE_REDIS_URL, the
+                        passwords, the TLS client key; --exec-keep-credentials keeps them)
   exit 0                the job is done (acked)
   exit 99               the job is dead-lettered at once (--dead-exit-code changes 99)
   other exit, signal    the job is retried per the queue's backoff, until max attempts
+  cannot start          for this job only (its id or environment too large, a process or
+                        memory limit): retried as a failure; for every job (not found,
+                        not executable): the worker stops and the job runs again
   stderr                passed through; its last 2 KiB become the job's last_error
 
 The lease is renewed while the command runs; if it cannot be renewed in time (Redis
@@ -88,6 +93,13 @@ pub struct WorkerArgs {
     #[arg(long, env = "JOBQUEUE_NO_REAPER", value_parser = clap::builder::FalseyValueParser::new())]
     pub no_reaper: bool,
 
+    /// Pass the worker's own credentials on to the command: JOBQUEUE_REDIS_URL,
+    /// JOBQUEUE_REDIS_PASSWORD, JOBQUEUE_SENTINEL_PASSWORD, JOBQUEUE_USERNAME,
+    /// JOBQUEUE_TLS_CERT and JOBQUEUE_TLS_KEY. By default they are removed from its
+    /// environment, so job code cannot reach Redis as the worker.
+    #[arg(long, env = "JOBQUEUE_EXEC_KEEP_CREDENTIALS", value_parser = clap::builder::FalseyValueParser::new())]
+    pub exec_keep_credentials: bool,
+
     /// The command and its arguments: everything after --exec (so put other flags first).
     #[arg(
         long = "exec",
@@ -114,6 +126,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         .dead_exit_code(args.dead_exit_code)
         .stderr_tail(args.stderr_tail)
         .kill_grace(args.kill_grace)
+        .keep_credentials(args.exec_keep_credentials)
         .supervisor(supervisor);
     let shutdown = CancellationToken::new();
     let handler = handler.stop_on_start_failure(shutdown.clone());
@@ -148,11 +161,11 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     let handler = std::sync::Arc::new(handler);
     let ran = handler.clone();
     worker
-        .run(move |lease, ctx| {
+        .try_run(move |lease, ctx| {
             let handler = handler.clone();
             async move { handler.run(lease, ctx).await }
         })
-        .await;
+        .await?;
     if let Some(reason) = ran.start_failure() {
         // No job was charged: each was handed back as it failed to start.
         return Err(Error::InvalidArgument {
@@ -172,8 +185,9 @@ const START_DURING_FAILOVER: Duration = Duration::from_secs(90);
 /// durability. A start that reached Redis and then lost it (a command broken mid-way),
 /// or, behind Sentinel, found the Sentinels naming a primary that does not answer (a
 /// failover under way), is tried again with a warning until the failover is over; an
-/// endpoint that cannot be reached at all, a wrong master name, a bad credential or a
-/// wrong-typed key still ends the worker at once with its error.
+/// endpoint that cannot be reached at all, a wrong master name, a bad credential, a
+/// wrong-typed key or a replica given as the primary still ends the worker at once with
+/// its error.
 async fn start_up(args: &WorkerArgs) -> anyhow::Result<crate::worker::JobSource> {
     let deadline = tokio::time::Instant::now() + START_DURING_FAILOVER;
     let mut pause = Duration::from_millis(100);
@@ -207,6 +221,10 @@ async fn try_start_up(args: &WorkerArgs) -> anyhow::Result<crate::worker::JobSou
     // A wrong-typed key is named at start (exit 5), not retried by every claim.
     // A partitioned queue: claim from every partition (and those of --drain-partitions).
     let target = super::common::open_target(&args.connect).await?;
+    // A replica takes no write: refused now rather than by every claim.
+    for queue in target.queues() {
+        queue.check_primary().await?;
+    }
     super::common::note_if_target_absent(&target).await?;
     let source: crate::worker::JobSource = match target {
         super::common::Target::One(queue) => queue.into(),

@@ -324,6 +324,7 @@ async fn rows(
             info,
             filed_at,
             now,
+            aside: None,
         };
         if view.status() != Some(wanted) {
             continue;

@@ -9,7 +9,11 @@
 //! - sets the worker target's replicas as `spec.workers.onDelete` says ([`on_delete`]):
 //!   `keep` (the default) leaves them, `zero` scales to 0, `restore` sets them back to
 //!   the count the target had when the operator first took it, which the status keeps
-//!   in `originalReplicas` ([`original_replicas`]);
+//!   in `originalReplicas` ([`original_replicas`]), written before the first scale. A
+//!   record is never replaced by a reconcile that did not see it: a status write from a
+//!   copy without the record is conditional on the copy's `resourceVersion`
+//!   ([`guards_record`]), and once refused keeps the record the queue has
+//!   ([`kept_original`]);
 //! - publishes a Normal Event `QueueDeleted` saying where the keys were left
 //!   ([`deleted_note`]), and forgets the queue's state and metric series.
 //!
@@ -61,6 +65,33 @@ pub fn original_replicas(
         target: target.to_string(),
         replicas,
     })
+}
+
+/// Whether a status write must be conditional on the `resourceVersion` of the copy it was
+/// decided from (`prev` that copy's record, `new` the one written): while the queue has
+/// workers, unless it writes the very record the copy has. A reconcile may run on a
+/// cached copy older than the last status write (one brought by the scale the previous
+/// reconcile made, before the watch brought that reconcile's write); a new record, or
+/// none, written from it could replace or drop a record it never saw: the recorded
+/// count replaced by the operator's own.
+pub fn guards_record(
+    has_workers: bool,
+    prev: Option<&OriginalReplicas>,
+    new: Option<&OriginalReplicas>,
+) -> bool {
+    has_workers && (new.is_none() || new != prev)
+}
+
+/// The `originalReplicas` to write once a conditional status write was refused and the
+/// queue read again: the record the queue has for `target` (`Kind/name`, `None` without
+/// workers), recorded by an earlier reconcile and never replaced, else `ours`.
+pub fn kept_original(
+    theirs: Option<&OriginalReplicas>,
+    ours: Option<OriginalReplicas>,
+    target: Option<&str>,
+) -> Option<OriginalReplicas> {
+    let target = target?;
+    theirs.filter(|t| t.target == target).cloned().or(ours)
 }
 
 /// What deleting the queue does to its worker target.
@@ -327,6 +358,71 @@ mod tests {
         for (i, (prev, target, decision, want)) in cases.into_iter().enumerate() {
             assert_eq!(
                 original_replicas(prev.as_ref(), target, decision.as_ref()),
+                want,
+                "case #{i}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_write_that_could_replace_a_record_it_did_not_see_is_conditional() {
+        let d = "Deployment/worker";
+        let cases = [
+            // (workers, the copy's record, the record written) => conditional
+            // The copy's own record, written back: nothing it has not seen is at stake.
+            (true, Some(orig(d, 2)), Some(orig(d, 2)), false),
+            // A new record: the copy may be older than a record already written.
+            (true, None, Some(orig(d, 5)), true),
+            (
+                true,
+                Some(orig("Deployment/old", 2)),
+                Some(orig(d, 5)),
+                true,
+            ),
+            // None written (an HPA, no target, the queue unreadable): it would drop one.
+            (true, None, None, true),
+            (true, Some(orig(d, 2)), None, true),
+            // Without workers a record is dropped on purpose.
+            (false, Some(orig(d, 2)), None, false),
+            (false, None, None, false),
+        ];
+        for (i, (workers, prev, new, want)) in cases.into_iter().enumerate() {
+            assert_eq!(
+                guards_record(workers, prev.as_ref(), new.as_ref()),
+                want,
+                "case #{i}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_refused_write_keeps_the_record_the_queue_has() {
+        let d = "Deployment/worker";
+        let cases = [
+            // (the queue's record, ours, target) => written
+            // Recorded by an earlier reconcile: kept, never replaced by a later count.
+            (
+                Some(orig(d, 2)),
+                Some(orig(d, 5)),
+                Some(d),
+                Some(orig(d, 2)),
+            ),
+            (Some(orig(d, 2)), None, Some(d), Some(orig(d, 2))),
+            // None yet, or another target's: ours.
+            (None, Some(orig(d, 5)), Some(d), Some(orig(d, 5))),
+            (
+                Some(orig("Deployment/old", 2)),
+                Some(orig(d, 5)),
+                Some(d),
+                Some(orig(d, 5)),
+            ),
+            (Some(orig("Deployment/old", 2)), None, Some(d), None),
+            // Without workers, none.
+            (Some(orig(d, 2)), None, None, None),
+        ];
+        for (i, (theirs, ours, target, want)) in cases.into_iter().enumerate() {
+            assert_eq!(
+                kept_original(theirs.as_ref(), ours, target),
                 want,
                 "case #{i}"
             );

@@ -144,6 +144,8 @@ fn add(t: &mut QueueStats, s: &QueueStats) {
         orphans,
         set_aside,
         restored,
+        restored_purged,
+        wrong_type,
         orphans_purged,
         promoted,
         replayed,
@@ -172,6 +174,8 @@ fn add(t: &mut QueueStats, s: &QueueStats) {
     t.orphans += orphans;
     t.set_aside += set_aside;
     t.restored += restored;
+    t.restored_purged += restored_purged;
+    t.wrong_type += wrong_type;
     t.orphans_purged += orphans_purged;
     t.promoted += promoted;
     t.replayed += replayed;

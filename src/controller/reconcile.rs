@@ -56,7 +56,7 @@ use super::validate::{self, InvalidSpec, QueuePlan};
 use super::{
     Context, Error, FIELD_MANAGER, Result, caches, cluster_reads, lifecycle, ownership, pause,
 };
-use crate::crd::{API_VERSION, JobQueue, JobQueueStatus, OnDelete, WorkersSpec};
+use crate::crd::{API_VERSION, JobQueue, JobQueueStatus, OnDelete, OriginalReplicas, WorkersSpec};
 use crate::queue::{Queue, QueueStats, ReapOutcome};
 
 /// Reconcile one JobQueue: through the finalizer [`lifecycle::FINALIZER`], the pipeline
@@ -290,23 +290,9 @@ async fn apply(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
     let has_workers = jq.spec.workers.is_some();
     status::spec_checked(&mut new, &verdict, has_workers, q.generation, q.now);
     status::keep_transition_times(q.prev, &mut new);
-    // The spec's target, also while spec.workers is refused (its record is kept).
-    let target = jq
-        .spec
-        .workers
-        .as_ref()
-        .and_then(|w| {
-            TargetRef::parse(
-                &w.scale_target_ref.api_version,
-                &w.scale_target_ref.kind,
-                &w.scale_target_ref.name,
-            )
-            .ok()
-        })
-        .map(|t| t.to_string());
     new.original_replicas = lifecycle::original_replicas(
-        q.prev.and_then(|s| s.original_replicas.as_ref()),
-        target.as_deref(),
+        q.record().0.as_ref(),
+        spec_target(&jq).as_deref(),
         scaling.as_ref(),
     );
     let notes = events::success_events(q.prev, &new, &obs);
@@ -377,9 +363,36 @@ struct Subject<'a> {
     now: Timestamp,
     /// What validation made of the spec, once it ran: every status written says it.
     verdict: Option<SpecVerdict>,
+    /// The `originalReplicas` record as written or found on the API server before a
+    /// scale ([`record_before_scaling`]), newer than the copy's.
+    recorded: std::sync::Mutex<Option<Recorded>>,
+}
+
+/// A record of `originalReplicas` the queue has on the API server, and the queue's
+/// `resourceVersion` where it was seen.
+#[derive(Clone)]
+struct Recorded {
+    record: OriginalReplicas,
+    version: Option<String>,
 }
 
 impl<'a> Subject<'a> {
+    /// The queue's record as this reconcile knows it, and the version it knows it at: as
+    /// recorded before a scale, else as the copy has it.
+    fn record(&self) -> (Option<OriginalReplicas>, Option<String>) {
+        match self.recorded.lock().expect("record lock").clone() {
+            Some(r) => (Some(r.record), r.version),
+            None => (
+                self.prev.and_then(|s| s.original_replicas.clone()),
+                self.jq.metadata.resource_version.clone(),
+            ),
+        }
+    }
+
+    fn set_recorded(&self, record: OriginalReplicas, version: Option<String>) {
+        *self.recorded.lock().expect("record lock") = Some(Recorded { record, version });
+    }
+
     fn new(jq: &'a JobQueue, ctx: &Context) -> Result<Subject<'a>> {
         let name = jq.name_any();
         let ns = jq
@@ -393,6 +406,7 @@ impl<'a> Subject<'a> {
             generation: jq.metadata.generation,
             now: ctx.now(),
             verdict: None,
+            recorded: std::sync::Mutex::new(None),
             ns,
             name,
         })
@@ -733,6 +747,11 @@ async fn patch_scale(
     to: i32,
 ) -> Decision {
     let from = decision.current.unwrap_or(0);
+    if let Err(message) = record_before_scaling(q, target, &decision).await {
+        warn!(namespace = %q.ns, name = %q.name, error = %message, "scale not made");
+        ctx.with_recommendations(q.jq, |history| history.unscaled(q.now));
+        return decision.failed(message);
+    }
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &q.ns, &target.api_resource());
     let params = PatchParams {
@@ -770,25 +789,185 @@ async fn patch_scale(
     }
 }
 
+/// Before the operator first scales a target, the count it has goes into
+/// `status.originalReplicas` on the API server, where it cannot be lost: a scale followed
+/// by a failed status write (or a stop between the two) would leave the next reconcile
+/// to read the operator's own count as the original. A merge patch of that field alone,
+/// conditional on the version the record was not seen at; refused (409: the queue moved
+/// on, its copy here was stale), the queue is read again and a record it has for the
+/// target is kept. Nothing to write when the record is known, or none is taken
+/// ([`lifecycle::original_replicas`]). `Err`: why the scale must not be made.
+async fn record_before_scaling(
+    q: &Subject<'_>,
+    target: &TargetRef,
+    decision: &Decision,
+) -> Result<(), String> {
+    let target_name = target.to_string();
+    let (seen, mut version) = q.record();
+    let Some(record) =
+        lifecycle::original_replicas(seen.as_ref(), Some(&target_name), Some(decision))
+    else {
+        return Ok(());
+    };
+    if seen.as_ref() == Some(&record) {
+        return Ok(());
+    }
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    };
+    let mut attempt = 1;
+    loop {
+        let mut patch = serde_json::json!({ "status": { "originalReplicas": record } });
+        if let Some(version) = &version {
+            patch["metadata"] = serde_json::json!({ "resourceVersion": version });
+        }
+        match q
+            .api
+            .patch_status(&q.name, &params, &Patch::Merge(&patch))
+            .await
+        {
+            Ok(written) => {
+                q.set_recorded(record, written.metadata.resource_version);
+                return Ok(());
+            }
+            Err(kube::Error::Api(s)) if s.is_conflict() && attempt < STATUS_ATTEMPTS => {
+                attempt += 1;
+                let fresh = q.api.get(&q.name).await.map_err(|e| {
+                    format!(
+                        "cannot read the JobQueue again to record the original replicas of \
+                         {target}: {}",
+                        kube_reason(&e)
+                    )
+                })?;
+                let theirs = fresh
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.original_replicas.as_ref())
+                    .filter(|r| r.target == target_name);
+                if let Some(theirs) = theirs {
+                    debug!(namespace = %q.ns, name = %q.name, original = ?theirs, "the original replicas were recorded since this copy was read: kept");
+                    q.set_recorded(theirs.clone(), fresh.metadata.resource_version.clone());
+                    return Ok(());
+                }
+                version = fresh.metadata.resource_version;
+            }
+            Err(e) => {
+                return Err(format!(
+                    "cannot record the original replicas of {target} ({}) before scaling it: {}",
+                    record.replicas,
+                    kube_reason(&e)
+                ));
+            }
+        }
+    }
+}
+
+/// The spec's target (`Kind/name`), also while spec.workers is refused (its record is
+/// kept); `None` without workers or with a target that does not parse.
+fn spec_target(jq: &JobQueue) -> Option<String> {
+    jq.spec
+        .workers
+        .as_ref()
+        .and_then(|w| {
+            TargetRef::parse(
+                &w.scale_target_ref.api_version,
+                &w.scale_target_ref.kind,
+                &w.scale_target_ref.name,
+            )
+            .ok()
+        })
+        .map(|t| t.to_string())
+}
+
 /// Patch the status subresource when it differs from what the object has.
+///
+/// `originalReplicas` must survive reconciles, and the copy a reconcile runs on may be
+/// older than the last status write: while the queue has workers and the status does not
+/// carry the very record the reconcile knows the queue has (recorded before a scale, else
+/// the copy's), the write is conditional on the version it knows it at
+/// ([`lifecycle::guards_record`]). Refused (409: the object moved on), the queue is read
+/// again, the record it has for the target is kept ([`lifecycle::kept_original`]) and the
+/// write tried again on that version.
 async fn write_status(q: &Subject<'_>, new: &JobQueueStatus) -> Result<()> {
     if q.prev == Some(new) {
         return Ok(());
     }
-    let patch = serde_json::json!({
-        "apiVersion": API_VERSION,
-        "kind": "JobQueue",
-        "status": new,
-    });
-    q.api
-        .patch_status(
-            &q.name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await
-        .map_err(Error::Kube)?;
-    Ok(())
+    let target = spec_target(q.jq);
+    let has_workers = q.jq.spec.workers.is_some();
+    let (seen, seen_version) = q.record();
+    let mut status = new.clone();
+    if q.recorded.lock().expect("record lock").is_some() {
+        // Recorded on the API server during this reconcile: the queue's record.
+        status.original_replicas =
+            lifecycle::kept_original(seen.as_ref(), status.original_replicas, target.as_deref());
+    }
+    let mut version = guarded_version(has_workers, seen.as_ref(), &status, seen_version);
+    let mut attempt = 1;
+    loop {
+        let mut patch = serde_json::json!({
+            "apiVersion": API_VERSION,
+            "kind": "JobQueue",
+            "status": status,
+        });
+        if let Some(version) = &version {
+            patch["metadata"] = serde_json::json!({ "resourceVersion": version });
+        }
+        let written = q
+            .api
+            .patch_status(
+                &q.name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await;
+        match written {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(s))
+                if s.is_conflict() && version.is_some() && attempt < STATUS_ATTEMPTS =>
+            {
+                attempt += 1;
+                let fresh = q.api.get(&q.name).await.map_err(Error::Kube)?;
+                let theirs = fresh
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.original_replicas.as_ref());
+                status.original_replicas =
+                    lifecycle::kept_original(theirs, status.original_replicas, target.as_deref());
+                debug!(
+                    namespace = %q.ns,
+                    name = %q.name,
+                    original = ?status.original_replicas,
+                    "the status was written since this copy was read: writing on the queue as read again"
+                );
+                version = guarded_version(
+                    has_workers,
+                    theirs,
+                    &status,
+                    fresh.metadata.resource_version.clone(),
+                );
+            }
+            Err(e) => return Err(Error::Kube(e)),
+        }
+    }
+}
+
+/// Status writes tried at most, each refused one on a newer version of the queue.
+const STATUS_ATTEMPTS: u32 = 3;
+
+/// `version`, when a status write carrying `new` over the record `seen` must be
+/// conditional on it ([`lifecycle::guards_record`]).
+fn guarded_version(
+    has_workers: bool,
+    seen: Option<&OriginalReplicas>,
+    new: &JobQueueStatus,
+    version: Option<String>,
+) -> Option<String> {
+    if lifecycle::guards_record(has_workers, seen, new.original_replicas.as_ref()) {
+        version
+    } else {
+        None
+    }
 }
 
 /// Publish an Event about `jq`; a failure to publish is logged, never fatal.

@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use redis::{Cmd, ToRedisArgs, Value};
+use tokio::time::Instant;
 
 use super::MAX_BATCH;
 use super::connection::{Dedicated, Redis};
-use super::durability::Durability;
+use super::durability::{Durability, Unconfirmed};
 use super::error::{Error, Result};
 use super::keys::{QueueKeys, validate_id};
 use super::scripts::{SCRIPTS, Script};
@@ -27,6 +28,17 @@ const CLAIM_ROUNDS: usize = 10;
 const CLAIM_RETRIES: u32 = 3;
 const CLAIM_RETRY_WAIT: Duration = Duration::from_millis(100);
 
+/// The longest a request record of claim and settle_claim lives in Redis (the
+/// visibility when shorter; `RECORD_MS` of lua/include/request_record.lua): a call sent
+/// again with its request id after that is a new call.
+pub const REQUEST_RECORD_LIFE: Duration = Duration::from_secs(60);
+
+/// How long after its first send a claim or settle_claim is sent again with the same
+/// request id, at most: half the record's life, so a resend reaches Redis while the
+/// record is there even when it travels as long as a response timeout. After this the
+/// call is given up (or, by the worker runtime, sent with a fresh request id).
+pub const REQUEST_RETRY_WINDOW: Duration = Duration::from_secs(30);
+
 /// How many ids a job enqueued without one gets at most: the first, and new ones while
 /// enqueue reports the drawn id as taken.
 pub const ID_DRAWS: usize = 5;
@@ -37,12 +49,13 @@ pub struct Queue {
     redis: Redis,
     keys: Arc<QueueKeys>,
     /// Per worker: the claim whose reply was lost on every try. The worker's next claim
-    /// of the same visibility and at least as many jobs reuses its request id, so leases Redis made for it reach the
-    /// worker instead of waiting for the reaper.
+    /// of the same visibility and at least as many jobs reuses its request id, so leases
+    /// Redis made for it reach the worker instead of waiting for the reaper (with the
+    /// first send's time, [`Claimed::first_sent`], from which their deadline counts).
     unanswered: Arc<Mutex<HashMap<String, Unanswered>>>,
     /// Payloads larger than this are refused before anything is sent.
     max_payload: usize,
-    /// What enqueue, ack, fail and reap wait for before reporting success.
+    /// What enqueue, ack, fail, reap and the claims wait for (see [`Durability`]).
     durability: Durability,
     /// Where the ids of jobs enqueued without one come from.
     new_id: fn() -> String,
@@ -54,6 +67,10 @@ struct Unanswered {
     n: usize,
     visibility: Option<Duration>,
     request: String,
+    /// When the claim was first sent: a lease it made ends one visibility after that at
+    /// the earliest, and its request id is reused only inside [`REQUEST_RETRY_WINDOW`]
+    /// from then.
+    first_sent: Instant,
 }
 
 /// The default client-side payload limit: 64 MiB. Redis takes up to 512 MiB per value
@@ -81,8 +98,7 @@ impl Queue {
         self
     }
 
-    /// Wait for replication before enqueue, ack, fail, settle_claim and reap report
-    /// success (see
+    /// Wait for replication after enqueue, ack, fail, reap, claim and settle_claim (see
     /// [`Durability`]); the default is [`Durability::Primary`].
     pub fn durability(mut self, durability: Durability) -> Queue {
         self.durability = durability;
@@ -123,6 +139,35 @@ impl Queue {
             .await
             .map_err(|e| self.err("TIME", e))?;
         time_ms(reply).map_err(|detail| self.protocol("TIME", detail))
+    }
+
+    /// Check that this handle writes to a primary: a replica refuses every write
+    /// (`READONLY`), so a worker or a reaper pointed at one could do nothing, and a reap
+    /// with nothing to write would even seem to succeed. `ROLE` naming a replica is
+    /// [`Error::ReadOnly`]. Behind Sentinel commands go to the primary the Sentinels name
+    /// (a `READONLY` reply sends them to the new one): nothing to check. A user whose ACL
+    /// does not grant `ROLE` is not checked (its writes fail with `ReadOnly` instead).
+    pub async fn check_primary(&self) -> Result<()> {
+        if self.redis.is_sentinel() {
+            return Ok(());
+        }
+        let role = self
+            .redis
+            .query_on_node_of(&self.keys.meta, redis::cmd("ROLE"))
+            .await
+            .map_err(|e| self.err("ROLE", e));
+        match role {
+            Ok(Value::Array(items))
+                if matches!(items.first().and_then(as_str), Some("slave" | "replica")) =>
+            {
+                Err(Error::ReadOnly {
+                    queue: self.keys.name.clone(),
+                    op: "writes",
+                })
+            }
+            Ok(_) | Err(Error::Denied { .. }) => Ok(()),
+            Err(err) => Err(err),
+        }
     }
 
     /// Load every script into the server(s) now, so the first calls need no NOSCRIPT
@@ -182,12 +227,27 @@ impl Queue {
             .map_err(|e| self.err(script.name, e))
     }
 
-    /// [`Queue::run`] for the writes that [`Durability`] covers (enqueue, ack, fail, reap):
-    /// under `Replicated`, `WAIT` follows the script on the same connection, in the same
-    /// round trip, and fewer confirmations than asked is [`Error::NotReplicated`].
+    /// [`Queue::run`] for the writes that [`Durability`] covers and that must be confirmed
+    /// (enqueue, ack, fail, reap): fewer confirmations than asked is
+    /// [`Error::NotReplicated`].
     async fn run_durable(&self, script: &Script, cmd: &Cmd) -> Result<Value> {
+        match self.run_replicated(script, cmd).await? {
+            (reply, None) => Ok(reply),
+            (_, Some(short)) => Err(short.into_error(&self.keys.name, script.name)),
+        }
+    }
+
+    /// [`Queue::run`] under the handle's [`Durability`]: under `Replicated`, `WAIT`
+    /// follows the script on the same connection, in the same round trip. The script's
+    /// reply comes back in any case (the script ran on the primary), with what `WAIT`
+    /// answered when fewer replicas than asked confirmed it.
+    async fn run_replicated(
+        &self,
+        script: &Script,
+        cmd: &Cmd,
+    ) -> Result<(Value, Option<Unconfirmed>)> {
         let Durability::Replicated { replicas, timeout } = self.durability else {
-            return self.run(script, cmd).await;
+            return Ok((self.run(script, cmd).await?, None));
         };
         let timeout_ms = timeout.as_millis().max(1) as u64;
         let mut pipe = redis::pipe();
@@ -227,16 +287,12 @@ impl Queue {
                 Value::ServerError(e) => return Err(self.err("WAIT", e.into())),
                 other => return Err(self.protocol("WAIT", format!("{other:?}"))),
             };
-            if acked < i64::from(replicas) {
-                return Err(Error::NotReplicated {
-                    queue: self.keys.name.clone(),
-                    op: script.name,
-                    acked,
-                    wanted: replicas,
-                    timeout_ms,
-                });
-            }
-            return Ok(reply);
+            let short = (acked < i64::from(replicas)).then_some(Unconfirmed {
+                acked,
+                wanted: replicas,
+                timeout_ms,
+            });
+            return Ok((reply, short));
         }
     }
 
@@ -345,22 +401,67 @@ impl Queue {
         worker: &str,
         visibility: Option<Duration>,
     ) -> Result<Vec<Lease>> {
+        Ok(self.claim_rounds(n, worker, visibility).await?.leases)
+    }
+
+    /// [`Queue::claim`], with the reply's [`Claimed::first_sent`] (`more` is false).
+    pub(crate) async fn claim_rounds(
+        &self,
+        n: usize,
+        worker: &str,
+        visibility: Option<Duration>,
+    ) -> Result<Claimed> {
         // A reply with no lease but `more` met a run of orphans: each call takes at least
         // 100 of them out of pending, so a few more calls reach the jobs behind them.
         for _ in 0..CLAIM_ROUNDS {
             let claimed = self.claim_batch(n, worker, visibility).await?;
+            if let Some(short) = claimed.unconfirmed
+                && !claimed.leases.is_empty()
+            {
+                self.note_unconfirmed_claim(short, claimed.leases.len());
+            }
             if !claimed.leases.is_empty() || !claimed.more {
-                return Ok(claimed.leases);
+                return Ok(Claimed {
+                    more: false,
+                    ..claimed
+                });
             }
         }
-        Ok(Vec::new())
+        Ok(Claimed::default())
+    }
+
+    /// Log a claim the replicas did not confirm, for the callers of [`Queue::claim`],
+    /// whose answer cannot carry it: a warning, then debug lines for 10 s (while the
+    /// replicas are down every claim is one).
+    fn note_unconfirmed_claim(&self, short: Unconfirmed, leases: usize) {
+        static QUIET_UNTIL: Mutex<Option<std::time::Instant>> = Mutex::new(None);
+        const QUIET: Duration = Duration::from_secs(10);
+        let text = format!(
+            "a claim of {leases} job(s) applied on the primary but not confirmed by {} \
+             replica(s) ({short}): its leases are returned; a failover now may let another \
+             worker claim them",
+            short.wanted
+        );
+        let now = std::time::Instant::now();
+        let mut quiet = QUIET_UNTIL.lock().unwrap_or_else(|e| e.into_inner());
+        if quiet.is_some_and(|until| now < until) {
+            tracing::debug!(queue = %self.keys.name, "{text}");
+        } else {
+            *quiet = Some(now + QUIET);
+            tracing::warn!(queue = %self.keys.name,
+                "{text}; claims not confirmed in the next 10s are logged at debug level");
+        }
     }
 
     /// One logical claim, with its `more` flag (see [`Claimed`]). It carries a fresh
     /// request id, or the id of this worker's last claim (of the same `visibility`, for
-    /// at most `n` jobs) whose reply was lost. After a lost reply (a timeout or a broken connection) the
-    /// call is sent again with the same id, up to [`CLAIM_RETRIES`] times: Redis answers
-    /// a repeated id with the leases it made for it, so none is leased to nobody.
+    /// at most `n` jobs, sent first less than [`REQUEST_RETRY_WINDOW`] ago) whose reply
+    /// was lost, while a lease it made could still be run (less than `visibility` since
+    /// it was first sent; then [`Claimed::first_sent`] says when that was): then it is
+    /// that claim again, with its `n`. After a lost reply (a timeout or a broken
+    /// connection) the call is sent again with the same id and arguments, up to
+    /// [`CLAIM_RETRIES`] times inside the window: Redis answers a repeated id with the
+    /// leases it made for it, so none is leased to nobody.
     pub async fn claim_batch(
         &self,
         n: usize,
@@ -368,31 +469,44 @@ impl Queue {
         visibility: Option<Duration>,
     ) -> Result<Claimed> {
         check_count("n", n)?;
-        let request = self
-            .take_unanswered(worker, n, visibility)
-            .unwrap_or_else(new_token);
+        let now = Instant::now();
+        let (request, n, first_sent) = match self.take_unanswered(worker, n, visibility, now) {
+            Some(last) => (last.request, last.n, Some(last.first_sent)),
+            None => (new_token(), n, None),
+        };
         let mut wait = CLAIM_RETRY_WAIT;
         let mut retries = 0;
         loop {
             match self.claim_request(&request, n, worker, visibility).await {
                 Err(err) if err.is_transient() => {
-                    if retries == CLAIM_RETRIES {
-                        self.remember_unanswered(worker, n, visibility, request);
+                    let since = first_sent.unwrap_or(now);
+                    if retries == CLAIM_RETRIES || !within_window(since, wait) {
+                        self.remember_unanswered(worker, n, visibility, request, since);
                         return Err(err);
                     }
                     retries += 1;
                     tokio::time::sleep(wait).await;
                     wait *= 2;
                 }
-                other => return other,
+                other => {
+                    return other.map(|claimed| Claimed {
+                        first_sent,
+                        ..claimed
+                    });
+                }
             }
         }
     }
 
     /// One claim call with the caller's request id (1 to 256 bytes, e.g. 128 random bits
-    /// in hex; see docs/protocol.md, claim). Sending the same id again, with the same or
-    /// a larger `n`, after a lost reply returns the leases the first call made (those
-    /// still held) instead of new ones, for as long as the visibility timeout.
+    /// in hex; see docs/protocol.md, claim). Sending the same id again from the same
+    /// `worker` with the same `n` and `visibility` after a lost reply returns the leases
+    /// the first call made (those still held) instead of new ones, while its record lives
+    /// (the visibility, at most [`REQUEST_RECORD_LIFE`]); the id sent by another worker or
+    /// with other arguments is refused ([`Error::Rejected`], `invalid request`).
+    /// Under `replicated` [`Durability`] the call waits for the replicas; too few
+    /// confirmations are reported in [`Claimed::unconfirmed`], never as an error (the
+    /// leases are held).
     pub async fn claim_request(
         &self,
         request: &str,
@@ -411,7 +525,7 @@ impl Queue {
         for _ in 0..n {
             cmd.arg(new_token());
         }
-        let reply = self.run(&SCRIPTS.claim, &cmd).await?;
+        let (reply, unconfirmed) = self.run_replicated(&SCRIPTS.claim, &cmd).await?;
         let (jobs, more) = match reply {
             Value::Array(reply) => match <[Value; 2]>::try_from(reply) {
                 Ok([Value::Array(jobs), Value::Int(more)]) => (jobs, more == 1),
@@ -421,7 +535,12 @@ impl Queue {
             other => return Err(self.protocol("claim", format!("{other:?}"))),
         };
         let leases = self.take_leases(jobs).await;
-        Ok(Claimed { leases, more })
+        Ok(Claimed {
+            leases,
+            more,
+            first_sent: None,
+            unconfirmed,
+        })
     }
 
     /// Settle finished leases and claim up to `n` jobs in one call (the `settle_claim`
@@ -430,13 +549,34 @@ impl Queue {
     /// nothing and never keeps the claim from happening), then the claim runs as
     /// [`Queue::claim_request`]. `request` identifies the call (1 to 256 bytes, e.g.
     /// [`new_token`]); a lost reply is sent again with the same request id up to
-    /// [`CLAIM_RETRIES`] times, and Redis answers a repeat from its record (the settle
-    /// part is not applied twice). When this returns a transient error the call may have
-    /// run: send it again with the same `request` and the same settles to learn its
-    /// answer. With settles, [`Durability`] applies to the call as to ack and fail.
+    /// [`CLAIM_RETRIES`] times inside [`REQUEST_RETRY_WINDOW`], and Redis answers a repeat
+    /// from its record (the settle part is not applied twice). When this returns a
+    /// transient error the call may have run: send it again with the same `request`,
+    /// `worker`, `n`, `visibility` and settles, within [`REQUEST_RETRY_WINDOW`] of the
+    /// first send, to learn its answer (other arguments under the same id are refused).
+    /// Under `replicated` [`Durability`] the call waits for the replicas, as ack, fail
+    /// and claim do; too few confirmations are not an error (the settles were applied on
+    /// the primary and the leases are held there): the answer says so in
+    /// [`Claimed::unconfirmed`], and its leases are to be run as any others.
     pub async fn settle_claim(
         &self,
         request: &str,
+        settles: &[Settle<'_>],
+        n: usize,
+        worker: &str,
+        visibility: Option<Duration>,
+    ) -> Result<SettledClaim> {
+        self.settle_claim_since(request, Instant::now(), settles, n, worker, visibility)
+            .await
+    }
+
+    /// [`Queue::settle_claim`] for a call first sent at `first_sent` (a caller sending
+    /// it again after a transient error): it is resent here only while the resend
+    /// leaves inside [`REQUEST_RETRY_WINDOW`] from then.
+    pub async fn settle_claim_since(
+        &self,
+        request: &str,
+        first_sent: Instant,
         settles: &[Settle<'_>],
         n: usize,
         worker: &str,
@@ -492,14 +632,14 @@ impl Queue {
         }
         let mut wait = CLAIM_RETRY_WAIT;
         let mut retries = 0;
-        let reply = loop {
-            let sent = if settles.is_empty() {
-                self.run(&SCRIPTS.settle_claim, &cmd).await
-            } else {
-                self.run_durable(&SCRIPTS.settle_claim, &cmd).await
-            };
+        let (reply, unconfirmed) = loop {
+            let sent = self.run_replicated(&SCRIPTS.settle_claim, &cmd).await;
             match sent {
-                Err(err) if err.is_transient() && retries < CLAIM_RETRIES => {
+                Err(err)
+                    if err.is_transient()
+                        && retries < CLAIM_RETRIES
+                        && within_window(first_sent, wait) =>
+                {
                     retries += 1;
                     tokio::time::sleep(wait).await;
                     wait *= 2;
@@ -585,23 +725,38 @@ impl Queue {
             claimed: Claimed {
                 leases,
                 more: more == 1,
+                first_sent: None,
+                unconfirmed,
             },
         })
     }
 
+    /// The lost claim of `worker` to send again in place of a new claim of `n` jobs
+    /// (its request id, its `n` and when it was first sent), when it still can be.
     fn take_unanswered(
         &self,
         worker: &str,
         n: usize,
         visibility: Option<Duration>,
-    ) -> Option<String> {
+        now: Instant,
+    ) -> Option<Unanswered> {
         let mut unanswered = self.unanswered.lock().unwrap_or_else(|e| e.into_inner());
         let last = unanswered.remove(worker)?;
-        // A replay answers at most the `last.n` leases recorded, so any claim of the same
-        // visibility asking for as many or more can carry the lost request's id (a
-        // worker's free slots only grow while it waits to try again). A smaller claim
-        // could not take them all: it is another request.
-        (last.n <= n && last.visibility == visibility).then_some(last.request)
+        // A replay answers at most the `last.n` leases recorded, so a claim of the same
+        // visibility with as many free slots or more can be that claim again, sent with
+        // its own arguments (a record answers only the same ones; a worker's free slots
+        // only grow while it waits to try again). A smaller claim could not take them
+        // all, and a claim after the retry window would find the record gone: those are
+        // new requests, and the lost claim's leases go to the reaper. Once a visibility
+        // has passed since the first send, a lease it made has no time left that the
+        // caller could count on (see `Claimed::first_sent`), and a fresh claim under the
+        // old id would be given that past deadline too: a new request then.
+        let expired = visibility.is_some_and(|v| now >= last.first_sent + v);
+        (last.n <= n
+            && last.visibility == visibility
+            && !expired
+            && within_window(last.first_sent, Duration::ZERO))
+        .then_some(last)
     }
 
     fn remember_unanswered(
@@ -610,6 +765,7 @@ impl Queue {
         n: usize,
         visibility: Option<Duration>,
         request: String,
+        first_sent: Instant,
     ) {
         let mut unanswered = self.unanswered.lock().unwrap_or_else(|e| e.into_inner());
         unanswered.insert(
@@ -618,6 +774,7 @@ impl Queue {
                 n,
                 visibility,
                 request,
+                first_sent,
             },
         );
     }
@@ -689,7 +846,23 @@ impl Queue {
 
     /// Ack many leases; one flag per lease, in order.
     pub async fn ack_many(&self, leases: &[LeaseRef<'_>]) -> Result<Vec<bool>> {
+        match self.ack_many_applied(leases).await? {
+            (flags, None) => Ok(flags),
+            (_, Some(short)) => Err(short.into_error(&self.keys.name, SCRIPTS.ack.name)),
+        }
+    }
+
+    /// [`Queue::ack_many`] that, under `replicated` [`Durability`], reports too few
+    /// replica confirmations beside the flags instead of as
+    /// [`Error::NotReplicated`]: the acks were applied on the primary either way (a
+    /// worker logs it and goes on; a failover before the replicas catch up may bring the
+    /// jobs back, to run again).
+    pub async fn ack_many_applied(
+        &self,
+        leases: &[LeaseRef<'_>],
+    ) -> Result<(Vec<bool>, Option<Unconfirmed>)> {
         let mut out = Vec::with_capacity(leases.len());
+        let mut short = None;
         for chunk in leases.chunks(MAX_BATCH) {
             let job_keys: Vec<Vec<u8>> = chunk.iter().map(|l| self.keys.job_key(l.id)).collect();
             let mut cmd = self.script_cmd(&SCRIPTS.ack, &job_keys);
@@ -697,12 +870,13 @@ impl Queue {
             for lease in chunk {
                 cmd.arg(lease.id).arg(lease.token);
             }
-            let reply = self.run_durable(&SCRIPTS.ack, &cmd).await?;
+            let (reply, unconfirmed) = self.run_replicated(&SCRIPTS.ack, &cmd).await?;
+            short = Unconfirmed::worst(short, unconfirmed);
             let flags = int_array(&reply).filter(|f| f.len() == chunk.len());
             let flags = flags.ok_or_else(|| self.protocol("ack", format!("{reply:?}")))?;
             out.extend(flags.into_iter().map(|f| f == 1));
         }
-        Ok(out)
+        Ok((out, short))
     }
 
     /// Extend one lease by `by` from now (the queue's visibility timeout when `None`).
@@ -750,6 +924,31 @@ impl Queue {
             .await
     }
 
+    /// [`Queue::fail`] that reports too few replica confirmations beside the outcome
+    /// instead of as an error (see [`Queue::ack_many_applied`]).
+    pub async fn fail_applied<'a>(
+        &self,
+        lease: impl Into<LeaseRef<'a>>,
+        error: &str,
+        mode: FailMode,
+        backoff: Backoff,
+    ) -> Result<(FailOutcome, Option<Unconfirmed>)> {
+        self.end_lease_applied(lease.into(), error, mode.as_str(), backoff.as_arg())
+            .await
+    }
+
+    /// [`Queue::release`] that reports too few replica confirmations beside the answer
+    /// instead of as an error (see [`Queue::ack_many_applied`]).
+    pub async fn release_applied<'a>(
+        &self,
+        lease: impl Into<LeaseRef<'a>>,
+    ) -> Result<(bool, Option<Unconfirmed>)> {
+        let (outcome, short) = self
+            .end_lease_applied(lease.into(), "", "release", 0)
+            .await?;
+        Ok((outcome != FailOutcome::Stale, short))
+    }
+
     /// Hand back a lease on a job this worker did not finish (it is shutting down): the
     /// job goes to the front of pending and the attempt is not charged (attempts drops
     /// by one), so a routine restart never dead-letters a job. True when released,
@@ -767,6 +966,19 @@ impl Queue {
         mode: &str,
         backoff: i64,
     ) -> Result<FailOutcome> {
+        match self.end_lease_applied(lease, error, mode, backoff).await? {
+            (outcome, None) => Ok(outcome),
+            (_, Some(short)) => Err(short.into_error(&self.keys.name, SCRIPTS.fail.name)),
+        }
+    }
+
+    async fn end_lease_applied(
+        &self,
+        lease: LeaseRef<'_>,
+        error: &str,
+        mode: &str,
+        backoff: i64,
+    ) -> Result<(FailOutcome, Option<Unconfirmed>)> {
         let job_keys = [self.keys.job_key(lease.id)];
         let mut cmd = self.script_cmd(&SCRIPTS.fail, &job_keys);
         cmd.arg(lease.id)
@@ -774,14 +986,15 @@ impl Queue {
             .arg(error)
             .arg(mode)
             .arg(backoff);
-        let reply = self.run_durable(&SCRIPTS.fail, &cmd).await?;
-        match as_str(&reply) {
-            Some("pending") => Ok(FailOutcome::Pending),
-            Some("delayed") => Ok(FailOutcome::Delayed),
-            Some("dead") => Ok(FailOutcome::Dead),
-            Some("stale") => Ok(FailOutcome::Stale),
-            _ => Err(self.protocol("fail", format!("{reply:?}"))),
-        }
+        let (reply, short) = self.run_replicated(&SCRIPTS.fail, &cmd).await?;
+        let outcome = match as_str(&reply) {
+            Some("pending") => FailOutcome::Pending,
+            Some("delayed") => FailOutcome::Delayed,
+            Some("dead") => FailOutcome::Dead,
+            Some("stale") => FailOutcome::Stale,
+            _ => return Err(self.protocol("fail", format!("{reply:?}"))),
+        };
+        Ok((outcome, short))
     }
 
     /// One reaper pass over at most `batch` expired leases.
@@ -851,9 +1064,10 @@ impl Queue {
         self.dead_op(&SCRIPTS.purge, selection).await
     }
 
-    /// Forget, on purpose, up to `n` set-aside ids (longest set aside first) whose job
-    /// hash is still absent; ids whose hash is back are left for the reaper. Returns how
-    /// many were forgotten (`purge --orphans`).
+    /// Forget, on purpose, up to `n` set-aside ids (longest set aside first) that still
+    /// have no job hash; ids whose hash is back are left for the reaper. A forgotten id
+    /// is remembered for [`PURGED_REMEMBERED_MS`]: the reaper still puts it back if its
+    /// hash comes back meanwhile. Returns how many were forgotten (`purge --orphans`).
     pub async fn purge_orphans(&self, n: usize) -> Result<u64> {
         check_count("n", n)?;
         let mut cmd = self.script_cmd(&SCRIPTS.purge, std::slice::from_ref(&self.keys.orphans));
@@ -1208,6 +1422,30 @@ impl Queue {
         Ok(score.map(|s| s as i64))
     }
 
+    /// Whether `id` is in the queue's orphans set (set aside, or forgotten by purge and
+    /// remembered), with the type of its job key; `None` when it is not there.
+    pub async fn set_aside(&self, id: impl AsRef<[u8]>) -> Result<Option<SetAside>> {
+        let id = id.as_ref();
+        let Some(score) = self
+            .score_of(&self.keys.orphans, "ZSCORE orphans", id)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let key = self.keys.job_key(id);
+        let mut conn = self.redis.clone();
+        let key_type: String = redis::cmd("TYPE")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err_on("TYPE job", &String::from_utf8_lossy(&key), e))?;
+        Ok(Some(SetAside {
+            at: score.abs(),
+            purged: score < 0,
+            key_type,
+        }))
+    }
+
     /// A range of the sorted set `key`, lowest score first, with the scores (ms).
     async fn scored_ids(
         &self,
@@ -1405,6 +1643,12 @@ fn time_ms(reply: Value) -> std::result::Result<i64, String> {
     Ok(secs * 1000 + micros / 1000)
 }
 
+/// Whether a call first sent at `first_sent` can still be sent again with its request id
+/// after waiting `wait`: the resend leaves inside [`REQUEST_RETRY_WINDOW`].
+pub(crate) fn within_window(first_sent: Instant, wait: Duration) -> bool {
+    first_sent.elapsed() + wait < REQUEST_RETRY_WINDOW
+}
+
 /// A claim request id is 1 to 256 bytes (it is part of a key name).
 fn validate_request(request: &str) -> Result<()> {
     if request.is_empty() || request.len() > 256 {
@@ -1428,23 +1672,26 @@ fn check_count(what: &'static str, n: usize) -> Result<()> {
 }
 
 /// The claimed_at (ms) and the worker a claim_token carries: claim writes it as
-/// `<claimed_at>:<byte length of the worker>:<worker>:<token>`. None for a token of the
-/// older layout (the caller's token alone).
+/// `<claimed_at>:<byte length of the worker>:<worker>:<token>`, claimed_at 1 to 16
+/// decimal digits. None for a token of the older layout (the caller's token alone) and
+/// for any other bytes (a token is stored data: it may be anything).
 pub fn parse_claim_token(token: &[u8]) -> Option<(i64, String)> {
     let colon = |b: &[u8]| b.iter().position(|&c| c == b':');
+    // 1..=digits decimal digits, nothing else (no sign, no spaces)
+    let decimal = |b: &[u8], digits: usize| -> Option<u64> {
+        if b.is_empty() || b.len() > digits || !b.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        std::str::from_utf8(b).ok()?.parse().ok()
+    };
     let at = colon(token)?;
-    let claimed_at = std::str::from_utf8(&token[..at])
-        .ok()?
-        .parse::<i64>()
-        .ok()?;
+    let claimed_at = i64::try_from(decimal(&token[..at], 16)?).ok()?;
     let rest = &token[at + 1..];
     let at = colon(rest)?;
-    let len = std::str::from_utf8(&rest[..at])
-        .ok()?
-        .parse::<usize>()
-        .ok()?;
+    // a length longer than what follows is refused below; 19 digits fit any usize here
+    let len = usize::try_from(decimal(&rest[..at], 19)?).ok()?;
     let rest = &rest[at + 1..];
-    if rest.len() < len + 1 || rest[len] != b':' {
+    if rest.len() <= len || rest[len] != b':' {
         return None;
     }
     Some((
@@ -1538,6 +1785,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_request_id_is_resent_only_inside_the_retry_window() {
+        // The window ends well inside the record's life in Redis (60 s), leaving room for
+        // a resend that travels as long as the default response timeout (10 s).
+        assert!(REQUEST_RETRY_WINDOW + Duration::from_secs(10) < REQUEST_RECORD_LIFE);
+        let now = Instant::now();
+        assert!(within_window(now, CLAIM_RETRY_WAIT));
+        let late = now.checked_sub(Duration::from_secs(29)).unwrap();
+        assert!(
+            !within_window(late, Duration::from_secs(2)),
+            "the wait ends past the window"
+        );
+        assert!(within_window(late, Duration::ZERO));
+        let gone = now.checked_sub(REQUEST_RETRY_WINDOW).unwrap();
+        assert!(!within_window(gone, Duration::ZERO));
+    }
+
+    #[test]
     fn a_claim_token_carries_claimed_at_and_the_worker() {
         assert_eq!(
             parse_claim_token(b"1700000000123:4:w:1a:tok"),
@@ -1547,6 +1811,39 @@ mod tests {
         // the older layout: the caller's token alone
         assert_eq!(parse_claim_token(b"0123abcd"), None);
         assert_eq!(parse_claim_token(b"12:9:short:t"), None);
+    }
+
+    #[test]
+    fn a_hostile_claim_token_is_none_not_a_panic() {
+        for token in [
+            &b"1:18446744073709551615:w:t"[..],
+            b"1:18446744073709551614:w:t",
+            b"1:99999999999999999999999:w:t",
+            b"-inf:1:w:t",
+            b"inf:1:w:t",
+            b"-5:1:w:t",
+            b"+5:1:w:t",
+            b"12345678901234567:1:w:t",
+            b"99999999999999999999:1:w:t",
+            b":1:w:t",
+            b"5:+1:w:t",
+            b"5:1:w",
+            b"5::w:t",
+            b"-inf:",
+            b"\xff:1:w:t",
+        ] {
+            assert_eq!(
+                parse_claim_token(token),
+                None,
+                "{}",
+                String::from_utf8_lossy(token)
+            );
+        }
+        // claimed_at as claim writes it: 1 to 16 decimal digits
+        assert_eq!(
+            parse_claim_token(b"9999999999999999:1:w:t"),
+            Some((9_999_999_999_999_999, "w".to_string()))
+        );
     }
 
     #[test]

@@ -644,6 +644,12 @@ impl Redis {
         matches!(self.target, Target::Cluster { .. })
     }
 
+    /// Commands go to the primary the Sentinels name, found again after a failover
+    /// (a `READONLY` reply included).
+    pub fn is_sentinel(&self) -> bool {
+        matches!(self.target, Target::Sentinel(_))
+    }
+
     /// A connection of its own, for blocking commands (BLPOP) that must not stall the
     /// shared multiplexed connection. `block` is the longest the caller will block.
     pub async fn dedicated(&self, block: Duration) -> Result<Dedicated> {

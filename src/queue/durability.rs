@@ -1,4 +1,5 @@
-//! How sure a write must be before `enqueue`, `ack`, `fail` and `reap` report success.
+//! How sure a write must be before `enqueue`, `ack`, `fail`, `reap` and the claims
+//! report success.
 
 use std::time::Duration;
 
@@ -17,6 +18,13 @@ use super::error::{Error, Result};
 ///   Sentinel promotes the most up-to-date replica, so with `replicas` at least 1 a
 ///   confirmed write survives the failover of the primary. Costs one replication round
 ///   trip per call (not per job: a batch of jobs waits once).
+///
+///   Claims (`claim`, `settle_claim`) wait too, so that a lease confirmed by the replicas
+///   survives a failover and no second worker can claim the job while the first runs it.
+///   A claim is never turned into an error by the wait: the leases it took are held on
+///   the primary and must be run, so its answer carries them with [`Unconfirmed`]
+///   ([`super::Claimed::unconfirmed`]); the acks and fails of a `settle_claim` are
+///   reported the same way, as applied on the primary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Durability {
     #[default]
@@ -25,6 +33,50 @@ pub enum Durability {
         replicas: u32,
         timeout: Duration,
     },
+}
+
+/// A call that ran on the primary but that fewer replicas than the durability asks for
+/// confirmed within its timeout: what `WAIT` answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unconfirmed {
+    /// The replicas that confirmed the call in time.
+    pub acked: i64,
+    /// The replicas the durability asks for.
+    pub wanted: u32,
+    /// How long `WAIT` waited, in milliseconds.
+    pub timeout_ms: u64,
+}
+
+impl Unconfirmed {
+    /// The error a call that must be confirmed reports ([`Error::NotReplicated`]).
+    pub fn into_error(self, queue: &str, op: &'static str) -> Error {
+        Error::NotReplicated {
+            queue: queue.to_string(),
+            op,
+            acked: self.acked,
+            wanted: self.wanted,
+            timeout_ms: self.timeout_ms,
+        }
+    }
+
+    /// The worse of two shortfalls (fewer replicas confirmed), for a call made of several.
+    pub fn worst(a: Option<Unconfirmed>, b: Option<Unconfirmed>) -> Option<Unconfirmed> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(if b.acked < a.acked { b } else { a }),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+impl std::fmt::Display for Unconfirmed {
+    /// `only 0 of 1 replica(s) confirmed it within 50ms`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "only {} of {} replica(s) confirmed it within {}ms",
+            self.acked, self.wanted, self.timeout_ms
+        )
+    }
 }
 
 /// The timeout of `replicated` when none is given.

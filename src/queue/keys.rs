@@ -125,13 +125,31 @@ fn validate_prefix(prefix: &str) -> Result<()> {
     Ok(())
 }
 
-/// A job id: non-empty, at most 256 bytes, printable without spaces, so it is safe in a
-/// key name, a log line and a shell.
+/// The longest job id, in bytes: what every part can carry (a key name, a log line, an
+/// exec worker's `JOBQUEUE_JOB_ID`). enqueue refuses a longer or empty one (`invalid id`).
+pub const MAX_ID_LEN: usize = 1024;
+
+/// A job id this client makes or sends: non-empty, at most [`MAX_ID_LEN`] bytes,
+/// printable without spaces, so it is safe in a key name, a log line and a shell.
 pub fn validate_id(id: &str) -> Result<()> {
-    if id.is_empty() || id.len() > 256 || id.chars().any(|c| c.is_whitespace() || c.is_control()) {
+    if id.is_empty()
+        || id.len() > MAX_ID_LEN
+        || id.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        let shown = if id.len() > 40 {
+            let mut end = 40;
+            while !id.is_char_boundary(end) {
+                end -= 1;
+            }
+            format!("{:?}… ({} bytes)", &id[..end], id.len())
+        } else {
+            format!("{id:?}")
+        };
         return Err(Error::InvalidArgument {
             what: "job id",
-            reason: format!("{id:?} must be 1 to 256 bytes with no spaces or control characters"),
+            reason: format!(
+                "{shown} must be 1 to {MAX_ID_LEN} bytes with no spaces or control characters"
+            ),
         });
     }
     Ok(())
@@ -178,6 +196,12 @@ mod tests {
         assert!(validate_id("abc-123_x:y").is_ok());
         assert!(validate_id("").is_err());
         assert!(validate_id("a b").is_err());
-        assert!(validate_id(&"x".repeat(257)).is_err());
+        assert!(validate_id(&"x".repeat(MAX_ID_LEN)).is_ok());
+        let err = validate_id(&"x".repeat(MAX_ID_LEN + 1)).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("(1025 bytes) must be 1 to 1024 bytes"),
+            "{err}"
+        );
     }
 }

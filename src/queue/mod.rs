@@ -27,11 +27,15 @@ mod settings;
 mod stats;
 mod types;
 
-pub use client::{Consumer, DEFAULT_MAX_PAYLOAD, ID_DRAWS, Queue, parse_claim_token, reap_due};
+pub(crate) use client::within_window;
+pub use client::{
+    Consumer, DEFAULT_MAX_PAYLOAD, ID_DRAWS, Queue, REQUEST_RECORD_LIFE, REQUEST_RETRY_WINDOW,
+    parse_claim_token, reap_due,
+};
 pub use connection::{ConnectOptions, Dedicated, Redis, pem_blocks, redact_url};
-pub use durability::{DEFAULT_WAIT_TIMEOUT, Durability};
+pub use durability::{DEFAULT_WAIT_TIMEOUT, Durability, Unconfirmed};
 pub use error::{Error, Result, TlsProblem};
-pub use keys::{DEFAULT_PREFIX, QueueKeys, validate_id, validate_tag};
+pub use keys::{DEFAULT_PREFIX, MAX_ID_LEN, QueueKeys, validate_id, validate_tag};
 pub use partitioned::{
     PartitionWaiter, PartitionedConsumer, PartitionedQueue, PartitionedStats, add_stats,
 };
@@ -42,8 +46,8 @@ pub use settings::QueueSettings;
 pub use stats::{Histogram, QueueStats};
 pub use types::{
     Backoff, Claimed, Enqueued, FailMode, FailOutcome, JobId, JobInfo, JobStatus, Lease, LeaseRef,
-    Maintenance, NewJob, ReapOutcome, Selection, Settle, Settled, SettledClaim, new_job_id,
-    new_token,
+    Maintenance, NewJob, PURGED_REMEMBERED_MS, ReapOutcome, Selection, SetAside, Settle, Settled,
+    SettledClaim, new_job_id, new_token,
 };
 
 /// The most items one script call takes (the protocol's bound on every count).

@@ -5,9 +5,10 @@
 //!   hashes to; a batch is split per partition and the parts are sent in parallel.
 //! - Consumers: claims start at the partition after the one that last gave jobs (at a
 //!   random one first) and rotate, so every partition with jobs gets its turn; a
-//!   partition whose claim came back empty is skipped until a wake marker, a due delayed
-//!   job or the poll interval says to look again. Acks, extends and fails go to the
-//!   partition each lease names ([`Lease::partition`]).
+//!   partition whose claim came back empty is skipped until a wake marker or a due
+//!   delayed job says to look again, and at the latest for the recheck interval (the
+//!   worker's poll interval), busy or idle. Acks, extends and fails go to the partition
+//!   each lease names ([`Lease::partition`]).
 //! - Waiting: one blocking `BLPOP` per partition, each on a connection of its own, and
 //!   only while the consumer is idle. One wait per Cluster node is not possible: a
 //!   `BLPOP` over keys of different slots is refused (`CROSSSLOT`) even when one node
@@ -17,12 +18,13 @@
 //!   the new layout are empty.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::future::try_join_all;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use super::client::Queue;
 use super::connection::Redis;
@@ -42,8 +44,71 @@ pub struct PartitionedQueue {
     parts: Arc<Vec<Queue>>,
     /// Where the next claim starts.
     cursor: Arc<AtomicUsize>,
-    /// Per partition: its last claim came back empty, skip it until told otherwise.
-    empty: Arc<Vec<AtomicBool>>,
+    /// Which partitions were found empty, and until when they are skipped.
+    empty: Arc<EmptyMarks>,
+}
+
+/// The default recheck interval of a partition found empty: the worker's default poll
+/// interval.
+pub const DEFAULT_RECHECK: Duration = Duration::from_secs(1);
+
+/// Per partition: skipped by claims until a moment (its claim came back empty then),
+/// or not. Times are milliseconds after `base` on the monotonic clock, so each mark is
+/// one atomic word; 0 means "look at it".
+#[derive(Debug)]
+struct EmptyMarks {
+    base: Instant,
+    /// How long a partition found empty is skipped when nothing marks it ready sooner.
+    recheck: Duration,
+    until: Vec<AtomicU64>,
+}
+
+impl EmptyMarks {
+    fn new(n: usize, recheck: Duration) -> EmptyMarks {
+        EmptyMarks {
+            base: Instant::now(),
+            recheck,
+            until: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn ms(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.base).as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Whether a claim at `now` skips partition `p`.
+    fn skips(&self, p: usize, now: Instant) -> bool {
+        self.until
+            .get(p)
+            .is_some_and(|u| self.ms(now) < u.load(Ordering::Relaxed))
+    }
+
+    /// Partition `p`'s claim at `now` came back empty: skip it for the recheck interval
+    /// (rounded up to the millisecond, so never less).
+    fn found_empty(&self, p: usize, now: Instant) {
+        if let Some(u) = self.until.get(p) {
+            let recheck =
+                u64::try_from(self.recheck.as_micros().div_ceil(1000)).unwrap_or(u64::MAX);
+            let until = self.ms(now).saturating_add(recheck).max(1);
+            u.store(until, Ordering::Relaxed);
+        }
+    }
+
+    fn ready(&self, p: usize) {
+        if let Some(u) = self.until.get(p) {
+            u.store(0, Ordering::Relaxed);
+        }
+    }
+
+    fn all_ready(&self) {
+        for u in &self.until {
+            u.store(0, Ordering::Relaxed);
+        }
+    }
+
+    fn all_skipped(&self, now: Instant) -> bool {
+        (0..self.until.len()).all(|p| self.skips(p, now))
+    }
 }
 
 /// The stats of every partition and their sum.
@@ -90,8 +155,20 @@ impl PartitionedQueue {
             layout: Arc::new(layout),
             parts: Arc::new(parts),
             cursor: Arc::new(AtomicUsize::new(rand::random_range(0..n))),
-            empty: Arc::new((0..n).map(|_| AtomicBool::new(false)).collect()),
+            empty: Arc::new(EmptyMarks::new(n, DEFAULT_RECHECK)),
         })
+    }
+
+    /// Look again at a partition found empty once `every` has passed (default
+    /// [`DEFAULT_RECHECK`]; the worker runtime uses its poll interval), whether or not
+    /// the consumer was idle meanwhile: a claim never skips a partition for longer, so a
+    /// job that went into a partition without its wake marker reaching this consumer
+    /// (a busy worker does not wait on the markers, other workers take them) waits at
+    /// most that long plus one claim. Wake markers and due delayed jobs make it sooner.
+    /// Starts afresh: every partition is looked at by the next claim.
+    pub fn recheck_empty(mut self, every: Duration) -> PartitionedQueue {
+        self.empty = Arc::new(EmptyMarks::new(self.parts.len(), every));
+        self
     }
 
     /// Apply `f` to every partition's handle (e.g. `|q| q.durability(..)` or
@@ -215,15 +292,29 @@ impl PartitionedQueue {
     }
 
     /// Claim up to `n` jobs from one partition: the first, in rotation from the partition
-    /// after the last one that gave jobs, that has any. Partitions found empty are
-    /// skipped until `mark_ready` or `mark_all_ready`; an empty result means every
-    /// partition was found empty (then wait, e.g. with `waiter`).
+    /// after the last one that gave jobs, that has any. A partition found empty is
+    /// skipped until `mark_ready` or `mark_all_ready`, or until the recheck interval
+    /// ([`PartitionedQueue::recheck_empty`]) has passed since; an empty result means
+    /// every partition was found empty lately (then wait, e.g. with `waiter`).
     pub async fn claim(
         &self,
         n: usize,
         worker: &str,
         visibility: Option<Duration>,
     ) -> Result<Vec<Lease>> {
+        Ok(self.claim_batch(n, worker, visibility).await?.leases)
+    }
+
+    /// [`PartitionedQueue::claim`], with [`Claimed::first_sent`] when the partition's
+    /// claim carried the request id of an earlier claim whose reply was lost (the leases
+    /// may be that claim's: their local deadline counts from its first send). `more` is
+    /// false.
+    pub async fn claim_batch(
+        &self,
+        n: usize,
+        worker: &str,
+        visibility: Option<Duration>,
+    ) -> Result<Claimed> {
         let count = self.parts.len();
         let start = self.cursor.load(Ordering::Relaxed) % count;
         // A partition that fails (its node down) does not stop the others: its error is
@@ -231,25 +322,25 @@ impl PartitionedQueue {
         let mut failed = None;
         for step in 0..count {
             let p = (start + step) % count;
-            if self.empty[p].load(Ordering::Relaxed) {
+            if self.empty.skips(p, Instant::now()) {
                 continue;
             }
-            let mut leases = match self.parts[p].claim(n, worker, visibility).await {
-                Ok(leases) => leases,
+            let mut claimed = match self.parts[p].claim_rounds(n, worker, visibility).await {
+                Ok(claimed) => claimed,
                 Err(err) => {
                     failed.get_or_insert(err);
                     continue;
                 }
             };
-            if leases.is_empty() {
-                self.empty[p].store(true, Ordering::Relaxed);
+            if claimed.leases.is_empty() {
+                self.empty.found_empty(p, Instant::now());
                 continue;
             }
             self.cursor.store(p + 1, Ordering::Relaxed);
-            for lease in &mut leases {
+            for lease in &mut claimed.leases {
                 lease.partition = p;
             }
-            return Ok(leases);
+            return Ok(claimed);
         }
         match failed {
             Some(err) => {
@@ -257,28 +348,25 @@ impl PartitionedQueue {
                 self.cursor.store(start + 1, Ordering::Relaxed);
                 Err(err)
             }
-            None => Ok(Vec::new()),
+            None => Ok(Claimed::default()),
         }
     }
 
     /// Partition `p` may have jobs again (a wake marker came from it).
     pub fn mark_ready(&self, p: usize) {
-        if let Some(flag) = self.empty.get(p) {
-            flag.store(false, Ordering::Relaxed);
-        }
+        self.empty.ready(p);
     }
 
     /// Look at every partition again at the next claim (after a poll interval passed, or
     /// a delayed job came due).
     pub fn mark_all_ready(&self) {
-        for flag in self.empty.iter() {
-            flag.store(false, Ordering::Relaxed);
-        }
+        self.empty.all_ready();
     }
 
-    /// Whether every partition was found empty since it was last marked ready.
+    /// Whether the next claim would skip every partition: each was found empty less than
+    /// the recheck interval ago and not marked ready since.
     pub fn all_empty(&self) -> bool {
-        self.empty.iter().all(|f| f.load(Ordering::Relaxed))
+        self.empty.all_skipped(Instant::now())
     }
 
     /// Ack many leases, each in its partition (the partitions' calls in parallel); one
@@ -684,6 +772,8 @@ pub fn add_stats(total: &mut QueueStats, s: &QueueStats) {
         orphans,
         set_aside,
         restored,
+        restored_purged,
+        wrong_type,
         orphans_purged,
         promoted,
         replayed,
@@ -712,10 +802,69 @@ pub fn add_stats(total: &mut QueueStats, s: &QueueStats) {
     total.orphans += orphans;
     total.set_aside += set_aside;
     total.restored += restored;
+    total.restored_purged += restored_purged;
+    total.wrong_type += wrong_type;
     total.orphans_purged += orphans_purged;
     total.promoted += promoted;
     total.replayed += replayed;
     for (b, n) in &histogram.buckets {
         *total.histogram.buckets.entry(*b).or_default() += n;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn a_partition_found_empty_is_skipped_for_the_recheck_interval_only() {
+        let marks = EmptyMarks::new(3, 200 * MS);
+        let t = marks.base + 5 * MS;
+        assert!(!marks.skips(1, t), "not found empty yet");
+        marks.found_empty(1, t);
+        assert!(marks.skips(1, t));
+        assert!(marks.skips(1, t + 199 * MS));
+        assert!(
+            !marks.skips(1, t + 200 * MS),
+            "looked at again after the interval"
+        );
+        assert!(
+            !marks.skips(0, t) && !marks.skips(2, t),
+            "only that partition"
+        );
+        // Found empty again: skipped for another interval from then.
+        marks.found_empty(1, t + 300 * MS);
+        assert!(marks.skips(1, t + 499 * MS));
+        assert!(!marks.skips(1, t + 500 * MS));
+    }
+
+    #[test]
+    fn a_wake_marker_ends_the_skip_sooner() {
+        let marks = EmptyMarks::new(2, Duration::from_secs(3600));
+        let t = marks.base;
+        marks.found_empty(0, t);
+        marks.found_empty(1, t);
+        assert!(marks.all_skipped(t + MS));
+        marks.ready(1);
+        assert!(!marks.skips(1, t + MS) && marks.skips(0, t + MS));
+        assert!(!marks.all_skipped(t + MS));
+        marks.all_ready();
+        assert!(!marks.skips(0, t + MS));
+    }
+
+    #[test]
+    fn a_sub_millisecond_recheck_still_skips_until_it_passed() {
+        let marks = EmptyMarks::new(1, Duration::from_micros(1500));
+        let t = marks.base + 10 * MS;
+        marks.found_empty(0, t);
+        assert!(marks.skips(0, t + MS));
+        assert!(!marks.skips(0, t + 2 * MS));
+        // Found empty at the very start of the clock: still skipped (0 means ready).
+        let marks = EmptyMarks::new(1, Duration::ZERO);
+        marks.found_empty(0, marks.base);
+        assert!(marks.skips(0, marks.base));
+        assert!(!marks.skips(0, marks.base + MS));
     }
 }

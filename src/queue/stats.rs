@@ -59,8 +59,9 @@ pub struct QueueStats {
     /// worker running (the reaper promotes them).
     pub due: u64,
     pub dead: u64,
-    /// Ids set aside because their job hash was absent (a Cluster slot migration); the
-    /// reaper puts each back once its hash is there again.
+    /// Ids set aside because they had no job hash (a Cluster slot migration, or a job
+    /// key of another type); the reaper puts each back once its hash is there again. Ids
+    /// `purge` of orphans forgot are not counted.
     pub orphaned: u64,
     pub enqueued: u64,
     pub claimed: u64,
@@ -84,6 +85,11 @@ pub struct QueueStats {
     pub set_aside: u64,
     /// Set-aside ids put back, their hash being there again.
     pub restored: u64,
+    /// Of `restored`, ids `purge` of orphans had forgotten: their hash came back within
+    /// the 7 days a purged id is remembered.
+    pub restored_purged: u64,
+    /// Of `set_aside`, the ids whose job key held another type than a hash.
+    pub wrong_type: u64,
     /// Set-aside ids forgotten on purpose (`purge` of orphans).
     pub orphans_purged: u64,
     /// Due delayed jobs the reaper moved to pending.
@@ -124,6 +130,8 @@ impl QueueStats {
                 "orphans" => s.orphans = v,
                 "set_aside" => s.set_aside = v,
                 "restored" => s.restored = v,
+                "restored_purged" => s.restored_purged = v,
+                "wrong_type" => s.wrong_type = v,
                 "orphans_purged" => s.orphans_purged = v,
                 "promoted" => s.promoted = v,
                 "replayed" => s.replayed = v,

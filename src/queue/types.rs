@@ -212,7 +212,13 @@ pub struct Lease {
     /// Claims since enqueue (or since the last redrive), this one included.
     pub attempts: u32,
     pub token: String,
-    /// Lease expiry, milliseconds since the epoch on the Redis clock.
+    /// Lease expiry, milliseconds since the epoch on the Redis clock: one visibility
+    /// after the claim call that made the lease reached Redis. That call may be earlier
+    /// than the one that returned the lease: a claim whose reply was lost on every try is
+    /// answered by a later claim with the same request id, which replays the leases
+    /// ([`Claimed::first_sent`]). A local deadline (the worker runtime's) counts from the
+    /// first send of the request, never from the call that brought the reply, so it
+    /// never falls after this moment.
     pub lease_until: i64,
     /// The partition the job was claimed from (its index in `PartitionedQueue::partitions`),
     /// where its ack, extend and fail must go; 0 for a queue that is not partitioned.
@@ -333,6 +339,18 @@ pub struct Claimed {
     /// 100 due delayed jobs) with fewer leases than asked: claim again at once instead of
     /// waiting for a wake marker.
     pub more: bool,
+    /// Set when the call carried the request id of an earlier claim whose reply was lost
+    /// on every try: when that claim was first sent. Redis answers such a call with the
+    /// leases the earlier claim made (they end one visibility after it reached Redis, not
+    /// after this call did), so a local deadline for these leases counts from here.
+    /// `None`: the leases were made by this call (sent after the caller called it).
+    pub first_sent: Option<tokio::time::Instant>,
+    /// Under `replicated` durability: the call ran on the primary (its leases are held
+    /// there, and a `settle_claim`'s acks and fails were applied there) but fewer
+    /// replicas than asked confirmed it in time. The leases are to be run all the same; a
+    /// failover before the replicas catch up may undo the call (see
+    /// [`super::Durability`]).
+    pub unconfirmed: Option<super::Unconfirmed>,
 }
 
 /// A lease to end in the settle part of [`crate::queue::Queue::settle_claim`]: what the
@@ -474,6 +492,47 @@ pub struct JobInfo {
     pub lease_until: Option<i64>,
     pub last_error: Option<String>,
     pub worker: Option<String>,
+}
+
+/// How long `purge --orphans` remembers an id it forgot (reap puts it back if its hash
+/// comes back meanwhile): 7 days, as the reap script holds it.
+pub const PURGED_REMEMBERED_MS: i64 = 7 * 24 * 3600 * 1000;
+
+/// An id in the queue's `orphans` set: set aside by claim or reap because it had no job
+/// hash (absent, or a key of another type), or forgotten by `purge --orphans` and
+/// remembered for [`PURGED_REMEMBERED_MS`] in case its hash comes back.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SetAside {
+    /// When it was set aside or, when `purged`, when purge forgot it (ms).
+    pub at: i64,
+    pub purged: bool,
+    /// The type of its job key when read: `none` (absent), `hash` (back: the next reap
+    /// puts it back) or another type (the key is not a job).
+    pub key_type: String,
+}
+
+impl SetAside {
+    /// Why it is there and what happens to it, for people.
+    pub fn reason(&self) -> String {
+        let why = match self.key_type.as_str() {
+            "none" => {
+                "its job hash is absent (a Cluster slot migration, or deleted by hand)".to_string()
+            }
+            "hash" => {
+                "its job hash is back: the next reap puts it where its status says".to_string()
+            }
+            other => format!(
+                "its job key holds the wrong type ({other}), not a hash: claim and reap                  leave the key alone and the id set aside until the key is a job hash again"
+            ),
+        };
+        if self.purged {
+            format!(
+                "forgotten by purge --orphans; {why}; reap still puts it back if it comes back within 7 days"
+            )
+        } else {
+            why
+        }
+    }
 }
 
 fn serialize_payload<S: serde::Serializer>(payload: &Bytes, s: S) -> Result<S::Ok, S::Error> {

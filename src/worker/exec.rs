@@ -11,6 +11,14 @@
 //! | any other exit, or killed by a signal | failed, retried per the queue's policy |
 //!
 //! The last [`DEFAULT_STDERR_TAIL`] bytes of its stderr become the job's `last_error`.
+//! The worker's own credentials ([`CREDENTIAL_VARS`]) are removed from the child's
+//! environment unless [`ExecHandler::keep_credentials`] says otherwise.
+//!
+//! A command that cannot be started for a reason of its job's own (its id too large for
+//! the environment, a process or memory limit reached: see [`super::supervisor`]) fails
+//! that job for a retry; one that cannot be started at all stops the worker (see
+//! [`ExecHandler::stop_on_start_failure`]).
+//!
 //! The child runs in a process group of its own: when the worker shuts down the group
 //! gets SIGTERM, and SIGKILL when the shutdown deadline passes; when the job's lease is
 //! lost it gets SIGTERM, then SIGKILL after [`ExecHandler::kill_grace`]. A command that
@@ -44,6 +52,18 @@ pub const DEFAULT_DEAD_EXIT_CODE: u8 = 99;
 /// How many bytes at the end of the child's stderr are kept for `last_error`.
 pub const DEFAULT_STDERR_TAIL: usize = 2048;
 
+/// The variables of the worker's environment that carry its own credentials (the
+/// Redis URL, which may hold a password, the passwords and the TLS client identity):
+/// the command does not get them unless [`ExecHandler::keep_credentials`] is set.
+pub const CREDENTIAL_VARS: &[&str] = &[
+    "JOBQUEUE_REDIS_URL",
+    "JOBQUEUE_REDIS_PASSWORD",
+    "JOBQUEUE_SENTINEL_PASSWORD",
+    "JOBQUEUE_USERNAME",
+    "JOBQUEUE_TLS_CERT",
+    "JOBQUEUE_TLS_KEY",
+];
+
 /// Runs one command per job.
 #[derive(Debug, Clone)]
 pub struct ExecHandler {
@@ -54,6 +74,7 @@ pub struct ExecHandler {
     kill_grace: Duration,
     forward_stderr: bool,
     supervisor: Option<PathBuf>,
+    keep_credentials: bool,
     stop_on_start_failure: Option<CancellationToken>,
     start_failure: Arc<OnceLock<String>>,
 }
@@ -71,6 +92,7 @@ impl ExecHandler {
             kill_grace: Duration::from_secs(5),
             forward_stderr: true,
             supervisor: None,
+            keep_credentials: false,
             stop_on_start_failure: None,
             start_failure: Arc::default(),
         }
@@ -80,6 +102,14 @@ impl ExecHandler {
     /// [`super::supervisor`]), so that no process of the job survives the worker.
     pub fn supervisor(mut self, program: Option<PathBuf>) -> Self {
         self.supervisor = program;
+        self
+    }
+
+    /// Pass the worker's credentials ([`CREDENTIAL_VARS`]) on to the command (default
+    /// false: they are removed from its environment, so job code cannot reach Redis as
+    /// the worker).
+    pub fn keep_credentials(mut self, keep: bool) -> Self {
+        self.keep_credentials = keep;
         self
     }
 
@@ -97,6 +127,13 @@ impl ExecHandler {
     /// [`ExecHandler::stop_on_start_failure`]).
     pub fn start_failure(&self) -> Option<&str> {
         self.start_failure.get().map(String::as_str)
+    }
+
+    /// The command could not be started for this job alone (see
+    /// [`super::supervisor`]): the job fails for a retry, the worker goes on.
+    fn cannot_start_job(&self, lease: &Lease, reason: String) -> JobError {
+        warn!(job = %lease.id, reason = %reason, "cannot start the command for this job");
+        JobError::Retry(format!("cannot start this job's command: {reason}"))
     }
 
     /// The command could not be started: with [`ExecHandler::stop_on_start_failure`],
@@ -169,6 +206,11 @@ impl ExecHandler {
             .stdin(Stdio::piped())
             .stdout(Stdio::inherit())
             .stderr(Stdio::piped());
+        if !self.keep_credentials {
+            for name in CREDENTIAL_VARS {
+                cmd.env_remove(name);
+            }
+        }
         #[cfg(unix)]
         cmd.process_group(0);
         let supervised = self.supervisor.is_some();
@@ -190,6 +232,18 @@ impl ExecHandler {
                 Some(supervisor) => supervisor,
                 None => &self.program,
             };
+            if super::supervisor::job_specific(&e) {
+                let mut reason = format!("{}: {e}", self.program.display());
+                let id_len = lease.id.as_bytes().len();
+                if id_len > crate::queue::MAX_ID_LEN {
+                    reason.push_str(&format!(
+                        " (the job's id is {id_len} bytes, over the limit of {} that enqueue \
+                         keeps to)",
+                        crate::queue::MAX_ID_LEN
+                    ));
+                }
+                return self.cannot_start_job(&lease, reason);
+            }
             self.cannot_start(format!("cannot start {}: {e}", program.display()))
         })?;
         let group = ProcessGroup {
@@ -259,11 +313,13 @@ impl ExecHandler {
             status.map_err(|e| JobError::Retry(format!("waiting for the command: {e}")))?;
         let stderr = {
             let tail = tail.lock().unwrap_or_else(|p| p.into_inner());
-            if supervised
-                && status.code() == Some(super::supervisor::CANNOT_START_EXIT)
-                && let Some(reason) = tail.whole_text_after(super::supervisor::CANNOT_START)
-            {
-                return Err(self.cannot_start(format!("cannot start {reason}")));
+            if supervised && status.code() == Some(super::supervisor::CANNOT_START_EXIT) {
+                if let Some(reason) = tail.whole_text_after(super::supervisor::CANNOT_START_JOB) {
+                    return Err(self.cannot_start_job(&lease, reason));
+                }
+                if let Some(reason) = tail.whole_text_after(super::supervisor::CANNOT_START) {
+                    return Err(self.cannot_start(format!("cannot start {reason}")));
+                }
             }
             tail.text()
         };

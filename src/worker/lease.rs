@@ -8,6 +8,11 @@
 //! the difference in clock rates). A handler cancelled at its deadline and stopped within
 //! the grace period therefore overlaps another worker's run of the job by at most the
 //! grace period, however long the worker is cut off from Redis.
+//!
+//! A claim that carries the request id of an earlier claim whose reply was lost on every
+//! try gets that claim's leases back (Redis replays them): the call that granted them is
+//! the earlier one, so their deadline counts from its first send
+//! ([`crate::queue::Claimed::first_sent`]), not from the call that brought the reply.
 
 use std::time::Duration;
 
@@ -16,6 +21,17 @@ use tokio::time::Instant;
 /// A lease granted or extended by a call sent at `sent`, asking for `lease`.
 pub(super) fn deadline(sent: Instant, lease: Duration) -> Instant {
     sent + lease
+}
+
+/// The leases of a claim whose call was sent at `sent`, asking for `lease`: from the
+/// first send of the request they answer when that was earlier (`first_sent`, a replay
+/// of a claim whose reply was lost), else from `sent`.
+pub(super) fn claim_deadline(
+    sent: Instant,
+    first_sent: Option<Instant>,
+    lease: Duration,
+) -> Instant {
+    deadline(first_sent.map_or(sent, |first| first.min(sent)), lease)
 }
 
 /// How long an `extend` sent at `now`, covering leases with these deadlines, may wait for
@@ -69,6 +85,20 @@ mod tests {
     fn the_deadline_counts_from_the_send_time() {
         let t = Instant::now();
         assert_eq!(deadline(t, 1000 * MS), t + 1000 * MS);
+    }
+
+    #[test]
+    fn a_replayed_claim_counts_from_its_first_send() {
+        let first = Instant::now();
+        let later = first + 1900 * MS;
+        let lease = 3000 * MS;
+        // Leases replayed by a later call end where the first send's would.
+        assert_eq!(claim_deadline(later, Some(first), lease), first + lease);
+        assert!(claim_deadline(later, Some(first), lease) < deadline(later, lease));
+        // Leases the call made itself: from its own send.
+        assert_eq!(claim_deadline(later, None, lease), later + lease);
+        // Never later than the call's own send time gives.
+        assert_eq!(claim_deadline(first, Some(later), lease), first + lease);
     }
 
     #[test]

@@ -38,7 +38,9 @@
 //!   timeout. A renewal that comes back stale means the lease was taken away: the
 //!   handler's [`JobContext`] is cancelled and its result is never acked.
 //! - Every lease also has a local deadline: the moment the claim or the last successful
-//!   renewal was sent, plus the lease length. When it passes (a worker cut off from
+//!   renewal was sent, plus the lease length (for leases Redis replays to a claim that
+//!   reuses the request id of one whose every reply was lost, the first send of that
+//!   request). When it passes (a worker cut off from
 //!   Redis cannot renew), the lease is treated as lost the same way, without waiting for
 //!   Redis to say so; a handler still running [`WorkerBuilder::lease_grace`] after that
 //!   is aborted. Another worker can only get the job after the lease ends in Redis,
@@ -216,6 +218,9 @@ pub struct WorkerStats {
     pub redis_errors: u64,
     /// Expired leases (of any worker) this worker's reaper requeued or dead-lettered.
     pub reaped: u64,
+    /// Under `replicated` durability: calls (claims, acks, fails) that took effect on the
+    /// primary but that fewer replicas than asked confirmed in time.
+    pub unconfirmed: u64,
 }
 
 #[derive(Debug, Default)]
@@ -232,6 +237,7 @@ pub(crate) struct Counters {
     renewals: AtomicU64,
     redis_errors: AtomicU64,
     reaped: AtomicU64,
+    unconfirmed: AtomicU64,
 }
 
 impl Counters {
@@ -254,6 +260,7 @@ impl Counters {
             renewals: get(&self.renewals),
             redis_errors: get(&self.redis_errors),
             reaped: get(&self.reaped),
+            unconfirmed: get(&self.unconfirmed),
         }
     }
 }
@@ -473,13 +480,30 @@ impl Worker {
         StatsHandle(self.counters.clone())
     }
 
-    /// Run until shut down; returns the worker's counters.
+    /// Run until shut down; returns the worker's counters. A worker whose endpoint turns
+    /// out to be a read-only replica (without Sentinel) stops by itself, with the error
+    /// logged: [`Worker::try_run`] returns it.
     pub async fn run<H, F>(self, handler: H) -> WorkerStats
     where
         H: Fn(crate::queue::Lease, JobContext) -> F + Send + Sync + 'static,
         F: std::future::Future<Output = std::result::Result<(), JobError>> + Send + 'static,
     {
-        runtime::run(self, Arc::new(handler)).await
+        runtime::run(self, Arc::new(handler)).await.0
+    }
+
+    /// [`Worker::run`], returning the error that stopped the worker when it was not a
+    /// shutdown: [`crate::queue::Error::ReadOnly`] when the endpoint (not behind
+    /// Sentinel) is a replica, which no retry makes take writes. The jobs in flight then
+    /// were stopped as at a shutdown.
+    pub async fn try_run<H, F>(self, handler: H) -> crate::queue::Result<WorkerStats>
+    where
+        H: Fn(crate::queue::Lease, JobContext) -> F + Send + Sync + 'static,
+        F: std::future::Future<Output = std::result::Result<(), JobError>> + Send + 'static,
+    {
+        match runtime::run(self, Arc::new(handler)).await {
+            (_, Some(err)) => Err(err),
+            (stats, None) => Ok(stats),
+        }
     }
 }
 

@@ -30,7 +30,7 @@ use super::{Counters, JobContext, JobError, MAX_ERROR_TEXT, RetryDelay, Worker, 
 use crate::duration;
 use crate::queue::{
     Dedicated, Error, FailMode, FailOutcome, JobId, Lease, LeaseRef, MAX_BATCH, Result, Settle,
-    Settled, new_token,
+    Settled, Unconfirmed, new_token, within_window,
 };
 use crate::shutdown::Signals;
 
@@ -121,6 +121,15 @@ struct Shared {
     hard_stop: CancellationToken,
     /// When a failure to reach Redis was last logged as a warning (see `redis_error`).
     quiet_until: Mutex<Option<std::time::Instant>>,
+    /// When a call the replicas did not confirm was last logged as a warning (see
+    /// `note_unconfirmed`).
+    quiet_unconfirmed: Mutex<Option<std::time::Instant>>,
+    /// Commands follow the primary through failovers (Sentinel): `READONLY` is a
+    /// failover under way, retried; otherwise the endpoint is a replica and the worker
+    /// stops.
+    follows_primary: bool,
+    /// What stopped the worker, when something retrying cannot fix did.
+    fatal: Mutex<Option<Error>>,
 }
 
 /// After a warning that Redis cannot be reached, the same kind of failure is logged at
@@ -200,9 +209,70 @@ impl Shared {
         RetryDelay::new(self.retry_initial, self.retry_max)
     }
 
-    fn redis_error(&self, what: &str, err: &Error, delay: Duration) {
+    /// Whether a failed call is tried again: a transient failure, or (behind Sentinel) a
+    /// `READONLY` from a primary demoted by a failover, whose next call goes to the new
+    /// primary.
+    fn retryable(&self, err: &Error) -> bool {
+        err.is_transient() || (self.follows_primary && matches!(err, Error::ReadOnly { .. }))
+    }
+
+    /// A `READONLY` reply from an endpoint given as the primary: it is a replica, and no
+    /// retry makes it take writes. The worker stops (shutdown), reporting the error.
+    /// True when `err` is such a reply.
+    fn stop_if_readonly(&self, err: &Error) -> bool {
+        if self.follows_primary || !matches!(err, Error::ReadOnly { .. }) {
+            return false;
+        }
         Counters::add(&self.counters.redis_errors, 1);
-        if err.is_transient() {
+        let mut fatal = self.fatal.lock().unwrap_or_else(|p| p.into_inner());
+        if fatal.is_none()
+            && let Error::ReadOnly { queue, op } = err
+        {
+            error!(queue = %self.queue_name, error = %err, "the worker cannot go on; stopping");
+            *fatal = Some(Error::ReadOnly {
+                queue: queue.clone(),
+                op,
+            });
+        }
+        drop(fatal);
+        self.shutdown.cancel();
+        true
+    }
+
+    /// A call that ran on the primary but that too few replicas confirmed: it took
+    /// effect (the jobs it leased are run, the acks and fails it carried are applied),
+    /// and a failover before the replicas catch up may undo it. Logged as a warning,
+    /// then at debug level for [`TRANSIENT_QUIET`] (every call is unconfirmed while the
+    /// replicas are down).
+    fn note_unconfirmed(&self, what: &str, short: Unconfirmed) {
+        Counters::add(&self.counters.unconfirmed, 1);
+        let now = std::time::Instant::now();
+        let mut quiet = self
+            .quiet_unconfirmed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let text = format!(
+            "{what} applied on the primary but not confirmed by {} replica(s) ({short}): \
+             a failover now may undo it (an acked job would run again, a leased one could \
+             be claimed by another worker)",
+            short.wanted
+        );
+        if quiet.is_some_and(|until| now < until) {
+            debug!(queue = %self.queue_name, "{text}");
+        } else {
+            *quiet = Some(now + TRANSIENT_QUIET);
+            warn!(queue = %self.queue_name,
+                "{text}; calls not confirmed in the next {} are logged at debug level",
+                duration::format(TRANSIENT_QUIET));
+        }
+    }
+
+    fn redis_error(&self, what: &str, err: &Error, delay: Duration) {
+        if self.stop_if_readonly(err) {
+            return;
+        }
+        Counters::add(&self.counters.redis_errors, 1);
+        if self.retryable(err) {
             let now = std::time::Instant::now();
             let mut quiet = self.quiet_until.lock().unwrap_or_else(|p| p.into_inner());
             if quiet.is_some_and(|until| now < until) {
@@ -267,6 +337,8 @@ enum Outcome {
     Panicked(String),
     /// Aborted at the shutdown deadline, or after its lease was lost.
     Aborted,
+    /// Never started: the claim's reply came after the lease's local deadline.
+    NotStarted,
 }
 
 struct Completion {
@@ -280,8 +352,10 @@ struct Completion {
 type Handler<H> = Arc<H>;
 
 /// The worker's life: start the helper tasks, claim until shutdown, wait for the jobs in
-/// flight up to the deadline, stop the helpers.
-pub(super) async fn run<H, F>(worker: Worker, handler: Handler<H>) -> WorkerStats
+/// flight up to the deadline, stop the helpers. Returns the counters, and the error that
+/// stopped the worker when it was not a shutdown (an endpoint that is a read-only
+/// replica).
+pub(super) async fn run<H, F>(worker: Worker, handler: Handler<H>) -> (WorkerStats, Option<Error>)
 where
     H: Fn(Lease, JobContext) -> F + Send + Sync + 'static,
     F: std::future::Future<Output = std::result::Result<(), JobError>> + Send + 'static,
@@ -292,6 +366,12 @@ where
         shutdown,
         counters,
     } = worker;
+    // A partition found empty is looked at again after the poll interval, busy or idle.
+    let queue = match queue {
+        JobSource::Partitioned(q) => JobSource::Partitioned(q.recheck_empty(config.poll_interval)),
+        one => one,
+    };
+    let follows_primary = queue.follows_primary();
     let shared = Arc::new(Shared {
         worker_id: Arc::from(config.worker_id.as_str()),
         queue_name: Arc::from(queue.name()),
@@ -317,6 +397,9 @@ where
         shutdown,
         hard_stop: CancellationToken::new(),
         quiet_until: Mutex::new(None),
+        quiet_unconfirmed: Mutex::new(None),
+        follows_primary,
+        fatal: Mutex::new(None),
     });
     // Listening from before anything that says the worker runs: a SIGTERM sent once
     // the start line is out (Kubernetes stopping a pod it just started) is a graceful
@@ -389,7 +472,12 @@ where
         released = stats.released,
         "worker stopped"
     );
-    stats
+    let fatal = shared
+        .fatal
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take();
+    (stats, fatal)
 }
 
 /// The claim loop: as many jobs as there are free slots (at most `max_claim` per call),
@@ -443,7 +531,6 @@ async fn claim_until_shutdown<H, F>(
         let lease_len = shared.lease_len();
         let sent = Instant::now();
         let reply = settle_and_claim(shared, &endings, n, lease_len, &mut delay).await;
-        let deadline = lease::deadline(sent, lease_len);
         // The finished jobs' slots claim for the next ones.
         for ending in endings {
             permits.push(ending.c._permit);
@@ -485,6 +572,8 @@ async fn claim_until_shutdown<H, F>(
             }
             Ok(claimed) => {
                 delay.reset();
+                // A replay of a claim whose reply was lost counts from that claim's send.
+                let deadline = lease::claim_deadline(sent, claimed.first_sent, lease_len);
                 let leases = claimed.leases;
                 Counters::add(&shared.counters.claimed, leases.len() as u64);
                 debug!(queue = %shared.queue_name, n = leases.len(), "claimed");
@@ -509,9 +598,12 @@ async fn claim_until_shutdown<H, F>(
 /// answer says what became of each ending (counted and logged here). When the call
 /// fails, it is sent again, unchanged (same request id), while the failure is transient
 /// and the shutdown deadline has not passed, so the endings are settled exactly once; a
-/// claim with nothing to settle is not repeated (the loop claims anew). When it gave up,
-/// how long to wait before the next claim: an ending's lease then expires and its job
-/// runs again (at-least-once).
+/// claim with nothing to settle is not repeated (the loop claims anew). Past
+/// [`crate::queue::REQUEST_RETRY_WINDOW`] from its first send, the request's record may be gone from
+/// Redis: the call is then sent with a fresh request id (each ending is still applied at
+/// most once, by its token; one the lost call applied is answered stale, and leases the
+/// lost call made expire to the reaper). When it gave up, how long to wait before the
+/// next claim: an ending's lease then expires and its job runs again (at-least-once).
 async fn settle_and_claim(
     shared: &Shared,
     endings: &[Ending],
@@ -523,11 +615,19 @@ async fn settle_and_claim(
         .iter()
         .map(|e| e.settle(shared.retry_backoff))
         .collect();
-    let request = new_token();
+    let mut request = new_token();
+    let mut first_sent = tokio::time::Instant::now();
     let reply = loop {
         let sent = shared
             .queue
-            .settle_claim(&request, &settles, n, &shared.worker_id, Some(lease_len))
+            .settle_claim(
+                &request,
+                first_sent,
+                &settles,
+                n,
+                &shared.worker_id,
+                Some(lease_len),
+            )
             .await;
         match sent {
             Ok(reply) => break Some(reply),
@@ -536,22 +636,41 @@ async fn settle_and_claim(
                 shared.redis_error("claim", &err, wait);
                 return Err(wait);
             }
-            Err(err) if err.is_transient() && !shared.hard_stop.is_cancelled() => {
+            Err(err) if shared.retryable(&err) && !shared.hard_stop.is_cancelled() => {
                 let wait = delay.next_delay();
                 shared.redis_error("ending leases and claiming", &err, wait);
+                let fresh = !within_window(first_sent, wait);
                 tokio::select! {
                     _ = shared.hard_stop.cancelled() => break None,
                     _ = tokio::time::sleep(wait) => {}
                 }
+                if fresh {
+                    warn!(queue = %shared.queue_name, endings = endings.len(),
+                        "ending leases: no answer within the retry window; sending the call as a new request (leases the unanswered one made expire to the reaper)");
+                    request = new_token();
+                    first_sent = tokio::time::Instant::now();
+                }
             }
             Err(err) => {
-                Counters::add(&shared.counters.redis_errors, 1);
-                error!(queue = %shared.queue_name, error = %err,
-                    "ending leases failed; giving up, the leases will expire");
+                if !shared.stop_if_readonly(&err) {
+                    Counters::add(&shared.counters.redis_errors, 1);
+                    error!(queue = %shared.queue_name, error = %err,
+                        "ending leases failed; giving up, the leases will expire");
+                }
                 break None;
             }
         }
     };
+    // Under `replicated`: the call took effect on the primary all the same, its leases
+    // are run as any others.
+    if let Some(short) = reply.as_ref().and_then(|r| r.claimed.unconfirmed) {
+        let leased = reply.as_ref().map_or(0, |r| r.claimed.leases.len());
+        let what = match endings.len() {
+            0 => format!("a claim of {leased} job(s)"),
+            ended => format!("the end of {ended} lease(s) and a claim of {leased} job(s)"),
+        };
+        shared.note_unconfirmed(&what, short);
+    }
     let answered = reply.as_ref().map(|r| r.settled.as_slice());
     {
         let mut map = shared.inflight();
@@ -638,11 +757,18 @@ fn start_job<H, F>(
 {
     if Instant::now() >= deadline {
         // The reply came later than the lease is sure to last: running the job now could
-        // overlap another worker's run of it. Its lease expires for the reaper.
+        // overlap another worker's run of it. It is released at once, uncharged (stale,
+        // changing nothing, if the lease was already reaped), rather than left to expire
+        // and be charged an attempt it never had.
         Counters::add(&shared.counters.lost, 1);
         warn!(queue = %shared.queue_name, job = %lease.id,
-            "the claim's reply came after the lease's local deadline; not running the job");
-        drop(permit);
+            "the claim's reply came after the lease's local deadline; not running the job, releasing it");
+        let _ = done.send(Completion {
+            lease,
+            outcome: Outcome::NotStarted,
+            took: Duration::ZERO,
+            _permit: permit,
+        });
         return;
     }
     let cancel = CancellationToken::new();
@@ -798,6 +924,7 @@ async fn complete_jobs(shared: Arc<Shared>, mut done: mpsc::UnboundedReceiver<Co
                     Counters::add(&shared.counters.abandoned, 1);
                     releases.push(c);
                 }
+                Outcome::NotStarted => releases.push(c),
             }
         }
         drop(gate);
@@ -820,8 +947,11 @@ async fn ack_all(shared: &Shared, acks: Vec<Completion>) {
         return;
     }
     let refs: Vec<LeaseRef<'_>> = acks.iter().map(|c| c.lease.lease_ref()).collect();
-    let flags = with_retry(shared, "ack", || shared.queue.ack_many(&refs)).await;
-    if let Some(flags) = flags {
+    let answer = with_retry(shared, "ack", || shared.queue.ack_many(&refs)).await;
+    if let Some((_, Some(short))) = &answer {
+        shared.note_unconfirmed(&format!("{} ack(s)", acks.len()), *short);
+    }
+    if let Some((flags, _)) = answer {
         for (c, ok) in acks.iter().zip(flags) {
             note_ack(shared, c, ok);
         }
@@ -839,7 +969,10 @@ async fn fail_one(shared: &Shared, c: Completion, text: String, mode: FailMode) 
             .fail(&c.lease, &text, mode, shared.retry_backoff)
     })
     .await;
-    if let Some(outcome) = outcome {
+    if let Some((outcome, short)) = outcome {
+        if let Some(short) = short {
+            shared.note_unconfirmed("a fail", short);
+        }
         note_fail(shared, &c, &text, outcome);
     }
     shared.inflight().remove(&lease_key(&c.lease));
@@ -880,11 +1013,19 @@ fn note_fail(shared: &Shared, c: &Completion, text: &str, outcome: FailOutcome) 
 }
 
 async fn release_one(shared: &Shared, c: Completion) {
-    match with_retry(shared, "release", || shared.queue.release(&c.lease)).await {
+    let answer = with_retry(shared, "release", || shared.queue.release(&c.lease)).await;
+    if let Some((_, Some(short))) = answer {
+        shared.note_unconfirmed("a release", short);
+    }
+    match answer.map(|(released, _)| released) {
         Some(true) => {
             Counters::add(&shared.counters.released, 1);
+            let why = match c.outcome {
+                Outcome::NotStarted => "job not started (its claim came back too late)",
+                _ => "job unfinished at shutdown",
+            };
             info!(queue = %shared.queue_name, job = %c.lease.id, attempt = c.lease.attempts,
-                "job unfinished at shutdown: released without charging the attempt");
+                "{why}: released without charging the attempt");
         }
         Some(false) => {
             Counters::add(&shared.counters.stale, 1);
@@ -906,7 +1047,7 @@ where
     loop {
         match op().await {
             Ok(v) => return Some(v),
-            Err(err) if err.is_transient() && !shared.hard_stop.is_cancelled() => {
+            Err(err) if shared.retryable(&err) && !shared.hard_stop.is_cancelled() => {
                 let wait = delay.next_delay();
                 shared.redis_error(what, &err, wait);
                 tokio::select! {
@@ -915,8 +1056,10 @@ where
                 }
             }
             Err(err) => {
-                Counters::add(&shared.counters.redis_errors, 1);
-                error!(queue = %shared.queue_name, error = %err, "{what} failed; giving up, the lease will expire");
+                if !shared.stop_if_readonly(&err) {
+                    Counters::add(&shared.counters.redis_errors, 1);
+                    error!(queue = %shared.queue_name, error = %err, "{what} failed; giving up, the lease will expire");
+                }
                 return None;
             }
         }

@@ -5,9 +5,12 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::queue::{
     Backoff, Claimed, Durability, FailMode, FailOutcome, Lease, LeaseRef, PartitionWaiter,
     PartitionedQueue, Queue, QueueSettings, ReapOutcome, Result, Settle, Settled, SettledClaim,
+    Unconfirmed,
 };
 
 /// One queue or N partitions (see `crate::queue::PartitionedQueue`).
@@ -47,6 +50,15 @@ impl JobSource {
         }
     }
 
+    /// Whether commands follow the primary through failovers (Sentinel): a `READONLY`
+    /// reply then means a failover under way, not a replica given by mistake.
+    pub(crate) fn follows_primary(&self) -> bool {
+        match self {
+            JobSource::One(q) => q.redis().is_sentinel(),
+            JobSource::Partitioned(q) => q.partitions().iter().all(|p| p.redis().is_sentinel()),
+        }
+    }
+
     /// The same source, its writes made with `durability`.
     pub fn with_durability(self, durability: Durability) -> JobSource {
         match self {
@@ -63,10 +75,13 @@ impl JobSource {
     /// partition, in parallel), then a claim in rotation, so a busy partitioned worker
     /// pays two round trips per batch; a resend after a lost reply finds the endings
     /// already made and reports them stale (nothing is applied twice: each needs the
-    /// lease, which the first one ended).
+    /// lease, which the first one ended). Its claim may carry the request id of an
+    /// earlier claim whose every reply was lost and get that claim's leases back
+    /// ([`crate::queue::Claimed::first_sent`] then says when it was first sent).
     pub(crate) async fn settle_claim(
         &self,
         request: &str,
+        first_sent: Instant,
         settles: &[Settle<'_>],
         n: usize,
         worker: &str,
@@ -75,7 +90,7 @@ impl JobSource {
         let q = match self {
             JobSource::One(q) => {
                 return q
-                    .settle_claim(request, settles, n, worker, visibility)
+                    .settle_claim_since(request, first_sent, settles, n, worker, visibility)
                     .await;
             }
             JobSource::Partitioned(q) => q,
@@ -84,49 +99,68 @@ impl JobSource {
         let acks: Vec<usize> = (0..settles.len())
             .filter(|&i| matches!(settles[i], Settle::Ack(_)))
             .collect();
+        let mut short = None;
         if !acks.is_empty() {
             let refs: Vec<LeaseRef<'_>> = acks.iter().map(|&i| settles[i].lease()).collect();
-            for (&i, ok) in acks.iter().zip(q.ack_many(&refs).await?) {
+            let (flags, unconfirmed) = acks_per_partition(q, &refs).await?;
+            short = Unconfirmed::worst(short, unconfirmed);
+            for (&i, ok) in acks.iter().zip(flags) {
                 if ok {
                     settled[i] = Settled::Acked;
                 }
             }
         }
         for (i, settle) in settles.iter().enumerate() {
-            let outcome = match *settle {
+            let (outcome, unconfirmed) = match *settle {
                 Settle::Ack(_) => continue,
                 Settle::Fail {
                     lease,
                     error,
                     mode,
                     backoff,
-                } => q.fail(lease, error, mode, backoff).await?,
+                } => {
+                    q.partition(lease.partition)?
+                        .fail_applied(lease, error, mode, backoff)
+                        .await?
+                }
                 Settle::Release(lease) => {
-                    if q.release(lease).await? {
+                    let (released, unconfirmed) =
+                        q.partition(lease.partition)?.release_applied(lease).await?;
+                    let outcome = if released {
                         FailOutcome::Pending
                     } else {
                         FailOutcome::Stale
-                    }
+                    };
+                    (outcome, unconfirmed)
                 }
             };
+            short = Unconfirmed::worst(short, unconfirmed);
             if outcome != FailOutcome::Stale {
                 settled[i] = Settled::Moved(outcome);
             }
         }
-        let leases = q.claim(n, worker, visibility).await?;
+        // Under `replicated`, a claim that was not confirmed is logged where it is made
+        // and its leases come back all the same.
+        let claimed = q.claim_batch(n, worker, visibility).await?;
+        let unconfirmed = Unconfirmed::worst(short, claimed.unconfirmed);
         Ok(SettledClaim {
             settled,
             claimed: Claimed {
-                leases,
-                more: false,
+                unconfirmed,
+                ..claimed
             },
         })
     }
 
-    pub(crate) async fn ack_many(&self, leases: &[LeaseRef<'_>]) -> Result<Vec<bool>> {
+    /// Ack many leases; one flag per lease, in order, and whether the replicas confirmed
+    /// (see [`Queue::ack_many_applied`]).
+    pub(crate) async fn ack_many(
+        &self,
+        leases: &[LeaseRef<'_>],
+    ) -> Result<(Vec<bool>, Option<Unconfirmed>)> {
         match self {
-            JobSource::One(q) => q.ack_many(leases).await,
-            JobSource::Partitioned(q) => q.ack_many(leases).await,
+            JobSource::One(q) => q.ack_many_applied(leases).await,
+            JobSource::Partitioned(q) => acks_per_partition(q, leases).await,
         }
     }
 
@@ -141,24 +175,31 @@ impl JobSource {
         }
     }
 
+    /// The lease's queue: the one queue, or the partition the lease names.
+    fn queue_of(&self, lease: &Lease) -> Result<&Queue> {
+        match self {
+            JobSource::One(q) => Ok(q),
+            JobSource::Partitioned(q) => q.partition(lease.partition),
+        }
+    }
+
+    /// Fail a lease; and whether the replicas confirmed (see [`Queue::fail_applied`]).
     pub(crate) async fn fail(
         &self,
         lease: &Lease,
         error: &str,
         mode: FailMode,
         backoff: Backoff,
-    ) -> Result<FailOutcome> {
-        match self {
-            JobSource::One(q) => q.fail(lease, error, mode, backoff).await,
-            JobSource::Partitioned(q) => q.fail(lease, error, mode, backoff).await,
-        }
+    ) -> Result<(FailOutcome, Option<Unconfirmed>)> {
+        self.queue_of(lease)?
+            .fail_applied(lease, error, mode, backoff)
+            .await
     }
 
-    pub(crate) async fn release(&self, lease: &Lease) -> Result<bool> {
-        match self {
-            JobSource::One(q) => q.release(lease).await,
-            JobSource::Partitioned(q) => q.release(lease).await,
-        }
+    /// Release a lease; and whether the replicas confirmed (see
+    /// [`Queue::release_applied`]).
+    pub(crate) async fn release(&self, lease: &Lease) -> Result<(bool, Option<Unconfirmed>)> {
+        self.queue_of(lease)?.release_applied(lease).await
     }
 
     pub(crate) async fn settings(&self) -> Result<QueueSettings> {
@@ -181,6 +222,32 @@ impl JobSource {
             JobSource::Partitioned(q) => q.reap_expired(batch, max_calls).await,
         }
     }
+}
+
+/// Acks sent to the partitions the leases name, in parallel: one flag per lease, in
+/// order, and the worst shortfall of replica confirmations.
+async fn acks_per_partition(
+    q: &PartitionedQueue,
+    leases: &[LeaseRef<'_>],
+) -> Result<(Vec<bool>, Option<Unconfirmed>)> {
+    let mut by_partition: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+    for (i, lease) in leases.iter().enumerate() {
+        by_partition.entry(lease.partition).or_default().push(i);
+    }
+    let calls = by_partition.iter().map(|(&p, which)| async move {
+        let refs: Vec<LeaseRef<'_>> = which.iter().map(|&i| leases[i]).collect();
+        q.partition(p)?.ack_many_applied(&refs).await
+    });
+    let answers = futures::future::try_join_all(calls).await?;
+    let mut flags = vec![false; leases.len()];
+    let mut short = None;
+    for (which, (answer, unconfirmed)) in by_partition.values().zip(answers) {
+        short = Unconfirmed::worst(short, unconfirmed);
+        for (&i, ok) in which.iter().zip(answer) {
+            flags[i] = ok;
+        }
+    }
+    Ok((flags, short))
 }
 
 /// The idle wait of a partitioned source: one BLPOP per partition (see

@@ -32,6 +32,30 @@ pub(crate) const CANNOT_START_EXIT: i32 = 127;
 /// The start of the supervisor's stderr when the command could not be started.
 pub(crate) const CANNOT_START: &str = "jobqueue: cannot start ";
 
+/// The start of the supervisor's stderr (with [`CANNOT_START_EXIT`]) when the command
+/// could not be started for a reason of this job's own (see [`job_specific`]).
+pub(crate) const CANNOT_START_JOB: &str = "jobqueue: cannot start this job's command: ";
+
+/// Whether a failure to start the command belongs to the one job (its environment or
+/// arguments too large, E2BIG; a process, memory or file limit reached for the moment,
+/// EAGAIN, ENOMEM, EMFILE, ENFILE): that job fails and is retried, and the worker goes
+/// on. Anything else (not found, not executable, a missing `#!` interpreter) would hit
+/// every job alike, and stops the worker.
+pub(crate) fn job_specific(err: &std::io::Error) -> bool {
+    #[cfg(unix)]
+    {
+        matches!(
+            err.raw_os_error(),
+            Some(libc::E2BIG | libc::EAGAIN | libc::ENOMEM | libc::EMFILE | libc::ENFILE)
+        )
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = err;
+        false
+    }
+}
+
 /// The signal that asks the supervisor to SIGKILL the job's group.
 #[cfg(unix)]
 pub(crate) const KILL_REQUEST: i32 = libc::SIGUSR1;
@@ -112,12 +136,20 @@ fn supervise(args: Vec<OsString>) -> i32 {
         Err(e) => {
             use std::io::Write;
             // Written whole or not at all: the worker reads this line to tell a command
-            // that never ran from one that failed.
-            let _ = writeln!(
-                std::io::stderr(),
-                "{CANNOT_START}{}: {e}",
-                program.display()
-            );
+            // that never ran from one that failed, and this job's failure from everyone's.
+            let _ = if job_specific(&e) {
+                writeln!(
+                    std::io::stderr(),
+                    "{CANNOT_START_JOB}{}: {e}",
+                    program.display()
+                )
+            } else {
+                writeln!(
+                    std::io::stderr(),
+                    "{CANNOT_START}{}: {e}",
+                    program.display()
+                )
+            };
             return CANNOT_START_EXIT;
         }
     };
@@ -207,4 +239,27 @@ fn exit_like(status: i32) -> i32 {
         return 128 + sig;
     }
     1
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_limits_of_one_job_are_its_own() {
+        let os = std::io::Error::from_raw_os_error;
+        for errno in [
+            libc::E2BIG,
+            libc::EAGAIN,
+            libc::ENOMEM,
+            libc::EMFILE,
+            libc::ENFILE,
+        ] {
+            assert!(job_specific(&os(errno)), "{errno}");
+        }
+        for errno in [libc::ENOENT, libc::EACCES, libc::ENOEXEC, libc::ETXTBSY] {
+            assert!(!job_specific(&os(errno)), "{errno}");
+        }
+        assert!(!job_specific(&std::io::Error::other("x")));
+    }
 }

@@ -343,6 +343,21 @@ pub enum Expect {
     AddFinalizerStale,
     /// GET of the scenario's JobQueue, answered with it carrying the finalizer.
     GetQueueWithFinalizer,
+    /// A server-side apply of the scenario's JobQueue's status conditional on the
+    /// resource version the scenario's object has (`metadata.resourceVersion` in the
+    /// body), answered as the API server answers it once the object has changed since:
+    /// 409 Conflict.
+    StatusConflict,
+    /// GET of the scenario's JobQueue, answered with this object (the object as the API
+    /// server has it, newer than the scenario's copy).
+    GetQueue(Box<JobQueue>),
+    /// The merge patch that records `status.originalReplicas` (this target, `Kind/name`,
+    /// at these replicas) before the first scale, conditional on the resource version of
+    /// the scenario's object, answered with the object holding it at the next version.
+    RecordOriginal(&'static str, i32),
+    /// The same patch, refused with this HTTP status (409: the object has changed since
+    /// the scenario's copy; 403: forbidden).
+    RecordRefused(&'static str, i32, StatusCode),
 }
 
 /// The path of the scenario's JobQueue (for its metadata patches).
@@ -395,6 +410,24 @@ impl Expect {
                 format!("PATCH {} adding the finalizer, refused", jq.name_any())
             }
             Expect::GetQueueWithFinalizer => format!("GET {}", jq.name_any()),
+            Expect::StatusConflict => format!(
+                "PATCH status of {} conditional on resourceVersion {:?}, refused",
+                jq.name_any(),
+                jq.resource_version()
+            ),
+            Expect::GetQueue(fresh) => format!(
+                "GET {} (at resourceVersion {:?})",
+                jq.name_any(),
+                fresh.resource_version()
+            ),
+            Expect::RecordOriginal(target, n) => format!(
+                "PATCH status of {} recording {target} at {n} replicas",
+                jq.name_any()
+            ),
+            Expect::RecordRefused(target, n, code) => format!(
+                "PATCH status of {} recording {target} at {n} replicas, refused ({code})",
+                jq.name_any()
+            ),
         }
     }
 
@@ -584,8 +617,111 @@ impl Expect {
                 with.metadata.finalizers = Some(vec![FINALIZER.into()]);
                 request.respond(json_response(StatusCode::OK, &with));
             }
+            Expect::StatusConflict => {
+                assert_eq!(method, Method::PATCH, "request #{i}: {uri}");
+                assert!(uri.contains("/status?"), "request #{i}: {uri}");
+                let patch = request.json();
+                assert_eq!(
+                    patch["metadata"]["resourceVersion"].as_str(),
+                    jq.resource_version().as_deref(),
+                    "request #{i}: a status write from a copy that may be stale is conditional \
+                     on the resource version read, or the API server takes it over whatever was \
+                     written since: {patch}"
+                );
+                seen.statuses
+                    .push(serde_json::from_value(patch["status"].clone()).expect("a status"));
+                let status = json!({
+                    "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                    "reason": "Conflict", "code": 409,
+                    "message": format!(
+                        "Operation cannot be fulfilled on jobqueues.jobqueue.dev \"{}\": the \
+                         object has been modified; please apply your changes to the latest \
+                         version and try again",
+                        jq.name_any()
+                    ),
+                });
+                request.respond(json_response(StatusCode::CONFLICT, &status));
+            }
+            Expect::GetQueue(fresh) => {
+                assert_eq!(method, Method::GET, "request #{i}: {uri}");
+                assert_eq!(
+                    uri,
+                    format!(
+                        "/apis/jobqueue.dev/v1alpha1/namespaces/{NS}/jobqueues/{}",
+                        jq.name_any()
+                    ),
+                    "request #{i}"
+                );
+                request.respond(json_response(StatusCode::OK, &fresh));
+            }
+            Expect::RecordRefused(target, replicas, code) => {
+                assert_record(i, &request, jq, target, replicas);
+                let reason = code
+                    .canonical_reason()
+                    .unwrap_or("Refused")
+                    .replace(' ', "");
+                let status = json!({
+                    "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                    "reason": reason, "code": code.as_u16(),
+                    "message": format!("jobqueues.jobqueue.dev \"{}\": {reason}", jq.name_any()),
+                });
+                request.respond(json_response(code, &status));
+            }
+            Expect::RecordOriginal(target, replicas) => {
+                let record = assert_record(i, &request, jq, target, replicas);
+                let mut recorded = jq.clone();
+                let mut status = recorded.status.take().unwrap_or_default();
+                status.original_replicas = Some(serde_json::from_value(record).unwrap());
+                recorded.status = Some(status);
+                recorded.metadata.resource_version = Some(next_version(jq));
+                request.respond(json_response(StatusCode::OK, &recorded));
+            }
         }
     }
+}
+
+/// Check request #`i` is the merge patch recording `target` at `replicas`, conditional on
+/// `jq`'s version; the record.
+fn assert_record(
+    i: usize,
+    request: &Received,
+    jq: &JobQueue,
+    target: &str,
+    replicas: i32,
+) -> Value {
+    assert_eq!(
+        request.method,
+        Method::PATCH,
+        "request #{i}: {}",
+        request.uri
+    );
+    assert_eq!(
+        request.uri,
+        format!(
+            "/apis/jobqueue.dev/v1alpha1/namespaces/{NS}/jobqueues/{}/status?&fieldManager=jobqueue-operator",
+            jq.name_any()
+        ),
+        "request #{i}"
+    );
+    let record = json!({"target": target, "replicas": replicas});
+    assert_eq!(
+        request.json(),
+        json!({
+            "metadata": {"resourceVersion": jq.resource_version()},
+            "status": {"originalReplicas": record},
+        }),
+        "request #{i}: the original count alone, conditional on the version read"
+    );
+    record
+}
+
+/// The resource version after `jq`'s (numeric in the fixtures).
+fn next_version(jq: &JobQueue) -> String {
+    let version: u64 = jq
+        .resource_version()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    (version + 1).to_string()
 }
 
 /// Where the KEDA ScaledObjects of `NS` are listed.

@@ -82,24 +82,6 @@ impl RedisServer {
         panic!("redis-server could not find free ports");
     }
 
-    /// A replica of `primary`, once it is in sync with it.
-    pub fn start_replica_of(primary: &RedisServer) -> RedisServer {
-        let replica = Self::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
-        let mut conn = replica.conn();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let info: String = redis::cmd("INFO")
-                .arg("replication")
-                .query(&mut conn)
-                .unwrap();
-            if info.contains("master_link_status:up") {
-                return replica;
-            }
-            assert!(Instant::now() < deadline, "replica not in sync: {info}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
     /// Freeze the server (SIGSTOP) or let it go on (SIGCONT): a stall of the process, its
     /// connections left open.
     pub fn pause(&self, stalled: bool) {
@@ -116,6 +98,29 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// A replica of `primary` (`--replicaof`), returned once its link to the primary is
+    /// up and the first sync is done: it then refuses writes with `READONLY`.
+    pub fn start_replica_of(primary: &RedisServer) -> RedisServer {
+        let replica = Self::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
+        let mut conn = replica.conn();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut conn)
+                .unwrap_or_default();
+            if info.contains("master_link_status:up") && !info.contains("master_sync_in_progress:1")
+            {
+                return replica;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the replica's link to the primary is not up after 30s: {info}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// A plain synchronous connection for test set-up and inspection.
     pub fn conn(&self) -> redis::Connection {
         redis::Client::open(self.url())
@@ -126,6 +131,18 @@ impl RedisServer {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// The request records (`claimreq:*` keys) of the queue `tag` of prefix `jq`.
+    pub fn request_records(&self, tag: &str) -> Vec<String> {
+        let pattern = format!("jq:\\{{{tag}\\}}:claimreq:*");
+        let mut conn = self.conn();
+        let mut keys: Vec<String> = redis::Commands::scan_match(&mut conn, pattern)
+            .unwrap()
+            .map(|k| k.unwrap())
+            .collect();
+        keys.sort();
+        keys
     }
 
     /// SIGKILL the server (no shutdown, no save).

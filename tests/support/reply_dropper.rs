@@ -1,8 +1,8 @@
 //! A TCP proxy in front of a redis-server that loses replies on purpose: a request that
-//! contains a marker (e.g. the claim script's SHA; one of several markers, with
-//! [`ReplyDropper::start_any`]) is forwarded, then the connection is
+//! contains a marker (e.g. the claim script's SHA) is forwarded, then the connection is
 //! cut before any reply reaches the client. The script may have run; the client only
-//! sees a broken connection. Everything else is forwarded as it is.
+//! sees a broken connection. Everything else is forwarded as it is. Several markers
+//! (`start_with`) are cut each by its own rule.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,13 +14,17 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
+struct Marker {
+    bytes: Vec<u8>,
+    /// Cut this many of the next requests with this marker.
+    next: AtomicU64,
+    /// Then cut each with this probability, in thousandths.
+    per_mille: AtomicU64,
+}
+
 struct State {
     upstream: SocketAddr,
-    markers: Vec<Vec<u8>>,
-    /// Cut this many of the next marked requests.
-    next: AtomicU64,
-    /// Then cut each marked request with this probability, in thousandths.
-    per_mille: AtomicU64,
+    markers: Vec<Marker>,
     /// Requests that contain one of these are cut, every one (not counted as marked).
     always: std::sync::Mutex<Vec<Vec<u8>>>,
     /// Marked requests seen and cut.
@@ -29,13 +33,17 @@ struct State {
 }
 
 impl State {
-    fn should_cut(&self) -> bool {
+    /// Whether to cut a request of these bytes (the first marker it contains decides).
+    fn should_cut(&self, chunk: &[u8]) -> bool {
+        let Some(marker) = self.markers.iter().find(|m| contains(chunk, &m.bytes)) else {
+            return false;
+        };
         self.seen.fetch_add(1, Ordering::SeqCst);
-        let armed = self
+        let armed = marker
             .next
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_ok();
-        armed || rand::rng().random_range(0..1000) < self.per_mille.load(Ordering::SeqCst)
+        armed || rand::rng().random_range(0..1000) < marker.per_mille.load(Ordering::SeqCst)
     }
 }
 
@@ -49,19 +57,24 @@ impl ReplyDropper {
     /// Listen on a free loopback port in front of `127.0.0.1:upstream_port`; requests
     /// that contain `marker` may lose their reply.
     pub async fn start(upstream_port: u16, marker: &[u8]) -> ReplyDropper {
-        Self::start_any(upstream_port, &[marker]).await
+        Self::start_with(upstream_port, &[marker]).await
     }
 
-    /// The same, for requests that contain any of `markers` (e.g. the SHAs of claim and
-    /// extend: the calls a worker's leases depend on).
-    pub async fn start_any(upstream_port: u16, markers: &[&[u8]]) -> ReplyDropper {
+    /// As `start`, with several markers, each cut by its own rule (`cut_next_of`,
+    /// `cut_at_random_of`, by its index in `markers`).
+    pub async fn start_with(upstream_port: u16, markers: &[&[u8]]) -> ReplyDropper {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let state = Arc::new(State {
             upstream: SocketAddr::from(([127, 0, 0, 1], upstream_port)),
-            markers: markers.iter().map(|m| m.to_vec()).collect(),
-            next: AtomicU64::new(0),
-            per_mille: AtomicU64::new(0),
+            markers: markers
+                .iter()
+                .map(|m| Marker {
+                    bytes: m.to_vec(),
+                    next: AtomicU64::new(0),
+                    per_mille: AtomicU64::new(0),
+                })
+                .collect(),
             seen: AtomicU64::new(0),
             cuts: AtomicU64::new(0),
             always: std::sync::Mutex::new(Vec::new()),
@@ -85,12 +98,24 @@ impl ReplyDropper {
 
     /// Cut the connection of the next `n` marked requests after forwarding them.
     pub fn cut_next(&self, n: u64) {
-        self.state.next.store(n, Ordering::SeqCst);
+        self.cut_next_of(0, n);
     }
 
     /// Cut each marked request with probability `per_mille` / 1000.
     pub fn cut_at_random(&self, per_mille: u64) {
-        self.state.per_mille.store(per_mille, Ordering::SeqCst);
+        self.cut_at_random_of(0, per_mille);
+    }
+
+    /// `cut_next` for the requests with marker `i`.
+    pub fn cut_next_of(&self, i: usize, n: u64) {
+        self.state.markers[i].next.store(n, Ordering::SeqCst);
+    }
+
+    /// `cut_at_random` for the requests with marker `i`.
+    pub fn cut_at_random_of(&self, i: usize, per_mille: u64) {
+        self.state.markers[i]
+            .per_mille
+            .store(per_mille, Ordering::SeqCst);
     }
 
     /// Cut every request that contains `marker` from now on (e.g. every renewal of the
@@ -158,8 +183,7 @@ async fn serve(client: TcpStream, state: Arc<State>) {
                 .unwrap()
                 .iter()
                 .any(|m| contains(chunk, m));
-            let cut_this =
-                always || (state.markers.iter().any(|m| contains(chunk, m)) && state.should_cut());
+            let cut_this = always || state.should_cut(chunk);
             if cut_this {
                 cut.store(true, Ordering::SeqCst);
                 state.cuts.fetch_add(1, Ordering::SeqCst);

@@ -259,6 +259,56 @@ impl SentinelSetup {
         new
     }
 
+    /// Switch the primary by hand, the way that keeps the old primary's clients
+    /// connected: the Sentinels forget the master (so they do not undo the switch), a
+    /// replica is promoted (`REPLICAOF NO ONE`), the old primary follows it, and the
+    /// Sentinels monitor the new one. A client's next write on its old connection meets
+    /// `READONLY`. Returns the old and the new primary's ports.
+    pub fn switch_primary_by_hand(&self) -> (u16, u16) {
+        let old = self.primary_port();
+        let new = self
+            .servers
+            .iter()
+            .map(|s| s.port)
+            .find(|p| *p != old)
+            .unwrap();
+        for i in 0..self.sentinels.len() {
+            let _: () = redis::cmd("SENTINEL")
+                .arg("REMOVE")
+                .arg(MASTER)
+                .query(&mut self.sentinel_conn(i))
+                .unwrap();
+        }
+        let node = |port: u16| {
+            redis::Client::open(format!("redis://127.0.0.1:{port}"))
+                .unwrap()
+                .get_connection()
+                .unwrap()
+        };
+        let _: () = redis::cmd("REPLICAOF")
+            .arg("NO")
+            .arg("ONE")
+            .query(&mut node(new))
+            .unwrap();
+        let _: () = redis::cmd("REPLICAOF")
+            .arg("127.0.0.1")
+            .arg(new)
+            .query(&mut node(old))
+            .unwrap();
+        for i in 0..self.sentinels.len() {
+            let _: () = redis::cmd("SENTINEL")
+                .arg("MONITOR")
+                .arg(MASTER)
+                .arg("127.0.0.1")
+                .arg(new)
+                .arg(2)
+                .query(&mut self.sentinel_conn(i))
+                .unwrap();
+        }
+        self.wait_for_role(old, "slave");
+        (old, new)
+    }
+
     /// Wait until the node on `port` says its role is `role`.
     pub fn wait_for_role(&self, port: u16, role: &str) {
         let deadline = Instant::now() + Duration::from_secs(60);

@@ -1,9 +1,11 @@
 //! A stand-in Kubernetes API server over real HTTP, for running the operator binary from
 //! outside: an in-memory object store with list, watch (chunked JSON events), get,
 //! create, replace, merge, apply and JSON patches, delete (with finalizers: the object
-//! is marked and goes once they are all removed), the status and scale subresources, and
-//! a log of every request for the test to assert on; and the operator binary run
-//! against it (`OperatorProcess`).
+//! is marked and goes once they are all removed), the status and scale subresources, a
+//! write conditional on `metadata.resourceVersion` (409 once the object has moved on), a
+//! log of every request for the test to assert on, and watch events held back to make the
+//! operator's cache stale on purpose ([`StandIn::hold_watch_from_status_write`]); and the
+//! operator binary run against it (`OperatorProcess`).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -58,12 +60,26 @@ struct Store {
     rv: u64,
     history: Vec<WatchEvent>,
     log: Vec<Logged>,
+    hold: Option<Hold>,
+}
+
+/// Watch events of one plural held back from every watcher (see
+/// [`StandIn::hold_watch_from_status_write`]).
+struct Hold {
+    plural: String,
+    /// The version of the first status write, from which events are held; `None` until it
+    /// comes.
+    from: Option<u64>,
+    /// The events held so far.
+    held: usize,
 }
 
 #[derive(Clone)]
 pub struct StandIn {
     store: Arc<Mutex<Store>>,
     events: broadcast::Sender<WatchEvent>,
+    /// `true` once held watch events may go.
+    released: Arc<tokio::sync::watch::Sender<bool>>,
     pub addr: SocketAddr,
 }
 
@@ -151,6 +167,7 @@ impl StandIn {
         let standin = StandIn {
             store: Arc::default(),
             events,
+            released: Arc::new(tokio::sync::watch::channel(true).0),
             addr,
         };
         let app = Router::new().fallback(handle).with_state(standin.clone());
@@ -216,6 +233,57 @@ impl StandIn {
         self.commit(&mut store, key, object, kind)
     }
 
+    /// From the next status write to an object of `plural` on, hold every watch event of
+    /// `plural` back from the watchers (the watches stay open, their other events flow)
+    /// until [`release_watch`](Self::release_watch): the watchers' caches keep the objects
+    /// as they were before that write, as a watch that lags behind leaves them.
+    #[allow(dead_code)]
+    pub fn hold_watch_from_status_write(&self, plural: &str) {
+        self.store.lock().unwrap().hold = Some(Hold {
+            plural: plural.into(),
+            from: None,
+            held: 0,
+        });
+        self.released.send_replace(false);
+    }
+
+    /// The watch events held back so far: with a hold, one per write committed since the
+    /// first status write (that one included).
+    #[allow(dead_code)]
+    pub fn held_events(&self) -> usize {
+        self.store
+            .lock()
+            .unwrap()
+            .hold
+            .as_ref()
+            .map_or(0, |h| h.held)
+    }
+
+    /// Let the held watch events go, in order.
+    #[allow(dead_code)]
+    pub fn release_watch(&self) {
+        self.store.lock().unwrap().hold = None;
+        self.released.send_replace(true);
+    }
+
+    /// Whether a watch must hold `event` back for now.
+    fn is_held(&self, event: &WatchEvent) -> bool {
+        self.store
+            .lock()
+            .unwrap()
+            .hold
+            .as_ref()
+            .is_some_and(|h| h.plural == event.plural && h.from.is_some_and(|f| event.rv >= f))
+    }
+
+    /// Wait while `event` is held back.
+    async fn gate(&self, event: &WatchEvent) {
+        if self.is_held(event) {
+            let mut released = self.released.subscribe();
+            let _ = released.wait_for(|r| *r).await;
+        }
+    }
+
     fn commit(
         &self,
         store: &mut Store,
@@ -224,6 +292,12 @@ impl StandIn {
         kind: &'static str,
     ) -> Value {
         store.rv += 1;
+        if let Some(hold) = store.hold.as_mut()
+            && hold.plural == key.plural
+            && hold.from.is_some()
+        {
+            hold.held += 1;
+        }
         object["metadata"]["resourceVersion"] = json!(store.rv.to_string());
         let event = WatchEvent {
             rv: store.rv,
@@ -477,6 +551,23 @@ async fn handle(State(s): State<StandIn>, req: Request) -> Response {
             // Read, patch, then commit only onto the version read (else patch again): a
             // write that came in between is kept, as the API server's update does.
             let read_rv = obj["metadata"]["resourceVersion"].clone();
+            // A patch that names a resourceVersion is conditional on it, whatever its type.
+            let wanted = serde_json::from_str::<Value>(&body_text)
+                .ok()
+                .and_then(|p| p.pointer("/metadata/resourceVersion").cloned());
+            if let Some(wanted) = wanted
+                && wanted != read_rv
+            {
+                return status(
+                    StatusCode::CONFLICT,
+                    "Conflict",
+                    &format!(
+                        "Operation cannot be fulfilled on {plural} \"{name}\": the object has \
+                         been modified; please apply your changes to the latest version and try \
+                         again"
+                    ),
+                );
+            }
             let patch: Value = if content_type.contains("yaml") {
                 match serde_saphyr::from_str(&body_text) {
                     Ok(v) => v,
@@ -545,6 +636,14 @@ async fn handle(State(s): State<StandIn>, req: Request) -> Response {
             } else {
                 "MODIFIED"
             };
+            let next = store.rv + 1;
+            if sub.as_deref() == Some("status")
+                && let Some(hold) = store.hold.as_mut()
+                && hold.plural == plural
+                && hold.from.is_none()
+            {
+                hold.from = Some(next);
+            }
             let updated = s.commit(&mut store, key, obj, kind);
             drop(store);
             break match sub.as_deref() {
@@ -652,6 +751,7 @@ fn watch(
         .cloned()
         .collect();
     let (tx, body_rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
+    let s = s.clone();
     tokio::spawn(async move {
         let line = |e: &WatchEvent| {
             Bytes::from(format!("{}\n", json!({"type": e.kind, "object": e.object})))
@@ -667,6 +767,7 @@ fn watch(
                 &namespace,
             ) {
                 last = e.rv;
+                s.gate(&e).await;
                 if tx.send(Ok(line(&e))).await.is_err() {
                     return;
                 }
@@ -680,6 +781,7 @@ fn watch(
                 ev = rx.recv() => match ev {
                     Ok(e) if e.rv > last && matches(&e.prefix, &e.plural, &e.namespace, &prefix, &plural, &namespace) => {
                         last = e.rv;
+                        s.gate(&e).await;
                         if tx.send(Ok(line(&e))).await.is_err() {
                             return;
                         }
@@ -746,6 +848,19 @@ impl OperatorProcess {
             metrics,
             log,
         }
+    }
+
+    /// The value of the sample `series` (name and labels, as printed) on its /metrics.
+    #[allow(dead_code)]
+    pub async fn metric(&self, series: &str) -> Option<f64> {
+        let (_, body) = http_get(&self.metrics, "/metrics").await?;
+        body.lines().find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
     }
 
     pub fn logs(&self) -> String {
