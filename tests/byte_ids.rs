@@ -9,37 +9,15 @@ use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use jobqueue::queue::{NewJob, Queue, QueueSettings, SCRIPTS};
+use jobqueue::queue::{NewJob, Queue, QueueSettings};
 use jobqueue::worker::Worker;
-use redis::Value;
 use support::eventually::{Wait, eventually};
-use support::redis::RedisServer;
+use support::redis::{RedisServer, enqueue_raw};
 
 const BIN: &str = env!("CARGO_BIN_EXE_jobqueue");
 
 /// An id that is not UTF-8.
 const NOT_UTF8: &[u8] = b"bad\xff";
-
-/// Enqueue one job with any id bytes through the protocol's own enqueue script, as a
-/// client in another language would.
-async fn enqueue_raw(queue: &Queue, id: &[u8], payload: &[u8]) {
-    let keys = queue.keys();
-    let mut job_key = keys.job_prefix.as_bytes().to_vec();
-    job_key.extend_from_slice(id);
-    let mut cmd = SCRIPTS.enqueue.cmd(8);
-    for key in keys.queue_keys() {
-        cmd.arg(key);
-    }
-    cmd.arg(job_key)
-        .arg(&keys.job_prefix)
-        .arg(1)
-        .arg(id)
-        .arg(payload)
-        .arg(0);
-    let mut conn = queue.redis().clone();
-    let reply = SCRIPTS.enqueue.run(&mut conn, &cmd).await.unwrap();
-    assert_eq!(reply, Value::Array(vec![Value::Int(1)]), "enqueued");
-}
 
 /// Move a pending job to the dead-letter set as `fail` in mode `dead` leaves it.
 fn bury(conn: &mut redis::Connection, queue: &Queue, id: &[u8], error: &str) {

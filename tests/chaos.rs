@@ -5,11 +5,18 @@
 //! binary against the stand-in API server) workers scaled up from zero for delayed and
 //! retried jobs that fall due, claim replies lost on the way back, and the queue's slot
 //! migrated between Cluster nodes under load; and behind Sentinel, the primary
-//! SIGKILLed under load and a manual failover while workers hold leases. At the end every job is acked or dead and
-//! none is lost; every job run more than once is explained by an expired lease.
+//! SIGKILLed under load and a manual failover while workers hold leases; `replicated`
+//! durability whose `WAIT` times out (no replica, a replica SIGSTOPped); ids of 1024
+//! bytes and ids that are not UTF-8 through the exec worker. At the end every job is
+//! acked or dead and none is lost; every job run more than once is explained by an
+//! expired lease. Runs are counted from each worker process's own records
+//! (tests/support/runs.rs): no job is dead-lettered without having run
+//! (`dead_without_running`), and no two runs of a job overlap for longer than the grace
+//! (`overlap_beyond_grace`).
 //!
 //! CI-sized by default. `JOBQUEUE_CHAOS_SCALE=N` multiplies the jobs and the faults
-//! (`make chaos`); `JOBQUEUE_CHAOS_REPORT=FILE` appends each tally to FILE.
+//! (`make chaos`); `JOBQUEUE_CHAOS_REPORT=FILE` appends each tally to FILE. Each scenario
+//! runs alone by its letter: `cargo test --test chaos m_`.
 
 mod support;
 
@@ -26,8 +33,9 @@ use rand::Rng;
 use support::eventually::Wait;
 use support::procs;
 use support::proxy::Proxy;
-use support::redis::{RedisCluster, RedisServer};
+use support::redis::{RedisCluster, RedisServer, enqueue_raw};
 use support::reply_dropper::ReplyDropper;
+use support::runs::{self, Work};
 use support::sentinel::{MASTER, SentinelSetup};
 use support::slot_migration;
 use tokio::task::JoinHandle;
@@ -37,33 +45,11 @@ const BIN: &str = env!("CARGO_BIN_EXE_jobqueue");
 const TAG: &str = "chaos";
 const VISIBILITY: &str = "1s";
 
-/// Records each run (S at the start, E at a clean end) and acts on the payload
-/// `<kind> <seconds>`: `poison` exits with the dead-letter code, `flaky` fails its
-/// first attempt, anything else sleeps and succeeds.
-const HANDLER: &str = r#"
-echo "S $JOBQUEUE_JOB_ID $JOBQUEUE_ATTEMPT $JOBQUEUE_WORKER_ID" >> "$CHAOS_LOG"
-read kind secs
-case "$kind" in
-  poison) echo "poison payload" >&2; exit 99 ;;
-  flaky) if [ "$JOBQUEUE_ATTEMPT" = 1 ]; then echo "flaky first attempt" >&2; exit 1; fi ;;
-esac
-sleep "$secs"
-echo "E $JOBQUEUE_JOB_ID $JOBQUEUE_ATTEMPT $JOBQUEUE_WORKER_ID" >> "$CHAOS_LOG"
-"#;
-
-/// [`HANDLER`], but the work is a pipeline in the background that the shell waits for:
-/// grandchildren of the worker, none of them its direct child.
-const GRANDCHILDREN_HANDLER: &str = r#"
-echo "S $JOBQUEUE_JOB_ID $JOBQUEUE_ATTEMPT $JOBQUEUE_WORKER_ID" >> "$CHAOS_LOG"
-read kind secs
-case "$kind" in
-  poison) echo "poison payload" >&2; exit 99 ;;
-  flaky) if [ "$JOBQUEUE_ATTEMPT" = 1 ]; then echo "flaky first attempt" >&2; exit 1; fi ;;
-esac
-sleep "$secs" | cat &
-wait
-echo "E $JOBQUEUE_JOB_ID $JOBQUEUE_ATTEMPT $JOBQUEUE_WORKER_ID" >> "$CHAOS_LOG"
-"#;
+/// The overlap bound of the suite: every worker runs with `--kill-grace 1s` (or less),
+/// so two runs of one job may overlap by at most this (docs/reliability.md, "The lease's
+/// local deadline"). `overlap_beyond_grace` counts the pairs of runs that overlapped
+/// longer, from the workers' own records.
+const GRACE: Duration = Duration::from_secs(1);
 
 fn scale() -> usize {
     std::env::var("JOBQUEUE_CHAOS_SCALE")
@@ -96,27 +82,32 @@ enum Kind {
 /// The workload: every 23rd job poison, every 9th flaky, the rest plain; each sleeps
 /// 20–150 ms.
 fn jobs(from: usize, to: usize) -> Vec<(String, Kind, NewJob)> {
-    let mut rng = rand::rng();
     (from..to)
         .map(|i| {
-            let kind = if i % 23 == 7 {
-                Kind::Poison
-            } else if i % 9 == 4 {
-                Kind::Flaky
-            } else {
-                Kind::Ok
-            };
-            let word = match kind {
-                Kind::Ok => "ok",
-                Kind::Flaky => "flaky",
-                Kind::Poison => "poison",
-            };
-            let secs = rng.random_range(20..150) as f64 / 1000.0;
+            let (kind, payload) = payload(i);
             let id = format!("j{i}");
-            let job = NewJob::new(format!("{word} {secs:.3}\n")).id(id.clone());
+            let job = NewJob::new(payload).id(id.clone());
             (id, kind, job)
         })
         .collect()
+}
+
+/// The kind and payload of the workload's job number `i`.
+fn payload(i: usize) -> (Kind, String) {
+    let kind = if i % 23 == 7 {
+        Kind::Poison
+    } else if i % 9 == 4 {
+        Kind::Flaky
+    } else {
+        Kind::Ok
+    };
+    let word = match kind {
+        Kind::Ok => "ok",
+        Kind::Flaky => "flaky",
+        Kind::Poison => "poison",
+    };
+    let secs = rand::rng().random_range(20..150) as f64 / 1000.0;
+    (kind, format!("{word} {secs:.3}\n"))
 }
 
 /// Enqueue `batch`; returns each job's kind, for the final accounting.
@@ -153,13 +144,14 @@ struct Fleet {
     /// Names the log files (`NAME-i.log`) and the worker ids (`NAMEi-gN`): unique per
     /// scenario, since scenarios run at once and processes are found by worker id.
     name: &'static str,
-    handler: &'static str,
+    /// The handler's command (tests/support/runs.rs).
+    command: Vec<String>,
     extra: Vec<String>,
 }
 
 impl Fleet {
     fn start(url: &str, cluster: bool, dir: &Path, count: usize) -> Fleet {
-        Fleet::start_with(url, cluster, dir, count, "w", HANDLER, &[])
+        Fleet::start_with(url, cluster, dir, count, "w", Work::Sleep, &[])
     }
 
     fn start_with(
@@ -168,7 +160,7 @@ impl Fleet {
         dir: &Path,
         count: usize,
         name: &'static str,
-        handler: &'static str,
+        work: Work,
         extra: &[&str],
     ) -> Fleet {
         let mut fleet = Fleet {
@@ -179,7 +171,7 @@ impl Fleet {
             ids: vec![String::new(); count],
             generation: 0,
             name,
-            handler,
+            command: runs::command(work),
             extra: extra.iter().map(|s| s.to_string()).collect(),
         };
         for i in 0..count {
@@ -212,12 +204,18 @@ impl Fleet {
         if !self.extra.iter().any(|a| a == "--visibility") {
             cmd.args(["--visibility", VISIBILITY]);
         }
+        // A lost lease's command gets SIGTERM, then SIGKILL a grace later: GRACE unless
+        // the scenario asks for less.
+        if !self.extra.iter().any(|a| a == "--kill-grace") {
+            cmd.args(["--kill-grace", "1s"]);
+        }
         if self.cluster {
             cmd.arg("--cluster");
         }
         let child = cmd
-            .args(["--exec", "sh", "-c", self.handler])
-            .env("CHAOS_LOG", self.dir.join("executions.log"))
+            .arg("--exec")
+            .args(&self.command)
+            .env(runs::RUNS_ENV, &self.dir)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -245,6 +243,7 @@ impl Fleet {
         }
         let i = running[rand::rng().random_range(0..running.len())];
         let mut child = self.procs[i].take().unwrap();
+        runs::note_kill(&self.dir, &self.ids[i]);
         let _ = child.kill();
         let _ = child.wait();
         Some(i)
@@ -380,7 +379,8 @@ fn start_invariant_checker(
     })
 }
 
-/// Each run's figures.
+/// Each run's figures. Runs are counted from the workers' own records
+/// (tests/support/runs.rs), not from the queue's counters.
 #[derive(Debug, Default)]
 struct Tally {
     scenario: &'static str,
@@ -395,6 +395,12 @@ struct Tally {
     stale_rejected: u64,
     faults: usize,
     lost: usize,
+    /// Dead-lettered jobs that no worker ever started: must be 0.
+    dead_without_running: usize,
+    /// Pairs of runs of one job that overlapped longer than [`GRACE`]: must be 0.
+    overlap_beyond_grace: usize,
+    /// The longest two runs of one job overlapped (for the figures).
+    longest_overlap: Duration,
 }
 
 impl std::fmt::Display for Tally {
@@ -402,8 +408,9 @@ impl std::fmt::Display for Tally {
         write!(
             f,
             "chaos {}: enqueued={} acked={} dead={} executed_more_than_once={} \
-             stale_acks_rejected={} lost={} | faults={} runs={} extra_runs={} \
-             (explained by retried={} + reaped={})",
+             stale_acks_rejected={} lost={} dead_without_running={} overlap_beyond_grace={} \
+             | faults={} runs={} extra_runs={} (explained by retried={} + reaped={}) \
+             longest_overlap={:.3}s",
             self.scenario,
             self.enqueued,
             self.acked,
@@ -411,11 +418,14 @@ impl std::fmt::Display for Tally {
             self.executed_more_than_once,
             self.stale_rejected,
             self.lost,
+            self.dead_without_running,
+            self.overlap_beyond_grace,
             self.faults,
             self.executions,
             self.extra_executions,
             self.retried,
             self.reaped,
+            self.longest_overlap.as_secs_f64(),
         )
     }
 }
@@ -432,19 +442,36 @@ fn report(tally: &Tally) {
     }
 }
 
-/// Runs of each job from the execution log: attempt numbers seen at start.
-fn executions(dir: &Path) -> HashMap<String, Vec<u32>> {
-    let text = std::fs::read_to_string(dir.join("executions.log")).unwrap_or_default();
-    let mut runs: HashMap<String, Vec<u32>> = HashMap::new();
-    for line in text.lines() {
-        let mut parts = line.split_whitespace();
-        if let (Some("S"), Some(id), Some(attempt)) = (parts.next(), parts.next(), parts.next()) {
-            runs.entry(id.to_string())
-                .or_default()
-                .push(attempt.parse().expect("attempt number"));
-        }
+/// Runs of each job from the workers' own records: attempt numbers seen at start.
+fn executions(dir: &Path) -> HashMap<Vec<u8>, Vec<u32>> {
+    let mut runs: HashMap<Vec<u8>, Vec<u32>> = HashMap::new();
+    for run in runs::read(dir) {
+        runs.entry(run.id).or_default().push(run.attempt);
     }
     runs
+}
+
+/// What the workers' records say beyond the run counts: the dead jobs that never
+/// started (`dead` lists them), and the pairs of runs of one job that overlapped longer
+/// than [`GRACE`]. Fills the tally's two figures; returns one line per violation.
+fn run_checks(tally: &mut Tally, dir: &Path, dead: &[Vec<u8>]) -> Vec<String> {
+    let all = runs::read(dir);
+    let started = runs::by_job(&all);
+    let mut problems = Vec::new();
+    for id in dead {
+        if !started.contains_key(id) {
+            tally.dead_without_running += 1;
+            problems.push(format!(
+                "{} was dead-lettered without ever running",
+                runs::show(id)
+            ));
+        }
+    }
+    let (beyond, longest) = runs::overlaps_beyond(&all, GRACE);
+    tally.overlap_beyond_grace = beyond.len();
+    tally.longest_overlap = longest;
+    problems.extend(beyond);
+    problems
 }
 
 /// Wait until every one of `expected` jobs is done or dead and nothing is left in
@@ -482,11 +509,11 @@ async fn wait_until_settled(
 /// lost, that dead ones are exactly the poison ones, that each job run more than once
 /// is explained by an expired lease (or the one planned failure), and that the queue's
 /// counters add up.
-async fn account(
+async fn account<K: AsRef<[u8]>>(
     scenario: &'static str,
     queue: &Queue,
     dir: &Path,
-    kinds: &HashMap<String, Kind>,
+    kinds: &HashMap<K, Kind>,
     faults: usize,
 ) -> Tally {
     let stats = queue.stats().await.unwrap();
@@ -502,43 +529,49 @@ async fn account(
     };
     let mut problems = Vec::new();
     let mut reclaims_without_fail = 0u64;
+    let mut dead = Vec::new();
     for (id, kind) in kinds {
         let job = queue.job(id).await.unwrap();
+        let id = id.as_ref();
+        let show = runs::show(id);
         let status = job.as_ref().and_then(|j| j.status.clone());
         let attempts = job.as_ref().map_or(0, |j| j.attempts);
         match status.as_deref() {
             Some("done") => tally.acked += 1,
             Some("dead") => {
                 tally.dead += 1;
+                dead.push(id.to_vec());
                 if *kind != Kind::Poison {
                     problems.push(format!(
-                        "{id} ({kind:?}) is dead: {:?}",
+                        "{show} ({kind:?}) is dead: {:?}",
                         job.and_then(|j| j.last_error)
                     ));
                 }
             }
             other => {
                 tally.lost += 1;
-                problems.push(format!("{id} lost: status {other:?}"));
+                problems.push(format!("{show} lost: status {other:?}"));
             }
         }
         if *kind == Kind::Poison && status.as_deref() == Some("done") {
-            problems.push(format!("{id} is poison but was acked"));
+            problems.push(format!("{show} is poison but was acked"));
         }
         let seen = runs.get(id).map(Vec::as_slice).unwrap_or(&[]);
         tally.executions += seen.len();
         if seen.is_empty() {
-            problems.push(format!("{id} ended {status:?} without ever running"));
+            problems.push(format!("{show} ended {status:?} without ever running"));
         }
         // Every run is a claim of its own: two runs under one attempt number would mean
         // one lease ran twice.
         let distinct: HashSet<u32> = seen.iter().copied().collect();
         if distinct.len() != seen.len() {
-            problems.push(format!("{id} ran twice under one lease: attempts {seen:?}"));
+            problems.push(format!(
+                "{show} ran twice under one lease: attempts {seen:?}"
+            ));
         }
         if seen.iter().any(|&a| a > attempts) {
             problems.push(format!(
-                "{id} ran with attempt {seen:?} beyond its {attempts} claims"
+                "{show} ran with attempt {seen:?} beyond its {attempts} claims"
             ));
         }
         if seen.len() > 1 {
@@ -590,9 +623,17 @@ async fn account(
             tally.dead
         ));
     }
+    problems.extend(run_checks(&mut tally, dir, &dead));
     report(&tally);
     assert!(problems.is_empty(), "{tally}\n{}", problems.join("\n"));
-    assert_eq!(tally.lost, 0);
+    assert_eq!(
+        (
+            tally.lost,
+            tally.dead_without_running,
+            tally.overlap_beyond_grace
+        ),
+        (0, 0, 0)
+    );
     tally
 }
 
@@ -615,7 +656,15 @@ async fn killed_workers(scenario: &'static str, url: &str, cluster: bool, reaper
     let checker = start_invariant_checker(connect(url, cluster).await, &stop);
     // The scenario's reapers are the only ones (the workers' own are off), so every
     // reaped lease is counted by one of them and the counts below must match.
-    let mut fleet = Fleet::start_with(url, cluster, dir.path(), 3, "w", HANDLER, &["--no-reaper"]);
+    let mut fleet = Fleet::start_with(
+        url,
+        cluster,
+        dir.path(),
+        3,
+        "w",
+        Work::Sleep,
+        &["--no-reaper"],
+    );
 
     // Kill a worker every 250–600 ms (while jobs remain), restart it 100–300 ms later.
     let kills_planned = 6 * scale;
@@ -910,31 +959,18 @@ async fn leases_of(queue: &Queue, worker: &str) -> Vec<(String, String)> {
     held
 }
 
-/// Runs started by `worker` that never ended cleanly, and whether each job then ran to
-/// its end under a later claim (on another worker, or on this one after the heal).
+/// Runs started by `worker` that never reached their end (stopped by a signal), and
+/// whether each job then ran to its end under a later claim (on another worker, or on
+/// this one after the heal).
 fn interrupted_runs(dir: &Path, worker: &str) -> Vec<(String, u32, bool)> {
-    let text = std::fs::read_to_string(dir.join("executions.log")).unwrap_or_default();
-    let lines: Vec<Vec<&str>> = text
-        .lines()
-        .map(|l| l.split_whitespace().collect())
-        .collect();
-    let ended = |id: &str, attempt: &str| {
-        lines
-            .iter()
-            .any(|l| l.len() == 4 && l[0] == "E" && l[1] == id && l[2] == attempt && l[3] == worker)
-    };
-    lines
-        .iter()
-        .filter(|l| l.len() == 4 && l[0] == "S" && l[3] == worker && !ended(l[1], l[2]))
-        .map(|l| {
-            let attempt: u32 = l[2].parse().unwrap();
-            let again = lines.iter().any(|m| {
-                m.len() == 4
-                    && m[0] == "E"
-                    && m[1] == l[1]
-                    && m[2].parse::<u32>().unwrap() > attempt
-            });
-            (l[1].to_string(), attempt, again)
+    let all = runs::read(dir);
+    all.iter()
+        .filter(|r| r.worker == worker && r.how != runs::End::Finished)
+        .map(|r| {
+            let again = all
+                .iter()
+                .any(|m| m.id == r.id && m.attempt > r.attempt && m.how == runs::End::Finished);
+            (runs::show(&r.id), r.attempt, again)
         })
         .collect()
 }
@@ -981,7 +1017,7 @@ async fn f_a_partitioned_worker_stops_by_its_lease_deadline_and_its_late_acks_ar
         dir.path(),
         1,
         "cut",
-        HANDLER,
+        Work::Sleep,
         &["--kill-grace", "500ms"],
     );
     let cut_id = cut_off.ids[0].clone();
@@ -1070,13 +1106,11 @@ async fn f_a_partitioned_worker_stops_by_its_lease_deadline_and_its_late_acks_ar
     assert!(cuts > 0, "the worker was cut off at least once");
     assert!(
         !interrupted.is_empty(),
-        "cuts interrupted runs: {}",
-        std::fs::read_to_string(dir.path().join("executions.log"))
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.ends_with(cut_id.as_str()))
+        "cuts interrupted runs: {:?}",
+        runs::read(dir.path())
+            .into_iter()
+            .filter(|r| r.worker == cut_id)
             .collect::<Vec<_>>()
-            .join("\n")
     );
     let not_again: Vec<_> = interrupted.iter().filter(|r| !r.2).collect();
     assert!(not_again.is_empty(), "did not run again: {not_again:?}");
@@ -1116,7 +1150,7 @@ async fn g_exec_workers_sigkilled_take_their_grandchildren_with_them() {
         dir.path(),
         3,
         "grand",
-        GRANDCHILDREN_HANDLER,
+        Work::Grandchildren,
         &[],
     );
 
@@ -1431,7 +1465,7 @@ async fn i_lost_claim_replies_are_answered_by_their_retry() {
         dir.path(),
         3,
         "lost",
-        HANDLER,
+        Work::Sleep,
         &["--visibility", "30s"],
     );
     wait_until_settled(&queue, || n, Duration::from_secs(25 * scale as u64), &fleet).await;
@@ -1483,7 +1517,7 @@ async fn j_slot_migration_under_load_loses_nothing() {
     let kinds = enqueue(&queue, jobs(0, n)).await;
     let stop = CancellationToken::new();
     let reapers = start_reapers(vec![connect(&url, true).await], &stop);
-    let mut fleet = Fleet::start_with(&url, true, dir.path(), 3, "mig", HANDLER, &[]);
+    let mut fleet = Fleet::start_with(&url, true, dir.path(), 3, "mig", Work::Sleep, &[]);
     let slot = slot_migration::slot_of(&cluster, &format!("{{{TAG}}}"));
     let home = cluster.node_of(&format!("{{{TAG}}}"));
     let away = (home + 1) % 3;
@@ -1661,6 +1695,7 @@ async fn account_failover(
     };
     let mut problems = Vec::new();
     let mut lost = Vec::new();
+    let mut dead = Vec::new();
     for (id, kind) in kinds {
         if !confirmed.contains(id) {
             continue;
@@ -1671,6 +1706,7 @@ async fn account_failover(
             Some("done") => tally.acked += 1,
             Some("dead") => {
                 tally.dead += 1;
+                dead.push(id.as_bytes().to_vec());
                 if *kind != Kind::Poison {
                     problems.push(format!("{id} ({kind:?}) is dead"));
                 }
@@ -1683,13 +1719,14 @@ async fn account_failover(
         if *kind == Kind::Poison && status.as_deref() == Some("done") {
             problems.push(format!("{id} is poison but was acked"));
         }
-        let seen = runs.get(id).map(Vec::as_slice).unwrap_or(&[]);
+        let seen = runs.get(id.as_bytes()).map(Vec::as_slice).unwrap_or(&[]);
         tally.executions += seen.len();
         if seen.len() > 1 {
             tally.executed_more_than_once += 1;
             tally.extra_executions += seen.len() - 1;
         }
     }
+    problems.extend(run_checks(&mut tally, dir, &dead));
     report(&tally);
     if !lost.is_empty() {
         println!("{scenario}: lost jobs: {}", lost.join(", "));
@@ -1737,7 +1774,7 @@ async fn primary_killed(scenario: &'static str, durability: &str) -> Tally {
         dir.path(),
         3,
         if durability == "primary" { "kp" } else { "kr" },
-        HANDLER,
+        Work::Sleep,
         &args,
     );
     // A kill once a third (then more) of the jobs were confirmed, with work in flight.
@@ -1864,7 +1901,7 @@ async fn l_manual_failover_while_leases_are_held_loses_nothing_and_keeps_fencing
         dir.path(),
         3,
         "lf",
-        HANDLER,
+        Work::Sleep,
         &args,
     );
     let mut failovers = 0;
@@ -1941,12 +1978,7 @@ async fn l_manual_failover_while_leases_are_held_loses_nothing_and_keeps_fencing
         r.await.unwrap();
     }
     // The holder's job ran under the test, not a worker: count it as run once.
-    let mut log = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(dir.path().join("executions.log"))
-        .unwrap();
-    writeln!(log, "S {} 1 holder", held.id).unwrap();
+    runs::note_own_run(dir.path(), "holder", held.id.as_bytes(), 1);
     let (tally, problems) = account_failover(
         "(l) SENTINEL FAILOVER with leases held",
         &queue,
@@ -1984,4 +2016,185 @@ async fn l_manual_failover_while_leases_are_held_loses_nothing_and_keeps_fencing
         "{unexplained} runs beyond the first are explained by no retry or reaped lease: \
          work done on the old primary after the promotion began was dropped ({tally})"
     );
+}
+
+/// `WAIT` calls the server has answered so far (INFO commandstats).
+fn wait_calls(server: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.conn())
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_wait:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// (m) `replicated` durability where `WAIT` times out: the workers ask for one replica's
+/// confirmation and do not get it, on a Redis with no replica (every `WAIT` times out)
+/// or with a replica that stalls (SIGSTOPped again and again for longer than the
+/// `WAIT`'s timeout, then SIGCONTinued). A write that was not confirmed still ran on the
+/// primary: the leases a settle_claim made must be run (or given back at once,
+/// uncharged), never left to expire. With `max_attempts` 2 a job whose leases were left
+/// twice would die without running: `dead_without_running` must be 0, and every job
+/// ends done or dead as the workload says.
+async fn replicated_wait_times_out(scenario: &'static str, stalls: bool) -> Tally {
+    let scale = scale();
+    let server = RedisServer::start();
+    let replica = stalls.then(|| RedisServer::start_replica_of(&server));
+    let url = server.url();
+    let n = 120 * scale;
+    let dir = tempfile::tempdir().unwrap();
+    let queue = connect(&url, false).await;
+    queue
+        .configure(&QueueSettings {
+            max_attempts: 2,
+            ..settings()
+        })
+        .await
+        .unwrap();
+    let kinds = enqueue(&queue, jobs(0, n)).await;
+    let stop = CancellationToken::new();
+    let reapers = start_reapers(vec![connect(&url, false).await], &stop);
+    let (name, durability) = if stalls {
+        ("rstall", "replicated:1:100ms")
+    } else {
+        ("rnone", "replicated:1:50ms")
+    };
+    let mut fleet = Fleet::start_with(
+        &url,
+        false,
+        dir.path(),
+        3,
+        name,
+        Work::Sleep,
+        &["--durability", durability],
+    );
+    let waits_before = wait_calls(&server);
+    let mut stalled = 0;
+    if let Some(replica) = &replica {
+        // A stall of 300–600 ms every 200–400 ms while jobs remain.
+        while stalled < 8 * scale {
+            tokio::time::sleep(Duration::from_millis(rand::rng().random_range(200..400))).await;
+            let s = queue.stats().await.unwrap();
+            if s.pending + s.processing == 0 {
+                break;
+            }
+            replica.pause(true);
+            tokio::time::sleep(Duration::from_millis(rand::rng().random_range(300..600))).await;
+            replica.pause(false);
+            stalled += 1;
+        }
+    }
+    wait_until_settled(&queue, || n, Duration::from_secs(60 * scale as u64), &fleet).await;
+    let crashed = fleet.crashed();
+    assert!(
+        crashed.is_empty(),
+        "workers must survive unconfirmed writes: {crashed:?}\n{}",
+        fleet.logs()
+    );
+    fleet.stop();
+    stop.cancel();
+    for r in reapers {
+        r.await.unwrap();
+    }
+    let waits = wait_calls(&server) - waits_before;
+    println!("chaos {scenario}: WAIT calls={waits} replica stalls={stalled}");
+    let faults = if stalls { stalled } else { waits as usize };
+    let tally = account(scenario, &queue, dir.path(), &kinds, faults).await;
+    assert!(waits > 0, "the workers waited for a replica");
+    assert!(!stalls || stalled > 0, "the replica stalled under load");
+    tally
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn m_replicated_durability_without_a_replica_runs_every_lease() {
+    replicated_wait_times_out("(m) replicated, no replica: every WAIT times out", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn n_replicated_durability_with_a_stalled_replica_runs_every_lease() {
+    replicated_wait_times_out("(n) replicated, replica SIGSTOPped again and again", true).await;
+}
+
+/// (o) Long and byte ids through the exec worker, workers SIGKILLed at random: ids of
+/// 1024 bytes (the longest an id may be: the job's key, `JOBQUEUE_JOB_ID` and the
+/// replies all carry it), ids that are not UTF-8 and hold a space (written by another
+/// client through the protocol's enqueue script), and 1024-byte ids that are not UTF-8.
+/// Each command gets its id's bytes in `JOBQUEUE_JOB_ID` and records them as they are;
+/// the accounting finds every job by those bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn o_long_and_byte_ids_through_exec_workers_sigkilled() {
+    let scale = scale();
+    let server = RedisServer::start();
+    let url = server.url();
+    let n = 150 * scale;
+    let dir = tempfile::tempdir().unwrap();
+    let queue = connect(&url, false).await;
+    queue.configure(&settings()).await.unwrap();
+    // Through the protocol's enqueue script, as a client in another language writes
+    // them (this client makes ids of up to 256 bytes of text).
+    let mut kinds: HashMap<Vec<u8>, Kind> = HashMap::new();
+    for i in 0..n {
+        let (kind, payload) = payload(i);
+        let id: Vec<u8> = match i % 3 {
+            0 => {
+                let mut id = format!("long-{i}-").into_bytes();
+                id.resize(1024, b'x');
+                id
+            }
+            1 => {
+                let mut id = b"\xff\xfebyte ".to_vec();
+                id.extend_from_slice(format!("{i}").as_bytes());
+                id.push(0x80);
+                id
+            }
+            _ => {
+                let mut id = format!("both-{i}-").into_bytes();
+                id.resize(1024, 0xfe);
+                id
+            }
+        };
+        enqueue_raw(&queue, &id, payload.as_bytes()).await;
+        kinds.insert(id, kind);
+    }
+    assert_eq!(queue.stats().await.unwrap().pending as usize, n);
+    let stop = CancellationToken::new();
+    let reapers = start_reapers(vec![connect(&url, false).await], &stop);
+    let mut fleet = Fleet::start_with(&url, false, dir.path(), 3, "ids", Work::Sleep, &[]);
+    let mut kills = 0;
+    while kills < 3 * scale {
+        tokio::time::sleep(Duration::from_millis(rand::rng().random_range(300..600))).await;
+        let s = queue.stats().await.unwrap();
+        if s.pending + s.processing == 0 {
+            break;
+        }
+        if let Some(i) = fleet.kill_random() {
+            kills += 1;
+            tokio::time::sleep(Duration::from_millis(rand::rng().random_range(100..300))).await;
+            fleet.spawn(i);
+        }
+    }
+    wait_until_settled(&queue, || n, Duration::from_secs(60 * scale as u64), &fleet).await;
+    let crashed = fleet.crashed();
+    assert!(
+        crashed.is_empty(),
+        "no id stops a worker: {crashed:?}\n{}",
+        fleet.logs()
+    );
+    fleet.stop();
+    stop.cancel();
+    for r in reapers {
+        r.await.unwrap();
+    }
+    let tally = account(
+        "(o) long and byte ids, workers SIGKILLed",
+        &queue,
+        dir.path(),
+        &kinds,
+        kills,
+    )
+    .await;
+    assert!(kills > 0 && tally.acked > 0);
 }

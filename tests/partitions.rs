@@ -4,6 +4,13 @@
 //! queue of 6 partitions on the Cluster with a producer, `jobqueue worker --exec`
 //! processes (some SIGKILLed), a reaper, and a shrink from 6 to 3 partitions midway.
 //! At the end no job is lost, every job is done or dead, and every partition is drained.
+//! Then the same queue shape under the faults of a partitioned worker: 3 partitions
+//! shrunk to 1 under load on one server, workers SIGKILLed, and the replies of claims
+//! lost on the way back (tests/support/reply_dropper.rs). Both count runs from the
+//! workers' own records (tests/support/runs.rs): no job is dead-lettered without running
+//! (`dead_without_running` = 0) and no two runs of a job overlap for longer than the
+//! workers' 1 s kill grace (`overlap_beyond_grace` = 0). `make chaos` runs both at full
+//! size; alone: `cargo test --test partitions six_partitions` or `… three_partitions`.
 //!
 //! (tests/partition.rs is about network partitions, not these.)
 //!
@@ -20,12 +27,14 @@ use std::time::Duration;
 
 use jobqueue::queue::partitions::tag_slot;
 use jobqueue::queue::{
-    NewJob, PartitionedQueue, QueueSettings, Redis, partition_of, partition_tags,
+    NewJob, PartitionedQueue, Queue, QueueSettings, Redis, SCRIPTS, partition_of, partition_tags,
 };
 use jobqueue::worker::Worker;
 use rand::Rng;
 use support::eventually::{Wait, eventually};
 use support::redis::{RedisCluster, RedisServer};
+use support::reply_dropper::ReplyDropper;
+use support::runs::{self, Work};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -396,25 +405,100 @@ async fn an_idle_consumer_wakes_for_a_job_in_any_partition() {
     );
 }
 
-/// A worker process on the queue, with its partition flags.
-fn spawn_worker(url: &str, dir: &Path, id: &str, partitions: &[&str]) -> Child {
+/// The overlap bound: the workers run with `--kill-grace 1s`.
+const GRACE: Duration = Duration::from_secs(1);
+
+/// A worker process on the queue `tag` (on a Cluster when `cluster`), with leases of
+/// `visibility` and its partition flags; its runs are recorded in `dir`
+/// (tests/support/runs.rs).
+fn spawn_worker(
+    url: &str,
+    cluster: bool,
+    tag: &str,
+    dir: &Path,
+    id: &str,
+    visibility: &str,
+    partitions: &[&str],
+) -> Child {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(dir.join(format!("{id}.log")))
         .unwrap();
-    Command::new(BIN)
-        .args(["worker", "--redis", url, "--cluster", "--tag", "parts"])
-        .args(partitions)
-        .args(["--concurrency", "4", "--visibility", "1s"])
+    let mut cmd = Command::new(BIN);
+    cmd.args(["worker", "--redis", url, "--tag", tag]);
+    if cluster {
+        cmd.arg("--cluster");
+    }
+    cmd.args(partitions)
+        .args([
+            "--concurrency",
+            "4",
+            "--visibility",
+            visibility,
+            "--kill-grace",
+            "1s",
+        ])
         .args(["--shutdown-timeout", "3s", "--worker-id", id])
-        .args(["--exec", "sh", "-c", HANDLER])
+        .arg("--exec")
+        .args(runs::command(Work::Sleep))
+        .env(runs::RUNS_ENV, dir)
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
         .expect("run jobqueue worker")
+}
+
+/// SIGKILL a worker process, noting when (its runs without an end ended by then).
+fn kill_worker(dir: &Path, id: &str, mut child: Child) {
+    runs::note_kill(dir, id);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// The end of a scenario: each job done, or dead if it is poison, in the partition of
+/// `home(id)`; no job dead without running; no two runs of a job overlapping past
+/// [`GRACE`]. Returns (done, dead, problems, dead_without_running,
+/// overlap_beyond_grace, the longest overlap).
+async fn check_jobs<'a>(
+    kinds: &HashMap<String, &str>,
+    home: impl Fn(&str) -> &'a Queue,
+    dir: &Path,
+) -> (usize, usize, Vec<String>, usize, usize, Duration) {
+    let all = runs::read(dir);
+    let started = runs::by_job(&all);
+    let mut problems = Vec::new();
+    let (mut done, mut dead, mut dead_without_running) = (0, 0, 0);
+    for (id, kind) in kinds {
+        let info = home(id).job(id).await.unwrap();
+        let status = info.as_ref().and_then(|i| i.status.clone());
+        if status.as_deref() == Some("dead") && !started.contains_key(id.as_bytes()) {
+            dead_without_running += 1;
+            problems.push(format!(
+                "{id} ({kind}) was dead-lettered without ever running: {:?}",
+                info.and_then(|i| i.last_error)
+            ));
+            continue;
+        }
+        match status.as_deref() {
+            Some("done") if *kind != "poison" => done += 1,
+            Some("dead") if *kind == "poison" => dead += 1,
+            other => problems.push(format!("{id} ({kind}) in {}: {other:?}", home(id).name())),
+        }
+    }
+    let (beyond, longest) = runs::overlaps_beyond(&all, GRACE);
+    let overlaps = beyond.len();
+    problems.extend(beyond);
+    (
+        done,
+        dead,
+        problems,
+        dead_without_running,
+        overlaps,
+        longest,
+    )
 }
 
 /// The worker id of some lease held now, if any.
@@ -428,16 +512,6 @@ async fn lease_holder(queue: &PartitionedQueue) -> Option<String> {
     }
     None
 }
-
-/// `poison` is dead-lettered at once, `flaky` fails its first attempt, the rest sleep.
-const HANDLER: &str = r#"
-read kind secs
-case "$kind" in
-  poison) exit 99 ;;
-  flaky) if [ "$JOBQUEUE_ATTEMPT" = 1 ]; then exit 1; fi ;;
-esac
-sleep "$secs"
-"#;
 
 #[tokio::test]
 async fn six_partitions_on_a_cluster_shrunk_to_three_lose_nothing() {
@@ -465,7 +539,15 @@ async fn six_partitions_on_a_cluster_shrunk_to_three_lose_nothing() {
     let mut workers: Vec<(String, Child)> = (0..3)
         .map(|i| {
             let id = format!("six-{i}");
-            let child = spawn_worker(&url, dir.path(), &id, &["--partitions", "6"]);
+            let child = spawn_worker(
+                &url,
+                true,
+                "parts",
+                dir.path(),
+                &id,
+                "1s",
+                &["--partitions", "6"],
+            );
             (id, child)
         })
         .collect();
@@ -519,7 +601,10 @@ async fn six_partitions_on_a_cluster_shrunk_to_three_lose_nothing() {
             // ...and new workers drain all six while routing to three.
             let id = "three-0".to_string();
             let args = ["--partitions", "3", "--drain-partitions", "6"];
-            workers.push((id.clone(), spawn_worker(&url, dir.path(), &id, &args)));
+            workers.push((
+                id.clone(),
+                spawn_worker(&url, true, "parts", dir.path(), &id, "1s", &args),
+            ));
         }
         // SIGKILL a worker that holds a lease (a random one when none is seen), and
         // start another in its place.
@@ -528,13 +613,15 @@ async fn six_partitions_on_a_cluster_shrunk_to_three_lose_nothing() {
             let i = holder
                 .and_then(|w| workers.iter().position(|(id, _)| *id == w))
                 .unwrap_or_else(|| rng.random_range(0..workers.len()));
-            let (_, mut child) = workers.remove(i);
-            let _ = child.kill();
-            let _ = child.wait();
+            let (id, child) = workers.remove(i);
+            kill_worker(dir.path(), &id, child);
             killed += 1;
             let id = format!("after-kill-{killed}");
             let args = ["--partitions", "3", "--drain-partitions", "6"];
-            workers.push((id.clone(), spawn_worker(&url, dir.path(), &id, &args)));
+            workers.push((
+                id.clone(),
+                spawn_worker(&url, true, "parts", dir.path(), &id, "1s", &args),
+            ));
         }
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
@@ -568,29 +655,25 @@ async fn six_partitions_on_a_cluster_shrunk_to_three_lose_nothing() {
     }
 
     // Every job is done or dead, in the partition its layout routed it to; poison ones dead.
-    let mut lost = Vec::new();
-    let (mut done, mut dead) = (0, 0);
-    for (id, kind) in &kinds {
+    let home = |id: &str| {
         let n: usize = id[1..].parse().unwrap();
         let queue = if n < total / 2 { &six } else { &three };
-        let p = queue.partition_for(id.as_bytes());
-        let info = queue.partitions()[p].job(id).await.unwrap();
-        match info.and_then(|i| i.status) {
-            Some(s) if s == "done" && *kind != "poison" => done += 1,
-            Some(s) if s == "dead" && *kind == "poison" => dead += 1,
-            other => lost.push(format!("{id} ({kind}) in partition {p}: {other:?}")),
-        }
-    }
+        &queue.partitions()[queue.partition_for(id.as_bytes())]
+    };
+    let (done, dead, lost, dead_without_running, overlaps, longest) =
+        check_jobs(&kinds, home, dir.path()).await;
     let stats = three.stats().await.unwrap();
     println!(
         "partitions 6 → 3 on a 3-master Cluster: {total} jobs, {done} done, {dead} dead, \
-         lost {}, {killed} workers SIGKILLed, {} leases reaped ({requeued} by the test's \
-         reaper); per partition (acked): {:?}",
-        lost.len(),
+         lost {}, dead_without_running={dead_without_running} \
+         overlap_beyond_grace={overlaps} (longest {:.3}s), {killed} workers SIGKILLed, {} \
+         leases reaped ({requeued} by the test's reaper); per partition (acked): {:?}",
+        lost.len() - dead_without_running - overlaps,
+        longest.as_secs_f64(),
         stats.total.reaped,
         stats.partitions.iter().map(|s| s.acked).collect::<Vec<_>>()
     );
-    assert!(lost.is_empty(), "lost or wrong: {lost:?}");
+    assert!(lost.is_empty(), "lost or wrong:\n{}", lost.join("\n"));
     // The killed workers' leases were taken back by a reaper (the test's or a worker's).
     assert!(stats.total.reaped > 0, "{:?}", stats.total);
     assert_eq!(done + dead, total);
@@ -617,6 +700,206 @@ async fn six_partitions_on_a_cluster_shrunk_to_three_lose_nothing() {
         "{:?}",
         stats.partitions
     );
+}
+
+/// 3 partitions shrunk to 1 under load on one server. Two of the workers reach Redis
+/// through a proxy that loses replies (the script runs, the connection is cut before
+/// its reply): those of every renewal, so only the workers' local deadlines end their
+/// leases, and those of claims for 1.5 to 2.8 s at a time (less than a lease of 3 s;
+/// longer than a claim's four sends, 100 + 200 + 400 ms apart, so every send of some
+/// claims is lost and a later claim gets their leases replayed), then none for 0.2 to
+/// 0.5 s, again and again. The others (one from the start, the new layout's) reach Redis directly, so a
+/// job whose lease ended in Redis is run by one of them while the worker behind the
+/// proxy may still run it. Workers SIGKILLed along the way are replaced by workers of
+/// the new layout that reach Redis the same way. One job in four works longer than the
+/// lease, so a run that outlives its lease in Redis is seen beside the next one. At the
+/// end every job is done (or dead, for poison) where its layout put it, none was
+/// dead-lettered without running, and no two runs of a job overlapped for longer than
+/// the kill grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_partitions_shrunk_to_one_with_claim_replies_lost_and_workers_sigkilled() {
+    const TAG: &str = "shrink";
+    const LEASE: &str = "3s";
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let redis: Redis = server.redis().await;
+    let three = PartitionedQueue::new(redis.clone(), "jq", TAG, 3).unwrap();
+    three
+        .configure(&QueueSettings {
+            visibility_timeout: Duration::from_secs(3),
+            max_attempts: 20,
+            backoff_initial: Duration::from_millis(10),
+            backoff_max: Duration::from_millis(100),
+            completed_retention: Duration::from_secs(3600),
+            ..QueueSettings::default()
+        })
+        .await
+        .unwrap();
+    three.load_scripts().await.unwrap();
+    let proxy = ReplyDropper::start(server.port, SCRIPTS.claim.sha.as_bytes()).await;
+    proxy.always_cut(SCRIPTS.extend.sha.as_bytes());
+    let proxy = std::sync::Arc::new(proxy);
+    let (url, direct) = (proxy.url(), server.url());
+    let one = PartitionedQueue::resizing(redis.clone(), "jq", TAG, 1, 3).unwrap();
+    let kept = one.layout().route.clone();
+    let removed: Vec<usize> = (0..3).filter(|p| !kept.contains(p)).collect();
+
+    let batches = 3 * scale();
+    let per_batch = 30;
+    let total = per_batch * batches;
+    // Two workers behind the proxy, one direct; each keeps its way to Redis across kills.
+    let mut workers: Vec<(String, &str, Child)> = [&url, &url, &direct]
+        .into_iter()
+        .enumerate()
+        .map(|(i, way)| {
+            let id = format!("three-{i}");
+            let args = ["--partitions", "3"];
+            let child = spawn_worker(way, false, TAG, dir.path(), &id, LEASE, &args);
+            (id, way.as_str(), child)
+        })
+        .collect();
+    let stop = CancellationToken::new();
+    let blackouts = {
+        let (proxy, stop) = (proxy.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut blackouts = 0;
+            while !stop.is_cancelled() {
+                proxy.cut_at_random(1000);
+                let on = rand::rng().random_range(1500..2800);
+                tokio::time::sleep(Duration::from_millis(on)).await;
+                proxy.cut_at_random(0);
+                blackouts += 1;
+                let off = rand::rng().random_range(200..500);
+                tokio::time::sleep(Duration::from_millis(off)).await;
+            }
+            blackouts
+        })
+    };
+    let reaper = {
+        let queue = one.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            while !stop.is_cancelled() {
+                let _ = queue.reap_expired(100, 10).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+
+    let mut kinds: HashMap<String, &str> = HashMap::new();
+    let mut killed = 0;
+    for batch in 0..batches {
+        let queue = if batch < batches / 2 { &three } else { &one };
+        let jobs: Vec<NewJob> = (batch * per_batch..(batch + 1) * per_batch)
+            .map(|i| {
+                let kind = match i % 17 {
+                    3 => "poison",
+                    5 | 11 => "flaky",
+                    _ => "ok",
+                };
+                kinds.insert(format!("j{i}"), kind);
+                let ms = if i % 4 == 1 {
+                    rand::rng().random_range(3500..4500)
+                } else {
+                    rand::rng().random_range(20..200)
+                };
+                let secs = ms as f64 / 1000.0;
+                NewJob::new(format!("{kind} {secs:.3}\n").into_bytes()).id(format!("j{i}"))
+            })
+            .collect();
+        let out = queue.enqueue_many(jobs).await.unwrap();
+        assert!(out.iter().all(|e| e.created));
+        if batch == batches / 2 - 1 {
+            // The shrink: from now on jobs go to one partition, and a worker of the new
+            // layout drains all three.
+            let id = "one-0".to_string();
+            let args = ["--partitions", "1", "--drain-partitions", "3"];
+            let child = spawn_worker(&direct, false, TAG, dir.path(), &id, LEASE, &args);
+            workers.push((id, direct.as_str(), child));
+        }
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        if batch % 2 == 1 {
+            let i = rand::rng().random_range(0..workers.len());
+            let (id, way, child) = workers.remove(i);
+            kill_worker(dir.path(), &id, child);
+            killed += 1;
+            let id = format!("after-kill-{killed}");
+            let args = ["--partitions", "1", "--drain-partitions", "3"];
+            let child = spawn_worker(way, false, TAG, dir.path(), &id, LEASE, &args);
+            workers.push((id, way, child));
+        }
+    }
+
+    let logs = || {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| {
+                let e = e.ok()?;
+                e.file_name()
+                    .to_string_lossy()
+                    .ends_with(".log")
+                    .then(|| std::fs::read_to_string(e.path()).ok())?
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let last = Mutex::new(None);
+    Wait::for_("every partition drained and every job done or dead")
+        .within(Duration::from_secs(60 + 30 * scale() as u64))
+        .every(Duration::from_millis(200))
+        .explained_by(|| format!("last stats: {:?}\nlogs:\n{}", last.lock().unwrap(), logs()))
+        .until(async || {
+            let stats = one.stats().await;
+            let done = matches!(&stats, Ok(s) if s.partitions.iter().all(|p| p.pending == 0
+                && p.processing == 0 && p.delayed == 0)
+                && (s.total.acked + s.total.dead) as usize >= total);
+            *last.lock().unwrap() = stats.ok();
+            done
+        })
+        .await;
+    stop.cancel();
+    reaper.await.unwrap();
+    let blackouts = blackouts.await.unwrap();
+    for (_, _, mut child) in workers {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    // The first half of the batches went to three partitions, the rest to one.
+    let before_shrink = per_batch * (batches / 2);
+    let home = |id: &str| {
+        let n: usize = id[1..].parse().unwrap();
+        let queue = if n < before_shrink { &three } else { &one };
+        &queue.partitions()[queue.partition_for(id.as_bytes())]
+    };
+    let (done, dead, wrong, dead_without_running, overlaps, longest) =
+        check_jobs(&kinds, home, dir.path()).await;
+    let stats = one.stats().await.unwrap();
+    println!(
+        "partitions 3 → 1, claim replies lost, workers SIGKILLed: {total} jobs, {done} done, \
+         {dead} dead, dead_without_running={dead_without_running} \
+         overlap_beyond_grace={overlaps} (longest {:.3}s), {killed} workers SIGKILLed, \
+         {blackouts} blackouts, claims seen={} cut={}, replayed={} reaped={} stale={}",
+        longest.as_secs_f64(),
+        proxy.seen(),
+        proxy.cuts(),
+        stats.total.replayed,
+        stats.total.reaped,
+        stats.total.stale,
+    );
+    assert!(wrong.is_empty(), "lost or wrong:\n{}", wrong.join("\n"));
+    assert_eq!((dead_without_running, overlaps), (0, 0));
+    assert_eq!(done + dead, total);
+    assert!(proxy.cuts() > 0 && killed > 0);
+    // Nothing went to the removed partitions after the shrink.
+    let first_half: Vec<String> = (0..before_shrink).map(|i| format!("j{i}")).collect();
+    for &p in &removed {
+        let routed_there = first_half
+            .iter()
+            .filter(|id| three.partition_for(id.as_bytes()) == p)
+            .count() as u64;
+        assert_eq!(stats.partitions[p].enqueued, routed_there, "partition {p}");
+    }
 }
 
 /// `jobqueue` with `args`, stdin `input`; returns stdout, failing the test on a non-zero exit.

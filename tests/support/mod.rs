@@ -5,7 +5,8 @@
 //! stand-in API server over real HTTP (`standin`), TCP proxies that cut a connection the
 //! way a partition does (`proxy`) or lose the replies of chosen requests
 //! (`reply_dropper`), moving a Cluster slot between nodes key by key (`slot_migration`),
-//! and the process table (`procs`).
+//! the process table (`procs`), and the workers' own records of the runs of jobs that
+//! the chaos tallies count (`runs`).
 //! Every test binary includes it with `mod support;` and uses a part.
 #![allow(dead_code)]
 
@@ -17,6 +18,7 @@ pub mod procs;
 pub mod proxy;
 pub mod redis;
 pub mod reply_dropper;
+pub mod runs;
 pub mod sentinel;
 pub mod slot_migration;
 pub mod standin;

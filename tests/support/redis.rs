@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use jobqueue::queue::{ConnectOptions, Queue, Redis};
+use jobqueue::queue::{ConnectOptions, Queue, Redis, SCRIPTS};
 
 /// A port nobody listens on right now. The server may still lose a race for it; the
 /// start-up below then tries another.
@@ -80,6 +80,18 @@ impl RedisServer {
             }
         }
         panic!("redis-server could not find free ports");
+    }
+
+    /// Freeze the server (SIGSTOP) or let it go on (SIGCONT): a stall of the process, its
+    /// connections left open.
+    pub fn pause(&self, stalled: bool) {
+        let sig = if stalled {
+            libc::SIGSTOP
+        } else {
+            libc::SIGCONT
+        };
+        // SAFETY: kill has no memory effects.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
     }
 
     pub fn url(&self) -> String {
@@ -453,4 +465,30 @@ pub fn wait_past(conn: &mut redis::Connection, ms: i64) {
 pub fn next_ms(conn: &mut redis::Connection) {
     let now = redis_now_ms(conn);
     wait_past(conn, now);
+}
+
+/// Enqueue one job with any id bytes (not UTF-8, a space, a length this client would
+/// not make) through the protocol's own enqueue script, as a client in another language
+/// would.
+pub async fn enqueue_raw(queue: &Queue, id: &[u8], payload: &[u8]) {
+    let keys = queue.keys();
+    let mut job_key = keys.job_prefix.as_bytes().to_vec();
+    job_key.extend_from_slice(id);
+    let mut cmd = SCRIPTS.enqueue.cmd(8);
+    for key in keys.queue_keys() {
+        cmd.arg(key);
+    }
+    cmd.arg(job_key)
+        .arg(&keys.job_prefix)
+        .arg(1)
+        .arg(id)
+        .arg(payload)
+        .arg(0);
+    let mut conn = queue.redis().clone();
+    let reply = SCRIPTS.enqueue.run(&mut conn, &cmd).await.unwrap();
+    assert_eq!(
+        reply,
+        redis::Value::Array(vec![redis::Value::Int(1)]),
+        "enqueued"
+    );
 }

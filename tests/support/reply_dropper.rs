@@ -25,6 +25,8 @@ struct Marker {
 struct State {
     upstream: SocketAddr,
     markers: Vec<Marker>,
+    /// Requests that contain one of these are cut, every one (not counted as marked).
+    always: std::sync::Mutex<Vec<Vec<u8>>>,
     /// Marked requests seen and cut.
     seen: AtomicU64,
     cuts: AtomicU64,
@@ -75,6 +77,7 @@ impl ReplyDropper {
                 .collect(),
             seen: AtomicU64::new(0),
             cuts: AtomicU64::new(0),
+            always: std::sync::Mutex::new(Vec::new()),
         });
         let accepting = state.clone();
         let accept = tokio::spawn(async move {
@@ -113,6 +116,12 @@ impl ReplyDropper {
         self.state.markers[i]
             .per_mille
             .store(per_mille, Ordering::SeqCst);
+    }
+
+    /// Cut every request that contains `marker` from now on (e.g. every renewal of the
+    /// clients behind the proxy, so that only their local deadlines end their leases).
+    pub fn always_cut(&self, marker: &[u8]) {
+        self.state.always.lock().unwrap().push(marker.to_vec());
     }
 
     /// Marked requests seen so far.
@@ -168,7 +177,13 @@ async fn serve(client: TcpStream, state: Arc<State>) {
                 return Ok::<_, std::io::Error>(());
             }
             let chunk = &buf[..n];
-            let cut_this = state.should_cut(chunk);
+            let always = state
+                .always
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|m| contains(chunk, m));
+            let cut_this = always || state.should_cut(chunk);
             if cut_this {
                 cut.store(true, Ordering::SeqCst);
                 state.cuts.fetch_add(1, Ordering::SeqCst);
