@@ -157,6 +157,9 @@ const ROWS: &[Row] = &[
     row("durability-zero-replicas", &["enqueue", "--redis", "{url}", "--tag", "bi", "--durability", "replicated:0", "x"], 2, "must be at least 1"),
     on(Target::Replica, row("readonly-replica", &["enqueue", "--redis", "{url}", "--tag", "bi", "x"], 1, "read-only replica, not the primary")),
     on(Target::SmallBulk, row("not-replicated", &["enqueue", "--redis", "{url}", "--tag", "nr", "--durability", "replicated:1:100ms", "x"], 1, "ran on the primary but only 0 of 1")),
+    // Client certificates, byte ids and typo'd tags
+    on(Target::Mtls, row("tls-cert-v1", &["stats", "--redis", "{url}", "--tag", "bi", "--tls-ca", "{certs}/ca.crt", "--tls-cert", "{certs}/v1.crt", "--tls-key", "{certs}/v1.key"], 2, "an X.509 v1 certificate, which TLS clients cannot present")),
+    on(Target::Mtls, row("tls-key-mismatch", &["stats", "--redis", "{url}", "--tag", "bi", "--tls-ca", "{certs}/ca.crt", "--tls-cert", "{certs}/client.crt", "--tls-key", "{certs}/stranger.key"], 2, "not the private key of the client certificate")),
 ];
 
 /// Rows of the library and the protocol (no process, no exit code: the doc says `-`):
@@ -489,6 +492,7 @@ fn every_bad_input_is_answered_with_its_code_and_message_and_changes_nothing() {
     let auth = RedisServer::start_with(&["--requirepass", "s3cret-pw"]);
     let certs_dir = tempfile::tempdir().unwrap();
     let certs = support::certs::standard(certs_dir.path());
+    certs.issue_v1("ca", "v1", "v1");
     let (_mtls, mtls_port) = support::certs::tls_server(&certs, "yes");
     let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &server.port.to_string()]);
     let sentinel_dir = tempfile::tempdir().unwrap();

@@ -315,6 +315,83 @@ async fn mutual_tls_takes_the_clients_its_ca_signed() {
     );
 }
 
+/// A client certificate the client cannot present (X.509 v1) or a key that is not the
+/// certificate's are this side's own files: named at start with exit 2 and the flag, not
+/// blamed on the server's certificate or reported as an unreachable server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_client_pair_names_the_local_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = support::certs::standard(dir.path());
+    certs.issue_v1("ca", "v1", "v1");
+    let (_server, tls_port) = support::certs::tls_server(&certs, "yes");
+    let url = format!("rediss://127.0.0.1:{tls_port}");
+    let ca = certs.path("ca.crt");
+    let run = |cert: &str, key: &str| {
+        let out = stats_cli(
+            &url,
+            "pair",
+            &["--tls-ca", &ca, "--tls-cert", cert, "--tls-key", key],
+            &[],
+        );
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+
+    let (code, stderr) = run(&certs.path("v1.crt"), &certs.path("v1.key"));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--tls-cert") && stderr.contains("X.509 v1"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("server's certificate"), "{stderr}");
+
+    let (code, stderr) = run(&certs.path("client.crt"), &certs.path("stranger.key"));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--tls-key")
+            && stderr.contains("not the private key of the client certificate"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("KeyMismatch"), "{stderr}");
+
+    // The library names the same two problems before connecting.
+    let with = |cert: &str, key: &str| {
+        ConnectOptions::new(&url)
+            .ca_cert(Some(certs.read("ca.crt")))
+            .client_cert(Some(certs.read(cert)), Some(certs.read(key)))
+    };
+    let err = Redis::connect(&with("v1.crt", "v1.key")).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidArgument {
+                what: "client certificate",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let err = Redis::connect(&with("client.crt", "stranger.key"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidArgument {
+                what: "client key",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    // A good pair still connects.
+    Redis::connect(&with("client.crt", "client.key"))
+        .await
+        .unwrap();
+}
+
 /// A server certificate that does not name the URL's host is refused with that reason.
 #[tokio::test]
 async fn a_server_certificate_for_another_name_is_named_as_such() {

@@ -289,6 +289,34 @@ impl RedisArgs {
             Some(path) => Some(read_pem_file(path, "--tls-key", "PRIVATE KEY")?),
             None => None,
         };
+        if let (Some(cert), Some(key), Some(cert_path), Some(key_path)) =
+            (&cert, &key, &self.tls_cert, &self.tls_key)
+        {
+            // The pair is this client's own files: a v1 certificate or a key of another
+            // certificate is named here (exit 2), not blamed on the server or the network.
+            match crate::queue::check_client_pair(cert, key) {
+                Ok(()) => {}
+                Err(crate::queue::ClientPairProblem::Cert(reason)) => {
+                    return Err(crate::queue::Error::InvalidArgument {
+                        what: "--tls-cert",
+                        reason: format!("{}: {reason}", cert_path.display()),
+                    });
+                }
+                Err(crate::queue::ClientPairProblem::Key(reason)) => {
+                    return Err(crate::queue::Error::InvalidArgument {
+                        what: "--tls-key",
+                        reason: format!(
+                            "{}: {}",
+                            key_path.display(),
+                            reason.replace(
+                                "(--tls-cert)",
+                                &format!("(--tls-cert {})", cert_path.display())
+                            )
+                        ),
+                    });
+                }
+            }
+        }
         if let Some(sentinels) = &self.sentinel {
             let master = self.master_name.clone().unwrap_or_default();
             let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());

@@ -323,6 +323,13 @@ fn check_credentials(options: &ConnectOptions, endpoint: &str, tls: bool) -> Res
                     "not a PEM private key (no -----BEGIN ... PRIVATE KEY----- line)".into(),
                 ));
             }
+            match check_client_pair(cert, key) {
+                Ok(()) => {}
+                Err(ClientPairProblem::Cert(reason)) => {
+                    return Err(invalid("client certificate", reason));
+                }
+                Err(ClientPairProblem::Key(reason)) => return Err(invalid("client key", reason)),
+            }
         }
         (None, None) => {}
     }
@@ -339,6 +346,86 @@ fn check_credentials(options: &ConnectOptions, endpoint: &str, tls: bool) -> Res
         ));
     }
     Ok(())
+}
+
+/// What is wrong with a client certificate and key pair, found without connecting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientPairProblem {
+    /// The certificate file cannot be presented (not parsed, or an X.509 v1 certificate).
+    Cert(String),
+    /// The key file cannot be used, or is not the key of the certificate.
+    Key(String),
+}
+
+/// Check a PEM client certificate and key as rustls will use them: the first certificate
+/// must parse as an X.509 v3 end-entity certificate, the key must load, and the key must be
+/// the certificate's. A bad pair is the client's own files, so it is named before
+/// connecting rather than blamed on the server or the network.
+pub fn check_client_pair(cert: &[u8], key: &[u8]) -> std::result::Result<(), ClientPairProblem> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert)
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| {
+            ClientPairProblem::Cert(format!("the PEM certificate does not parse ({e})"))
+        })?;
+    let Some(first) = chain.first() else {
+        return Err(ClientPairProblem::Cert(
+            "no PEM certificate in the file".into(),
+        ));
+    };
+    if x509_v1(first) {
+        return Err(ClientPairProblem::Cert(
+            "an X.509 v1 certificate, which TLS clients cannot present (openssl x509 -req makes \
+             one without -extfile); issue it again as v3, e.g. with -extfile holding \
+             \"extendedKeyUsage=clientAuth\""
+                .into(),
+        ));
+    }
+    let key = PrivateKeyDer::from_pem_slice(key)
+        .map_err(|e| ClientPairProblem::Key(format!("the PEM private key does not parse ({e})")))?;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let provider = rustls::crypto::ring::default_provider();
+    match rustls::sign::CertifiedKey::from_der(chain, key, &provider) {
+        Ok(_) => Ok(()),
+        Err(rustls::Error::InconsistentKeys(_)) => Err(ClientPairProblem::Key(
+            "not the private key of the client certificate (--tls-cert); give the key the \
+             certificate was issued for"
+                .into(),
+        )),
+        Err(rustls::Error::InvalidCertificate(e)) => Err(ClientPairProblem::Cert(format!(
+            "the certificate cannot be presented ({e:?})"
+        ))),
+        Err(rustls::Error::General(e)) => Err(ClientPairProblem::Key(format!(
+            "the private key cannot be used ({e})"
+        ))),
+        Err(e) => Err(ClientPairProblem::Key(format!(
+            "the certificate and key cannot be used together ({e})"
+        ))),
+    }
+}
+
+/// An X.509 certificate without the `[0] EXPLICIT version` field of its TBSCertificate:
+/// version 1. `der`: Certificate ::= SEQUENCE { tbsCertificate SEQUENCE { [0] version ... } }.
+fn x509_v1(der: &[u8]) -> bool {
+    /// The content after one DER tag and length.
+    fn enter(der: &[u8]) -> Option<&[u8]> {
+        let len = *der.get(1)?;
+        if len < 0x80 {
+            return der.get(2..);
+        }
+        der.get(2 + usize::from(len & 0x7f)..)
+    }
+    if der.first() != Some(&0x30) {
+        return false;
+    }
+    let Some(tbs) = enter(der) else { return false };
+    if tbs.first() != Some(&0x30) {
+        return false;
+    }
+    enter(tbs)
+        .and_then(|t| t.first())
+        .is_some_and(|tag| *tag != 0xa0)
 }
 
 /// How many PEM blocks whose label ends with `label` (`CERTIFICATE`, `PRIVATE KEY`, which

@@ -32,7 +32,9 @@ pub use client::{
     Consumer, DEFAULT_MAX_PAYLOAD, ID_DRAWS, Queue, REQUEST_RECORD_LIFE, REQUEST_RETRY_WINDOW,
     parse_claim_token, reap_due,
 };
-pub use connection::{ConnectOptions, Dedicated, Redis, pem_blocks, redact_url};
+pub use connection::{
+    ClientPairProblem, ConnectOptions, Dedicated, Redis, check_client_pair, pem_blocks, redact_url,
+};
 pub use durability::{DEFAULT_WAIT_TIMEOUT, Durability, Unconfirmed};
 pub use error::{Error, Result, TlsProblem};
 pub use keys::{DEFAULT_PREFIX, MAX_ID_LEN, QueueKeys, validate_id, validate_tag};

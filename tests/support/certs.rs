@@ -112,6 +112,50 @@ impl Certs {
         self
     }
 
+    /// An X.509 v1 certificate `NAME.crt` (key `NAME.key`) for `cn`, signed by `ca`: what
+    /// `openssl x509 -req` makes without `-extfile`.
+    pub fn issue_v1(&self, ca: &str, name: &str, cn: &str) -> &Self {
+        let (crt, key, csr) = (
+            format!("{name}.crt"),
+            format!("{name}.key"),
+            format!("{name}.csr"),
+        );
+        openssl(
+            &self.dir,
+            &[
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-subj",
+                &format!("/CN={cn}"),
+                "-keyout",
+                &key,
+                "-out",
+                &csr,
+            ],
+        );
+        openssl(
+            &self.dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                &format!("{ca}.crt"),
+                "-CAkey",
+                &format!("{ca}.key"),
+                "-CAcreateserial",
+                "-days",
+                "1",
+                "-out",
+                &crt,
+            ],
+        );
+        self
+    }
+
     /// A server certificate for 127.0.0.1 and localhost.
     pub fn server(&self, ca: &str, name: &str) -> &Self {
         self.issue(
