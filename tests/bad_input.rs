@@ -160,6 +160,13 @@ const ROWS: &[Row] = &[
     // Client certificates, byte ids and typo'd tags
     on(Target::Mtls, row("tls-cert-v1", &["stats", "--redis", "{url}", "--tag", "bi", "--tls-ca", "{certs}/ca.crt", "--tls-cert", "{certs}/v1.crt", "--tls-key", "{certs}/v1.key"], 2, "an X.509 v1 certificate, which TLS clients cannot present")),
     on(Target::Mtls, row("tls-key-mismatch", &["stats", "--redis", "{url}", "--tag", "bi", "--tls-ca", "{certs}/ca.crt", "--tls-cert", "{certs}/client.crt", "--tls-key", "{certs}/stranger.key"], 2, "not the private key of the client certificate")),
+    row("configure-unknown-tag", &["configure", "--redis", "{url}", "--tag", "bj", "--max-attempts", "3"], 2, "did you mean --tag bi?): check --tag and --prefix; to make a new queue with these settings, add --create"),
+    row("unknown-tag-configure-show", &["configure", "--redis", "{url}", "--tag", "bj"], 0, "no queue exists at jq:{bj} (none of its keys are in Redis; did you mean --tag bi?)"),
+    row("unknown-tag-dead-ls", &["dead", "ls", "--redis", "{url}", "--tag", "bj"], 0, "no queue exists at jq:{bj} (none of its keys are in Redis; did you mean --tag bi?)"),
+    row("unknown-tag-reap", &["reap", "--redis", "{url}", "--tag", "bj"], 0, "no queue exists at jq:{bj} (none of its keys are in Redis; did you mean --tag bi?)"),
+    row("unknown-tag-redrive-all", &["dead", "redrive", "--redis", "{url}", "--tag", "bj", "--all"], 0, "no queue exists at jq:{bj} (none of its keys are in Redis; did you mean --tag bi?)"),
+    row("unknown-tag-show", &["show", "--redis", "{url}", "--tag", "bj", "j1"], 1, "no queue exists at jq:{bj} (none of its keys are in Redis; did you mean --tag bi?)"),
+    row("unknown-tag-far", &["stats", "--redis", "{url}", "--tag", "zzzzzz"], 0, "(none of its keys are in Redis): check --tag and --prefix"),
 ];
 
 /// Rows of the library and the protocol (no process, no exit code: the doc says `-`):

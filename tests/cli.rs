@@ -754,11 +754,19 @@ async fn configure_writes_meta_and_prints_the_settings() {
     let meta: std::collections::HashMap<String, String> = conn.hgetall(&queue.keys().meta).unwrap();
     assert!(meta.is_empty(), "showing writes nothing: {meta:?}");
 
+    // A queue none of whose keys exist is made only with --create: a typo'd tag would
+    // otherwise leave a queue nobody uses.
+    run(&server, "cf", &["configure", "--max-attempts", "9"])
+        .fails(2, &["no queue exists at jq:{cf}", "add --create"]);
+    let meta: std::collections::HashMap<String, String> = conn.hgetall(&queue.keys().meta).unwrap();
+    assert!(meta.is_empty(), "refused, nothing written: {meta:?}");
+
     let out = run(
         &server,
         "cf",
         &[
             "configure",
+            "--create",
             "--visibility-timeout",
             "2m",
             "--max-attempts",

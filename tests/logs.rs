@@ -86,7 +86,14 @@ fn worker_logs_to_a_file_carry_no_colour_codes() {
 fn the_start_line_shows_the_visibility_in_effect() {
     let server = RedisServer::start();
     let configured = Command::new(BIN)
-        .args(["configure", "--redis", &server.url(), "--tag", "vis"])
+        .args([
+            "configure",
+            "--redis",
+            &server.url(),
+            "--tag",
+            "vis",
+            "--create",
+        ])
         .args(["--visibility-timeout", "45s"])
         .output()
         .unwrap();

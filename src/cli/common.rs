@@ -22,18 +22,6 @@ pub async fn open(connect: &ConnectArgs) -> anyhow::Result<Queue> {
     Ok(queue)
 }
 
-/// A note on stderr when none of the queue's keys exist (a mistyped tag or prefix reads
-/// as an empty queue otherwise); not an error: a new queue is empty too.
-pub async fn note_if_absent(queue: &Queue) -> anyhow::Result<()> {
-    if !queue.exists().await? {
-        eprintln!(
-            "note: no queue exists at {} (none of its keys are in Redis): check --tag and --prefix",
-            queue.name()
-        );
-    }
-    Ok(())
-}
-
 /// Resolves on Ctrl-C or SIGTERM, naming which as a person at the terminal says it;
 /// listening from the call on, as [`crate::shutdown::shutdown_signal`].
 pub fn stop_signal() -> impl Future<Output = &'static str> + Send + 'static {
@@ -115,18 +103,110 @@ pub async fn open_target(connect: &ConnectArgs) -> anyhow::Result<Target> {
     Ok(Target::All(queue))
 }
 
-/// [`note_if_absent`] for every partition.
+/// A note on stderr when none of the target's keys exist (a mistyped tag or prefix reads
+/// as an empty queue otherwise), with the queue nearest to the tag given when one is near
+/// (a typo): `did you mean --tag emails?`. Not an error: a new queue is empty too.
 pub async fn note_if_target_absent(target: &Target) -> anyhow::Result<()> {
-    match target {
-        Target::One(q) => note_if_absent(q).await,
-        Target::All(q) => {
-            if !q.exists().await? {
-                eprintln!(
-                    "note: no partition of {} exists (none of their keys are in Redis): check --tag, --prefix and --partitions",
-                    q.name()
-                );
+    if let Some(note) = absent_note(target).await? {
+        eprintln!("note: {note}");
+    }
+    Ok(())
+}
+
+/// Why the target reads as empty when none of its keys exist: `no queue exists at
+/// jq:{emials} (none of its keys are in Redis; did you mean --tag emails?): check --tag
+/// and --prefix`. `None` when the queue exists.
+pub async fn absent_note(target: &Target) -> anyhow::Result<Option<String>> {
+    let exists = match target {
+        Target::One(q) => q.exists().await?,
+        Target::All(q) => q.exists().await?,
+    };
+    if exists {
+        return Ok(None);
+    }
+    let hint = match nearest_queue(target).await {
+        Some(tag) => format!("; did you mean --tag {tag}?"),
+        None => String::new(),
+    };
+    Ok(Some(match target {
+        Target::One(q) => format!(
+            "no queue exists at {} (none of its keys are in Redis{hint}): check --tag and --prefix",
+            q.name()
+        ),
+        Target::All(q) => format!(
+            "no partition of {} exists (none of their keys are in Redis{hint}): check --tag, --prefix and --partitions",
+            q.name()
+        ),
+    }))
+}
+
+/// The tag of an existing queue under the same prefix nearest to the target's tag (an edit
+/// distance of at most a third of its length, at least 1), if any. Best effort: a scan
+/// that fails gives no suggestion.
+async fn nearest_queue(target: &Target) -> Option<String> {
+    let (prefix, tag) = split_name(target.name())?;
+    let queues = target.queues();
+    let redis = queues.first()?.redis();
+    let tags = crate::console::source::scan_tags(redis, prefix)
+        .await
+        .ok()?;
+    let limit = (tag.chars().count() / 3).max(1);
+    tags.into_iter()
+        // A partition's own tag (`parts~2`) stands for its queue (`parts`).
+        .map(|t| match t.rsplit_once('~') {
+            Some((base, n)) if n.parse::<u32>().is_ok() => base.to_string(),
+            _ => t,
+        })
+        .filter(|t| t != tag)
+        .map(|t| (edit_distance(&t, tag), t))
+        .filter(|(d, _)| *d <= limit)
+        .min()
+        .map(|(_, t)| t)
+}
+
+/// `prefix:{tag}` → (`prefix`, `tag`).
+fn split_name(name: &str) -> Option<(&str, &str)> {
+    let (prefix, rest) = name.rsplit_once(":{")?;
+    Some((prefix, rest.strip_suffix('}')?))
+}
+
+/// Levenshtein distance, with a transposition counting as one edit (`emials` → `emails`).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for j in 0..=b.len() {
+        d[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
             }
-            Ok(())
+            d[i][j] = best;
         }
+    }
+    d[a.len()][b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_typo_is_near_its_queue() {
+        assert_eq!(edit_distance("emials", "emails"), 1);
+        assert_eq!(edit_distance("emails", "emails"), 0);
+        assert_eq!(edit_distance("bj", "bi"), 1);
+        assert_eq!(edit_distance("orders", "emails"), 5);
+        assert_eq!(split_name("jq:{emails}"), Some(("jq", "emails")));
+        assert_eq!(split_name("a:b:{t}"), Some(("a:b", "t")));
     }
 }

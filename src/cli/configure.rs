@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::ConnectArgs;
-use super::common::open_target;
+use super::common::{UsageError, absent_note, open_target};
 use crate::duration;
 use crate::queue::QueueSettings;
 
@@ -14,6 +14,7 @@ pub const EXAMPLES: &str = "\
 Examples:
   jobqueue configure --tag emails                       # show the settings
   jobqueue configure --tag emails --visibility-timeout 2m --max-attempts 10
+  jobqueue configure --tag reports --create --max-attempts 3   # a queue not in Redis yet
   jobqueue configure --tag emails --backoff-initial 5s --backoff-max 1h --backoff-multiplier 3
   jobqueue configure --tag emails --completed-retention 1h   # keep done jobs (dedup window)
 
@@ -48,6 +49,10 @@ pub struct ConfigureArgs {
     /// The reaper keeps at most this many dead jobs; 0: no limit.
     #[arg(long, allow_hyphen_values = true)]
     pub dead_max_len: Option<u64>,
+    /// Write the settings of a queue none of whose keys are in Redis yet (without it, a
+    /// mistyped --tag is refused instead of making a queue nobody uses).
+    #[arg(long)]
+    pub create: bool,
     /// Print JSON (the `meta` fields).
     #[arg(long)]
     pub json: bool,
@@ -100,14 +105,29 @@ pub async fn run(args: ConfigureArgs) -> anyhow::Result<()> {
     let target = open_target(&args.connect).await?;
     let queues = target.queues();
     let current = queues[0].settings().await?;
+    let absent = absent_note(&target).await?;
     let (settings, written) = match args.apply(&current) {
         Some(new) => {
+            new.validate()?;
+            if let Some(note) = &absent
+                && !args.create
+            {
+                return Err(UsageError(format!(
+                    "{note}; to make a new queue with these settings, add --create"
+                ))
+                .into());
+            }
             for queue in &queues {
                 queue.configure(&new).await?;
             }
             (new, true)
         }
-        None => (current, false),
+        None => {
+            if let Some(note) = &absent {
+                eprintln!("note: {note}");
+            }
+            (current, false)
+        }
     };
     let mut out = std::io::stdout().lock();
     if args.json {

@@ -6,7 +6,7 @@ use std::io::Write;
 use clap::{ArgGroup, Args, Subcommand};
 
 use super::ConnectArgs;
-use super::common::{Target, UsageError, open_target};
+use super::common::{Target, UsageError, note_if_target_absent, open_target};
 use super::format::{add_id_hex, count, format_epoch_ms, preview_end};
 use super::progress::Progress;
 use super::show::Payload;
@@ -155,6 +155,7 @@ async fn ls(args: LsArgs) -> anyhow::Result<()> {
         return Err(UsageError("--limit must be above 0 (e.g. --limit 20)".into()).into());
     }
     let target = open_target(&args.connect).await?;
+    note_if_target_absent(&target).await?;
     let queues = target.queues();
     for (i, queue) in queues.iter().enumerate() {
         if queues.len() > 1 && !args.json {
@@ -277,6 +278,7 @@ async fn select(args: SelectArgs, action: Action) -> anyhow::Result<()> {
         return Err(UsageError("--oldest needs a number above 0".into()).into());
     }
     let queue = open_target(&args.connect).await?;
+    note_if_target_absent(&queue).await?;
     let apply = async |selection: Selection| -> anyhow::Result<u64> {
         Ok(match action {
             Action::Redrive => queue.redrive(&selection).await?,

@@ -42,6 +42,7 @@ pub async fn run(args: ReapArgs) -> anyhow::Result<()> {
         return Err(super::common::UsageError("--every must be above 0".into()).into());
     }
     let queue = open_target(&args.connect).await?;
+    super::common::note_if_target_absent(&queue).await?;
     let batch = args.batch as usize;
     // Written through one lock, errors returned: a closed stdout ends the command quietly.
     let mut out = std::io::stdout().lock();

@@ -335,7 +335,9 @@ fn id_bytes(args: &ShowArgs) -> anyhow::Result<Vec<u8>> {
 
 pub async fn run(args: ShowArgs) -> anyhow::Result<()> {
     let id = id_bytes(&args)?;
-    let queues = super::common::open_target(&args.connect).await?.queues();
+    let target = super::common::open_target(&args.connect).await?;
+    super::common::note_if_target_absent(&target).await?;
+    let queues = target.queues();
     // Partitioned: the partition that holds the job (the first, when none does).
     let mut queue = queues[0].clone();
     for q in &queues {
