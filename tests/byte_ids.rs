@@ -291,3 +291,32 @@ async fn dead_ls_lists_every_dead_id_escaped() {
         "{text}"
     );
 }
+
+/// An id another client wrote with a space is named to `dead redrive` and `dead purge`
+/// as `dead ls` lists it: the protocol takes any id of 1..1024 bytes.
+#[tokio::test]
+async fn dead_redrive_and_purge_take_an_id_with_a_space() {
+    let server = RedisServer::start();
+    let queue = server.queue("spaced").await;
+    let mut conn = server.conn();
+    enqueue_raw(&queue, b"a b", b"one").await;
+    enqueue_raw(&queue, b"c d", b"two").await;
+    bury(&mut conn, &queue, b"a b", "boom");
+    bury(&mut conn, &queue, b"c d", "boom");
+
+    let out = cli(&server, "spaced", &["dead", "redrive", "a b"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("redrove 1 dead job"), "{stdout}");
+    let pending: Vec<Vec<u8>> = redis::cmd("LRANGE")
+        .arg(&queue.keys().pending)
+        .arg(0)
+        .arg(-1)
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(pending, vec![b"a b".to_vec()]);
+
+    let out = cli(&server, "spaced", &["dead", "purge", "c d"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("purged 1 dead job"), "{stdout}");
+    assert_eq!(queue.stats().await.unwrap().dead, 0);
+}

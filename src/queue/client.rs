@@ -1093,7 +1093,9 @@ impl Queue {
                 }
                 for chunk in ids.chunks(MAX_BATCH) {
                     for id in chunk {
-                        validate_id(id)?;
+                        // An existing id, as another client may have written it: the
+                        // protocol's bounds only (this client makes stricter ones).
+                        check_existing_id(id.as_bytes())?;
                     }
                     let job_keys: Vec<String> = chunk.iter().map(|id| self.keys.job(id)).collect();
                     let mut cmd = self.script_cmd(script, &job_keys);
@@ -1778,6 +1780,23 @@ fn parse_lease(v: Value) -> std::result::Result<Lease, Unreadable> {
         lease_until,
         partition: 0,
     })
+}
+
+/// An id that names a job already in Redis: 1 to [`MAX_ID_LEN`](super::MAX_ID_LEN) bytes
+/// of any kind, the protocol's bounds (docs/protocol.md, enqueue), so an id another client
+/// wrote with a space or in bytes that are not UTF-8 can be named to redrive and purge.
+pub fn check_existing_id(id: &[u8]) -> Result<()> {
+    if id.is_empty() || id.len() > super::MAX_ID_LEN {
+        return Err(Error::InvalidArgument {
+            what: "job id",
+            reason: format!(
+                "an id of {} bytes: ids are 1 to {} bytes",
+                id.len(),
+                super::MAX_ID_LEN
+            ),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
