@@ -166,6 +166,7 @@ const ROWS: &[Row] = &[
     row("unknown-tag-reap", &["reap", "--redis", "{url}", "--tag", "bj"], 0, "no queue exists at jq:{bj} (none of its keys are in Redis; did you mean --tag bi?)"),
     row("unknown-tag-redrive-all", &["dead", "redrive", "--redis", "{url}", "--tag", "bj", "--all"], 0, "no queue exists at jq:{bj} (none of its keys are in Redis; did you mean --tag bi?)"),
     row("unknown-tag-show", &["show", "--redis", "{url}", "--tag", "bj", "j1"], 1, "no queue exists at jq:{bj} (none of its keys are in Redis; did you mean --tag bi?)"),
+    row("dead-id-hex-not-hex", &["dead", "redrive", "--redis", "{url}", "--tag", "bi", "--id-hex", "zz"], 2, "--id-hex: \"zz\" is not hex"),
     row("unknown-tag-far", &["stats", "--redis", "{url}", "--tag", "zzzzzz"], 0, "(none of its keys are in Redis): check --tag and --prefix"),
 ];
 

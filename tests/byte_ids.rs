@@ -320,3 +320,45 @@ async fn dead_redrive_and_purge_take_an_id_with_a_space() {
     assert!(stdout.contains("purged 1 dead job"), "{stdout}");
     assert_eq!(queue.stats().await.unwrap().dead, 0);
 }
+
+/// An id that is not UTF-8 is named in hex (`--id-hex`, the `id_hex` of `dead ls --json`)
+/// to `dead redrive`, `dead purge` and `show`, over every partition too.
+#[tokio::test]
+async fn an_id_that_is_not_utf8_is_named_in_hex() {
+    let server = RedisServer::start();
+    let queue = server.queue("hexed").await;
+    let mut conn = server.conn();
+    enqueue_raw(&queue, NOT_UTF8, b"odd").await;
+    enqueue_raw(&queue, b"bad\xfe", b"odder").await;
+    bury(&mut conn, &queue, NOT_UTF8, "boom");
+    bury(&mut conn, &queue, b"bad\xfe", "boom");
+    let hex = |id: &[u8]| id.iter().map(|b| format!("{b:02x}")).collect::<String>();
+
+    let out = cli(&server, "hexed", &["show", "--id-hex", &hex(NOT_UTF8)]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("dead"), "{stdout}");
+
+    let out = cli(
+        &server,
+        "hexed",
+        &["dead", "redrive", "--id-hex", &hex(NOT_UTF8)],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("redrove 1 dead job"), "{stdout}");
+    let pending: Vec<Vec<u8>> = redis::cmd("LRANGE")
+        .arg(&queue.keys().pending)
+        .arg(0)
+        .arg(-1)
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(pending, vec![NOT_UTF8.to_vec()]);
+
+    let out = cli(
+        &server,
+        "hexed",
+        &["dead", "purge", "--id-hex", &hex(b"bad\xfe")],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("purged 1 dead job"), "{stdout}");
+    assert_eq!(queue.stats().await.unwrap().dead, 0);
+}

@@ -10,7 +10,7 @@ use super::common::{Target, UsageError, note_if_target_absent, open_target};
 use super::format::{add_id_hex, count, format_epoch_ms, preview_end};
 use super::progress::Progress;
 use super::show::Payload;
-use crate::queue::{Error, JobInfo, JobStatus, MAX_BATCH, Queue, Selection};
+use crate::queue::{Error, JobId, JobInfo, JobStatus, MAX_BATCH, Queue, Selection};
 
 pub const EXAMPLES: &str = "\
 Examples:
@@ -85,12 +85,16 @@ pub struct ShowArgs {
 }
 
 #[derive(Debug, Args)]
-#[command(group(ArgGroup::new("which").required(true).args(["ids", "oldest", "all"])))]
+#[command(group(ArgGroup::new("which").required(true).args(["ids", "id_hex", "oldest", "all"])))]
 pub struct SelectArgs {
     #[command(flatten)]
     pub connect: ConnectArgs,
-    /// Dead jobs by id.
-    pub ids: Vec<String>,
+    /// Dead jobs by id (any bytes the shell passes: an id with a space, quoted).
+    pub ids: Vec<std::ffi::OsString>,
+    /// A dead job by its id in hex (the `id_hex` of `dead ls --json`), for an id that is
+    /// not UTF-8; may be repeated.
+    #[arg(long, value_name = "HEX")]
+    pub id_hex: Vec<String>,
     /// The N oldest dead jobs (by time of death).
     #[arg(long, value_name = "N")]
     pub oldest: Option<usize>,
@@ -103,12 +107,16 @@ pub struct SelectArgs {
 }
 
 #[derive(Debug, Args)]
-#[command(group(ArgGroup::new("purge_which").required(true).args(["ids", "oldest", "all", "orphans"])))]
+#[command(group(ArgGroup::new("purge_which").required(true).args(["ids", "id_hex", "oldest", "all", "orphans"])))]
 pub struct PurgeArgs {
     #[command(flatten)]
     pub connect: ConnectArgs,
-    /// Dead jobs by id.
-    pub ids: Vec<String>,
+    /// Dead jobs by id (any bytes the shell passes: an id with a space, quoted).
+    pub ids: Vec<std::ffi::OsString>,
+    /// A dead job by its id in hex (the `id_hex` of `dead ls --json`), for an id that is
+    /// not UTF-8; may be repeated.
+    #[arg(long, value_name = "HEX")]
+    pub id_hex: Vec<String>,
     /// The N oldest dead jobs (by time of death).
     #[arg(long, value_name = "N")]
     pub oldest: Option<usize>,
@@ -120,7 +128,7 @@ pub struct PurgeArgs {
     /// Ids whose hash came back are left for the reaper to put back; a forgotten id is
     /// remembered for 7 days, so a hash that comes back meanwhile is still put back and
     /// runs. Needs --yes.
-    #[arg(long, conflicts_with_all = ["ids", "oldest", "all"])]
+    #[arg(long, conflicts_with_all = ["ids", "id_hex", "oldest", "all"])]
     pub orphans: bool,
     /// Confirm `purge --all` and `purge --orphans`.
     #[arg(long)]
@@ -133,6 +141,7 @@ impl PurgeArgs {
         SelectArgs {
             connect: self.connect,
             ids: self.ids,
+            id_hex: self.id_hex,
             oldest: self.oldest,
             all: self.all,
             yes: self.yes,
@@ -277,6 +286,7 @@ async fn select(args: SelectArgs, action: Action) -> anyhow::Result<()> {
     if args.oldest == Some(0) {
         return Err(UsageError("--oldest needs a number above 0".into()).into());
     }
+    let ids = id_bytes(&args)?;
     let queue = open_target(&args.connect).await?;
     note_if_target_absent(&queue).await?;
     let apply = async |selection: Selection| -> anyhow::Result<u64> {
@@ -287,15 +297,13 @@ async fn select(args: SelectArgs, action: Action) -> anyhow::Result<()> {
     };
     // Read before acting: once redriven or purged, a job no longer says why it was not.
     let skipped = match &queue {
-        Target::One(q) => not_dead(q, &args.ids).await?,
+        Target::One(q) => not_dead(q, &ids).await?,
         // Each id is looked for in every partition.
         Target::All(_) => Vec::new(),
     };
-    let (done, asked) = if !args.ids.is_empty() {
-        (
-            apply(Selection::Ids(args.ids.clone())).await?,
-            Some(args.ids.len()),
-        )
+    let (done, asked) = if !ids.is_empty() {
+        let asked = ids.len();
+        (apply(Selection::IdBytes(ids)).await?, Some(asked))
     } else {
         // --all: as many as are dead now (jobs that die meanwhile wait for the next run).
         let mut left = match args.oldest {
@@ -352,9 +360,35 @@ async fn select(args: SelectArgs, action: Action) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The ids given, as bytes: each argument's own bytes, then each `--id-hex` decoded; each
+/// 1 to 1024 bytes, as the protocol takes them.
+fn id_bytes(args: &SelectArgs) -> anyhow::Result<Vec<Vec<u8>>> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut ids: Vec<Vec<u8>> = args.ids.iter().map(|id| id.as_bytes().to_vec()).collect();
+    for given in &args.id_hex {
+        ids.push(hex::decode(given.trim()).map_err(|e| {
+            UsageError(format!(
+                "--id-hex: {:?} is not hex ({e}); give the id_hex of dead ls --json",
+                given.chars().take(40).collect::<String>()
+            ))
+        })?);
+    }
+    for id in &ids {
+        if id.is_empty() || id.len() > crate::queue::MAX_ID_LEN {
+            return Err(UsageError(format!(
+                "a job id must be 1 to {} bytes, not {}",
+                crate::queue::MAX_ID_LEN,
+                id.len()
+            ))
+            .into());
+        }
+    }
+    Ok(ids)
+}
+
 /// The ids among `ids` that are not in the dead set, each with why: no such job, or its
 /// status.
-async fn not_dead(queue: &Queue, ids: &[String]) -> anyhow::Result<Vec<(String, String)>> {
+async fn not_dead(queue: &Queue, ids: &[Vec<u8>]) -> anyhow::Result<Vec<(String, String)>> {
     let mut skipped = Vec::new();
     for id in ids {
         let mut conn = queue.redis().clone();
@@ -378,7 +412,7 @@ async fn not_dead(queue: &Queue, ids: &[String]) -> anyhow::Result<Vec<(String, 
                 info.status.as_deref().unwrap_or("unknown")
             ),
         };
-        skipped.push((id.clone(), why));
+        skipped.push((JobId::from(id.as_slice()).to_string(), why));
     }
     Ok(skipped)
 }

@@ -33,7 +33,7 @@ pub struct ShowArgs {
     /// The job's id (any bytes the shell passes; see --hex).
     pub id: OsString,
     /// The id is given as hex (the `id_hex` of `--json` output), for ids that are not UTF-8.
-    #[arg(long)]
+    #[arg(long, visible_alias = "id-hex")]
     pub hex: bool,
     /// Print the whole payload (escaped where it is not UTF-8 text), not the first
     /// 200 bytes.

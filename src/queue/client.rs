@@ -1084,7 +1084,12 @@ impl Queue {
                 cmd.arg("oldest").arg(*n);
                 total += self.count_reply(script, &cmd).await?;
             }
-            Selection::Ids(ids) => {
+            Selection::Ids(_) | Selection::IdBytes(_) => {
+                let ids: Vec<&[u8]> = match selection {
+                    Selection::Ids(ids) => ids.iter().map(|id| id.as_bytes()).collect(),
+                    Selection::IdBytes(ids) => ids.iter().map(Vec::as_slice).collect(),
+                    Selection::Oldest(_) => unreachable!(),
+                };
                 if ids.is_empty() {
                     return Err(Error::InvalidArgument {
                         what: "ids",
@@ -1095,9 +1100,10 @@ impl Queue {
                     for id in chunk {
                         // An existing id, as another client may have written it: the
                         // protocol's bounds only (this client makes stricter ones).
-                        check_existing_id(id.as_bytes())?;
+                        check_existing_id(id)?;
                     }
-                    let job_keys: Vec<String> = chunk.iter().map(|id| self.keys.job(id)).collect();
+                    let job_keys: Vec<Vec<u8>> =
+                        chunk.iter().map(|id| self.keys.job_key(id)).collect();
                     let mut cmd = self.script_cmd(script, &job_keys);
                     cmd.arg("ids");
                     for id in chunk {

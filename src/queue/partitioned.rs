@@ -526,12 +526,14 @@ impl PartitionedQueue {
     async fn dead_op(&self, selection: &Selection, purge: bool) -> Result<u64> {
         let per: Vec<Option<Selection>> = match selection {
             // The scripts skip ids that are not in their partition's dead set.
-            Selection::Ids(_) => vec![Some(selection.clone()); self.parts.len()],
+            Selection::Ids(_) | Selection::IdBytes(_) => {
+                vec![Some(selection.clone()); self.parts.len()]
+            }
             Selection::Oldest(n) => self
                 .oldest_dead(*n)
                 .await?
                 .into_iter()
-                .map(|ids| (!ids.is_empty()).then_some(Selection::Ids(ids)))
+                .map(|ids| (!ids.is_empty()).then_some(Selection::IdBytes(ids)))
                 .collect(),
         };
         let calls = self
@@ -550,7 +552,7 @@ impl PartitionedQueue {
     }
 
     /// The ids of the `n` oldest dead jobs over all partitions, per partition.
-    async fn oldest_dead(&self, n: usize) -> Result<Vec<Vec<String>>> {
+    async fn oldest_dead(&self, n: usize) -> Result<Vec<Vec<Vec<u8>>>> {
         let each = try_join_all(self.parts.iter().map(|q| q.dead_ids(0, n))).await?;
         let mut all: Vec<(i64, usize, JobId)> = each
             .into_iter()
@@ -560,7 +562,8 @@ impl PartitionedQueue {
         all.sort_by_key(|(at, p, _)| (*at, *p));
         let mut per = vec![Vec::new(); self.parts.len()];
         for (_, p, id) in all.into_iter().take(n) {
-            per[p].push(id.to_string());
+            // The id's bytes: its escaped text would name another job.
+            per[p].push(id.as_bytes().to_vec());
         }
         Ok(per)
     }

@@ -436,6 +436,8 @@ pub struct Maintenance {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Selection {
     Ids(Vec<String>),
+    /// By id, as bytes: an id another client wrote need not be UTF-8.
+    IdBytes(Vec<Vec<u8>>),
     /// The n oldest by time of death.
     Oldest(usize),
 }
