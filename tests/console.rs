@@ -677,6 +677,36 @@ async fn the_api_guards_hosts_tokens_and_payloads() {
     let (code, reply) = write(&format!("{{\"q\":\"{TAG}\"}}"));
     assert_eq!(code, 400, "{reply}");
     assert!(reply.contains("either"), "{reply}");
+    // An id another client wrote with a space: the dry run counts it, and the redrive
+    // moves it (both take any id the protocol takes).
+    support::redis::enqueue_raw(&queue, b"a b", b"spaced").await;
+    let mut conn = queue.redis().clone();
+    let keys = queue.keys();
+    let _: () = redis::pipe()
+        .cmd("LREM")
+        .arg(&keys.pending)
+        .arg(0)
+        .arg("a b")
+        .cmd("HSET")
+        .arg(keys.job("a b"))
+        .arg("status")
+        .arg("dead")
+        .cmd("ZADD")
+        .arg(&keys.dead)
+        .arg(1)
+        .arg("a b")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let (code, reply) = write(&format!(
+        "{{\"q\":\"{TAG}\",\"ids\":[\"a b\"],\"dry_run\":true}}"
+    ));
+    assert_eq!(code, 200, "{reply}");
+    assert!(reply.contains("\"would\":1"), "{reply}");
+    let (code, reply) = write(&format!("{{\"q\":\"{TAG}\",\"ids\":[\"a b\"]}}"));
+    assert_eq!(code, 200, "{reply}");
+    assert!(reply.contains("\"done\":1"), "{reply}");
+    assert_eq!(queue.stats().await.unwrap().dead, 0);
     // Pages carry the CSP that forbids inline scripts.
     let mut s = std::net::TcpStream::connect(&ui.addr).unwrap();
     write!(
