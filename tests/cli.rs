@@ -1188,12 +1188,7 @@ fn every_help_ends_with_examples() {
 #[test]
 fn read_only_commands_do_not_offer_durability() {
     let help = |args: &[&str]| -> String {
-        let out: Run = jobqueue()
-            .args(args)
-            .arg("--help")
-            .output()
-            .unwrap()
-            .into();
+        let out: Run = jobqueue().args(args).arg("--help").output().unwrap().into();
         out.ok().stdout
     };
     for args in [
@@ -1205,7 +1200,12 @@ fn read_only_commands_do_not_offer_durability() {
     ] {
         assert!(!help(args).contains("--durability"), "{args:?}");
     }
-    for args in [&["enqueue"][..], &["worker"], &["reap"], &["dead", "redrive"]] {
+    for args in [
+        &["enqueue"][..],
+        &["worker"],
+        &["reap"],
+        &["dead", "redrive"],
+    ] {
         assert!(help(args).contains("--durability"), "{args:?}");
     }
     // Redrive asks no confirmation: no `--yes` described as purge's.
@@ -1223,8 +1223,16 @@ fn connection_flags_are_grouped_and_short_help_is_short() {
         .into();
     let long = out.ok().stdout;
     let heading = long.find("\nConnection:\n").expect(&long);
-    for flag in ["--redis <", "--tls-ca", "--sentinel", "--master-name", "--username"] {
-        let at = long.find(flag).unwrap_or_else(|| panic!("{flag} in\n{long}"));
+    for flag in [
+        "--redis <",
+        "--tls-ca",
+        "--sentinel",
+        "--master-name",
+        "--username",
+    ] {
+        let at = long
+            .find(flag)
+            .unwrap_or_else(|| panic!("{flag} in\n{long}"));
         assert!(at > heading, "{flag} is not under Connection:\n{long}");
     }
     let tag = long.find("--tag <TAG>").unwrap();
@@ -1274,7 +1282,11 @@ async fn enqueue_not_replicated_prints_the_id() {
     )
     .fails(1, &["ran on the primary but only 0 of 1"]);
     let id = out.stdout.trim();
-    assert!(!id.is_empty() && !id.contains('\n'), "stdout: {:?}", out.stdout);
+    assert!(
+        !id.is_empty() && !id.contains('\n'),
+        "stdout: {:?}",
+        out.stdout
+    );
     let queue = server.queue("nr").await;
     let mut conn = server.conn();
     let exists: bool = conn.exists(queue.keys().job(id)).unwrap();
@@ -1283,8 +1295,42 @@ async fn enqueue_not_replicated_prints_the_id() {
     let out = run(
         &server,
         "nr",
-        &["enqueue", "--durability", "replicated:1:100ms", "--id", "mine", "p"],
+        &[
+            "enqueue",
+            "--durability",
+            "replicated:1:100ms",
+            "--id",
+            "mine",
+            "p",
+        ],
     )
     .fails(1, &["ran on the primary"]);
     assert_eq!(out.stdout, "mine\n");
+}
+
+/// A usage line in an error does not list a flag set only by its variable, as if it
+/// were required.
+#[test]
+fn error_usage_lines_leave_out_flags_set_by_their_variable() {
+    let out: Run = jobqueue()
+        .arg("stats")
+        .env("JOBQUEUE_REDIS_URL", "redis://127.0.0.1:1")
+        .output()
+        .unwrap()
+        .into();
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("--tag <TAG>"), "{}", out.stderr);
+    let usage = out
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("Usage:"))
+        .unwrap_or_else(|| panic!("no usage in {}", out.stderr));
+    assert!(!usage.contains("--redis"), "{usage}");
+    // Given on the command line, it is still shown.
+    let out: Run = jobqueue()
+        .args(["stats", "--redis", "redis://127.0.0.1:1"])
+        .output()
+        .unwrap()
+        .into();
+    assert!(out.stderr.contains("--redis <REDIS>"), "{}", out.stderr);
 }

@@ -186,7 +186,10 @@ fn unknown_log_formats_and_levels_are_refused() {
     };
     let (code, err) = run(&[], &[("JOBQUEUE_LOG_FORMAT", "yaml")]);
     assert_eq!(code, Some(2), "{err}");
-    assert!(err.contains("'yaml'") && err.contains("--log-format"), "{err}");
+    assert!(
+        err.contains("'yaml'") && err.contains("--log-format"),
+        "{err}"
+    );
     let (code, err) = run(&["--log-format", "yaml"], &[]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("possible values: text, json"), "{err}");

@@ -128,7 +128,10 @@ pub fn command() -> clap::Command {
 
 fn not_required(mut cmd: clap::Command, ids: &[&str]) -> clap::Command {
     for id in ids {
-        if cmd.get_arguments().any(|a| a.get_id() == id && a.is_required_set()) {
+        if cmd
+            .get_arguments()
+            .any(|a| a.get_id() == id && a.is_required_set())
+        {
             cmd = cmd.mut_arg(*id, |a| a.required(false));
         }
     }
@@ -145,8 +148,80 @@ fn not_required(mut cmd: clap::Command, ids: &[&str]) -> clap::Command {
 /// Parse the command line (see [`command`]); exits with clap's message on bad usage.
 pub fn parse() -> Cli {
     use clap::FromArgMatches;
-    let matches = command().get_matches();
-    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    let cmd = command();
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let matches = cmd
+        .clone()
+        .try_get_matches_from(&argv)
+        .unwrap_or_else(|e| usage_exit(e, &cmd, &argv));
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| usage_exit(e, &cmd, &argv))
+}
+
+/// Exit with clap's message, its usage line without the flags set only by their
+/// variable: clap lists those as if given (`Usage: jobqueue stats --tag <TAG> --redis
+/// <REDIS>` with JOBQUEUE_REDIS_URL set reads as if --redis were required).
+fn usage_exit(err: clap::Error, cmd: &clap::Command, argv: &[std::ffi::OsString]) -> ! {
+    use clap::error::ErrorKind;
+    if matches!(
+        err.kind(),
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
+    ) || !err.use_stderr()
+    {
+        err.exit();
+    }
+    let given: Vec<String> = argv
+        .iter()
+        .filter_map(|a| a.to_str())
+        .map(|a| a.split('=').next().unwrap_or(a).to_string())
+        .collect();
+    let mut from_env = Vec::new();
+    env_only_flags(cmd, &given, &mut from_env);
+    let text = err.render().to_string();
+    let text: Vec<String> = text
+        .lines()
+        .map(|line| {
+            if !line.starts_with("Usage: ") {
+                return line.to_string();
+            }
+            from_env.iter().fold(line.to_string(), |line, token| {
+                let end = format!("{token} ");
+                if line.ends_with(token.as_str()) {
+                    line[..line.len() - token.len()].to_string()
+                } else {
+                    line.replacen(&end, " ", 1)
+                }
+            })
+        })
+        .collect();
+    eprintln!("{}", text.join("\n"));
+    std::process::exit(err.exit_code());
+}
+
+/// ` --long <VALUE>` (or ` --long`) of every flag, in `cmd` and its subcommands, whose
+/// variable is set and that the command line does not give.
+fn env_only_flags(cmd: &clap::Command, given: &[String], out: &mut Vec<String>) {
+    for arg in cmd.get_arguments() {
+        let (Some(long), Some(var)) = (arg.get_long(), arg.get_env()) else {
+            continue;
+        };
+        let set = std::env::var_os(var).is_some_and(|v| !v.is_empty());
+        if !set || given.iter().any(|g| g == &format!("--{long}")) {
+            continue;
+        }
+        let token = match arg.get_value_names().and_then(|n| n.first()) {
+            Some(name) => format!(" --{long} <{name}>"),
+            None if arg.get_action().takes_values() => {
+                format!(" --{long} <{}>", arg.get_id().as_str().to_uppercase())
+            }
+            None => format!(" --{long}"),
+        };
+        if !out.contains(&token) {
+            out.push(token);
+        }
+    }
+    for sub in cmd.get_subcommands() {
+        env_only_flags(sub, given, out);
+    }
 }
 
 /// How to reach a queue: shared by every operations subcommand.

@@ -83,11 +83,7 @@ pub async fn run(args: StatsArgs) -> anyhow::Result<()> {
 }
 
 /// One reading: the queue's stats, or the partitions' totals and each partition's.
-async fn read_and_render(
-    target: &Target,
-    json: bool,
-    all: bool,
-) -> crate::queue::Result<String> {
+async fn read_and_render(target: &Target, json: bool, all: bool) -> crate::queue::Result<String> {
     match target {
         Target::One(queue) => Ok(render(queue, &queue.stats().await?, json, all)),
         Target::All(queue) => {
@@ -250,9 +246,7 @@ pub fn table(name: &str, endpoint: &str, s: &QueueStats, all: bool) -> String {
         _ => out.push_str("  (no acks yet)\n"),
     }
     if hidden > 0 {
-        out.push_str(&format!(
-            "({hidden} more counters: --all, or --json)\n"
-        ));
+        out.push_str(&format!("({hidden} more counters: --all, or --json)\n"));
     }
     // "1 lease has expired and waits", "2 leases have expired and wait".
     let one = |n: u64, one: &'static str, many: &'static str| if n == 1 { one } else { many };
@@ -303,7 +297,13 @@ mod tests {
         let short = table("jq:{emails}", "redis://h:1", &stats, false);
         let rows = short.lines().filter(|l| l.starts_with("  ")).count();
         assert!(rows <= 12, "{rows} rows:\n{short}");
-        for hidden in ["reaped", "stale", "wrong_type", "restored_purged", "expired"] {
+        for hidden in [
+            "reaped",
+            "stale",
+            "wrong_type",
+            "restored_purged",
+            "expired",
+        ] {
             assert!(
                 !short.lines().any(|l| l.trim_start().starts_with(hidden)),
                 "{hidden} in\n{short}"
