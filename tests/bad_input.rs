@@ -157,6 +157,9 @@ const ROWS: &[Row] = &[
     row("durability-zero-replicas", &["enqueue", "--redis", "{url}", "--tag", "bi", "--durability", "replicated:0", "x"], 2, "must be at least 1"),
     on(Target::Replica, row("readonly-replica", &["enqueue", "--redis", "{url}", "--tag", "bi", "x"], 1, "read-only replica, not the primary")),
     on(Target::SmallBulk, row("not-replicated", &["enqueue", "--redis", "{url}", "--tag", "nr", "--durability", "replicated:1:100ms", "x"], 1, "ran on the primary but only 0 of 1")),
+    // Help, unreplicated enqueues and worker logs
+    row("worker-log-format-unknown", &["worker", "--redis", "{url}", "--tag", "bi", "--log-format", "yaml", "--exec", "true"], 2, "invalid value 'yaml' for '--log-format"),
+    row("worker-log-level-unknown", &["worker", "--redis", "{url}", "--tag", "bi", "--log-level", "loud", "--exec", "true"], 2, "\"loud\" is not a log level"),
 ];
 
 /// Rows of the library and the protocol (no process, no exit code: the doc says `-`):

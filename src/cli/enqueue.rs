@@ -141,13 +141,20 @@ pub async fn run(args: EnqueueArgs) -> anyhow::Result<()> {
         }
         (None, None) => return Err(UsageError("give a payload, --file or --stdin".into()).into()),
     };
-    let mut job = NewJob::new(payload).delay(args.delay);
-    if let Some(id) = &args.id {
-        job = job.id(id.clone());
-    }
+    // The id is chosen here, not by the queue, so that it can be printed whatever
+    // happens after the job may have been written.
+    let id = args.id.clone().unwrap_or_else(crate::queue::new_job_id);
+    let job = NewJob::new(payload).delay(args.delay).id(id.clone());
     let size = job.payload.len();
     let out = match queue.send(vec![job]).await {
         Ok(mut out) => out.pop().context("an enqueue reply without its job")?,
+        Err(err @ crate::queue::Error::NotReplicated { .. }) => {
+            // The job is on the primary: print its id as on success, so that it can be
+            // checked (`jobqueue show`) or sent again with --id, which does not
+            // duplicate it.
+            writeln!(std::io::stdout().lock(), "{id}")?;
+            return Err(err.into());
+        }
         Err(err) => return Err(explain_size(queue.any(), size, err).await),
     };
     writeln!(std::io::stdout().lock(), "{}", out.id)?;

@@ -9,6 +9,13 @@ use crate::controller::Settings;
 use crate::controller::operator::{self, Config};
 use crate::telemetry::{self, LogFormat};
 
+pub const EXAMPLES: &str = "\
+Examples:
+  jobqueue operator                                 # every namespace, with leader election
+  jobqueue operator --namespace jobs,batch --log-format json
+  jobqueue operator --no-leader-election --metrics-addr 127.0.0.1:8080   # one replica, local
+Reads the cluster with the kubeconfig (in a pod: its service account); see docs/operator.md.";
+
 /// Flags of `jobqueue operator`; each can also be set by its environment variable.
 #[derive(Debug, Clone, Args)]
 pub struct OperatorArgs {

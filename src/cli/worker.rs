@@ -100,6 +100,16 @@ pub struct WorkerArgs {
     #[arg(long, env = "JOBQUEUE_EXEC_KEEP_CREDENTIALS", value_parser = clap::builder::FalseyValueParser::new())]
     pub exec_keep_credentials: bool,
 
+    /// Log format: `text` for people, `json` for log pipelines (one object per line).
+    #[arg(long, env = "JOBQUEUE_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+
+    /// Log level (`error`, `warn`, `info`, `debug`, `trace`) or a filter such as
+    /// `jobqueue=debug,kube=info`; RUST_LOG wins when set.
+    #[arg(long, env = "JOBQUEUE_LOG_LEVEL", value_name = "LEVEL", default_value = "info",
+          value_parser = telemetry::parse_filter)]
+    pub log_level: String,
+
     /// The command and its arguments: everything after --exec (so put other flags first).
     #[arg(
         long = "exec",
@@ -134,13 +144,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         what: "--exec command",
         reason,
     })?;
-    // The operator's flag sets JOBQUEUE_LOG_FORMAT too; the worker reads it from the
-    // environment only.
-    let format = match std::env::var("JOBQUEUE_LOG_FORMAT").as_deref() {
-        Ok("json") => LogFormat::Json,
-        _ => LogFormat::Text,
-    };
-    telemetry::init(format, "info")?;
+    telemetry::init(args.log_format, &args.log_level)?;
     let source = start_up(&args).await?;
     let mut builder = Worker::builder(source)
         .concurrency(usize::from(args.concurrency))
