@@ -6,6 +6,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::queue::{ConnectOptions, DEFAULT_PREFIX, Queue, Redis};
 
+mod argv;
 mod common;
 mod configure;
 mod dead;
@@ -20,6 +21,7 @@ mod stats;
 pub mod ui;
 pub mod worker;
 
+pub use argv::{parse, try_parse_from};
 pub use common::Interrupted;
 
 pub mod crd;
