@@ -8,7 +8,7 @@
 //! - A non-UTF-8 argument is named, with the way to pass bytes (`--file`).
 
 use std::any::TypeId;
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
@@ -38,6 +38,16 @@ where
         Err(err) => return Err(explain(&mut cmd, &args, err)),
     };
     Cli::from_arg_matches(&matches).map_err(|err| err.format(&mut cmd))
+}
+
+/// A boolean flag's value from its environment variable (`JOBQUEUE_CLUSTER=1`): one
+/// convention for every such variable, anything else refused.
+pub fn parse_bool(text: &str) -> Result<bool, String> {
+    match text.to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" => Ok(true),
+        "false" | "0" | "no" => Ok(false),
+        _ => Err("expected true, false, 1, 0, yes or no".into()),
+    }
 }
 
 /// Whether `arg` takes a whole number or a duration (the flags a negative value is a
@@ -167,6 +177,32 @@ fn reason_of(err: &clap::Error) -> String {
     text.trim_end().to_string()
 }
 
+/// Rust's text for a number that is not one (`--partitions abc`), which names no rule.
+const RUST_DIGIT_ERROR: &str = "invalid digit found in string";
+
+/// `--name` of clap's rendering of a flag (`--name <VALUE>`), without the dashes.
+fn long_of(flag: &str) -> String {
+    flag.split_whitespace()
+        .next()
+        .and_then(|f| f.strip_prefix("--"))
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The environment variable a flag's value came from: the flag's variable when it is
+/// set and the flag is not on the command line.
+fn env_source(sub: &Command, args: &[OsString], flag: &str) -> Option<String> {
+    let long = long_of(flag);
+    let arg = sub.get_arguments().find(|a| a.get_long() == Some(&long))?;
+    let given = args.iter().skip(1).any(|a| {
+        a.to_str()
+            .is_some_and(|a| a == format!("--{long}") || a.starts_with(&format!("--{long}=")))
+    });
+    arg.get_env()
+        .filter(|var| !given && std::env::var_os(var).is_some())
+        .map(|var| var.to_string_lossy().into_owned())
+}
+
 /// Rewrite clap's error where it does not name what is wrong.
 fn explain(cmd: &mut Command, args: &[OsString], err: clap::Error) -> clap::Error {
     if let Some((index, arg)) = args
@@ -190,6 +226,29 @@ fn explain(cmd: &mut Command, args: &[OsString], err: clap::Error) -> clap::Erro
         );
         return cmd.error(ErrorKind::InvalidUtf8, message);
     }
+    if err.kind() == ErrorKind::ArgumentConflict {
+        // `--sentinel` with JOBQUEUE_REDIS_URL set: say where the other side came from.
+        let sub = subcommand_of(cmd, args);
+        let mut message = reason_of(&err);
+        let mut named = false;
+        for kind in [ContextKind::InvalidArg, ContextKind::PriorArg] {
+            let Some(flag) = context(&err, kind) else {
+                continue;
+            };
+            if let Some(var) = env_source(sub, args, &flag) {
+                message = message.replacen(
+                    &format!("'{flag}'"),
+                    &format!("'{flag}' (set by {var})"),
+                    1,
+                );
+                named = true;
+            }
+        }
+        if !named {
+            return err;
+        }
+        return sub.clone().error(err.kind(), message);
+    }
     if !matches!(
         err.kind(),
         ErrorKind::InvalidValue | ErrorKind::ValueValidation
@@ -203,31 +262,19 @@ fn explain(cmd: &mut Command, args: &[OsString], err: clap::Error) -> clap::Erro
         return err;
     };
     let sub = subcommand_of(cmd, args);
-    let long = flag
-        .split_whitespace()
-        .next()
-        .and_then(|f| f.strip_prefix("--"))
-        .unwrap_or_default()
-        .to_string();
+    let long = long_of(&flag);
     let arg = sub.get_arguments().find(|a| a.get_long() == Some(&long));
-    // The value came from the environment when the flag is not on the command line.
-    let given = args.iter().skip(1).any(|a| {
-        a.to_str().is_some_and(|a| {
-            a == format!("--{long}") || a.starts_with(&format!("--{long}="))
-        })
-    });
-    let from_env = arg
-        .and_then(Arg::get_env)
-        .filter(|var| !given && std::env::var_os(var).is_some())
-        .map(OsStr::to_string_lossy);
+    let from_env = env_source(sub, args, &flag);
     let named = match &from_env {
         Some(var) => format!("{var} (the environment variable of --{long})"),
         None => format!("'{flag}'"),
     };
     let message = if arg.is_some_and(is_numeric) && looks_negative(&value) {
         format!("invalid value '{value}' for {named}: must not be negative")
-    } else if from_env.is_some() {
-        reason_of(&err).replacen(&format!("'{flag}'"), &named, 1)
+    } else if from_env.is_some() || reason_of(&err).contains(RUST_DIGIT_ERROR) {
+        reason_of(&err)
+            .replacen(&format!("'{flag}'"), &named, 1)
+            .replace(RUST_DIGIT_ERROR, "must be a whole number")
     } else {
         return err;
     };

@@ -135,7 +135,8 @@ pub struct ConnectArgs {
 #[derive(Debug, Clone, Args)]
 pub struct RedisArgs {
     /// Redis URL (`redis://[user:password@]host:port[/db]`, `rediss://` for TLS; for a
-    /// Cluster, seed nodes separated by commas).
+    /// Cluster, seed nodes separated by commas). The password may come from
+    /// JOBQUEUE_REDIS_PASSWORD instead (not both).
     #[arg(
         long = "redis",
         env = "JOBQUEUE_REDIS_URL",
@@ -144,14 +145,14 @@ pub struct RedisArgs {
     )]
     pub redis: String,
     /// Talk to a Redis Cluster.
-    #[arg(long, env = "JOBQUEUE_CLUSTER")]
+    #[arg(long, env = "JOBQUEUE_CLUSTER", value_parser = argv::parse_bool)]
     pub cluster: bool,
     /// PEM file of the CA that signs the server's certificate (with `rediss://`), for a
     /// Redis whose certificate the system trust store does not know.
     #[arg(long, env = "JOBQUEUE_TLS_CA", value_name = "FILE")]
     pub tls_ca: Option<std::path::PathBuf>,
     /// ACL user (Redis 6+) to authenticate as; its password is the URL's
-    /// (`redis://:PASSWORD@host`), or JOBQUEUE_REDIS_PASSWORD with --sentinel. Same as
+    /// (`redis://:PASSWORD@host`) or JOBQUEUE_REDIS_PASSWORD. Same as
     /// `redis://USER:PASSWORD@host`.
     #[arg(long, env = "JOBQUEUE_USERNAME", value_name = "USER")]
     pub username: Option<String>,
@@ -187,7 +188,7 @@ pub struct RedisArgs {
         env = "JOBQUEUE_SENTINEL",
         value_name = "HOST:PORT,...",
         requires = "master_name",
-        conflicts_with = "cluster"
+        conflicts_with_all = ["cluster", "redis"]
     )]
     pub sentinel: Option<String>,
     /// The master name the Sentinels monitor (with --sentinel).
@@ -306,7 +307,21 @@ impl RedisArgs {
                     .tls_server_name(self.tls_server_name.clone()),
             );
         }
+        // The Redis nodes' password from the environment, as with --sentinel; one given
+        // in the URL too is refused rather than one of them silently ignored.
+        let password = std::env::var("JOBQUEUE_REDIS_PASSWORD")
+            .ok()
+            .filter(|v| !v.is_empty());
+        if password.is_some() && url_has_password(&self.redis) {
+            return Err(crate::queue::Error::InvalidArgument {
+                what: "JOBQUEUE_REDIS_PASSWORD",
+                reason: "it is set and the Redis URL carries a password too: give the \
+                         password once, in the URL or in JOBQUEUE_REDIS_PASSWORD"
+                    .into(),
+            });
+        }
         Ok(ConnectOptions::new(self.redis.clone())
+            .password(password)
             .cluster(self.cluster)
             .connect_timeout(Duration::from_secs(3))
             .ca_cert(ca)
@@ -322,6 +337,18 @@ impl RedisArgs {
             None => Ok(crate::queue::Durability::Primary),
         }
     }
+}
+
+/// Whether a Redis URL (the first, for a Cluster's list) carries a password
+/// (`redis://:PW@host`, `redis://user:PW@host`).
+fn url_has_password(url: &str) -> bool {
+    let first = url.split(',').next().unwrap_or_default().trim();
+    let rest = first.split_once("://").map_or(first, |(_, r)| r);
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    authority
+        .rsplit_once('@')
+        .and_then(|(userinfo, _)| userinfo.split_once(':'))
+        .is_some_and(|(_, password)| !password.is_empty())
 }
 
 /// Read a `--tls-ca` file and check that it holds a PEM certificate, so a wrong file is
