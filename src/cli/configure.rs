@@ -99,7 +99,20 @@ pub async fn run(args: ConfigureArgs) -> anyhow::Result<()> {
     // Partitioned: read the first partition, write every one (all are configured alike).
     let target = open_target(&args.connect).await?;
     let queues = target.queues();
-    let current = queues[0].settings().await?;
+    let fields = queues[0].meta_fields().await?;
+    let current = QueueSettings::from_fields(&fields);
+    let defaults = QueueSettings::default().to_fields();
+    for (field, value) in QueueSettings::ignored_fields(&fields) {
+        // Another client wrote a value the scripts cannot use: they run with the default.
+        let default = defaults
+            .iter()
+            .find(|(name, _)| *name == field)
+            .map_or(String::new(), |(_, v)| v.clone());
+        eprintln!(
+            "note: the meta field {field} holds {value:?}, which the scripts do not take as \
+             a setting: the queue runs with the default ({default})"
+        );
+    }
     let (settings, written) = match args.apply(&current) {
         Some(new) => {
             for queue in &queues {
