@@ -219,10 +219,11 @@ fn explain(cmd: &mut Command, args: &[OsString], err: clap::Error) -> clap::Erro
             1 => String::new(),
             i => format!(" (after {:?})", args[i - 1].to_string_lossy()),
         };
+        use std::os::unix::ffi::OsStrExt;
         let message = format!(
-            "argument {index}{after} is not valid UTF-8: {:?}; arguments must be text \
+            "argument {index}{after} is not valid UTF-8: \"{}\"; arguments must be text \
              (pass a payload of any bytes with --file FILE or --stdin)",
-            arg.to_string_lossy()
+            arg.as_bytes().escape_ascii()
         );
         return cmd.error(ErrorKind::InvalidUtf8, message);
     }
