@@ -120,7 +120,8 @@ fn join_negative_values(root: &Command, args: Vec<OsString>) -> Vec<OsString> {
         let takes_rest = text.strip_prefix("--").is_some_and(|long| {
             cmd.get_arguments().any(|a| {
                 a.get_long() == Some(long)
-                    && a.get_num_args().is_some_and(|n| n.max_values() == usize::MAX)
+                    && a.get_num_args()
+                        .is_some_and(|n| n.max_values() == usize::MAX)
             })
         });
         if takes_rest {
@@ -129,7 +130,10 @@ fn join_negative_values(root: &Command, args: Vec<OsString>) -> Vec<OsString> {
         }
         if numeric_flag(cmd, &text).is_some() {
             let mut peek = rest.clone();
-            if let Some(value) = peek.next().filter(|v| v.to_str().is_some_and(looks_negative)) {
+            if let Some(value) = peek
+                .next()
+                .filter(|v| v.to_str().is_some_and(looks_negative))
+            {
                 rest = peek;
                 let mut joined = OsString::from(&text);
                 joined.push("=");
@@ -237,11 +241,8 @@ fn explain(cmd: &mut Command, args: &[OsString], err: clap::Error) -> clap::Erro
                 continue;
             };
             if let Some(var) = env_source(sub, args, &flag) {
-                message = message.replacen(
-                    &format!("'{flag}'"),
-                    &format!("'{flag}' (set by {var})"),
-                    1,
-                );
+                message =
+                    message.replacen(&format!("'{flag}'"), &format!("'{flag}' (set by {var})"), 1);
                 named = true;
             }
         }
@@ -370,7 +371,16 @@ mod tests {
         let args = |v: &[&str]| -> Vec<OsString> { v.iter().map(OsString::from).collect() };
         let mut cmd = Cli::command();
         cmd.build();
-        let exec = args(&["jobqueue", "worker", "--tag", "t", "--exec", "sort", "--concurrency", "-1"]);
+        let exec = args(&[
+            "jobqueue",
+            "worker",
+            "--tag",
+            "t",
+            "--exec",
+            "sort",
+            "--concurrency",
+            "-1",
+        ]);
         assert_eq!(join_negative_values(&cmd, exec.clone()), exec);
         let payload = args(&["jobqueue", "enqueue", "--tag", "t", "--", "--delay", "-1"]);
         assert_eq!(join_negative_values(&cmd, payload.clone()), payload);
@@ -389,7 +399,10 @@ mod tests {
             OsString::from_vec(vec![0xff, b'x']),
         ];
         let text = try_parse_from(args).err().unwrap().render().to_string();
-        assert!(text.contains("argument 4 (after \"t\") is not valid UTF-8"), "{text}");
+        assert!(
+            text.contains("argument 4 (after \"t\") is not valid UTF-8"),
+            "{text}"
+        );
         assert!(text.contains("--file"), "{text}");
     }
 }

@@ -247,7 +247,10 @@ impl ExecHandler {
             let reason = if self.supervisor.is_some() {
                 e.to_string()
             } else {
-                super::supervisor::describe_start_error(&super::supervisor::resolved(&self.program), &e)
+                super::supervisor::describe_start_error(
+                    &super::supervisor::resolved(&self.program),
+                    &e,
+                )
             };
             self.cannot_start(format!("cannot start {}: {reason}", program.display()))
         })?;
