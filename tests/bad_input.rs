@@ -189,6 +189,10 @@ const ROWS: &[Row] = &[
     row("sentinel-with-redis", &["stats", "--sentinel", "{sentinel}", "--master-name", "mymaster", "--redis", "{url}", "--tag", "bi"], 2, "the argument '--sentinel <HOST:PORT,...>' cannot be used with '--redis <REDIS>'"),
     with_env(&[("JOBQUEUE_REDIS_URL", "redis://127.0.0.1:6379")], row("sentinel-with-redis-env", &["stats", "--sentinel", "{sentinel}", "--master-name", "mymaster", "--tag", "bi"], 2, "cannot be used with '--redis <REDIS>' (set by JOBQUEUE_REDIS_URL)")),
     row("argument-not-utf8", &["enqueue", "--redis", "{url}", "--tag", "bi", "{non_utf8}"], 2, "argument 6 (after \"bi\") is not valid UTF-8"),
+    row("max-payload-fraction", &["enqueue", "--redis", "{url}", "--tag", "bi", "--max-payload", "1.3KiB", "x"], 2, "\"1.3KiB\" is not a whole number of bytes"),
+    row("max-payload-fraction-over", &["enqueue", "--redis", "{url}", "--tag", "bi", "--max-payload", "0.5KiB", "--file", "{dir}/big.bin"], 2, "2097152 bytes is over the limit of 512 bytes"),
+    row("backoff-initial-over-max", &["configure", "--redis", "{url}", "--tag", "bi", "--backoff-initial", "213503d"], 2, "--backoff-initial 213503d is above the queue's backoff max (5m): give --backoff-max too"),
+    row("id-huge", &["enqueue", "--redis", "{url}", "--tag", "bi", "--id", "{long_tag}", "x"], 2, "… (100000 bytes) must be 1 to 1024 bytes"),
     row("meta-not-a-number", &["configure", "--redis", "{url}", "--tag", "mb"], 0, "note: the meta field max_attempts holds \"banana\", which the scripts do not take as a setting: the queue runs with the default (5)"),
 ];
 

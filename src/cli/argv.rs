@@ -389,6 +389,27 @@ mod tests {
     }
 
     #[test]
+    fn boolean_variables_take_one_convention() {
+        for (text, value) in [
+            ("true", true),
+            ("1", true),
+            ("yes", true),
+            ("YES", true),
+            ("false", false),
+            ("0", false),
+            ("no", false),
+        ] {
+            assert_eq!(parse_bool(text), Ok(value), "{text}");
+        }
+        for text in ["banana", "on", "2", ""] {
+            assert!(parse_bool(text).is_err(), "{text}");
+        }
+        // The flags still work without a value.
+        let cli = try_parse_from(["jobqueue", "stats", "--tag", "t", "--cluster"]);
+        assert!(cli.is_ok(), "{:?}", cli.err());
+    }
+
+    #[test]
     fn a_non_utf8_argument_is_named_with_the_way_to_pass_bytes() {
         use std::os::unix::ffi::OsStringExt;
         let args = [

@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::ConnectArgs;
-use super::common::open_target;
+use super::common::{UsageError, open_target};
 use crate::duration;
 use crate::queue::QueueSettings;
 
@@ -115,6 +115,20 @@ pub async fn run(args: ConfigureArgs) -> anyhow::Result<()> {
     }
     let (settings, written) = match args.apply(&current) {
         Some(new) => {
+            // Only --backoff-initial given, above the queue's backoff max: the flag given
+            // is what is wrong, not the backoff max the user did not name.
+            if let Some(initial) = args.backoff_initial
+                && args.backoff_max.is_none()
+                && initial > new.backoff_max
+            {
+                return Err(UsageError(format!(
+                    "--backoff-initial {} is above the queue's backoff max ({}): give \
+                     --backoff-max too, at least as long",
+                    duration::format(initial),
+                    duration::format(new.backoff_max)
+                ))
+                .into());
+            }
             for queue in &queues {
                 queue.configure(&new).await?;
             }
