@@ -72,14 +72,7 @@ impl Ui {
         let mut child = Command::new(BIN)
             .arg("ui")
             .args(redis_flag)
-            .args([
-                "--port",
-                "0",
-                "--refresh",
-                "200ms",
-                "--rescan",
-                "200ms",
-            ])
+            .args(["--port", "0", "--refresh", "200ms", "--rescan", "200ms"])
             .args(extra)
             .env("NO_COLOR", "1")
             .stdout(Stdio::piped())
