@@ -6,6 +6,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::queue::{ConnectOptions, DEFAULT_PREFIX, Queue, Redis};
 
+mod argv;
 mod common;
 mod configure;
 mod dead;
@@ -20,6 +21,7 @@ mod stats;
 pub mod ui;
 pub mod worker;
 
+pub use argv::{parse, try_parse_from};
 pub use common::Interrupted;
 
 pub mod crd;
@@ -145,22 +147,10 @@ fn not_required(mut cmd: clap::Command, ids: &[&str]) -> clap::Command {
     cmd
 }
 
-/// Parse the command line (see [`command`]); exits with clap's message on bad usage.
-pub fn parse() -> Cli {
-    use clap::FromArgMatches;
-    let cmd = command();
-    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let matches = cmd
-        .clone()
-        .try_get_matches_from(&argv)
-        .unwrap_or_else(|e| usage_exit(e, &cmd, &argv));
-    Cli::from_arg_matches(&matches).unwrap_or_else(|e| usage_exit(e, &cmd, &argv))
-}
-
 /// Exit with clap's message, its usage line without the flags set only by their
 /// variable: clap lists those as if given (`Usage: jobqueue stats --tag <TAG> --redis
 /// <REDIS>` with JOBQUEUE_REDIS_URL set reads as if --redis were required).
-fn usage_exit(err: clap::Error, cmd: &clap::Command, argv: &[std::ffi::OsString]) -> ! {
+pub(crate) fn usage_exit(err: clap::Error, cmd: &clap::Command, argv: &[std::ffi::OsString]) -> ! {
     use clap::error::ErrorKind;
     if matches!(
         err.kind(),
@@ -264,7 +254,8 @@ const CONNECTION: &str = "Connection";
 #[derive(Debug, Clone, Args)]
 pub struct RedisArgs {
     /// Redis URL (`redis://[user:password@]host:port[/db]`, `rediss://` for TLS; for a
-    /// Cluster, seed nodes separated by commas).
+    /// Cluster, seed nodes separated by commas). The password may come from
+    /// JOBQUEUE_REDIS_PASSWORD instead (not both).
     #[arg(
         long = "redis",
         help_heading = CONNECTION,
@@ -274,14 +265,14 @@ pub struct RedisArgs {
     )]
     pub redis: String,
     /// Talk to a Redis Cluster.
-    #[arg(long, help_heading = CONNECTION, env = "JOBQUEUE_CLUSTER", hide_short_help = true)]
+    #[arg(long, help_heading = CONNECTION, env = "JOBQUEUE_CLUSTER", hide_short_help = true, value_parser = argv::parse_bool)]
     pub cluster: bool,
     /// PEM file of the CA that signs the server's certificate (with `rediss://`), for a
     /// Redis whose certificate the system trust store does not know.
     #[arg(long, help_heading = CONNECTION, env = "JOBQUEUE_TLS_CA", value_name = "FILE", hide_short_help = true)]
     pub tls_ca: Option<std::path::PathBuf>,
     /// ACL user (Redis 6+) to authenticate as; its password is the URL's
-    /// (`redis://:PASSWORD@host`), or JOBQUEUE_REDIS_PASSWORD with --sentinel. Same as
+    /// (`redis://:PASSWORD@host`) or JOBQUEUE_REDIS_PASSWORD. Same as
     /// `redis://USER:PASSWORD@host`.
     #[arg(long, help_heading = CONNECTION, env = "JOBQUEUE_USERNAME", value_name = "USER", hide_short_help = true)]
     pub username: Option<String>,
@@ -323,7 +314,7 @@ pub struct RedisArgs {
         hide_short_help = true,
         value_name = "HOST:PORT,...",
         requires = "master_name",
-        conflicts_with = "cluster"
+        conflicts_with_all = ["cluster", "redis"]
     )]
     pub sentinel: Option<String>,
     /// The master name the Sentinels monitor (with --sentinel).
@@ -444,7 +435,21 @@ impl RedisArgs {
                     .tls_server_name(self.tls_server_name.clone()),
             );
         }
+        // The Redis nodes' password from the environment, as with --sentinel; one given
+        // in the URL too is refused rather than one of them silently ignored.
+        let password = std::env::var("JOBQUEUE_REDIS_PASSWORD")
+            .ok()
+            .filter(|v| !v.is_empty());
+        if password.is_some() && url_has_password(&self.redis) {
+            return Err(crate::queue::Error::InvalidArgument {
+                what: "JOBQUEUE_REDIS_PASSWORD",
+                reason: "it is set and the Redis URL carries a password too: give the \
+                         password once, in the URL or in JOBQUEUE_REDIS_PASSWORD"
+                    .into(),
+            });
+        }
         Ok(ConnectOptions::new(self.redis.clone())
+            .password(password)
             .cluster(self.cluster)
             .connect_timeout(Duration::from_secs(3))
             .ca_cert(ca)
@@ -460,6 +465,18 @@ impl RedisArgs {
             None => Ok(crate::queue::Durability::Primary),
         }
     }
+}
+
+/// Whether a Redis URL (the first, for a Cluster's list) carries a password
+/// (`redis://:PW@host`, `redis://user:PW@host`).
+fn url_has_password(url: &str) -> bool {
+    let first = url.split(',').next().unwrap_or_default().trim();
+    let rest = first.split_once("://").map_or(first, |(_, r)| r);
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    authority
+        .rsplit_once('@')
+        .and_then(|(userinfo, _)| userinfo.split_once(':'))
+        .is_some_and(|(_, password)| !password.is_empty())
 }
 
 /// Read a `--tls-ca` file and check that it holds a PEM certificate, so a wrong file is

@@ -30,7 +30,7 @@ pub struct OperatorArgs {
     pub namespace: Vec<String>,
 
     /// Watch JobQueues in every namespace (the default without --namespace).
-    #[arg(short = 'A', long, env = "JOBQUEUE_ALL_NAMESPACES")]
+    #[arg(short = 'A', long, env = "JOBQUEUE_ALL_NAMESPACES", value_parser = super::argv::parse_bool)]
     pub all_namespaces: bool,
 
     /// Address of the HTTP endpoints /metrics, /healthz and /readyz.
@@ -46,7 +46,7 @@ pub struct OperatorArgs {
     pub log_level: String,
 
     /// Run without leader election (only safe with a single replica).
-    #[arg(long, env = "JOBQUEUE_NO_LEADER_ELECTION")]
+    #[arg(long, env = "JOBQUEUE_NO_LEADER_ELECTION", value_parser = super::argv::parse_bool)]
     pub no_leader_election: bool,
 
     /// Name of the coordination Lease the replicas compete for.

@@ -90,14 +90,14 @@ pub struct WorkerArgs {
     /// Do not reap the queue from this worker. By default every worker reaps now and
     /// then (expired leases of crashed workers back in line, due delayed jobs promoted,
     /// the dead set trimmed), so a queue heals without the operator or `jobqueue reap`.
-    #[arg(long, env = "JOBQUEUE_NO_REAPER", value_parser = clap::builder::FalseyValueParser::new())]
+    #[arg(long, env = "JOBQUEUE_NO_REAPER", value_parser = super::argv::parse_bool)]
     pub no_reaper: bool,
 
     /// Pass the worker's own credentials on to the command: JOBQUEUE_REDIS_URL,
     /// JOBQUEUE_REDIS_PASSWORD, JOBQUEUE_SENTINEL_PASSWORD, JOBQUEUE_USERNAME,
     /// JOBQUEUE_TLS_CERT and JOBQUEUE_TLS_KEY. By default they are removed from its
     /// environment, so job code cannot reach Redis as the worker.
-    #[arg(long, env = "JOBQUEUE_EXEC_KEEP_CREDENTIALS", value_parser = clap::builder::FalseyValueParser::new())]
+    #[arg(long, env = "JOBQUEUE_EXEC_KEEP_CREDENTIALS", value_parser = super::argv::parse_bool)]
     pub exec_keep_credentials: bool,
 
     /// Log format: `text` for people, `json` for log pipelines (one object per line).
