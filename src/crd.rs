@@ -371,7 +371,8 @@ pub struct TlsSpec {
 pub struct DurabilitySpec {
     /// `primary`: a write is done once the primary ran it (a failover right after can
     /// lose it). `replicated`: also once `replicas` replicas confirmed it within
-    /// `timeout` (`WAIT`), else the write reports an error.
+    /// `timeout` (`WAIT`), else the write reports an error; a worker's claims wait too,
+    /// and the jobs a call leased are run even when too few replicas confirmed it.
     #[serde(default)]
     pub mode: DurabilityMode,
     /// Replicas that must confirm a write (with `replicated`).

@@ -1,5 +1,3 @@
-use clap::Parser;
-
 fn main() {
     // A per-job supervisor (`jobqueue __supervise …`, started by `worker --exec`) runs
     // before any runtime: one thread, signals taken synchronously.
@@ -11,7 +9,7 @@ fn main() {
         .build()
         .expect("start the async runtime");
     runtime.block_on(async {
-        let cli = jobqueue::cli::Cli::parse();
+        let cli = jobqueue::cli::parse();
         if let Err(err) = jobqueue::cli::run(cli).await {
             if jobqueue::cli::stdout_closed(&err) {
                 // `jobqueue peek | head -1`: the reader has what it wanted.

@@ -16,6 +16,45 @@ pub enum LogFormat {
     Json,
 }
 
+/// Check a log filter (`info`, `jobqueue=debug,kube=info`) when the flag is parsed, so a
+/// typo is refused with the flag's name instead of logging nothing or everything.
+pub fn parse_filter(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err("a log level is needed: error, warn, info, debug or trace \
+                    (or a filter such as jobqueue=debug,kube=info)"
+            .into());
+    }
+    const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+    // A bare word would parse as a target name (everything under it, at every level):
+    // alone, only a level is meant.
+    if !text.contains(['=', ',']) && !LEVELS.contains(&text.to_ascii_lowercase().as_str()) {
+        return Err(format!(
+            "{text:?} is not a log level: use error, warn, info, debug or trace, or a filter \
+             such as jobqueue=debug,kube=info"
+        ));
+    }
+    EnvFilter::builder()
+        .with_regex(false)
+        .parse(text)
+        .map(|_| text.to_string())
+        .map_err(|e| {
+            format!(
+                "{text:?} is not a log level or filter ({e}): use error, warn, info, debug or \
+                 trace, or a filter such as jobqueue=debug,kube=info"
+            )
+        })
+}
+
+/// A text for one field of a log event on one line: line breaks (a command's stderr tail)
+/// written as `\n` and `\r`, so that one event is one line in a text log too.
+pub fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains(['\n', '\r']) {
+        return text.into();
+    }
+    text.replace('\r', "\\r").replace('\n', "\\n").into()
+}
+
 /// Install the global subscriber. `filter` is an `EnvFilter` directive such as `info` or
 /// `jobqueue=debug,kube=info`; `RUST_LOG` wins when set.
 pub fn init(format: LogFormat, filter: &str) -> anyhow::Result<()> {
@@ -72,6 +111,21 @@ fn colour(stderr_is_terminal: bool, no_color: Option<std::ffi::OsString>) -> boo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_line_escapes_line_breaks() {
+        assert_eq!(one_line("plain"), "plain");
+        assert_eq!(one_line("a\nb\r\n"), "a\\nb\\r\\n");
+    }
+
+    #[test]
+    fn log_filters_are_checked() {
+        assert_eq!(parse_filter("debug").as_deref(), Ok("debug"));
+        assert!(parse_filter("jobqueue=debug,kube=info").is_ok());
+        assert!(parse_filter("").is_err());
+        let err = parse_filter("loud").unwrap_err();
+        assert!(err.contains("\"loud\" is not a log level"), "{err}");
+    }
 
     #[test]
     fn colour_only_on_a_terminal_without_no_color() {

@@ -196,7 +196,12 @@ impl Fleet {
             std::process::id()
         );
         let mut cmd = Command::new(BIN);
-        cmd.args(["worker", "--redis", &self.url, "--tag", TAG])
+        cmd.arg("worker");
+        // A scenario behind Sentinel names the Sentinels instead (both are refused).
+        if !self.extra.iter().any(|a| a == "--sentinel") {
+            cmd.args(["--redis", &self.url]);
+        }
+        cmd.args(["--tag", TAG])
             .args(["--concurrency", "4", "--shutdown-timeout", "3s"])
             .args(["--worker-id", &self.ids[i]])
             .args(&self.extra);

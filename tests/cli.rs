@@ -392,11 +392,21 @@ async fn stats_prints_the_counts_as_a_table_and_as_json() {
         ("enqueued", "4"),
         ("claimed", "2"),
         ("acked", "1"),
-        ("stale", "0"),
     ] {
         assert_eq!(out.value(label), want, "{label}");
     }
     assert!(out.value("p50").ends_with('s'), "{}", out.stdout);
+    // The default is short: the internal counters only with --all.
+    assert!(!out.stdout.contains("stale"), "{}", out.stdout);
+    assert!(
+        out.stdout.lines().count() <= 20,
+        "{} lines:\n{}",
+        out.stdout.lines().count(),
+        out.stdout
+    );
+    let out = run(&server, "st", &["stats", "--all"]).ok();
+    assert_eq!(out.value("stale"), "0");
+    assert_eq!(out.value("claimed"), "2");
 
     let out = run(&server, "st", &["stats", "--json"]).ok();
     let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
@@ -604,7 +614,7 @@ async fn orphaned_ids_are_shown_and_purged_on_purpose() {
     let leases = queue.claim(4, "w", None).await.unwrap();
     assert_eq!(leases.len(), 1, "only `real` has its hash");
 
-    let out = run(&server, "orph", &["stats"]).ok();
+    let out = run(&server, "orph", &["stats", "--all"]).ok();
     assert_eq!(out.value("orphaned"), "3");
     assert_eq!(out.value("set_aside"), "3");
     assert!(
@@ -1134,4 +1144,201 @@ fn every_command_has_an_example_in_its_help() {
         !top.ok().stdout.contains("demo-worker"),
         "the demo's worker is hidden"
     );
+}
+
+/// Every subcommand's `--help` ends with examples, after its options.
+#[test]
+fn every_help_ends_with_examples() {
+    let commands: &[&[&str]] = &[
+        &["crd"],
+        &["worker"],
+        &["operator"],
+        &["enqueue"],
+        &["stats"],
+        &["dead", "ls"],
+        &["dead", "show"],
+        &["dead", "redrive"],
+        &["dead", "purge"],
+        &["peek"],
+        &["show"],
+        &["configure"],
+        &["reap"],
+        &["demo"],
+        &["ui"],
+    ];
+    for args in commands {
+        let out: Run = jobqueue()
+            .args(*args)
+            .arg("--help")
+            .output()
+            .unwrap()
+            .into();
+        let out = out.ok();
+        let options = out
+            .stdout
+            .rfind("--help")
+            .unwrap_or_else(|| panic!("{args:?}: no --help in\n{}", out.stdout));
+        let examples = out
+            .stdout
+            .rfind("Example")
+            .unwrap_or_else(|| panic!("{args:?}: no example in\n{}", out.stdout));
+        assert!(examples > options, "{args:?}: examples before the options");
+        assert!(
+            out.stdout[examples..].contains(&format!("jobqueue {}", args[0])),
+            "{args:?}: {}",
+            out.stdout
+        );
+    }
+}
+
+/// Commands that write nothing do not offer --durability (still accepted, as
+/// JOBQUEUE_DURABILITY may be set for every command); the ones that write do.
+#[test]
+fn read_only_commands_do_not_offer_durability() {
+    let help = |args: &[&str]| -> String {
+        let out: Run = jobqueue().args(args).arg("--help").output().unwrap().into();
+        out.ok().stdout
+    };
+    for args in [
+        &["stats"][..],
+        &["peek"],
+        &["show"],
+        &["dead", "ls"],
+        &["dead", "show"],
+    ] {
+        assert!(!help(args).contains("--durability"), "{args:?}");
+    }
+    for args in [
+        &["enqueue"][..],
+        &["worker"],
+        &["reap"],
+        &["dead", "redrive"],
+    ] {
+        assert!(help(args).contains("--durability"), "{args:?}");
+    }
+    // Redrive asks no confirmation: no `--yes` described as purge's.
+    let redrive = help(&["dead", "redrive"]);
+    assert!(!redrive.contains("Confirm"), "{redrive}");
+}
+
+/// The connection flags are grouped under one heading, and `-h` keeps to the main ones.
+#[test]
+fn connection_flags_are_grouped_and_short_help_is_short() {
+    let out: Run = jobqueue()
+        .args(["stats", "--help"])
+        .output()
+        .unwrap()
+        .into();
+    let long = out.ok().stdout;
+    let heading = long.find("\nConnection:\n").expect(&long);
+    for flag in [
+        "--redis <",
+        "--tls-ca",
+        "--sentinel",
+        "--master-name",
+        "--username",
+    ] {
+        let at = long
+            .find(flag)
+            .unwrap_or_else(|| panic!("{flag} in\n{long}"));
+        assert!(at > heading, "{flag} is not under Connection:\n{long}");
+    }
+    let tag = long.find("--tag <TAG>").unwrap();
+    assert!(tag < heading, "--tag is not a connection flag:\n{long}");
+    let out: Run = jobqueue().args(["stats", "-h"]).output().unwrap().into();
+    let short = out.ok().stdout;
+    assert!(short.contains("--redis"), "{short}");
+    assert!(!short.contains("--tls-server-name"), "{short}");
+    assert!(
+        short.lines().count() <= 40,
+        "{} lines:\n{short}",
+        short.lines().count()
+    );
+}
+
+/// A flag whose variable is set is not shown as required in the usage line.
+#[test]
+fn usage_lines_do_not_require_a_flag_set_by_its_variable() {
+    let usage = |tag: Option<&str>| -> String {
+        let mut cmd = jobqueue();
+        cmd.args(["stats", "--help"]);
+        if let Some(tag) = tag {
+            cmd.env("JOBQUEUE_TAG", tag);
+        }
+        let out: Run = cmd.output().unwrap().into();
+        let out = out.ok();
+        out.stdout
+            .lines()
+            .find(|l| l.starts_with("Usage:"))
+            .unwrap()
+            .to_string()
+    };
+    assert!(usage(None).contains("--tag <TAG>"), "{}", usage(None));
+    let with_env = usage(Some("emails"));
+    assert!(!with_env.contains("--tag"), "{with_env}");
+}
+
+/// A job written to the primary but not confirmed by replicas in time: the command
+/// fails (exit 1) and still prints the id it gave the job, which is in the queue.
+#[tokio::test]
+async fn enqueue_not_replicated_prints_the_id() {
+    let server = RedisServer::start();
+    let out = run(
+        &server,
+        "nr",
+        &["enqueue", "--durability", "replicated:1:100ms", "payload"],
+    )
+    .fails(1, &["ran on the primary but only 0 of 1"]);
+    let id = out.stdout.trim();
+    assert!(
+        !id.is_empty() && !id.contains('\n'),
+        "stdout: {:?}",
+        out.stdout
+    );
+    let queue = server.queue("nr").await;
+    let mut conn = server.conn();
+    let exists: bool = conn.exists(queue.keys().job(id)).unwrap();
+    assert!(exists, "job {id} is not in the queue");
+    // With --id, the same id is printed.
+    let out = run(
+        &server,
+        "nr",
+        &[
+            "enqueue",
+            "--durability",
+            "replicated:1:100ms",
+            "--id",
+            "mine",
+            "p",
+        ],
+    )
+    .fails(1, &["ran on the primary"]);
+    assert_eq!(out.stdout, "mine\n");
+}
+
+/// A usage line in an error does not list a flag set only by its variable, as if it
+/// were required.
+#[test]
+fn error_usage_lines_leave_out_flags_set_by_their_variable() {
+    let out: Run = jobqueue()
+        .arg("stats")
+        .env("JOBQUEUE_REDIS_URL", "redis://127.0.0.1:1")
+        .output()
+        .unwrap()
+        .into();
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("--tag <TAG>"), "{}", out.stderr);
+    let usage = out
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("Usage:"))
+        .unwrap_or_else(|| panic!("no usage in {}", out.stderr));
+    assert!(!usage.contains("--redis"), "{usage}");
+    // Given on the command line, it is still shown.
+    let out: Run = jobqueue()
+        .args(["stats", "--redis", "redis://127.0.0.1:1"])
+        .output()
+        .unwrap()
+        .into();
+    assert!(out.stderr.contains("--redis <REDIS>"), "{}", out.stderr);
 }

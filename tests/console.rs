@@ -62,19 +62,17 @@ fn drain_stderr(child: &mut Child) -> std::thread::JoinHandle<String> {
 }
 
 impl Ui {
+    /// `redis` empty: no `--redis` (for `extra` naming Sentinels instead).
     fn start(redis: &str, extra: &[&str]) -> Ui {
+        let redis_flag: &[&str] = if redis.is_empty() {
+            &[]
+        } else {
+            &["--redis", redis]
+        };
         let mut child = Command::new(BIN)
-            .args([
-                "ui",
-                "--redis",
-                redis,
-                "--port",
-                "0",
-                "--refresh",
-                "200ms",
-                "--rescan",
-                "200ms",
-            ])
+            .arg("ui")
+            .args(redis_flag)
+            .args(["--port", "0", "--refresh", "200ms", "--rescan", "200ms"])
             .args(extra)
             .env("NO_COLOR", "1")
             .stdout(Stdio::piped())
@@ -1034,7 +1032,7 @@ async fn behind_sentinel_the_console_finds_the_queues_of_the_primary() {
         queue.enqueue(NewJob::new(format!("{i}"))).await.unwrap();
     }
     let ui = Ui::start(
-        "redis://127.0.0.1:1",
+        "",
         &[
             "--sentinel",
             &setup.addr_list(),

@@ -647,8 +647,16 @@ async fn the_command_gets_no_credentials_unless_asked() {
     let queue = queue_with(&server, "env", QueueSettings::default()).await;
     let out = tempfile::tempdir().unwrap();
     let url = server.url();
+    // The worker signs in with the user and password of its environment (the password
+    // of JOBQUEUE_REDIS_PASSWORD serves --redis too).
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "cred-user-s3cret", "on", ">redis-pw-s3cret"][..])
+        .arg(&["~*", "&*", "+@all"][..])
+        .query(&mut server.conn())
+        .unwrap();
     let secrets = [
         ("JOBQUEUE_REDIS_URL", url.as_str()),
+        ("JOBQUEUE_USERNAME", "cred-user-s3cret"),
         ("JOBQUEUE_REDIS_PASSWORD", "redis-pw-s3cret"),
         ("JOBQUEUE_SENTINEL_PASSWORD", "sentinel-pw-s3cret"),
     ];

@@ -20,11 +20,17 @@ struct Worker {
 
 impl Worker {
     fn start(server: &RedisServer, tag: &str, flags: &[&str]) -> Worker {
+        Worker::start_exec(server, tag, flags, &["true"])
+    }
+
+    /// A worker running `exec` for each job.
+    fn start_exec(server: &RedisServer, tag: &str, flags: &[&str], exec: &[&str]) -> Worker {
         let log = server.dir.path().join(format!("worker-{tag}.log"));
         let child = Command::new(BIN)
             .args(["worker", "--redis", &server.url(), "--tag", tag])
             .args(flags)
-            .args(["--exec", "true"])
+            .arg("--exec")
+            .args(exec)
             .env("RUST_LOG", "info")
             .env_remove("NO_COLOR")
             .stdin(Stdio::null())
@@ -114,4 +120,90 @@ fn the_start_line_shows_the_visibility_in_effect() {
     let log = worker.stop();
     let stopping = log.lines().find(|l| l.contains("no more claims")).unwrap();
     assert!(stopping.contains(" deadline=30s"), "{stopping}");
+}
+
+/// Enqueue one job with the CLI.
+fn enqueue(server: &RedisServer, tag: &str, payload: &str) {
+    let out = Command::new(BIN)
+        .args(["enqueue", "--redis", &server.url(), "--tag", tag, payload])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}
+
+/// A failed job's stderr tail (several lines) is one field of one log line, its line
+/// breaks escaped.
+#[test]
+fn a_failed_jobs_stderr_is_logged_on_one_line() {
+    let server = RedisServer::start();
+    enqueue(&server, "ml", "x");
+    let script = "printf 'first line\\nsecond line\\n' >&2; exit 1";
+    let worker = Worker::start_exec(&server, "ml", &[], &["sh", "-c", script]);
+    let log = worker.wait_for("job failed; will retry");
+    let line = log
+        .lines()
+        .find(|l| l.contains("job failed; will retry"))
+        .unwrap();
+    assert!(
+        line.contains("first line\\nsecond line"),
+        "not one line: {line:?} in\n{log}"
+    );
+    // (The command's stderr itself is passed through as it was written.)
+    worker.stop();
+}
+
+/// `--log-format json`: every line a JSON object.
+#[test]
+fn worker_log_format_json_writes_json_lines() {
+    let server = RedisServer::start();
+    let worker = Worker::start(&server, "js", &["--log-format", "json"]);
+    worker.wait_for("worker started");
+    let log = worker.stop();
+    // (Notes printed before the logger starts, as by every command, are plain text.)
+    let events: Vec<serde_json::Value> = log
+        .lines()
+        .filter(|l| l.contains("worker st"))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(events.len(), 2, "{log}");
+    assert_eq!(events[0]["message"], "worker started", "{log}");
+}
+
+/// Unknown log formats and levels are refused at start (exit 2), naming the flag, from
+/// the flag or from its variable.
+#[test]
+fn unknown_log_formats_and_levels_are_refused() {
+    let closed = format!("redis://127.0.0.1:{}", support::redis::free_port());
+    let run = |flags: &[&str], env: &[(&str, &str)]| {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["worker", "--redis", &closed, "--tag", "lg"])
+            .args(flags)
+            .args(["--exec", "true"])
+            .env_remove("JOBQUEUE_LOG_FORMAT")
+            .env_remove("JOBQUEUE_LOG_LEVEL")
+            .env_remove("RUST_LOG");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(&[], &[("JOBQUEUE_LOG_FORMAT", "yaml")]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("'yaml'") && err.contains("--log-format"),
+        "{err}"
+    );
+    let (code, err) = run(&["--log-format", "yaml"], &[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("possible values: text, json"), "{err}");
+    let (code, err) = run(&[], &[("JOBQUEUE_LOG_LEVEL", "loud")]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--log-level") && err.contains("\"loud\" is not a log level"),
+        "{err}"
+    );
 }

@@ -196,6 +196,11 @@ async fn a_command_that_cannot_start_stops_the_worker_and_charges_nothing() {
         stderr.contains("cannot start") && stderr.contains("job.sh"),
         "{stderr}"
     );
+    // The script is there: what is missing is its interpreter, and the message says so.
+    assert!(
+        stderr.contains("its #! interpreter /no/such/interpreter does not exist"),
+        "{stderr}"
+    );
     let s = queue.stats().await.unwrap();
     assert_eq!((s.pending, s.processing, s.dead), (3, 0, 0), "{s:?}");
     for i in 0..3 {

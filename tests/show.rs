@@ -10,9 +10,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use jobqueue::queue::{Backoff, FailMode, NewJob, Queue, QueueSettings, SCRIPTS};
-use redis::Value;
-use support::redis::RedisServer;
+use jobqueue::queue::{Backoff, FailMode, NewJob, Queue, QueueSettings};
+use support::redis::{RedisServer, enqueue_raw};
 
 const BIN: &str = env!("CARGO_BIN_EXE_jobqueue");
 
@@ -279,27 +278,6 @@ async fn peek_lists_delayed_and_processing_jobs_with_their_time_left() {
     assert!(empty.starts_with("no delayed jobs in jq:{none}"), "{empty}");
 
     assert!(snapshot(&server) == before, "peek wrote to Redis");
-}
-
-/// Enqueue one job with any id bytes through the protocol's own enqueue script, as a
-/// client in another language would.
-async fn enqueue_raw(queue: &Queue, id: &[u8], payload: &[u8]) {
-    let keys = queue.keys();
-    let mut job_key = keys.job_prefix.as_bytes().to_vec();
-    job_key.extend_from_slice(id);
-    let mut cmd = SCRIPTS.enqueue.cmd(8);
-    for key in keys.queue_keys() {
-        cmd.arg(key);
-    }
-    cmd.arg(job_key)
-        .arg(&keys.job_prefix)
-        .arg(1)
-        .arg(id)
-        .arg(payload)
-        .arg(0);
-    let mut conn = queue.redis().clone();
-    let reply = SCRIPTS.enqueue.run(&mut conn, &cmd).await.unwrap();
-    assert_eq!(reply, Value::Array(vec![Value::Int(1)]), "enqueued");
 }
 
 #[tokio::test]

@@ -104,10 +104,37 @@ pub async fn run(args: ConfigureArgs) -> anyhow::Result<()> {
     // Partitioned: read the first partition, write every one (all are configured alike).
     let target = open_target(&args.connect).await?;
     let queues = target.queues();
-    let current = queues[0].settings().await?;
+    let fields = queues[0].meta_fields().await?;
+    let current = QueueSettings::from_fields(&fields);
     let absent = absent_note(&target).await?;
+    let defaults = QueueSettings::default().to_fields();
+    for (field, value) in QueueSettings::ignored_fields(&fields) {
+        // Another client wrote a value the scripts cannot use: they run with the default.
+        let default = defaults
+            .iter()
+            .find(|(name, _)| *name == field)
+            .map_or(String::new(), |(_, v)| v.clone());
+        eprintln!(
+            "note: the meta field {field} holds {value:?}, which the scripts do not take as \
+             a setting: the queue runs with the default ({default})"
+        );
+    }
     let (settings, written) = match args.apply(&current) {
         Some(new) => {
+            // Only --backoff-initial given, above the queue's backoff max: the flag given
+            // is what is wrong, not the backoff max the user did not name.
+            if let Some(initial) = args.backoff_initial
+                && args.backoff_max.is_none()
+                && initial > new.backoff_max
+            {
+                return Err(UsageError(format!(
+                    "--backoff-initial {} is above the queue's backoff max ({}): give \
+                     --backoff-max too, at least as long",
+                    duration::format(initial),
+                    duration::format(new.backoff_max)
+                ))
+                .into());
+            }
             new.validate()?;
             if let Some(note) = &absent
                 && !args.create

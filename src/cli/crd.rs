@@ -2,6 +2,11 @@
 
 use std::io::Write;
 
+pub const EXAMPLES: &str = "\
+Examples:
+  jobqueue crd | kubectl apply -f -      # install or update the CRD
+  jobqueue crd > jobqueue-crd.yaml       # to review or commit it";
+
 /// Print the CRD YAML to stdout (`jobqueue crd | kubectl apply -f -`).
 pub fn run() -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();

@@ -31,12 +31,16 @@ pub struct DeadArgs {
 #[derive(Debug, Subcommand)]
 pub enum DeadCommand {
     /// List dead jobs, oldest death first.
-    #[command(after_help = "Example:\n  jobqueue dead ls --tag emails --limit 50")]
+    #[command(
+        after_help = "Example:\n  jobqueue dead ls --tag emails --limit 50",
+        mut_arg("durability", super::read_only)
+    )]
     Ls(LsArgs),
     /// Show one job in full: status, attempts, times, last error, payload.
     #[command(
         after_help = "Examples:\n  jobqueue dead show --tag emails 8fK2pQ0aZr1xYc3d\n  \
-                            jobqueue dead show --tag emails 8fK2pQ0aZr1xYc3d --raw > payload.bin"
+                            jobqueue dead show --tag emails 8fK2pQ0aZr1xYc3d --raw > payload.bin",
+        mut_arg("durability", super::read_only)
     )]
     Show(ShowArgs),
     /// Move dead jobs back to pending, attempts reset to 0.
@@ -101,8 +105,9 @@ pub struct SelectArgs {
     /// Every dead job.
     #[arg(long)]
     pub all: bool,
-    /// Confirm `purge --all`.
-    #[arg(long)]
+    /// Redrive asks no confirmation; accepted so that one command line serves both
+    /// redrive and purge.
+    #[arg(long, hide = true)]
     pub yes: bool,
 }
 

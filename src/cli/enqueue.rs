@@ -101,23 +101,35 @@ impl Producer {
     }
 }
 
-/// `1048576`, `512KiB`, `64MiB`, `1GiB`.
+/// `1048576`, `512KiB`, `64MiB`, `1.5MiB`, `1GiB`: a fraction is taken when it makes a
+/// whole number of bytes.
 fn parse_size(text: &str) -> Result<usize, String> {
     let text = text.trim();
     let split = text
-        .find(|c: char| !c.is_ascii_digit())
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    let n: usize = digits
-        .parse()
-        .map_err(|_| format!("{text:?} is not a size such as 1048576, 512KiB or 64MiB"))?;
+    let (number, unit) = text.split_at(split);
+    let not_a_size = || format!("{text:?} is not a size such as 1048576, 512KiB or 64MiB");
     let scale: usize = match unit.trim() {
         "" | "B" => 1,
         "KiB" => 1 << 10,
         "MiB" => 1 << 20,
         "GiB" => 1 << 30,
+        _ if number.is_empty() => return Err(not_a_size()),
         other => return Err(format!("unknown size unit {other:?} (use KiB, MiB or GiB)")),
     };
+    if number.contains('.') {
+        let v: f64 = number.parse().map_err(|_| not_a_size())?;
+        let bytes = v * scale as f64;
+        if bytes.fract() != 0.0 {
+            return Err(format!("{text:?} is not a whole number of bytes"));
+        }
+        if bytes > usize::MAX as f64 {
+            return Err(format!("{text:?} is too large"));
+        }
+        return Ok(bytes as usize);
+    }
+    let n: usize = number.parse().map_err(|_| not_a_size())?;
     n.checked_mul(scale)
         .ok_or_else(|| format!("{text:?} is too large"))
 }
@@ -141,13 +153,20 @@ pub async fn run(args: EnqueueArgs) -> anyhow::Result<()> {
         }
         (None, None) => return Err(UsageError("give a payload, --file or --stdin".into()).into()),
     };
-    let mut job = NewJob::new(payload).delay(args.delay);
-    if let Some(id) = &args.id {
-        job = job.id(id.clone());
-    }
+    // The id is chosen here, not by the queue, so that it can be printed whatever
+    // happens after the job may have been written.
+    let id = args.id.clone().unwrap_or_else(crate::queue::new_job_id);
+    let job = NewJob::new(payload).delay(args.delay).id(id.clone());
     let size = job.payload.len();
     let out = match queue.send(vec![job]).await {
         Ok(mut out) => out.pop().context("an enqueue reply without its job")?,
+        Err(err @ crate::queue::Error::NotReplicated { .. }) => {
+            // The job is on the primary: print its id as on success, so that it can be
+            // checked (`jobqueue show`) or sent again with --id, which does not
+            // duplicate it.
+            writeln!(std::io::stdout().lock(), "{id}")?;
+            return Err(err.into());
+        }
         Err(err) => return Err(explain_size(queue.any(), size, err).await),
     };
     writeln!(std::io::stdout().lock(), "{}", out.id)?;
@@ -289,5 +308,11 @@ mod tests {
         assert_eq!(parse_size("1GiB"), Ok(1 << 30));
         assert!(parse_size("64MB").is_err());
         assert!(parse_size("MiB").is_err());
+        assert_eq!(parse_size("1.5MiB"), Ok(3 << 19));
+        assert_eq!(parse_size("0.5KiB"), Ok(512));
+        let err = parse_size("1.3KiB").unwrap_err();
+        assert!(err.contains("is not a whole number of bytes"), "{err}");
+        assert!(parse_size("1.2.3MiB").is_err());
+        assert!(parse_size(".").is_err());
     }
 }

@@ -6,6 +6,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::queue::{ConnectOptions, DEFAULT_PREFIX, Queue, Redis};
 
+mod argv;
 mod common;
 mod configure;
 mod dead;
@@ -20,6 +21,7 @@ mod stats;
 pub mod ui;
 pub mod worker;
 
+pub use argv::{parse, try_parse_from};
 pub use common::Interrupted;
 
 pub mod crd;
@@ -60,25 +62,27 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Print the JobQueue CustomResourceDefinition (YAML).
+    #[command(after_help = crd::EXAMPLES)]
     Crd,
     /// Run a command for each job: payload on stdin, exit 0 acks (see --help).
     Worker(worker::WorkerArgs),
     /// Run the Kubernetes operator: reap every JobQueue and publish its status.
+    #[command(after_help = operator::EXAMPLES)]
     Operator(operator::OperatorArgs),
     /// Add jobs to a queue: one payload, a file, or one payload per line of stdin.
     #[command(after_help = enqueue::EXAMPLES)]
     Enqueue(enqueue::EnqueueArgs),
     /// Show a queue's counts, counters and processing times.
-    #[command(after_help = stats::EXAMPLES)]
+    #[command(after_help = stats::EXAMPLES, mut_arg("durability", read_only))]
     Stats(stats::StatsArgs),
     /// Inspect, redrive or purge the dead-letter set.
     #[command(after_help = dead::EXAMPLES)]
     Dead(dead::DeadArgs),
     /// Show the jobs next in line (or delayed, or claimed), with a preview of their payloads.
-    #[command(after_help = peek::EXAMPLES)]
+    #[command(after_help = peek::EXAMPLES, mut_arg("durability", read_only))]
     Peek(peek::PeekArgs),
     /// Show one job in any status: where it is, attempts, timing, last error, payload.
-    #[command(after_help = show::EXAMPLES)]
+    #[command(after_help = show::EXAMPLES, mut_arg("durability", read_only))]
     Show(show::ShowArgs),
     /// Show or change a queue's settings (visibility timeout, retries, retention).
     #[command(after_help = configure::EXAMPLES)]
@@ -95,6 +99,119 @@ pub enum Command {
     /// One worker process of the demo (started by `jobqueue demo`).
     #[command(hide = true)]
     DemoWorker(demo::worker::DemoWorkerArgs),
+}
+
+/// `--durability` on a command that writes nothing (`stats`, `peek`, `show`, `dead ls`,
+/// `dead show`): still accepted (JOBQUEUE_DURABILITY may be set for every command), not
+/// offered in the help.
+pub(crate) fn read_only(arg: clap::Arg) -> clap::Arg {
+    arg.hide(true)
+}
+
+/// `JOBQUEUE_*` variables that stand for a required flag: when one is set, the flag is
+/// not required, and the usage lines must not say it is.
+const REQUIRED_FROM_ENV: &[(&str, &str)] = &[("tag", "JOBQUEUE_TAG")];
+
+/// The command line's definition, with the flags whose variable is set no longer marked
+/// required in the usage lines (clap marks them whatever the environment holds).
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    let set: Vec<&str> = REQUIRED_FROM_ENV
+        .iter()
+        .filter(|(_, var)| std::env::var_os(var).is_some_and(|v| !v.is_empty()))
+        .map(|(id, _)| *id)
+        .collect();
+    let mut cmd = Cli::command();
+    if !set.is_empty() {
+        cmd = not_required(cmd, &set);
+    }
+    cmd
+}
+
+fn not_required(mut cmd: clap::Command, ids: &[&str]) -> clap::Command {
+    for id in ids {
+        if cmd
+            .get_arguments()
+            .any(|a| a.get_id() == id && a.is_required_set())
+        {
+            cmd = cmd.mut_arg(*id, |a| a.required(false));
+        }
+    }
+    let names: Vec<String> = cmd
+        .get_subcommands()
+        .map(|s| s.get_name().to_string())
+        .collect();
+    for name in names {
+        cmd = cmd.mut_subcommand(name, |sub| not_required(sub, ids));
+    }
+    cmd
+}
+
+/// Exit with clap's message, its usage line without the flags set only by their
+/// variable: clap lists those as if given (`Usage: jobqueue stats --tag <TAG> --redis
+/// <REDIS>` with JOBQUEUE_REDIS_URL set reads as if --redis were required).
+pub(crate) fn usage_exit(err: clap::Error, cmd: &clap::Command, argv: &[std::ffi::OsString]) -> ! {
+    use clap::error::ErrorKind;
+    if matches!(
+        err.kind(),
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
+    ) || !err.use_stderr()
+    {
+        err.exit();
+    }
+    let given: Vec<String> = argv
+        .iter()
+        .filter_map(|a| a.to_str())
+        .map(|a| a.split('=').next().unwrap_or(a).to_string())
+        .collect();
+    let mut from_env = Vec::new();
+    env_only_flags(cmd, &given, &mut from_env);
+    let text = err.render().to_string();
+    let text: Vec<String> = text
+        .lines()
+        .map(|line| {
+            if !line.starts_with("Usage: ") {
+                return line.to_string();
+            }
+            from_env.iter().fold(line.to_string(), |line, token| {
+                let end = format!("{token} ");
+                if line.ends_with(token.as_str()) {
+                    line[..line.len() - token.len()].to_string()
+                } else {
+                    line.replacen(&end, " ", 1)
+                }
+            })
+        })
+        .collect();
+    eprintln!("{}", text.join("\n"));
+    std::process::exit(err.exit_code());
+}
+
+/// ` --long <VALUE>` (or ` --long`) of every flag, in `cmd` and its subcommands, whose
+/// variable is set and that the command line does not give.
+fn env_only_flags(cmd: &clap::Command, given: &[String], out: &mut Vec<String>) {
+    for arg in cmd.get_arguments() {
+        let (Some(long), Some(var)) = (arg.get_long(), arg.get_env()) else {
+            continue;
+        };
+        let set = std::env::var_os(var).is_some_and(|v| !v.is_empty());
+        if !set || given.iter().any(|g| g == &format!("--{long}")) {
+            continue;
+        }
+        let token = match arg.get_value_names().and_then(|n| n.first()) {
+            Some(name) => format!(" --{long} <{name}>"),
+            None if arg.get_action().takes_values() => {
+                format!(" --{long} <{}>", arg.get_id().as_str().to_uppercase())
+            }
+            None => format!(" --{long}"),
+        };
+        if !out.contains(&token) {
+            out.push(token);
+        }
+    }
+    for sub in cmd.get_subcommands() {
+        env_only_flags(sub, given, out);
+    }
 }
 
 /// How to reach a queue: shared by every operations subcommand.
@@ -128,37 +245,45 @@ pub struct ConnectArgs {
     pub partition: Option<usize>,
 }
 
+/// The help heading of the flags of [`RedisArgs`].
+const CONNECTION: &str = "Connection";
+
 /// How to reach a Redis (standalone, Cluster or behind Sentinel): the part of
-/// [`ConnectArgs`] that names no queue, shared with `jobqueue ui`.
+/// [`ConnectArgs`] that names no queue, shared with `jobqueue ui`. Listed under their own
+/// heading; `-h` shows --redis and --durability only, `--help` all of them.
 #[derive(Debug, Clone, Args)]
 pub struct RedisArgs {
     /// Redis URL (`redis://[user:password@]host:port[/db]`, `rediss://` for TLS; for a
-    /// Cluster, seed nodes separated by commas).
+    /// Cluster, seed nodes separated by commas). The password may come from
+    /// JOBQUEUE_REDIS_PASSWORD instead (not both).
     #[arg(
         long = "redis",
+        help_heading = CONNECTION,
         env = "JOBQUEUE_REDIS_URL",
         default_value = "redis://127.0.0.1:6379",
         hide_env_values = true
     )]
     pub redis: String,
     /// Talk to a Redis Cluster.
-    #[arg(long, env = "JOBQUEUE_CLUSTER")]
+    #[arg(long, help_heading = CONNECTION, env = "JOBQUEUE_CLUSTER", hide_short_help = true, value_parser = argv::parse_bool)]
     pub cluster: bool,
     /// PEM file of the CA that signs the server's certificate (with `rediss://`), for a
     /// Redis whose certificate the system trust store does not know.
-    #[arg(long, env = "JOBQUEUE_TLS_CA", value_name = "FILE")]
+    #[arg(long, help_heading = CONNECTION, env = "JOBQUEUE_TLS_CA", value_name = "FILE", hide_short_help = true)]
     pub tls_ca: Option<std::path::PathBuf>,
     /// ACL user (Redis 6+) to authenticate as; its password is the URL's
-    /// (`redis://:PASSWORD@host`), or JOBQUEUE_REDIS_PASSWORD with --sentinel. Same as
+    /// (`redis://:PASSWORD@host`) or JOBQUEUE_REDIS_PASSWORD. Same as
     /// `redis://USER:PASSWORD@host`.
-    #[arg(long, env = "JOBQUEUE_USERNAME", value_name = "USER")]
+    #[arg(long, help_heading = CONNECTION, env = "JOBQUEUE_USERNAME", value_name = "USER", hide_short_help = true)]
     pub username: Option<String>,
     /// PEM file of the client certificate for mutual TLS (with `rediss://`, for a Redis
     /// started with `tls-auth-clients yes`); needs --tls-key. With --sentinel, this or
     /// --tls-ca turns on TLS to the data nodes the Sentinels name.
     #[arg(
         long,
+        help_heading = CONNECTION,
         env = "JOBQUEUE_TLS_CERT",
+        hide_short_help = true,
         value_name = "FILE",
         requires = "tls_key"
     )]
@@ -166,7 +291,9 @@ pub struct RedisArgs {
     /// PEM file of the client certificate's private key; needs --tls-cert.
     #[arg(
         long,
+        help_heading = CONNECTION,
         env = "JOBQUEUE_TLS_KEY",
+        hide_short_help = true,
         value_name = "FILE",
         requires = "tls_cert"
     )]
@@ -175,23 +302,27 @@ pub struct RedisArgs {
     /// host of --redis, which is still where to connect: for a Redis reached by an address
     /// its certificate does not list (an IP address, a port-forward, a Service alias).
     /// `rediss://` to one server; not with --cluster or --sentinel.
-    #[arg(long, env = "JOBQUEUE_TLS_SERVER_NAME", value_name = "NAME")]
+    #[arg(long, help_heading = CONNECTION, env = "JOBQUEUE_TLS_SERVER_NAME", value_name = "NAME", hide_short_help = true)]
     pub tls_server_name: Option<String>,
     /// Sentinels to ask for the primary, `host:port` separated by commas (instead of
     /// --redis); the client follows failovers. The Sentinels' password comes from
     /// JOBQUEUE_SENTINEL_PASSWORD, the Redis nodes' from JOBQUEUE_REDIS_PASSWORD.
     #[arg(
         long,
+        help_heading = CONNECTION,
         env = "JOBQUEUE_SENTINEL",
+        hide_short_help = true,
         value_name = "HOST:PORT,...",
         requires = "master_name",
-        conflicts_with = "cluster"
+        conflicts_with_all = ["cluster", "redis"]
     )]
     pub sentinel: Option<String>,
     /// The master name the Sentinels monitor (with --sentinel).
     #[arg(
         long,
+        help_heading = CONNECTION,
         env = "JOBQUEUE_MASTER_NAME",
+        hide_short_help = true,
         value_name = "NAME",
         requires = "sentinel"
     )]
@@ -201,7 +332,7 @@ pub struct RedisArgs {
     /// default 1 within 1s, e.g. `replicated:1:500ms`). Without it, `primary`; a worker takes
     /// the queue's own setting (`spec.durability`, published by the operator) instead.
     /// See docs/operations.md, Durability.
-    #[arg(long, env = "JOBQUEUE_DURABILITY", value_name = "SETTING")]
+    #[arg(long, help_heading = CONNECTION, env = "JOBQUEUE_DURABILITY", value_name = "SETTING")]
     pub durability: Option<String>,
 }
 
@@ -332,7 +463,21 @@ impl RedisArgs {
                     .tls_server_name(self.tls_server_name.clone()),
             );
         }
+        // The Redis nodes' password from the environment, as with --sentinel; one given
+        // in the URL too is refused rather than one of them silently ignored.
+        let password = std::env::var("JOBQUEUE_REDIS_PASSWORD")
+            .ok()
+            .filter(|v| !v.is_empty());
+        if password.is_some() && url_has_password(&self.redis) {
+            return Err(crate::queue::Error::InvalidArgument {
+                what: "JOBQUEUE_REDIS_PASSWORD",
+                reason: "it is set and the Redis URL carries a password too: give the \
+                         password once, in the URL or in JOBQUEUE_REDIS_PASSWORD"
+                    .into(),
+            });
+        }
         Ok(ConnectOptions::new(self.redis.clone())
+            .password(password)
             .cluster(self.cluster)
             .connect_timeout(Duration::from_secs(3))
             .ca_cert(ca)
@@ -348,6 +493,18 @@ impl RedisArgs {
             None => Ok(crate::queue::Durability::Primary),
         }
     }
+}
+
+/// Whether a Redis URL (the first, for a Cluster's list) carries a password
+/// (`redis://:PW@host`, `redis://user:PW@host`).
+fn url_has_password(url: &str) -> bool {
+    let first = url.split(',').next().unwrap_or_default().trim();
+    let rest = first.split_once("://").map_or(first, |(_, r)| r);
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    authority
+        .rsplit_once('@')
+        .and_then(|(userinfo, _)| userinfo.split_once(':'))
+        .is_some_and(|(_, password)| !password.is_empty())
 }
 
 /// Read a `--tls-ca` file and check that it holds a PEM certificate, so a wrong file is

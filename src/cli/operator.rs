@@ -9,6 +9,13 @@ use crate::controller::Settings;
 use crate::controller::operator::{self, Config};
 use crate::telemetry::{self, LogFormat};
 
+pub const EXAMPLES: &str = "\
+Examples:
+  jobqueue operator                                 # every namespace, with leader election
+  jobqueue operator --namespace jobs,batch --log-format json
+  jobqueue operator --no-leader-election --metrics-addr 127.0.0.1:8080   # one replica, local
+Reads the cluster with the kubeconfig (in a pod: its service account); see docs/operator.md.";
+
 /// Flags of `jobqueue operator`; each can also be set by its environment variable.
 #[derive(Debug, Clone, Args)]
 pub struct OperatorArgs {
@@ -23,7 +30,7 @@ pub struct OperatorArgs {
     pub namespace: Vec<String>,
 
     /// Watch JobQueues in every namespace (the default without --namespace).
-    #[arg(short = 'A', long, env = "JOBQUEUE_ALL_NAMESPACES")]
+    #[arg(short = 'A', long, env = "JOBQUEUE_ALL_NAMESPACES", value_parser = super::argv::parse_bool)]
     pub all_namespaces: bool,
 
     /// Address of the HTTP endpoints /metrics, /healthz and /readyz.
@@ -39,7 +46,7 @@ pub struct OperatorArgs {
     pub log_level: String,
 
     /// Run without leader election (only safe with a single replica).
-    #[arg(long, env = "JOBQUEUE_NO_LEADER_ELECTION")]
+    #[arg(long, env = "JOBQUEUE_NO_LEADER_ELECTION", value_parser = super::argv::parse_bool)]
     pub no_leader_election: bool,
 
     /// Name of the coordination Lease the replicas compete for.

@@ -15,6 +15,7 @@ Examples:
   jobqueue stats --redis redis://127.0.0.1:6379 --tag emails
   jobqueue stats --tag emails --watch          # refresh every 2s until Ctrl-C
   jobqueue stats --tag emails --watch 500ms
+  jobqueue stats --tag emails --all            # every counter, not only the main ones
   jobqueue stats --tag emails --json | jq .pending
   jobqueue stats --tag emails --partitions 6   # the totals, then one line per partition
   jobqueue stats --tag emails --partitions 6 --partition 2";
@@ -27,9 +28,13 @@ pub struct StatsArgs {
     #[arg(long, value_name = "INTERVAL", num_args = 0..=1, default_missing_value = "2s",
           value_parser = crate::duration::parse)]
     pub watch: Option<Duration>,
-    /// Print JSON (with --watch: one object per line).
+    /// Print JSON (with --watch: one object per line); every counter.
     #[arg(long)]
     pub json: bool,
+    /// Show every counter (the reaper's, redrives, purges, orphans, ...), not only the
+    /// main ones.
+    #[arg(long)]
+    pub all: bool,
 }
 
 pub async fn run(args: StatsArgs) -> anyhow::Result<()> {
@@ -39,7 +44,7 @@ pub async fn run(args: StatsArgs) -> anyhow::Result<()> {
     let queue = open_target(&args.connect).await?;
     note_if_target_absent(&queue).await?;
     let Some(every) = args.watch else {
-        print!("{}", read_and_render(&queue, args.json).await?);
+        print!("{}", read_and_render(&queue, args.json, args.all).await?);
         return Ok(());
     };
     let every = every.max(Duration::from_millis(100));
@@ -53,7 +58,7 @@ pub async fn run(args: StatsArgs) -> anyhow::Result<()> {
             _ = &mut stop => return Ok(()),
             _ = tick.tick() => {}
         }
-        let text = match read_and_render(&queue, args.json).await {
+        let text = match read_and_render(&queue, args.json, args.all).await {
             Ok(text) => text,
             // A blip while watching is shown and retried, not fatal.
             Err(err) if err.is_transient() => format!("error: {err} (retrying)\n"),
@@ -78,12 +83,12 @@ pub async fn run(args: StatsArgs) -> anyhow::Result<()> {
 }
 
 /// One reading: the queue's stats, or the partitions' totals and each partition's.
-async fn read_and_render(target: &Target, json: bool) -> crate::queue::Result<String> {
+async fn read_and_render(target: &Target, json: bool, all: bool) -> crate::queue::Result<String> {
     match target {
-        Target::One(queue) => Ok(render(queue, &queue.stats().await?, json)),
+        Target::One(queue) => Ok(render(queue, &queue.stats().await?, json, all)),
         Target::All(queue) => {
             let stats = queue.stats().await?;
-            Ok(render_partitioned(queue, &stats, json))
+            Ok(render_partitioned(queue, &stats, json, all))
         }
     }
 }
@@ -95,6 +100,7 @@ fn render_partitioned(
     queue: &crate::queue::PartitionedQueue,
     stats: &PartitionedStats,
     json: bool,
+    all: bool,
 ) -> String {
     let parts = queue.partitions();
     let endpoint = parts[0].redis().endpoint();
@@ -119,7 +125,7 @@ fn render_partitioned(
         }
         return format!("{value}\n");
     }
-    let mut out = table(queue.name(), endpoint, &stats.total);
+    let mut out = table(queue.name(), endpoint, &stats.total, all);
     out.push_str("partitions\n");
     out.push_str(&format!(
         "  {:>3}  {:<28}{:>10}{:>11}{:>9}{:>9}{:>10}\n",
@@ -146,7 +152,7 @@ fn render_partitioned(
     out
 }
 
-fn render(queue: &Queue, stats: &QueueStats, json: bool) -> String {
+fn render(queue: &Queue, stats: &QueueStats, json: bool, all: bool) -> String {
     if json {
         let mut value = to_json(queue, stats);
         if let Some(obj) = value.as_object_mut() {
@@ -154,7 +160,7 @@ fn render(queue: &Queue, stats: &QueueStats, json: bool) -> String {
         }
         format!("{value}\n")
     } else {
-        table(queue.name(), queue.redis().endpoint(), stats)
+        table(queue.name(), queue.redis().endpoint(), stats, all)
     }
 }
 
@@ -178,50 +184,57 @@ fn to_json_named(name: &str, stats: &QueueStats) -> serde_json::Value {
     value
 }
 
-/// The human table. One `name value` pair per line, so it also greps well.
-pub fn table(name: &str, endpoint: &str, s: &QueueStats) -> String {
+/// The human table. One `name value` pair per line, so it also greps well. Without
+/// `all`, the counts a newcomer reads (and expired, due and orphaned when not 0) and the
+/// main counters; `all` (and JSON) has every one.
+pub fn table(name: &str, endpoint: &str, s: &QueueStats, all: bool) -> String {
     let mut out = format!("queue {name} on {endpoint}\n");
-    let mut section = |title: &str, rows: &[(&str, u64)]| {
+    let mut hidden = 0;
+    let mut section = |title: &str, rows: &[(&str, u64, bool)]| {
         out.push_str(title);
         out.push('\n');
-        for (label, value) in rows {
+        for (label, value, main) in rows {
+            if !all && !main {
+                hidden += 1;
+                continue;
+            }
             out.push_str(&format!("  {label:<16}{value:>10}\n"));
         }
     };
     section(
         "now",
         &[
-            ("pending", s.pending),
-            ("processing", s.processing),
-            ("expired", s.expired),
-            ("delayed", s.delayed),
-            ("due", s.due),
-            ("dead", s.dead),
-            ("orphaned", s.orphaned),
+            ("pending", s.pending, true),
+            ("processing", s.processing, true),
+            ("expired", s.expired, s.expired > 0),
+            ("delayed", s.delayed, true),
+            ("due", s.due, s.due > 0),
+            ("dead", s.dead, true),
+            ("orphaned", s.orphaned, s.orphaned > 0),
         ],
     );
     section(
         "since the queue began",
         &[
-            ("enqueued", s.enqueued),
-            ("claimed", s.claimed),
-            ("acked", s.acked),
-            ("failed", s.failed),
-            ("retried", s.retried),
-            ("reaped", s.reaped),
-            ("dead_lettered", s.dead_lettered),
-            ("dead_trimmed", s.dead_trimmed),
-            ("stale", s.stale),
-            ("unknown", s.unknown),
-            ("redriven", s.redriven),
-            ("purged", s.purged),
-            ("orphans", s.orphans),
-            ("set_aside", s.set_aside),
-            ("restored", s.restored),
-            ("restored_purged", s.restored_purged),
-            ("wrong_type", s.wrong_type),
-            ("orphans_purged", s.orphans_purged),
-            ("promoted", s.promoted),
+            ("enqueued", s.enqueued, true),
+            ("claimed", s.claimed, true),
+            ("acked", s.acked, true),
+            ("failed", s.failed, true),
+            ("retried", s.retried, true),
+            ("reaped", s.reaped, false),
+            ("dead_lettered", s.dead_lettered, true),
+            ("dead_trimmed", s.dead_trimmed, false),
+            ("stale", s.stale, false),
+            ("unknown", s.unknown, false),
+            ("redriven", s.redriven, false),
+            ("purged", s.purged, false),
+            ("orphans", s.orphans, false),
+            ("set_aside", s.set_aside, false),
+            ("restored", s.restored, false),
+            ("restored_purged", s.restored_purged, false),
+            ("wrong_type", s.wrong_type, false),
+            ("orphans_purged", s.orphans_purged, false),
+            ("promoted", s.promoted, false),
         ],
     );
     out.push_str("processing time of acked jobs\n");
@@ -231,6 +244,9 @@ pub fn table(name: &str, endpoint: &str, s: &QueueStats) -> String {
             out.push_str(&format!("  {:<16}{:>10}\n", "p99", format_latency(p99)));
         }
         _ => out.push_str("  (no acks yet)\n"),
+    }
+    if hidden > 0 {
+        out.push_str(&format!("({hidden} more counters: --all, or --json)\n"));
     }
     // "1 lease has expired and waits", "2 leases have expired and wait".
     let one = |n: u64, one: &'static str, many: &'static str| if n == 1 { one } else { many };
@@ -272,6 +288,41 @@ mod tests {
     use crate::queue::Histogram;
 
     #[test]
+    fn the_default_table_is_short_and_says_how_to_see_the_rest() {
+        let stats = QueueStats {
+            pending: 2,
+            reaped: 4,
+            ..QueueStats::default()
+        };
+        let short = table("jq:{emails}", "redis://h:1", &stats, false);
+        let rows = short.lines().filter(|l| l.starts_with("  ")).count();
+        assert!(rows <= 12, "{rows} rows:\n{short}");
+        for hidden in [
+            "reaped",
+            "stale",
+            "wrong_type",
+            "restored_purged",
+            "expired",
+        ] {
+            assert!(
+                !short.lines().any(|l| l.trim_start().starts_with(hidden)),
+                "{hidden} in\n{short}"
+            );
+        }
+        assert!(short.contains("more counters: --all, or --json"), "{short}");
+        let full = table("jq:{emails}", "redis://h:1", &stats, true);
+        assert!(full.contains("  reaped                   4"), "{full}");
+        assert!(!full.contains("more counters"), "{full}");
+        // Expired leases are shown when there are some.
+        let expired = QueueStats {
+            expired: 1,
+            ..QueueStats::default()
+        };
+        let short = table("jq:{emails}", "redis://h:1", &expired, false);
+        assert!(short.contains("  expired                  1"), "{short}");
+    }
+
+    #[test]
     fn the_table_has_one_pair_per_line() {
         let stats = QueueStats {
             pending: 12,
@@ -282,7 +333,7 @@ mod tests {
             },
             ..QueueStats::default()
         };
-        let text = table("jq:{emails}", "redis://h:1", &stats);
+        let text = table("jq:{emails}", "redis://h:1", &stats, true);
         let value = |label: &str| {
             text.lines()
                 .map(|l| l.split_whitespace().collect::<Vec<_>>())
@@ -298,7 +349,7 @@ mod tests {
             expired: 2,
             ..QueueStats::default()
         };
-        let text = table("jq:{emails}", "redis://h:1", &expired);
+        let text = table("jq:{emails}", "redis://h:1", &expired, true);
         assert!(
             text.contains("no acks yet") && text.contains("2 leases"),
             "{text}"
@@ -316,7 +367,7 @@ mod tests {
             promoted: 7,
             ..QueueStats::default()
         };
-        let text = table("jq:{emails}", "redis://h:1", &stats);
+        let text = table("jq:{emails}", "redis://h:1", &stats, true);
         for (label, value) in [
             ("delayed", "5"),
             ("due", "2"),
@@ -335,7 +386,7 @@ mod tests {
             orphaned: 1,
             ..QueueStats::default()
         };
-        let singular = table("jq:{emails}", "redis://h:1", &one);
+        let singular = table("jq:{emails}", "redis://h:1", &one, true);
         for note in [
             "note: 1 lease has expired and waits for a reaper",
             "note: 1 delayed job is due and waits",

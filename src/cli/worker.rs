@@ -90,15 +90,25 @@ pub struct WorkerArgs {
     /// Do not reap the queue from this worker. By default every worker reaps now and
     /// then (expired leases of crashed workers back in line, due delayed jobs promoted,
     /// the dead set trimmed), so a queue heals without the operator or `jobqueue reap`.
-    #[arg(long, env = "JOBQUEUE_NO_REAPER", value_parser = clap::builder::FalseyValueParser::new())]
+    #[arg(long, env = "JOBQUEUE_NO_REAPER", value_parser = super::argv::parse_bool)]
     pub no_reaper: bool,
 
     /// Pass the worker's own credentials on to the command: JOBQUEUE_REDIS_URL,
     /// JOBQUEUE_REDIS_PASSWORD, JOBQUEUE_SENTINEL_PASSWORD, JOBQUEUE_USERNAME,
     /// JOBQUEUE_TLS_CERT and JOBQUEUE_TLS_KEY. By default they are removed from its
     /// environment, so job code cannot reach Redis as the worker.
-    #[arg(long, env = "JOBQUEUE_EXEC_KEEP_CREDENTIALS", value_parser = clap::builder::FalseyValueParser::new())]
+    #[arg(long, env = "JOBQUEUE_EXEC_KEEP_CREDENTIALS", value_parser = super::argv::parse_bool)]
     pub exec_keep_credentials: bool,
+
+    /// Log format: `text` for people, `json` for log pipelines (one object per line).
+    #[arg(long, env = "JOBQUEUE_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+
+    /// Log level (`error`, `warn`, `info`, `debug`, `trace`) or a filter such as
+    /// `jobqueue=debug,kube=info`; RUST_LOG wins when set.
+    #[arg(long, env = "JOBQUEUE_LOG_LEVEL", value_name = "LEVEL", default_value = "info",
+          value_parser = telemetry::parse_filter)]
+    pub log_level: String,
 
     /// The command and its arguments: everything after --exec (so put other flags first).
     #[arg(
@@ -134,13 +144,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         what: "--exec command",
         reason,
     })?;
-    // The operator's flag sets JOBQUEUE_LOG_FORMAT too; the worker reads it from the
-    // environment only.
-    let format = match std::env::var("JOBQUEUE_LOG_FORMAT").as_deref() {
-        Ok("json") => LogFormat::Json,
-        _ => LogFormat::Text,
-    };
-    telemetry::init(format, "info")?;
+    telemetry::init(args.log_format, &args.log_level)?;
     let source = start_up(&args).await?;
     let mut builder = Worker::builder(source)
         .concurrency(usize::from(args.concurrency))

@@ -1192,13 +1192,18 @@ impl Queue {
 
     /// The settings in `meta` (defaults for absent fields).
     pub async fn settings(&self) -> Result<QueueSettings> {
+        Ok(QueueSettings::from_fields(&self.meta_fields().await?))
+    }
+
+    /// The queue's `meta` hash as stored (see [`QueueSettings::from_fields`] and
+    /// [`QueueSettings::ignored_fields`]).
+    pub async fn meta_fields(&self) -> Result<HashMap<String, String>> {
         let mut conn = self.redis.clone();
-        let fields: HashMap<String, String> = redis::cmd("HGETALL")
+        redis::cmd("HGETALL")
             .arg(&self.keys.meta)
             .query_async(&mut conn)
             .await
-            .map_err(|e| self.err_on("HGETALL meta", &self.keys.meta, e))?;
-        Ok(QueueSettings::from_fields(&fields))
+            .map_err(|e| self.err_on("HGETALL meta", &self.keys.meta, e))
     }
 
     /// Check that each of the queue's keys (the seven and `orphans`) is absent or of its

@@ -107,6 +107,28 @@ impl QueueSettings {
         ]
     }
 
+    /// The setting fields of a `meta` hash that the scripts do not take as stored (not a
+    /// finite number, or out of the range a script accepts), with their stored values:
+    /// the queue runs with the default for each instead (see [`QueueSettings::from_fields`]),
+    /// which a reader of the settings should be told.
+    pub fn ignored_fields(fields: &HashMap<String, String>) -> Vec<(String, String)> {
+        // the least value a script takes; `None`: any number (clamped, or 0 has a meaning)
+        let floor = |name: &str| match name {
+            "visibility_timeout_ms" => Some(1.0),
+            "max_attempts" | "completed_retention_ms" => None,
+            _ => Some(0.0),
+        };
+        QueueSettings::default()
+            .to_fields()
+            .into_iter()
+            .filter_map(|(name, _)| {
+                let value = fields.get(name)?;
+                let taken = lua_number(value).is_some_and(|v| floor(name).is_none_or(|f| v >= f));
+                (!taken).then(|| (name.to_string(), value.clone()))
+            })
+            .collect()
+    }
+
     /// Settings from a `meta` hash, read by the scripts' rule: a field is a number as Lua's
     /// `tonumber` reads it ("1e3", " 15 ", "0x10", "2.5"), and a field that is absent, not
     /// a finite number, or out of the range a script accepts takes the script's default.
@@ -288,5 +310,30 @@ mod tests {
             ..base()
         };
         assert!(edge.validate().is_ok());
+    }
+
+    #[test]
+    fn fields_the_scripts_do_not_take_are_named_with_their_values() {
+        let fields: HashMap<String, String> = [
+            ("max_attempts", "banana"),
+            ("visibility_timeout_ms", "0"),
+            ("backoff_initial_ms", "-5"),
+            ("backoff_max_ms", "60000"),
+            ("completed_retention_ms", "0"),
+            ("durability", "primary"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let mut ignored = QueueSettings::ignored_fields(&fields);
+        ignored.sort();
+        assert_eq!(
+            ignored,
+            [
+                ("backoff_initial_ms".to_string(), "-5".to_string()),
+                ("max_attempts".to_string(), "banana".to_string()),
+                ("visibility_timeout_ms".to_string(), "0".to_string()),
+            ]
+        );
     }
 }

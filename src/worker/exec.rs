@@ -244,7 +244,15 @@ impl ExecHandler {
                 }
                 return self.cannot_start_job(&lease, reason);
             }
-            self.cannot_start(format!("cannot start {}: {e}", program.display()))
+            let reason = if self.supervisor.is_some() {
+                e.to_string()
+            } else {
+                super::supervisor::describe_start_error(
+                    &super::supervisor::resolved(&self.program),
+                    &e,
+                )
+            };
+            self.cannot_start(format!("cannot start {}: {reason}", program.display()))
         })?;
         let group = ProcessGroup {
             pid: child.get().id(),

@@ -996,14 +996,14 @@ fn note_fail(shared: &Shared, c: &Completion, text: &str, outcome: FailOutcome) 
     match outcome {
         FailOutcome::Dead => {
             Counters::add(&shared.counters.dead, 1);
-            warn!(queue = %shared.queue_name, job = %c.lease.id, attempt = c.lease.attempts, error = %text, "job dead-lettered");
+            warn!(queue = %shared.queue_name, job = %c.lease.id, attempt = c.lease.attempts, error = %crate::telemetry::one_line(text), "job dead-lettered");
         }
         FailOutcome::Pending | FailOutcome::Delayed => {
             if outcome == FailOutcome::Delayed {
                 shared.delayed_changed.notify_one();
             }
             Counters::add(&shared.counters.retried, 1);
-            info!(queue = %shared.queue_name, job = %c.lease.id, attempt = c.lease.attempts, error = %text, "job failed; will retry");
+            info!(queue = %shared.queue_name, job = %c.lease.id, attempt = c.lease.attempts, error = %crate::telemetry::one_line(text), "job failed; will retry");
         }
         FailOutcome::Stale => {
             Counters::add(&shared.counters.stale, 1);

@@ -56,6 +56,45 @@ pub(crate) fn job_specific(err: &std::io::Error) -> bool {
     }
 }
 
+/// Why `program` could not be started: the OS's reason, except that a script whose `#!`
+/// interpreter is missing fails as ENOENT ("No such file or directory") like a missing
+/// script, so that case names the interpreter instead.
+pub(crate) fn describe_start_error(program: &std::path::Path, err: &std::io::Error) -> String {
+    if err.kind() == std::io::ErrorKind::NotFound
+        && let Some(interpreter) = missing_interpreter(program)
+    {
+        return format!(
+            "its #! interpreter {interpreter} does not exist (the script itself is there)"
+        );
+    }
+    err.to_string()
+}
+
+/// The interpreter a script's `#!` line names, when the script exists and that
+/// interpreter does not.
+fn missing_interpreter(program: &std::path::Path) -> Option<String> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let mut file = std::fs::File::open(program).ok()?;
+    let n = file.read(&mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = line.split(|b| *b == b'\n').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    let interpreter = line.split_whitespace().next()?;
+    (!std::path::Path::new(interpreter).exists()).then(|| interpreter.to_string())
+}
+
+/// `program` as exec finds it: a name without `/` on PATH, otherwise as given.
+pub(crate) fn resolved(program: &std::path::Path) -> PathBuf {
+    if program.to_string_lossy().contains('/') {
+        return program.to_path_buf();
+    }
+    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| program.to_path_buf())
+}
+
 /// The signal that asks the supervisor to SIGKILL the job's group.
 #[cfg(unix)]
 pub(crate) const KILL_REQUEST: i32 = libc::SIGUSR1;
@@ -146,8 +185,9 @@ fn supervise(args: Vec<OsString>) -> i32 {
             } else {
                 writeln!(
                     std::io::stderr(),
-                    "{CANNOT_START}{}: {e}",
-                    program.display()
+                    "{CANNOT_START}{}: {}",
+                    program.display(),
+                    describe_start_error(&resolved(&program), &e)
                 )
             };
             return CANNOT_START_EXIT;
