@@ -91,6 +91,8 @@ bench-peers: redis
 ## lost. Options go through DEMO_ARGS, e.g. `make demo DEMO_ARGS="--jobs 10000 --workers 8"`.
 DEMO_ARGS ?=
 demo: redis
+	@echo "make demo: building jobqueue with cargo (a first build compiles every dependency: about 3 to 5 minutes on 2 cores; cargo's progress follows), then the demo runs on a private redis-server"
+	$(CARGO) build --bin jobqueue
 	$(CARGO) run --quiet --bin jobqueue -- demo $(DEMO_ARGS)
 
 ## Regenerate crds/jobqueue.yaml from the code, and the Helm chart's template of it

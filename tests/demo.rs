@@ -155,3 +155,52 @@ fn sigterm_stops_the_workers_and_the_server() {
     assert!(server_stopped(port), "redis-server on {port} still answers");
     assert!(workers_of(port).is_empty(), "workers left behind");
 }
+
+/// `make demo` on a fresh clone compiles for minutes before the demo prints anything: it
+/// says what it is doing before cargo starts, and lets cargo show its progress (no
+/// `--quiet` on the build). Run with a stand-in cargo that records its calls, so the
+/// order of the lines is what is checked, not a build.
+#[test]
+fn make_demo_says_what_it_does_before_the_build() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join("cargo");
+    std::fs::write(&fake, "#!/bin/sh\necho \"cargo $*\"\n").unwrap();
+    let mut perms = std::fs::metadata(&fake).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&fake, perms).unwrap();
+    let out = Command::new("make")
+        .args([
+            "--no-print-directory",
+            "-C",
+            env!("CARGO_MANIFEST_DIR"),
+            "demo",
+        ])
+        .arg(format!("CARGO={}", fake.display()))
+        .output()
+        .expect("run make");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = stdout
+        .lines()
+        .filter(|l| !l.starts_with(&*fake.display().to_string()))
+        .collect();
+    assert!(
+        lines.first().is_some_and(|l| l.starts_with("make demo: building jobqueue")
+            && l.contains("minutes")),
+        "the first line says what make demo does and how long a first build takes:\n{stdout}"
+    );
+    let build = lines
+        .iter()
+        .position(|l| *l == "cargo build --bin jobqueue");
+    let run = lines
+        .iter()
+        .position(|l| l.starts_with("cargo run --quiet --bin jobqueue -- demo"));
+    assert!(
+        build.is_some_and(|b| run.is_some_and(|r| b < r)),
+        "cargo builds with its progress shown, then runs the demo:\n{stdout}"
+    );
+}
