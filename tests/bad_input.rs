@@ -96,7 +96,7 @@ const ROWS: &[Row] = &[
     row("multiplier-nan", &["configure", "--redis", "{url}", "--tag", "bi", "--backoff-multiplier", "NaN"], 2, "must be a number from 1 to 1000"),
     row("backoff-max-below-initial", &["configure", "--redis", "{url}", "--tag", "bi", "--backoff-initial", "10s", "--backoff-max", "1s"], 2, "must not be below the initial backoff"),
     row("dead-max-len-huge", &["configure", "--redis", "{url}", "--tag", "bi", "--dead-max-len", "18446744073709551615"], 2, "must be at most 2^53"),
-    row("stats-watch-zero", &["stats", "--redis", "{url}", "--tag", "bi", "--watch", "0"], 2, "--watch must be above 0"),
+    row("stats-watch-zero", &["stats", "--redis", "{url}", "--tag", "bi", "--watch", "0"], 2, "must be at least 100ms"),
     row("reap-every-zero", &["reap", "--redis", "{url}", "--tag", "bi", "--every", "0"], 2, "--every must be above 0"),
     row("dead-ls-limit-zero", &["dead", "ls", "--redis", "{url}", "--tag", "bi", "--limit", "0"], 2, "--limit must be above 0"),
     row("dead-ls-offset-huge", &["dead", "ls", "--redis", "{url}", "--tag", "bi", "--offset", "99999999999999999999"], 2, "--offset"),
@@ -208,6 +208,13 @@ const ROWS: &[Row] = &[
     row("unknown-tag-show", &["show", "--redis", "{url}", "--tag", "bj", "j1"], 1, "no queue exists at jq:{bj} (none of its keys are in Redis; did you mean --tag bi?)"),
     row("dead-id-hex-not-hex", &["dead", "redrive", "--redis", "{url}", "--tag", "bi", "--id-hex", "zz"], 2, "--id-hex: \"zz\" is not hex"),
     row("unknown-tag-far", &["stats", "--redis", "{url}", "--tag", "zzzzzz"], 0, "(none of its keys are in Redis): check --tag and --prefix"),
+    // Absurd values refused
+    row("stats-watch-too-short", &["stats", "--redis", "{url}", "--tag", "bi", "--watch", "1ms"], 2, "invalid value '1ms' for '--watch [<INTERVAL>]': must be at least 100ms"),
+    row("ui-history-zero", &["ui", "--redis", "{url}", "--history", "0ms"], 2, "invalid value '0ms' for '--history <HISTORY>': must be at least 1s"),
+    row("ui-tag-empty", &["ui", "--redis", "{url}", "--tag", ","], 2, "must not be empty"),
+    row("tls-server-name-empty", &["stats", "--redis", "{url}", "--tag", "bi", "--tls-server-name", ""], 2, "invalid value '' for '--tls-server-name <NAME>': must not be empty"),
+    row("kill-grace-huge", &["worker", "--redis", "{url}", "--tag", "bi", "--kill-grace", "213503d", "--exec", "true"], 2, "invalid value '213503d' for '--kill-grace <DURATION>': must be at most 1h"),
+    row("stderr-tail-huge", &["worker", "--redis", "{url}", "--tag", "bi", "--stderr-tail", "1000000000000", "--exec", "true"], 2, "invalid value '1000000000000' for '--stderr-tail <BYTES>': must be at most 1048576"),
 ];
 
 /// Rows of the library and the protocol (no process, no exit code: the doc says `-`):

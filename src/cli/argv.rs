@@ -42,6 +42,57 @@ where
     Cli::from_arg_matches(&matches).map_err(|err| err.format(&mut cmd))
 }
 
+/// `stats --watch`: an interval of at least 100 ms (the table is not redrawn faster, so a
+/// shorter one would be taken silently as 100 ms).
+pub fn watch_interval(text: &str) -> Result<Duration, String> {
+    let d = crate::duration::parse(text)?;
+    if d < Duration::from_millis(100) {
+        return Err("must be at least 100ms (the table is not redrawn faster)".into());
+    }
+    Ok(d)
+}
+
+/// `ui --history`: how far back the charts look: at least 1 s.
+pub fn history(text: &str) -> Result<Duration, String> {
+    let d = crate::duration::parse(text)?;
+    if d < Duration::from_secs(1) {
+        return Err("must be at least 1s (the charts and health badges look back that far)".into());
+    }
+    Ok(d)
+}
+
+/// `worker --kill-grace`: at most 1 h (the overlap of two runs of a job after a lost
+/// lease is bounded by it: a longer grace is no bound).
+pub fn kill_grace(text: &str) -> Result<Duration, String> {
+    let d = crate::duration::parse(text)?;
+    if d > Duration::from_secs(3600) {
+        return Err(
+            "must be at most 1h (it bounds how long a command may run past a lost lease)".into(),
+        );
+    }
+    Ok(d)
+}
+
+/// `worker --stderr-tail`: bytes of stderr kept as `last_error`, at most 1 MiB (it is
+/// stored in the job's hash).
+pub fn stderr_tail(text: &str) -> Result<usize, String> {
+    let n: usize = text
+        .parse()
+        .map_err(|_| "must be a whole number of bytes".to_string())?;
+    if n > 1 << 20 {
+        return Err("must be at most 1048576 (1 MiB: it is stored in the job's hash)".into());
+    }
+    Ok(n)
+}
+
+/// A name that must not be empty (`--tls-server-name`, each `ui --tag`).
+pub fn non_empty(text: &str) -> Result<String, String> {
+    if text.trim().is_empty() {
+        return Err("must not be empty".into());
+    }
+    Ok(text.to_string())
+}
+
 /// A boolean flag's value from its environment variable (`JOBQUEUE_CLUSTER=1`): one
 /// convention for every such variable, anything else refused.
 pub fn parse_bool(text: &str) -> Result<bool, String> {

@@ -302,7 +302,7 @@ pub struct RedisArgs {
     /// host of --redis, which is still where to connect: for a Redis reached by an address
     /// its certificate does not list (an IP address, a port-forward, a Service alias).
     /// `rediss://` to one server; not with --cluster or --sentinel.
-    #[arg(long, help_heading = CONNECTION, env = "JOBQUEUE_TLS_SERVER_NAME", value_name = "NAME", hide_short_help = true)]
+    #[arg(long, help_heading = CONNECTION, env = "JOBQUEUE_TLS_SERVER_NAME", value_name = "NAME", hide_short_help = true, value_parser = argv::non_empty)]
     pub tls_server_name: Option<String>,
     /// Sentinels to ask for the primary, `host:port` separated by commas (instead of
     /// --redis); the client follows failovers. The Sentinels' password comes from

@@ -26,7 +26,7 @@ pub struct StatsArgs {
     pub connect: ConnectArgs,
     /// Refresh in place every interval (default 2s) until Ctrl-C.
     #[arg(long, value_name = "INTERVAL", num_args = 0..=1, default_missing_value = "2s",
-          value_parser = crate::duration::parse)]
+          value_parser = super::argv::watch_interval)]
     pub watch: Option<Duration>,
     /// Print JSON (with --watch: one object per line); every counter.
     #[arg(long)]

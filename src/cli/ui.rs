@@ -29,7 +29,7 @@ pub struct UiArgs {
     pub endpoint: RedisArgs,
     /// The queues to show, by hash tag (repeat, or separate with commas); without, every
     /// queue of --prefix found by scanning the keys (a Cluster needs --tag).
-    #[arg(long, env = "JOBQUEUE_TAG", value_delimiter = ',')]
+    #[arg(long, env = "JOBQUEUE_TAG", value_delimiter = ',', value_parser = super::argv::non_empty)]
     pub tag: Vec<String>,
     /// Key prefix.
     #[arg(long, env = "JOBQUEUE_PREFIX", default_value = DEFAULT_PREFIX)]
@@ -63,7 +63,7 @@ pub struct UiArgs {
     #[arg(long, default_value = "30s", value_parser = crate::duration::parse)]
     pub rescan: Duration,
     /// How far back the rate charts and the health badges look.
-    #[arg(long, default_value = "5m", value_parser = crate::duration::parse)]
+    #[arg(long, default_value = "5m", value_parser = super::argv::history)]
     pub history: Duration,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]

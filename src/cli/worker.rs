@@ -72,7 +72,7 @@ pub struct WorkerArgs {
 
     /// After a lease is lost (or may be: Redis unreachable until the lease's local
     /// deadline), how long the command has between SIGTERM and SIGKILL.
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = crate::duration::parse)]
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = super::argv::kill_grace)]
     pub kill_grace: Duration,
 
     /// The name recorded in each job's `worker` field [default: hostname-pid].
@@ -84,7 +84,7 @@ pub struct WorkerArgs {
     pub dead_exit_code: u8,
 
     /// Bytes of the end of the command's stderr kept as the job's last_error.
-    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_STDERR_TAIL)]
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_STDERR_TAIL, value_parser = super::argv::stderr_tail)]
     pub stderr_tail: usize,
 
     /// Do not reap the queue from this worker. By default every worker reaps now and
