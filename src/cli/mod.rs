@@ -468,7 +468,7 @@ impl RedisArgs {
         let password = std::env::var("JOBQUEUE_REDIS_PASSWORD")
             .ok()
             .filter(|v| !v.is_empty());
-        if password.is_some() && url_has_password(&self.redis) {
+        if password.is_some() && crate::queue::url_has_password(&self.redis) {
             return Err(crate::queue::Error::InvalidArgument {
                 what: "JOBQUEUE_REDIS_PASSWORD",
                 reason: "it is set and the Redis URL carries a password too: give the \
@@ -493,18 +493,6 @@ impl RedisArgs {
             None => Ok(crate::queue::Durability::Primary),
         }
     }
-}
-
-/// Whether a Redis URL (the first, for a Cluster's list) carries a password
-/// (`redis://:PW@host`, `redis://user:PW@host`).
-fn url_has_password(url: &str) -> bool {
-    let first = url.split(',').next().unwrap_or_default().trim();
-    let rest = first.split_once("://").map_or(first, |(_, r)| r);
-    let authority = rest.split(['/', '?']).next().unwrap_or_default();
-    authority
-        .rsplit_once('@')
-        .and_then(|(userinfo, _)| userinfo.split_once(':'))
-        .is_some_and(|(_, password)| !password.is_empty())
 }
 
 /// Read a `--tls-ca` file and check that it holds a PEM certificate, so a wrong file is

@@ -442,13 +442,16 @@ pub fn pem_blocks(pem: &[u8], label: &str) -> usize {
         .count()
 }
 
-fn url_has_password(url: &str) -> bool {
+/// Whether a Redis URL (the first, for a Cluster's list) carries a password
+/// (`redis://:PW@host`, `redis://user:PW@host`).
+pub(crate) fn url_has_password(url: &str) -> bool {
     let first = url.split(',').next().unwrap_or_default().trim();
     let rest = first.split_once("://").map_or(first, |(_, r)| r);
     let authority = rest.split(['/', '?']).next().unwrap_or_default();
     authority
         .rsplit_once('@')
-        .is_some_and(|(userinfo, _)| !userinfo.is_empty() && !userinfo.ends_with(':'))
+        .and_then(|(userinfo, _)| userinfo.split_once(':'))
+        .is_some_and(|(_, password)| !password.is_empty())
 }
 
 /// Say what is wrong with a URL redis-rs refused, without echoing its secrets.

@@ -15,6 +15,7 @@
 
 mod client;
 mod connection;
+pub(crate) use connection::url_has_password;
 mod durability;
 mod error;
 mod keys;

@@ -64,9 +64,9 @@ impl Certs {
         self
     }
 
-    /// A certificate `NAME.crt` (key `NAME.key`) for `cn`, signed by the CA `ca`, with
-    /// the extensions `ext` (openssl's `-extfile` lines).
-    pub fn issue(&self, ca: &str, name: &str, cn: &str, ext: &str) -> &Self {
+    /// A key `NAME.key` and a signing request `NAME.csr` for `cn`; the names of the
+    /// certificate to make from it and of the request.
+    fn request(&self, name: &str, cn: &str) -> (String, String) {
         let (crt, key, csr) = (
             format!("{name}.crt"),
             format!("{name}.key"),
@@ -87,6 +87,13 @@ impl Certs {
                 &csr,
             ],
         );
+        (crt, csr)
+    }
+
+    /// A certificate `NAME.crt` (key `NAME.key`) for `cn`, signed by the CA `ca`, with
+    /// the extensions `ext` (openssl's `-extfile` lines).
+    pub fn issue(&self, ca: &str, name: &str, cn: &str, ext: &str) -> &Self {
+        let (crt, csr) = self.request(name, cn);
         let extfile = format!("{name}.ext");
         std::fs::write(self.dir.join(&extfile), ext).unwrap();
         openssl(
@@ -115,26 +122,7 @@ impl Certs {
     /// An X.509 v1 certificate `NAME.crt` (key `NAME.key`) for `cn`, signed by `ca`: what
     /// `openssl x509 -req` makes without `-extfile`.
     pub fn issue_v1(&self, ca: &str, name: &str, cn: &str) -> &Self {
-        let (crt, key, csr) = (
-            format!("{name}.crt"),
-            format!("{name}.key"),
-            format!("{name}.csr"),
-        );
-        openssl(
-            &self.dir,
-            &[
-                "req",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-subj",
-                &format!("/CN={cn}"),
-                "-keyout",
-                &key,
-                "-out",
-                &csr,
-            ],
-        );
+        let (crt, csr) = self.request(name, cn);
         openssl(
             &self.dir,
             &[
