@@ -1,7 +1,9 @@
 // Drives a headless Chromium (Debian's, through playwright-core) through `jobqueue ui`
 // for tests/console.rs, and prints what it saw as one JSON object on stdout; the Rust
 // test asserts on it. Usage:
-//   node drive.mjs writes|readonly   with CONSOLE_URL, QUEUE, SEARCH, SHOTS (optional)
+//   node drive.mjs writes|readonly|kubernetes|NAME   with CONSOLE_URL, QUEUE, SEARCH, SHOTS
+// (optional); NAME runs scenarios/NAME.mjs.
+import { existsSync } from "node:fs";
 import { chromium } from "playwright-core";
 
 const url = process.env.CONSOLE_URL;
@@ -28,6 +30,19 @@ try {
   });
   page.on("dialog", async (d) => { seen.dialogs.push(d.message()); await d.accept(); });
   const q = encodeURIComponent(queue);
+
+  // A scenario of its own file, scenarios/NAME.mjs: `export async function run(page, ctx)`
+  // fills `seen` (ctx: url, queue, search, shots, seen, expectRefusals()).
+  const own = new URL(`./scenarios/${scenario}.mjs`, import.meta.url);
+  if (existsSync(own)) {
+    const { run } = await import(own.href);
+    await run(page, {
+      url, queue, search: process.env.SEARCH || "", shots, seen, context, browser,
+      expectRefusals: () => { refusalsExpected = true; },
+    });
+    process.stdout.write(JSON.stringify(seen) + "\n");
+    process.exit(0);
+  }
 
   // With --kubernetes: the JobQueue column beside the counts, and nothing else.
   if (scenario === "kubernetes") {
