@@ -88,17 +88,18 @@ bench-peers: redis
 
 ## The embedded demo: a private redis-server on a free loopback port, worker processes of
 ## which some are SIGKILLed mid-job, the reaper, live counts, and a check that no job was
-## lost. Options go through DEMO_ARGS, e.g. `make demo DEMO_ARGS="--jobs 10000 --workers 8"`.
+## lost. It builds the release profile, as `make build` does: target/release/jobqueue is the
+## binary README's and the docs' commands run. Options go through DEMO_ARGS, e.g. `make demo DEMO_ARGS="--jobs 10000 --workers 8"`.
 DEMO_ARGS ?=
 demo: redis
-	@echo "make demo: building jobqueue with cargo (a first build compiles every dependency: about 3 to 5 minutes on 2 cores; cargo's progress follows), then the demo runs on a private redis-server"
-	$(CARGO) build --bin jobqueue
-	$(CARGO) run --quiet --bin jobqueue -- demo $(DEMO_ARGS)
+	@echo "make demo: building jobqueue with cargo in the release profile, target/release/jobqueue, the binary the docs' commands run (a first build compiles every dependency: about 5 to 10 minutes on 2 cores; cargo's progress follows), then the demo runs on a private redis-server"
+	$(CARGO) build --release --bin jobqueue
+	$(CARGO) run --release --quiet --bin jobqueue -- demo $(DEMO_ARGS)
 
 ## Regenerate crds/jobqueue.yaml from the code, and the Helm chart's template of it
 ## (templates/crd.yaml, under crds.install; tests fail when either drifts).
 crds:
-	$(CARGO) run --quiet --bin jobqueue -- crd > crds/jobqueue.yaml
+	$(CARGO) run --release --quiet --bin jobqueue -- crd > crds/jobqueue.yaml
 	python3 scripts/chart-crd.py
 
 ## Rewrite the shared blocks of lua/*.lua from lua/include/ (each script stays loadable on

@@ -5,7 +5,7 @@
 //! ```console
 //! $ printf 'Ada\nGrace\nBarbara\n' | jobqueue enqueue --tag greetings --stdin
 //! $ JOBQUEUE_REDIS_URL=redis://127.0.0.1:6379 JOBQUEUE_TAG=greetings \
-//!     cargo run --example rust-worker
+//!     cargo run --release --example rust-worker
 //! ```
 //!
 //! SIGTERM or Ctrl-C stops claiming and lets the jobs in flight finish (up to 30 s); a

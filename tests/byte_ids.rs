@@ -362,3 +362,115 @@ async fn an_id_that_is_not_utf8_is_named_in_hex() {
     assert!(stdout.contains("purged 1 dead job"), "{stdout}");
     assert_eq!(queue.stats().await.unwrap().dead, 0);
 }
+
+fn stdout_of(out: &Output) -> String {
+    String::from_utf8(out.stdout.clone()).expect("the output is UTF-8")
+}
+
+/// `enqueue` takes every id the protocol takes (1 to 1024 bytes, any bytes): one with a
+/// space or a control character by `--id`, any bytes by `--id-hex` (which also takes the
+/// `hex:` form the CLI prints). The id printed back is the one text output shows.
+#[tokio::test]
+async fn enqueue_takes_every_id_the_protocol_takes() {
+    let server = RedisServer::start();
+    let queue = server.queue("ids").await;
+    let out = cli(&server, "ids", &["enqueue", "--id", "a b", "spaced"]);
+    assert_eq!(stdout_of(&out), "a b\n");
+    let out = cli(&server, "ids", &["enqueue", "--id", "tab\there", "tabbed"]);
+    assert_eq!(stdout_of(&out), "hex:7461620968657265\n");
+    let out = cli(&server, "ids", &["enqueue", "--id-hex", "626164ff", "bytes"]);
+    assert_eq!(stdout_of(&out), "hex:626164ff\n");
+    // What was printed names the job again: nothing changes the second time.
+    let out = cli(
+        &server,
+        "ids",
+        &["enqueue", "--id-hex", "hex:626164ff", "again"],
+    );
+    assert_eq!(stdout_of(&out), "hex:626164ff\n");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("job hex:626164ff already exists"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (id, payload) in [
+        (&b"a b"[..], "spaced"),
+        (b"tab\there", "tabbed"),
+        (NOT_UTF8, "bytes"),
+    ] {
+        let job = queue.job(id).await.unwrap().expect("enqueued");
+        assert_eq!(&job.payload[..], payload.as_bytes());
+    }
+
+    // `show` and `dead show` name it by --id-hex too.
+    let out = cli(&server, "ids", &["show", "--id-hex", "626164ff"]);
+    let text = stdout_of(&out);
+    assert!(
+        text.lines().any(|l| l == "id            hex:626164ff") && text.contains("bytes"),
+        "{text}"
+    );
+    let out = cli(&server, "ids", &["dead", "show", "--id-hex", "7461620968657265"]);
+    let text = stdout_of(&out);
+    assert!(
+        text.lines().any(|l| l == "id            hex:7461620968657265")
+            && text.contains("tabbed"),
+        "{text}"
+    );
+}
+
+/// Text output shows an id as it is when it is UTF-8 text without control characters,
+/// else as `hex:` and its bytes; a text id that itself begins with `hex:` is shown in hex
+/// too, so no two ids look alike. JSON carries the exact bytes: `id` is the id itself when
+/// it is UTF-8, and `id_hex` (the bytes in hex) is there whenever text shows `hex:`.
+#[tokio::test]
+async fn text_output_marks_byte_ids_in_hex_and_json_carries_their_bytes() {
+    let server = RedisServer::start();
+    let queue = server.queue("marks").await;
+    let mut conn = server.conn();
+    let ids: [&[u8]; 5] = [NOT_UTF8, b"tab\there", b"hex:41", b"bad\\xff", b"plain"];
+    let shown = [
+        "hex:626164ff",
+        "hex:7461620968657265",
+        "hex:6865783a3431",
+        "bad\\xff",
+        "plain",
+    ];
+    for (i, id) in ids.iter().enumerate() {
+        enqueue_raw(&queue, id, format!("p{i}").as_bytes()).await;
+    }
+
+    let text = stdout_of(&cli(&server, "marks", &["peek"]));
+    let rows: Vec<&str> = text.lines().skip(2).collect();
+    assert_eq!(rows.len(), 5, "{text}");
+    for (row, shown) in rows.iter().zip(shown) {
+        assert!(row.contains(&format!(" {shown} ")), "{shown} in {text}");
+    }
+
+    let out = stdout_of(&cli(&server, "marks", &["peek", "--json"]));
+    let rows: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows.len(), 5, "{out}");
+    for (row, id) in rows.iter().zip(ids) {
+        let bytes = match row.get("id_hex") {
+            Some(h) => hex::decode(h.as_str().unwrap()).unwrap(),
+            None => row["id"].as_str().unwrap().as_bytes().to_vec(),
+        };
+        assert_eq!(bytes, id, "{row}");
+    }
+    assert_eq!(rows[1]["id"], "tab\there", "a UTF-8 id is itself in JSON");
+    assert!(rows[2].get("id_hex").is_some(), "hex:41 is marked: {}", rows[2]);
+    assert!(rows[3].get("id_hex").is_none() && rows[4].get("id_hex").is_none());
+
+    for id in ids {
+        bury(&mut conn, &queue, id, "boom");
+        support::redis::next_ms(&mut conn);
+    }
+    let text = stdout_of(&cli(&server, "marks", &["dead", "ls"]));
+    let rows: Vec<&str> = text.lines().skip(2).collect();
+    for (row, shown) in rows.iter().zip(shown) {
+        assert!(row.starts_with(&format!("{shown} ")), "{shown} in {text}");
+    }
+    let text = stdout_of(&cli(&server, "marks", &["show", "--id-hex", "6865783a3431"]));
+    assert!(
+        text.lines().any(|l| l == "id            hex:6865783a3431"),
+        "{text}"
+    );
+}

@@ -305,6 +305,55 @@ async fn enqueue_stdin_sends_one_job_per_line_1000_per_call() {
     assert_eq!(payload_of(&mut conn, &queue, ids[1]).unwrap(), b"b");
 }
 
+/// Lines of binary input (a NUL byte, bytes that are not UTF-8) are still one job each,
+/// but not silently: a warning on stderr says what is being done and points to --file.
+#[tokio::test]
+async fn enqueue_stdin_of_binary_input_warns() {
+    let server = RedisServer::start();
+    let queue = server.queue("binl").await;
+    let out = run_with_stdin(
+        &server,
+        "binl",
+        &["enqueue", "--stdin"],
+        Some(b"text first\nnul\x00byte\nnot\xffutf8\n"),
+    )
+    .ok();
+    assert_eq!(out.stdout.trim(), "enqueued 3 jobs to jq:{binl}");
+    assert!(
+        out.stderr.contains("warning: stdin is not text (line 2 holds a NUL byte)")
+            && out.stderr.contains("--file FILE"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr
+            .contains("enqueued 3 jobs from lines of binary input"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(queue.stats().await.unwrap().pending, 3);
+
+    // Text input says nothing of the kind.
+    let out = run_with_stdin(&server, "binl", &["enqueue", "--stdin"], Some("é\n".as_bytes())).ok();
+    assert!(!out.stderr.contains("warning"), "{}", out.stderr);
+}
+
+/// A 100 000-character id is refused without being echoed whole: its start and its
+/// length, by --id as by --id-hex.
+#[tokio::test]
+async fn a_huge_id_is_not_echoed_whole() {
+    let server = RedisServer::start();
+    let long = "a".repeat(100_000);
+    let out = run(&server, "huge", &["enqueue", "--id", &long, "x"])
+        .fails(2, &["(100000 bytes)", "1 to 1024 bytes"]);
+    assert!(out.stderr.len() < 400, "{} bytes: {}", out.stderr.len(), &out.stderr[..400]);
+    let out = run(&server, "huge", &["enqueue", "--id-hex", &long, "x"])
+        .fails(2, &["50000 bytes", "1 to 1024 bytes"]);
+    assert!(out.stderr.len() < 400, "{} bytes", out.stderr.len());
+    let out = run(&server, "huge", &["show", "--id-hex", &long]).fails(2, &["50000 bytes"]);
+    assert!(out.stderr.len() < 400, "{} bytes", out.stderr.len());
+}
+
 #[tokio::test]
 async fn enqueue_with_an_existing_id_changes_nothing() {
     let server = RedisServer::start();
@@ -879,6 +928,56 @@ async fn reap_once_requeues_expired_leases() {
         out.stdout.trim(),
         "reaped jq:{rp}: requeued 0, dead-lettered 0"
     );
+}
+
+/// `reap` says all it did: expired leases requeued or dead-lettered, due delayed jobs
+/// promoted, set-aside ids restored (their job hash back), as text and as JSON.
+#[tokio::test]
+async fn reap_says_what_it_promoted_and_restored() {
+    let server = RedisServer::start();
+    let queue = server.queue("rpw").await;
+    let mut conn = server.conn();
+    queue.enqueue(NewJob::new("x").id("lease")).await.unwrap();
+    let lease = queue
+        .claim_one("w", Some(Duration::from_millis(1)))
+        .await
+        .unwrap()
+        .unwrap();
+    // An id set aside (its hash gone when a claim took it), whose hash is back.
+    queue.enqueue(NewJob::new("b").id("back")).await.unwrap();
+    let _: () = conn.rename(queue.keys().job("back"), "elsewhere").unwrap();
+    assert!(queue.claim(1, "w", None).await.unwrap().is_empty());
+    let _: () = conn.rename("elsewhere", queue.keys().job("back")).unwrap();
+    // Enqueued after the last claim, so that only the reap can promote it.
+    queue
+        .enqueue(NewJob::new("d").id("due").delay(Duration::from_millis(1)))
+        .await
+        .unwrap();
+    let now = support::redis::redis_now_ms(&mut conn);
+    wait_past(&mut conn, lease.lease_until.max(now + 1));
+
+    let out = run(&server, "rpw", &["reap"]).ok();
+    assert_eq!(
+        out.stdout.trim(),
+        "reaped jq:{rpw}: 1 expired lease requeued, 0 dead-lettered; 1 due delayed job \
+         promoted; 1 set-aside id restored (its job hash is back)"
+    );
+    let out = run(&server, "rpw", &["reap", "--json"]).ok();
+    let json: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!({
+            "queue": "jq:{rpw}",
+            "requeued": 0,
+            "dead_lettered": 0,
+            "promoted": 0,
+            "restored": 0,
+            "more": false,
+        })
+    );
+    let mut pending = queue.pending_ids(10).await.unwrap();
+    pending.sort();
+    assert_eq!(pending, ["back", "due", "lease"]);
 }
 
 #[tokio::test]

@@ -195,12 +195,89 @@ fn make_demo_says_what_it_does_before_the_build() {
     );
     let build = lines
         .iter()
-        .position(|l| *l == "cargo build --bin jobqueue");
+        .position(|l| *l == "cargo build --release --bin jobqueue");
     let run = lines
         .iter()
-        .position(|l| l.starts_with("cargo run --quiet --bin jobqueue -- demo"));
+        .position(|l| l.starts_with("cargo run --release --quiet --bin jobqueue -- demo"));
     assert!(
         build.is_some_and(|b| run.is_some_and(|r| b < r)),
         "cargo builds with its progress shown, then runs the demo:\n{stdout}"
+    );
+}
+
+/// The cargo profile a command line builds or runs in: `release` for `--release` or a
+/// path under `target/release/`, else `dev` (`debug`).
+fn profile_of(line: &str) -> &'static str {
+    if line.contains("--release") || line.contains("target/release/") {
+        "release"
+    } else {
+        "dev"
+    }
+}
+
+/// After `make demo`, the commands the docs give run the binary it built: the demo, the
+/// other make targets that run the binary, and every `cargo build`, `cargo run`,
+/// `cargo install` or `target/*/jobqueue` line of README.md and docs/*.md use one
+/// profile (`release`), so none of them compiles the crate again in another. The README
+/// says where that binary is.
+#[test]
+fn make_demo_and_the_docs_build_one_profile() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let makefile = std::fs::read_to_string(root.join("Makefile")).unwrap();
+    let demo: Vec<&str> = makefile
+        .lines()
+        .skip_while(|l| !l.starts_with("demo:"))
+        .skip(1)
+        .take_while(|l| l.starts_with('\t'))
+        .filter(|l| l.contains("$(CARGO) build") || l.contains("$(CARGO) run"))
+        .collect();
+    assert_eq!(demo.len(), 2, "make demo builds, then runs:\n{demo:?}");
+    let profile = profile_of(demo[0]);
+    let mut lines: Vec<(String, String)> = demo
+        .iter()
+        .map(|l| ("Makefile demo".to_string(), l.trim().to_string()))
+        .collect();
+    // Other targets that build or run the binary itself (not tests or benches).
+    for l in makefile.lines().filter(|l| {
+        l.starts_with('\t') && (l.contains("$(CARGO) build") || l.contains("$(CARGO) run"))
+    }) {
+        lines.push(("Makefile".into(), l.trim().to_string()));
+    }
+    let mut docs = vec![root.join("README.md")];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            docs.push(path);
+        }
+    }
+    for path in &docs {
+        let text = std::fs::read_to_string(path).unwrap();
+        for l in text.lines() {
+            let runs_binary = ["cargo run", "cargo build", "cargo install"]
+                .iter()
+                .any(|c| l.contains(c))
+                || ["target/debug/jobqueue", "target/release/jobqueue"]
+                    .iter()
+                    .any(|t| l.contains(t));
+            if runs_binary {
+                lines.push((path.display().to_string(), l.trim().to_string()));
+            }
+        }
+    }
+    let other: Vec<String> = lines
+        .iter()
+        .filter(|(_, l)| profile_of(l) != profile)
+        .map(|(file, l)| format!("{file}: {l}"))
+        .collect();
+    assert!(
+        other.is_empty(),
+        "make demo builds the {profile} profile; these lines build another:\n{}",
+        other.join("\n")
+    );
+    assert_eq!(profile, "release", "the docs' commands run a release build");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    assert!(
+        readme.contains("target/release/jobqueue"),
+        "the README says where the binary the commands run is"
     );
 }
