@@ -47,6 +47,10 @@ struct Row {
     says: &'static str,
     /// Environment variables set for the run (after every JOBQUEUE_ one is removed).
     env: &'static [(&'static str, &'static str)],
+    /// Taken, not refused: Redis may change, and `says` may be on stdout.
+    writes: bool,
+    /// Bytes written to its stdin (none: stdin is closed).
+    stdin: &'static [u8],
 }
 
 const fn row(
@@ -62,6 +66,8 @@ const fn row(
         code,
         says,
         env: &[],
+        writes: false,
+        stdin: b"",
     }
 }
 
@@ -73,11 +79,22 @@ const fn with_env(env: &'static [(&'static str, &'static str)], r: Row) -> Row {
     Row { env, ..r }
 }
 
+/// A row whose input is taken (exit 0): it writes to Redis (queue `wr`), and what it
+/// says may be on stdout.
+const fn writes(r: Row) -> Row {
+    Row { writes: true, ..r }
+}
+
+const fn with_stdin(stdin: &'static [u8], r: Row) -> Row {
+    Row { stdin, ..r }
+}
+
 // Placeholders: {url} the target's URL, {tls_url} rediss:// to the seeded server,
 // {dir} a scratch directory holding `big.bin` (2 MiB), `notpem.crt` and `ca.pem`,
 // {long_tag} 100 000 characters, {long_id} 1025 characters, {sentinel} a Sentinel that
 // monitors the seeded server as `mymaster`, {closed_addr} host:port nobody listens on,
-// {non_utf8} (a whole argument) the bytes ff fe, which are not UTF-8.
+// {non_utf8} (a whole argument) the bytes ff fe, which are not UTF-8, {long_hex} 2050 hex
+// digits (1025 bytes).
 #[rustfmt::skip]
 const ROWS: &[Row] = &[
     row("delay-huge", &["enqueue", "--redis", "{url}", "--tag", "bi", "--delay", "99999999999d", "x"], 2, "is too long"),
@@ -106,7 +123,7 @@ const ROWS: &[Row] = &[
     row("tag-braces", &["stats", "--redis", "{url}", "--tag", "{emails}"], 2, "must not contain braces"),
     row("tag-huge", &["stats", "--redis", "{url}", "--tag", "{long_tag}"], 2, "100000 bytes: at most 256"),
     row("prefix-braces", &["stats", "--redis", "{url}", "--tag", "bi", "--prefix", "a{b"], 2, "key prefix"),
-    row("id-space", &["enqueue", "--redis", "{url}", "--tag", "bi", "--id", "a b", "x"], 2, "job id"),
+    writes(row("id-space", &["enqueue", "--redis", "{url}", "--tag", "wr", "--id", "a b", "x"], 0, "a b")),
     row("id-long", &["enqueue", "--redis", "{url}", "--tag", "bi", "--id", "{long_id}", "x"], 2, "1 to 1024 bytes"),
     row("enqueue-no-payload", &["enqueue", "--redis", "{url}", "--tag", "bi"], 2, "required"),
     row("enqueue-file-missing", &["enqueue", "--redis", "{url}", "--tag", "bi", "--file", "/nonexistent"], 1, "cannot read"),
@@ -215,6 +232,30 @@ const ROWS: &[Row] = &[
     row("tls-server-name-empty", &["stats", "--redis", "{url}", "--tag", "bi", "--tls-server-name", ""], 2, "invalid value '' for '--tls-server-name <NAME>': must not be empty"),
     row("kill-grace-huge", &["worker", "--redis", "{url}", "--tag", "bi", "--kill-grace", "213503d", "--exec", "true"], 2, "invalid value '213503d' for '--kill-grace <DURATION>': must be at most 1h"),
     row("stderr-tail-huge", &["worker", "--redis", "{url}", "--tag", "bi", "--stderr-tail", "1000000000000", "--exec", "true"], 2, "invalid value '1000000000000' for '--stderr-tail <BYTES>': must be at most 1048576"),
+    // Ids of any bytes, reap's account and binary stdin
+    writes(row("enqueue-id-control", &["enqueue", "--redis", "{url}", "--tag", "wr", "--id", "tab\there", "x"], 0, "hex:7461620968657265")),
+    writes(row("enqueue-id-text-hex-prefix", &["enqueue", "--redis", "{url}", "--tag", "wr", "--id", "hex:41", "x"], 0, "hex:6865783a3431")),
+    writes(row("enqueue-id-hex", &["enqueue", "--redis", "{url}", "--tag", "wr", "--id-hex", "626164ff", "x"], 0, "hex:626164ff")),
+    writes(row("enqueue-id-hex-again", &["enqueue", "--redis", "{url}", "--tag", "wr", "--id-hex", "hex:626164ff", "y"], 0, "job hex:626164ff already exists in jq:{wr}: nothing changed")),
+    row("enqueue-id-hex-not-hex", &["enqueue", "--redis", "{url}", "--tag", "bi", "--id-hex", "zz", "x"], 2, "--id-hex: \"zz\" is not hex"),
+    row("enqueue-id-hex-empty", &["enqueue", "--redis", "{url}", "--tag", "bi", "--id-hex", "", "x"], 2, "invalid job id: \"\" must be 1 to 1024 bytes"),
+    row("enqueue-id-hex-long", &["enqueue", "--redis", "{url}", "--tag", "bi", "--id-hex", "{long_hex}", "x"], 2, "… (1025 bytes) must be 1 to 1024 bytes"),
+    row("enqueue-id-hex-huge", &["enqueue", "--redis", "{url}", "--tag", "bi", "--id-hex", "{long_tag}", "x"], 2, "… (50000 bytes) must be 1 to 1024 bytes"),
+    row("enqueue-id-and-id-hex", &["enqueue", "--redis", "{url}", "--tag", "bi", "--id", "a", "--id-hex", "61", "x"], 2, "cannot be used with"),
+    row("enqueue-id-hex-with-stdin", &["enqueue", "--redis", "{url}", "--tag", "bi", "--stdin", "--id-hex", "61"], 2, "cannot be used with"),
+    row("show-id-hex-not-hex", &["show", "--redis", "{url}", "--tag", "bi", "--id-hex", "zz"], 2, "--id-hex: \"zz\" is not hex"),
+    row("show-id-and-id-hex", &["show", "--redis", "{url}", "--tag", "bi", "p1", "--id-hex", "7031"], 2, "cannot be used with"),
+    row("show-no-id", &["show", "--redis", "{url}", "--tag", "bi"], 2, "required"),
+    row("show-id-hex-unknown", &["show", "--redis", "{url}", "--tag", "bi", "--id-hex", "626164ff"], 1, "no job \"hex:626164ff\" in queue jq:{bi}"),
+    row("dead-show-id-hex-not-hex", &["dead", "show", "--redis", "{url}", "--tag", "bi", "--id-hex", "zz"], 2, "--id-hex: \"zz\" is not hex"),
+    row("dead-show-id-hex-unknown", &["dead", "show", "--redis", "{url}", "--tag", "bi", "--id-hex", "hex:626164ff"], 1, "no job \"hex:626164ff\" in queue jq:{bi}"),
+    row("redrive-id-hex-unknown", &["dead", "redrive", "--redis", "{url}", "--tag", "bi", "--id-hex", "hex:626164ff"], 0, "skipped hex:626164ff: no such job"),
+    row("redrive-id-control-unknown", &["dead", "redrive", "--redis", "{url}", "--tag", "bi", "a\nb"], 0, "skipped hex:610a62: no such job"),
+    row("purge-id-hex-empty", &["dead", "purge", "--redis", "{url}", "--tag", "bi", "--id-hex", ""], 2, "invalid job id: \"\" must be 1 to 1024 bytes"),
+    row("purge-id-hex-not-hex", &["dead", "purge", "--redis", "{url}", "--tag", "bi", "--id-hex", "hex:zz"], 2, "--id-hex: \"hex:zz\" is not hex"),
+    writes(with_stdin(b"nul\x00byte\n\xff\xfe\n", row("stdin-binary", &["enqueue", "--redis", "{url}", "--tag", "wr", "--stdin"], 0, "warning: stdin is not text (line 1 holds a NUL byte): each line of it becomes one job"))),
+    writes(with_stdin(b"text\n\xff\xfe\n", row("stdin-binary-count", &["enqueue", "--redis", "{url}", "--tag", "wr", "--stdin"], 0, "warning: enqueued 2 jobs from lines of binary input (--file FILE sends a file as one job)"))),
+    row("reap-json-unknown-tag", &["reap", "--redis", "{url}", "--tag", "bj", "--json"], 0, "no queue exists at jq:{bj}"),
 ];
 
 /// Rows of the library and the protocol (no process, no exit code: the doc says `-`):
@@ -370,7 +411,7 @@ fn doc_rows() -> BTreeMap<String, (String, i32)> {
 #[test]
 fn the_doc_table_and_the_test_table_name_the_same_rows() {
     let doc = doc_rows();
-    assert!(doc.len() >= 40, "{} rows", doc.len());
+    assert!(doc.len() >= 120, "{} rows", doc.len());
     let ids: Vec<&str> = ROWS.iter().map(|r| r.id).collect();
     for r in ROWS {
         let (message, code) = doc
@@ -440,7 +481,7 @@ struct Outcome {
     stdout: String,
 }
 
-fn run(args: &[String], env: &[(&str, &str)]) -> Outcome {
+fn run(args: &[String], env: &[(&str, &str)], stdin: &[u8]) -> Outcome {
     let mut cmd = Command::new(BIN);
     for var in [
         "JOBQUEUE_REDIS_URL",
@@ -468,11 +509,18 @@ fn run(args: &[String], env: &[(&str, &str)]) -> Outcome {
         .args(args)
         .envs(env.iter().copied())
         .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
+        .stdin(if stdin.is_empty() {
+            Stdio::null()
+        } else {
+            Stdio::piped()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    if let Some(mut input) = child.stdin.take() {
+        input.write_all(stdin).unwrap();
+    }
     // A guard against a row that hangs, not a wait for anything: well-behaved rows
     // end in well under a second.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -581,6 +629,7 @@ fn every_bad_input_is_answered_with_its_code_and_message_and_changes_nothing() {
     write_files(dir.path());
     let long_tag = "a".repeat(100_000);
     let long_id = "i".repeat(1025);
+    let long_hex = "ab".repeat(1025);
 
     let mut failures = Vec::new();
     for r in ROWS {
@@ -603,6 +652,7 @@ fn every_bad_input_is_answered_with_its_code_and_message_and_changes_nothing() {
                     .replace("{dir}", &dir.path().display().to_string())
                     .replace("{long_tag}", &long_tag)
                     .replace("{long_id}", &long_id)
+                    .replace("{long_hex}", &long_hex)
                     .replace("{certs}", &certs.dir.display().to_string())
                     .replace("{reader_url}", &reader_url)
                     .replace(
@@ -618,19 +668,23 @@ fn every_bad_input_is_answered_with_its_code_and_message_and_changes_nothing() {
             })
             .collect();
         let before = snapshot(&mut conn);
-        let out = run(&args, r.env);
+        let out = run(&args, r.env, r.stdin);
         let after = snapshot(&mut conn);
         let mut wrong = Vec::new();
         if out.code != r.code {
             wrong.push(format!("exit {} (expected {})", out.code, r.code));
         }
-        if !out.stderr.contains(r.says) {
+        if r.writes {
+            if !out.stderr.contains(r.says) && !out.stdout.contains(r.says) {
+                wrong.push(format!("stdout and stderr lack {:?}", r.says));
+            }
+        } else if !out.stderr.contains(r.says) {
             wrong.push(format!("stderr lacks {:?}", r.says));
         }
         if r.code != 0 && !out.stderr.lines().any(|l| l.starts_with("error: ")) {
             wrong.push("no `error:` line".into());
         }
-        if before != after {
+        if before != after && !r.writes {
             wrong.push("Redis changed".into());
         }
         if ["wrong-pw", "s3cret-pw", "reader-pw"]

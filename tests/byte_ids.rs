@@ -1,7 +1,7 @@
 //! Job ids written by other clients, as Redis holds them: bytes that need not be UTF-8
 //! and text this client would not make (a space). One such id must never cost the jobs
 //! around it: a claim returns the whole batch, workers run them, and `peek` and `dead ls`
-//! list every entry, the odd ids escaped.
+//! list every entry, the odd ids by their bytes (`hex:…`).
 
 mod support;
 
@@ -83,7 +83,7 @@ async fn a_batch_with_a_non_utf8_id_is_claimed_whole_and_each_lease_acks() {
     let ids: Vec<&[u8]> = leases.iter().map(|l| l.id.as_bytes()).collect();
     assert_eq!(ids, [&b"a"[..], NOT_UTF8, b"with space", b"b"]);
     assert_eq!(&leases[1].payload[..], b"odd one");
-    assert_eq!(leases[1].id.to_string(), "bad\\xff", "shown escaped");
+    assert_eq!(leases[1].id.to_string(), "hex:626164ff", "shown by its bytes");
 
     for lease in &leases {
         assert!(queue.ack(lease).await.unwrap(), "{} acked", lease.id);
@@ -192,13 +192,13 @@ async fn exec_children_get_the_id_bytes_and_an_id_no_child_can_get_dies_alone() 
     assert_eq!(status, "dead");
     assert_eq!(attempts, 1, "dead-lettered at once, not retried");
     assert!(
-        error.contains("NUL") && error.contains("nul\\u{0}id"),
+        error.contains("NUL") && error.contains("hex:6e756c006964"),
         "{error}"
     );
 }
 
 #[tokio::test]
-async fn peek_lists_every_pending_id_escaped() {
+async fn peek_lists_every_pending_id_odd_ones_in_hex() {
     let server = RedisServer::start();
     let queue = server.queue("peek").await;
     queue.enqueue(NewJob::new("one").id("plain")).await.unwrap();
@@ -214,7 +214,7 @@ async fn peek_lists_every_pending_id_escaped() {
         "{text}"
     );
     assert!(
-        rows[1].contains(" bad\\xff ") && rows[1].ends_with("two"),
+        rows[1].contains(" hex:626164ff ") && rows[1].ends_with("two"),
         "{text}"
     );
     assert!(
@@ -229,14 +229,14 @@ async fn peek_lists_every_pending_id_escaped() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     let ids: Vec<&str> = rows.iter().map(|r| r["id"].as_str().unwrap()).collect();
-    assert_eq!(ids, ["plain", "bad\\xff", "with space"]);
+    assert_eq!(ids, ["plain", "hex:626164ff", "with space"]);
     assert_eq!(rows[1]["id_hex"], "626164ff", "the exact bytes");
     assert!(rows[0].get("id_hex").is_none() && rows[2].get("id_hex").is_none());
     assert_eq!(rows[1]["payload"], "two");
 }
 
 #[tokio::test]
-async fn dead_ls_lists_every_dead_id_escaped() {
+async fn dead_ls_lists_every_dead_id_odd_ones_in_hex() {
     let server = RedisServer::start();
     let queue = server.queue("dead").await;
     let mut conn = server.conn();
@@ -268,7 +268,7 @@ async fn dead_ls_lists_every_dead_id_escaped() {
         "{text}"
     );
     assert!(
-        rows[2].starts_with("bad\\xff ") && rows[2].ends_with("third"),
+        rows[2].starts_with("hex:626164ff ") && rows[2].ends_with("third"),
         "{text}"
     );
 
@@ -279,7 +279,7 @@ async fn dead_ls_lists_every_dead_id_escaped() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     let ids: Vec<&str> = rows.iter().map(|r| r["id"].as_str().unwrap()).collect();
-    assert_eq!(ids, ["plain", "with space", "bad\\xff"]);
+    assert_eq!(ids, ["plain", "with space", "hex:626164ff"]);
     assert_eq!(rows[2]["id_hex"], "626164ff");
     assert_eq!(rows[1]["last_error"], "second");
 

@@ -297,12 +297,12 @@ async fn an_id_that_is_not_utf8_is_shown_by_its_bytes_or_its_hex() {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8(out.stdout).unwrap();
-    assert_eq!(row(&text, "id"), "bad\\xff");
+    assert_eq!(row(&text, "id"), "hex:626164ff");
     assert!(text.ends_with("odd one\n"), "{text}");
 
     let json: serde_json::Value =
         serde_json::from_str(&ok(&server, "nb", &["show", "--hex", "626164ff", "--json"])).unwrap();
-    assert_eq!(json["id"], "bad\\xff");
+    assert_eq!(json["id"], "hex:626164ff");
     assert_eq!(json["id_hex"], "626164ff");
 
     let out = cli(

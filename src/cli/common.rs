@@ -14,6 +14,42 @@ pub struct Interrupted(pub &'static str);
 #[error("{0}")]
 pub struct UsageError(pub String);
 
+/// A job id named on the command line: an argument's own bytes (any the shell passes),
+/// or `--id-hex HEX` decoded (`hex:` in front is taken, as text output prints byte ids).
+/// Checked against the protocol's only limits, 1 to [`MAX_ID_LEN`](crate::queue::MAX_ID_LEN)
+/// bytes; neither an error nor anything else echoes a long value whole.
+pub fn given_id(
+    id: Option<&std::ffi::OsStr>,
+    id_hex: Option<&str>,
+) -> Result<Option<Vec<u8>>, UsageError> {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = match (id, id_hex) {
+        (Some(id), _) => id.as_bytes().to_vec(),
+        (None, Some(given)) => id_from_hex(given)?,
+        (None, None) => return Ok(None),
+    };
+    crate::queue::validate_id(&bytes).map_err(|e| UsageError(e.to_string()))?;
+    Ok(Some(bytes))
+}
+
+/// The bytes `--id-hex` names: hex digits, `hex:` in front optional.
+pub fn id_from_hex(given: &str) -> Result<Vec<u8>, UsageError> {
+    let digits = given.trim();
+    let digits = digits
+        .strip_prefix(crate::queue::HEX_PREFIX)
+        .unwrap_or(digits);
+    hex::decode(digits).map_err(|e| {
+        let mut shown: String = given.chars().take(40).collect();
+        if shown.len() < given.len() {
+            shown.push('…');
+        }
+        UsageError(format!(
+            "--id-hex: {shown:?} is not hex ({e}); give the id_hex of --json output, or the \
+             hex:… form text output shows"
+        ))
+    })
+}
+
 /// Connect and check that each of the queue's keys is absent or of its protocol type, so
 /// that a key written by something else is reported by name before anything is done.
 pub async fn open(connect: &ConnectArgs) -> anyhow::Result<Queue> {

@@ -6,7 +6,7 @@ use std::io::Write;
 use clap::{ArgGroup, Args, Subcommand};
 
 use super::ConnectArgs;
-use super::common::{Target, UsageError, note_if_target_absent, open_target};
+use super::common::{Target, UsageError, given_id, note_if_target_absent, open_target};
 use super::format::{add_id_hex, count, format_epoch_ms, preview_end};
 use super::progress::Progress;
 use super::show::Payload;
@@ -20,7 +20,13 @@ Examples:
   jobqueue dead redrive --tag emails --oldest 100
   jobqueue dead purge --tag emails --all --yes
   jobqueue dead purge --tag emails --orphans --yes
-  jobqueue dead redrive --tag emails --partitions 6 --oldest 100   # oldest over all partitions";
+  jobqueue dead redrive --tag emails --partitions 6 --oldest 100   # oldest over all partitions
+  jobqueue dead redrive --tag emails --id-hex hex:626164ff          # an id listed as hex:626164ff
+
+Ids: dead ls shows an id as it is when it is UTF-8 text without control characters, else
+as hex:<its bytes in hex> (also a text id that begins with hex:); --id-hex takes either
+form. With --json, `id` is the id itself when it is UTF-8, and `id_hex` holds its exact
+bytes whenever text output shows it as hex:.";
 
 #[derive(Debug, Args)]
 pub struct DeadArgs {
@@ -75,11 +81,16 @@ pub struct LsArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(group(ArgGroup::new("which_id").required(true).args(["id", "id_hex"])))]
 pub struct ShowArgs {
     #[command(flatten)]
     pub connect: ConnectArgs,
-    /// The job's id.
-    pub id: String,
+    /// The job's id (any bytes the shell passes: an id with a space, quoted).
+    pub id: Option<std::ffi::OsString>,
+    /// The job's id as hex (the `id_hex` of `dead ls --json`, or the `hex:…` form text
+    /// output shows), for an id that is not text.
+    #[arg(long, value_name = "HEX", conflicts_with = "id")]
+    pub id_hex: Option<String>,
     /// Print only the payload, byte for byte.
     #[arg(long, conflicts_with = "json")]
     pub raw: bool,
@@ -95,8 +106,8 @@ pub struct SelectArgs {
     pub connect: ConnectArgs,
     /// Dead jobs by id (any bytes the shell passes: an id with a space, quoted).
     pub ids: Vec<std::ffi::OsString>,
-    /// A dead job by its id in hex (the `id_hex` of `dead ls --json`), for an id that is
-    /// not UTF-8; may be repeated.
+    /// A dead job by its id in hex (the `id_hex` of `dead ls --json`, or the `hex:…` form
+    /// text output shows), for an id that is not text; may be repeated.
     #[arg(long, value_name = "HEX")]
     pub id_hex: Vec<String>,
     /// The N oldest dead jobs (by time of death).
@@ -118,8 +129,8 @@ pub struct PurgeArgs {
     pub connect: ConnectArgs,
     /// Dead jobs by id (any bytes the shell passes: an id with a space, quoted).
     pub ids: Vec<std::ffi::OsString>,
-    /// A dead job by its id in hex (the `id_hex` of `dead ls --json`), for an id that is
-    /// not UTF-8; may be repeated.
+    /// A dead job by its id in hex (the `id_hex` of `dead ls --json`, or the `hex:…` form
+    /// text output shows), for an id that is not text; may be repeated.
     #[arg(long, value_name = "HEX")]
     pub id_hex: Vec<String>,
     /// The N oldest dead jobs (by time of death).
@@ -239,22 +250,25 @@ async fn ls_one(queue: &Queue, args: &LsArgs) -> anyhow::Result<()> {
 }
 
 /// Ids are read as Redis holds them: one written by another client (with a space, or
-/// not UTF-8) is listed, escaped, instead of failing the listing.
+/// not UTF-8) is listed (as `hex:…` when it is not plain text) instead of failing the
+/// listing.
 async fn job(queue: &Queue, id: impl AsRef<[u8]>) -> anyhow::Result<Option<JobInfo>> {
     Ok(queue.job(id).await?)
 }
 
 async fn show(args: ShowArgs) -> anyhow::Result<()> {
+    let id = given_id(args.id.as_deref(), args.id_hex.as_deref())?
+        .ok_or_else(|| UsageError("give the job's id, or --id-hex HEX".into()))?;
     let queues = open_target(&args.connect).await?.queues();
     // The partition that holds the job (the first, when none does: it says so).
     let mut queue = &queues[0];
     for q in &queues {
-        if q.job(args.id.as_bytes()).await?.is_some() {
+        if q.job(&id).await?.is_some() {
             queue = q;
             break;
         }
     }
-    let view = super::show::load(queue, args.id.as_bytes()).await?;
+    let view = super::show::load(queue, &id).await?;
     let mut out = std::io::stdout().lock();
     if args.raw {
         out.write_all(&view.info.payload)?;
@@ -368,25 +382,12 @@ async fn select(args: SelectArgs, action: Action) -> anyhow::Result<()> {
 /// The ids given, as bytes: each argument's own bytes, then each `--id-hex` decoded; each
 /// 1 to 1024 bytes, as the protocol takes them.
 fn id_bytes(args: &SelectArgs) -> anyhow::Result<Vec<Vec<u8>>> {
-    use std::os::unix::ffi::OsStrExt;
-    let mut ids: Vec<Vec<u8>> = args.ids.iter().map(|id| id.as_bytes().to_vec()).collect();
-    for given in &args.id_hex {
-        ids.push(hex::decode(given.trim()).map_err(|e| {
-            UsageError(format!(
-                "--id-hex: {:?} is not hex ({e}); give the id_hex of dead ls --json",
-                given.chars().take(40).collect::<String>()
-            ))
-        })?);
+    let mut ids = Vec::new();
+    for id in &args.ids {
+        ids.extend(given_id(Some(id), None)?);
     }
-    for id in &ids {
-        if id.is_empty() || id.len() > crate::queue::MAX_ID_LEN {
-            return Err(UsageError(format!(
-                "a job id must be 1 to {} bytes, not {}",
-                crate::queue::MAX_ID_LEN,
-                id.len()
-            ))
-            .into());
-        }
+    for given in &args.id_hex {
+        ids.extend(given_id(None, Some(given))?);
     }
     Ok(ids)
 }

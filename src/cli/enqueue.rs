@@ -11,7 +11,7 @@ use super::ConnectArgs;
 use super::common::UsageError;
 use super::format::count;
 use super::progress::Progress;
-use crate::queue::{Enqueued, MAX_BATCH, NewJob, PartitionedQueue, Queue};
+use crate::queue::{Enqueued, JobId, MAX_BATCH, NewJob, PartitionedQueue, Queue};
 
 pub const EXAMPLES: &str = "\
 Examples:
@@ -22,7 +22,12 @@ Examples:
   jobqueue enqueue --tag emails --partitions 6 --partition-key ada@example.com '{...}'
 
 Prints the job id (one per line with --stdin --print-ids, else a count). With --id, an
-id that already exists is left unchanged and reported on stderr.";
+id that already exists is left unchanged and reported on stderr.
+
+Ids: any 1 to 1024 bytes. Output shows an id as it is when it is UTF-8 text without
+control characters, else as hex:<its bytes in hex> (also a text id that begins with hex:);
+--id-hex takes that form back, e.g. --id-hex hex:626164ff. Lines of binary stdin (a NUL
+byte, or not UTF-8) are still one job each, with a warning: send a file whole with --file.";
 
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("source").required(true).args(["payload", "file", "stdin"])))]
@@ -37,9 +42,14 @@ pub struct EnqueueArgs {
     /// Read one payload per line from stdin (empty lines are skipped), sent 1000 per call.
     #[arg(long)]
     pub stdin: bool,
-    /// The job's id, for deduplication (a random id otherwise). Not with --stdin.
-    #[arg(long, conflicts_with = "stdin")]
-    pub id: Option<String>,
+    /// The job's id, for deduplication (a random id otherwise): any 1 to 1024 bytes the
+    /// shell passes, a space or a control character included. Not with --stdin.
+    #[arg(long, conflicts_with = "stdin", value_parser = clap::value_parser!(std::ffi::OsString))]
+    pub id: Option<std::ffi::OsString>,
+    /// The job's id as hex, for an id of any bytes (`hex:` in front is taken, as output
+    /// shows such ids). Not with --id or --stdin.
+    #[arg(long, value_name = "HEX", conflicts_with_all = ["stdin", "id"])]
+    pub id_hex: Option<String>,
     /// Run no earlier than this from now, e.g. `30s`, `5m`.
     #[arg(long, allow_hyphen_values = true, value_parser = crate::duration::parse, default_value = "0")]
     pub delay: Duration,
@@ -142,6 +152,8 @@ pub async fn run(args: EnqueueArgs) -> anyhow::Result<()> {
         )
         .into());
     }
+    // Checked before connecting: a bad id needs no server to be refused.
+    let given = super::common::given_id(args.id.as_deref(), args.id_hex.as_deref())?;
     let queue = Producer::open(&args).await?;
     if args.stdin {
         return enqueue_lines(&queue, std::io::stdin().lock(), &args).await;
@@ -155,7 +167,7 @@ pub async fn run(args: EnqueueArgs) -> anyhow::Result<()> {
     };
     // The id is chosen here, not by the queue, so that it can be printed whatever
     // happens after the job may have been written.
-    let id = args.id.clone().unwrap_or_else(crate::queue::new_job_id);
+    let id: JobId = given.map_or_else(|| crate::queue::new_job_id().into(), JobId::from);
     let job = NewJob::new(payload).delay(args.delay).id(id.clone());
     let size = job.payload.len();
     let out = match queue.send(vec![job]).await {
@@ -227,13 +239,27 @@ async fn enqueue_lines(
     let mut out = std::io::stdout().lock();
     let mut closed: Option<std::io::Error> = None;
     let mut progress = Progress::on_stderr("enqueueing", "job", None);
+    // Whether a line was binary (a NUL byte, or not UTF-8): said once, when first seen,
+    // and again with the count at the end.
+    let mut binary = false;
+    let mut line_no = 0u64;
     loop {
         line.clear();
         let n = input
             .read_until(b'\n', &mut line)
             .context("cannot read stdin")?;
         if n > 0 {
+            line_no += 1;
             let payload = strip_line_end(&line);
+            if !binary && let Some(what) = not_text(payload) {
+                binary = true;
+                progress.finish();
+                eprintln!(
+                    "warning: stdin is not text (line {line_no} {what}): each line of it \
+                     becomes one job, its bytes as they are; to send a binary file as one \
+                     job, use --file FILE"
+                );
+            }
             if !payload.is_empty() {
                 batch.push(NewJob::new(payload.to_vec()).delay(args.delay));
             }
@@ -261,6 +287,13 @@ async fn enqueue_lines(
         }
     }
     progress.finish();
+    if binary {
+        eprintln!(
+            "warning: enqueued {} from lines of binary input (--file FILE sends a file as \
+             one job)",
+            count(created, "job")
+        );
+    }
     if existed > 0 {
         eprintln!(
             "{} already existed: nothing changed for {}",
@@ -280,6 +313,17 @@ async fn enqueue_lines(
         )?;
     }
     Ok(())
+}
+
+/// Why a line is not text, when it is not: a NUL byte, or bytes that are not UTF-8.
+fn not_text(line: &[u8]) -> Option<&'static str> {
+    if line.contains(&0) {
+        Some("holds a NUL byte")
+    } else if std::str::from_utf8(line).is_err() {
+        Some("is not UTF-8")
+    } else {
+        None
+    }
 }
 
 fn strip_line_end(line: &[u8]) -> &[u8] {

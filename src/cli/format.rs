@@ -156,10 +156,11 @@ pub fn escape(payload: &[u8], keep_lines: bool) -> String {
     out
 }
 
-/// A job as JSON names its id as escaped text (`"id"`); an id that is not UTF-8 also
-/// gets its exact bytes as hex (`"id_hex"`), since the escaped text can be ambiguous.
+/// A job as JSON names its id (`"id"`: the id itself when it is UTF-8, else its `hex:`
+/// form); an id that text output shows as `hex:…` (not UTF-8, a control character, or
+/// text beginning with `hex:`) also gets its exact bytes as hex (`"id_hex"`).
 pub fn add_id_hex(value: &mut serde_json::Value, id: &JobId) {
-    if id.as_str().is_none()
+    if !id.is_plain()
         && let Some(obj) = value.as_object_mut()
     {
         obj.insert("id_hex".into(), hex::encode(id.as_bytes()).into());

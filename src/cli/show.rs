@@ -21,19 +21,29 @@ Examples:
   jobqueue show --tag emails 8fK2pQ0aZr1xYc3d --full
   jobqueue show --tag emails 8fK2pQ0aZr1xYc3d --out payload.bin
   jobqueue show --tag emails 8fK2pQ0aZr1xYc3d --json
-  jobqueue show --tag emails --hex 626164ff        # an id that is not UTF-8";
+  jobqueue show --tag emails --id-hex 626164ff     # an id output shows as hex:626164ff
+
+Ids: output shows an id as it is when it is UTF-8 text without control characters, else
+as hex:<its bytes in hex> (also a text id that begins with hex:); --id-hex takes either
+form (626164ff or hex:626164ff). With --json, `id` is the id itself when it is UTF-8, and
+`id_hex` holds its exact bytes whenever text output shows it as hex:.";
 
 /// How much of a payload `show` prints unless asked for all of it.
 pub const PREVIEW_BYTES: usize = 200;
 
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("which_id").required(true).args(["id", "id_hex"])))]
 pub struct ShowArgs {
     #[command(flatten)]
     pub connect: ConnectArgs,
-    /// The job's id (any bytes the shell passes; see --hex).
-    pub id: OsString,
-    /// The id is given as hex (the `id_hex` of `--json` output), for ids that are not UTF-8.
-    #[arg(long, visible_alias = "id-hex")]
+    /// The job's id (any bytes the shell passes; see --id-hex).
+    pub id: Option<OsString>,
+    /// The job's id as hex (the `id_hex` of `--json` output, or the `hex:…` form text
+    /// output shows), for an id that is not text.
+    #[arg(long, value_name = "HEX", conflicts_with = "id")]
+    pub id_hex: Option<String>,
+    /// The ID argument is hex (as --id-hex takes it).
+    #[arg(long, requires = "id")]
     pub hex: bool,
     /// Print the whole payload (escaped where it is not UTF-8 text), not the first
     /// 200 bytes.
@@ -315,22 +325,13 @@ pub async fn find(queue: &Queue, id: &[u8]) -> anyhow::Result<Option<JobView>> {
 
 /// The id's bytes as given: the argument's own bytes, or decoded from hex.
 fn id_bytes(args: &ShowArgs) -> anyhow::Result<Vec<u8>> {
-    use std::os::unix::ffi::OsStrExt;
-    let given = args.id.as_bytes();
-    let id = if args.hex {
-        hex::decode(given).map_err(|e| {
-            UsageError(format!(
-                "--hex: {:?} is not hex ({e})",
-                args.id.to_string_lossy()
-            ))
-        })?
-    } else {
-        given.to_vec()
+    let hex = match (&args.id, args.hex) {
+        (Some(id), true) => Some(id.to_string_lossy().into_owned()),
+        _ => args.id_hex.clone(),
     };
-    if id.is_empty() {
-        return Err(UsageError("the job id must not be empty".into()).into());
-    }
-    Ok(id)
+    let id = args.id.as_deref().filter(|_| !args.hex);
+    let id = super::common::given_id(id, hex.as_deref())?;
+    Ok(id.ok_or_else(|| UsageError("give the job's id, or --id-hex HEX".into()))?)
 }
 
 pub async fn run(args: ShowArgs) -> anyhow::Result<()> {

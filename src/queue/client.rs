@@ -334,7 +334,7 @@ impl Queue {
                     validate_id(id)?;
                     id.clone()
                 }
-                None => (self.new_id)(),
+                None => (self.new_id)().into(),
             };
             ids.push(id);
         }
@@ -348,7 +348,7 @@ impl Queue {
             for (&i, flag) in todo.iter().zip(flags) {
                 created[i] = flag == 1;
                 if flag != 1 && jobs[i].id.is_none() && draw < ID_DRAWS {
-                    ids[i] = (self.new_id)();
+                    ids[i] = (self.new_id)().into();
                     again.push(i);
                 }
             }
@@ -362,10 +362,7 @@ impl Queue {
         Ok(ids
             .into_iter()
             .zip(created)
-            .map(|(id, created)| Enqueued {
-                id: id.into(),
-                created,
-            })
+            .map(|(id, created)| Enqueued { id, created })
             .collect())
     }
 
@@ -373,10 +370,13 @@ impl Queue {
     async fn enqueue_call(
         &self,
         jobs: &[NewJob],
-        ids: &[String],
+        ids: &[JobId],
         which: &[usize],
     ) -> Result<Vec<i64>> {
-        let job_keys: Vec<String> = which.iter().map(|&i| self.keys.job(&ids[i])).collect();
+        let job_keys: Vec<Vec<u8>> = which
+            .iter()
+            .map(|&i| self.keys.job_key(ids[i].as_bytes()))
+            .collect();
         let mut cmd = self.script_cmd(&SCRIPTS.enqueue, &job_keys);
         cmd.arg(which.len());
         for &i in which {

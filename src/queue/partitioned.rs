@@ -239,14 +239,14 @@ impl PartitionedQueue {
             .into_iter()
             .map(|mut job| {
                 if job.id.is_none() {
-                    job.id = Some(new_job_id());
+                    job.id = Some(new_job_id().into());
                 }
                 job
             })
             .collect();
         let route: Vec<usize> = jobs
             .iter()
-            .map(|j| self.partition_for(j.id.as_deref().unwrap_or_default().as_bytes()))
+            .map(|j| self.partition_for(j.id.as_ref().map_or(&b""[..], JobId::as_bytes)))
             .collect();
         self.enqueue_routed(jobs, route).await
     }

@@ -10,8 +10,9 @@ use rand::RngCore;
 /// A job to enqueue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewJob {
-    /// Caller-given id (for deduplication); a compact random id when `None`.
-    pub id: Option<String>,
+    /// Caller-given id (for deduplication): any 1 to
+    /// [`MAX_ID_LEN`](super::MAX_ID_LEN) bytes; a compact random id when `None`.
+    pub id: Option<JobId>,
     pub payload: Bytes,
     /// Run no earlier than this from now (Redis clock). Zero: ready now.
     pub delay: Duration,
@@ -26,7 +27,7 @@ impl NewJob {
         }
     }
 
-    pub fn id(mut self, id: impl Into<String>) -> NewJob {
+    pub fn id(mut self, id: impl Into<JobId>) -> NewJob {
         self.id = Some(id.into());
         self
     }
@@ -37,13 +38,16 @@ impl NewJob {
     }
 }
 
-/// A job id as Redis holds it: bytes. Ids this client makes are checked text
-/// ([`validate_id`](super::validate_id)), but other clients may write any bytes, and one
-/// id the client could not hold must not cost the jobs claimed beside it. Displayed
-/// escaped (control characters as `\n`, `\u{1b}`, bytes that are not UTF-8 as `\xNN`);
+/// A job id as Redis holds it: bytes, 1 to [`MAX_ID_LEN`](super::MAX_ID_LEN) of any kind
+/// (the protocol's only limits). Displayed as it is when it is UTF-8 text without control
+/// characters, else as [`HEX_PREFIX`] and its bytes in hex (`hex:626164ff`); a text id
+/// that itself begins with `hex:` is displayed in hex too, so no two ids display alike.
 /// [`JobId::as_bytes`] is the id itself.
 #[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct JobId(Bytes);
+
+/// What marks an id displayed by its bytes: `hex:` and the bytes in lowercase hex.
+pub const HEX_PREFIX: &str = "hex:";
 
 impl JobId {
     pub fn as_bytes(&self) -> &[u8] {
@@ -59,32 +63,28 @@ impl JobId {
         self.0
     }
 
-    /// Whether the id reads the same escaped: UTF-8 without control characters.
-    fn is_plain(&self) -> bool {
-        self.as_str()
-            .is_some_and(|s| !s.chars().any(char::is_control))
+    /// Whether the id displays as itself: UTF-8 without control characters, and not
+    /// beginning with [`HEX_PREFIX`]. Otherwise it displays as `hex:` and its bytes.
+    pub fn is_plain(&self) -> bool {
+        self.as_str().is_some_and(|s| {
+            !s.starts_with(HEX_PREFIX) && !s.chars().any(char::is_control)
+        })
+    }
+
+    /// The id's bytes in lowercase hex, without the prefix.
+    pub fn hex(&self) -> String {
+        hex::encode(&self.0)
     }
 }
 
 impl fmt::Display for JobId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let Some(s) = self.as_str().filter(|_| self.is_plain()) {
+        if self.is_plain()
+            && let Some(s) = self.as_str()
+        {
             return f.pad(s);
         }
-        let mut out = String::with_capacity(self.0.len() + 8);
-        for chunk in self.0.utf8_chunks() {
-            for c in chunk.valid().chars() {
-                if c.is_control() {
-                    out.extend(c.escape_default());
-                } else {
-                    out.push(c);
-                }
-            }
-            for b in chunk.invalid() {
-                out.push_str(&format!("\\x{b:02x}"));
-            }
-        }
-        f.pad(&out)
+        f.pad(&format!("{HEX_PREFIX}{}", self.hex()))
     }
 }
 
@@ -112,6 +112,12 @@ impl Borrow<[u8]> for JobId {
 impl From<&str> for JobId {
     fn from(id: &str) -> Self {
         JobId(Bytes::copy_from_slice(id.as_bytes()))
+    }
+}
+
+impl From<&String> for JobId {
+    fn from(id: &String) -> Self {
+        JobId::from(id.as_str())
     }
 }
 
@@ -189,10 +195,14 @@ impl redis::FromRedisValue for JobId {
     }
 }
 
-/// The escaped text: JSON strings are UTF-8.
+/// The id itself when it is UTF-8 (a JSON string carries any text exactly), else its
+/// `hex:` form; JSON output adds `id_hex` beside it wherever the id is not plain.
 impl serde::Serialize for JobId {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
+        match self.as_str() {
+            Some(text) => s.serialize_str(text),
+            None => s.collect_str(self),
+        }
     }
 }
 
@@ -591,8 +601,9 @@ mod tests {
     }
 
     #[test]
-    fn job_ids_show_escaped_and_compare_with_text() {
+    fn job_ids_show_plain_or_in_hex_and_compare_with_text() {
         let plain = JobId::from("order-7 b");
+        assert!(plain.is_plain());
         assert_eq!(plain.to_string(), "order-7 b");
         assert_eq!(plain.as_str(), Some("order-7 b"));
         assert_eq!(plain, "order-7 b");
@@ -601,14 +612,22 @@ mod tests {
 
         let bytes = JobId::from(b"a\xff\tb\\".to_vec());
         assert_eq!(bytes.as_str(), None);
-        assert_eq!(bytes.to_string(), "a\\xff\\tb\\");
+        assert_eq!(bytes.to_string(), "hex:61ff09625c");
         assert_eq!(format!("{bytes:?}"), "b\"a\\xff\\tb\\\\\"");
-        assert_eq!(format!("[{bytes:<10}]"), "[a\\xff\\tb\\ ]");
+        assert_eq!(format!("[{bytes:<16}]"), "[hex:61ff09625c  ]");
         assert_ne!(bytes, "a\u{fffd}\tb\\");
-        assert_eq!(JobId::from("nul\0").to_string(), "nul\\u{0}");
+        assert_eq!(JobId::from("nul\0").to_string(), "hex:6e756c00");
+        // Text that reads as the hex form of another id is shown in hex itself.
+        assert_eq!(JobId::from("hex:41").to_string(), "hex:6865783a3431");
+        assert_eq!(JobId::from("bad\\xff").to_string(), "bad\\xff");
         assert_eq!(
             serde_json::to_string(&bytes).unwrap(),
-            "\"a\\\\xff\\\\tb\\\\\""
+            "\"hex:61ff09625c\""
+        );
+        // JSON carries a UTF-8 id exactly, control characters included.
+        assert_eq!(
+            serde_json::to_string(&JobId::from("a\tb")).unwrap(),
+            "\"a\\tb\""
         );
     }
 
