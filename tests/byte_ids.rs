@@ -83,7 +83,11 @@ async fn a_batch_with_a_non_utf8_id_is_claimed_whole_and_each_lease_acks() {
     let ids: Vec<&[u8]> = leases.iter().map(|l| l.id.as_bytes()).collect();
     assert_eq!(ids, [&b"a"[..], NOT_UTF8, b"with space", b"b"]);
     assert_eq!(&leases[1].payload[..], b"odd one");
-    assert_eq!(leases[1].id.to_string(), "hex:626164ff", "shown by its bytes");
+    assert_eq!(
+        leases[1].id.to_string(),
+        "hex:626164ff",
+        "shown by its bytes"
+    );
 
     for lease in &leases {
         assert!(queue.ack(lease).await.unwrap(), "{} acked", lease.id);
@@ -378,7 +382,11 @@ async fn enqueue_takes_every_id_the_protocol_takes() {
     assert_eq!(stdout_of(&out), "a b\n");
     let out = cli(&server, "ids", &["enqueue", "--id", "tab\there", "tabbed"]);
     assert_eq!(stdout_of(&out), "hex:7461620968657265\n");
-    let out = cli(&server, "ids", &["enqueue", "--id-hex", "626164ff", "bytes"]);
+    let out = cli(
+        &server,
+        "ids",
+        &["enqueue", "--id-hex", "626164ff", "bytes"],
+    );
     assert_eq!(stdout_of(&out), "hex:626164ff\n");
     // What was printed names the job again: nothing changes the second time.
     let out = cli(
@@ -408,10 +416,15 @@ async fn enqueue_takes_every_id_the_protocol_takes() {
         text.lines().any(|l| l == "id            hex:626164ff") && text.contains("bytes"),
         "{text}"
     );
-    let out = cli(&server, "ids", &["dead", "show", "--id-hex", "7461620968657265"]);
+    let out = cli(
+        &server,
+        "ids",
+        &["dead", "show", "--id-hex", "7461620968657265"],
+    );
     let text = stdout_of(&out);
     assert!(
-        text.lines().any(|l| l == "id            hex:7461620968657265")
+        text.lines()
+            .any(|l| l == "id            hex:7461620968657265")
             && text.contains("tabbed"),
         "{text}"
     );
@@ -446,7 +459,10 @@ async fn text_output_marks_byte_ids_in_hex_and_json_carries_their_bytes() {
     }
 
     let out = stdout_of(&cli(&server, "marks", &["peek", "--json"]));
-    let rows: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let rows: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(rows.len(), 5, "{out}");
     for (row, id) in rows.iter().zip(ids) {
         let bytes = match row.get("id_hex") {
@@ -456,7 +472,11 @@ async fn text_output_marks_byte_ids_in_hex_and_json_carries_their_bytes() {
         assert_eq!(bytes, id, "{row}");
     }
     assert_eq!(rows[1]["id"], "tab\there", "a UTF-8 id is itself in JSON");
-    assert!(rows[2].get("id_hex").is_some(), "hex:41 is marked: {}", rows[2]);
+    assert!(
+        rows[2].get("id_hex").is_some(),
+        "hex:41 is marked: {}",
+        rows[2]
+    );
     assert!(rows[3].get("id_hex").is_none() && rows[4].get("id_hex").is_none());
 
     for id in ids {
@@ -468,7 +488,11 @@ async fn text_output_marks_byte_ids_in_hex_and_json_carries_their_bytes() {
     for (row, shown) in rows.iter().zip(shown) {
         assert!(row.starts_with(&format!("{shown} ")), "{shown} in {text}");
     }
-    let text = stdout_of(&cli(&server, "marks", &["show", "--id-hex", "6865783a3431"]));
+    let text = stdout_of(&cli(
+        &server,
+        "marks",
+        &["show", "--id-hex", "6865783a3431"],
+    ));
     assert!(
         text.lines().any(|l| l == "id            hex:6865783a3431"),
         "{text}"

@@ -320,7 +320,8 @@ async fn enqueue_stdin_of_binary_input_warns() {
     .ok();
     assert_eq!(out.stdout.trim(), "enqueued 3 jobs to jq:{binl}");
     assert!(
-        out.stderr.contains("warning: stdin is not text (line 2 holds a NUL byte)")
+        out.stderr
+            .contains("warning: stdin is not text (line 2 holds a NUL byte)")
             && out.stderr.contains("--file FILE"),
         "{}",
         out.stderr
@@ -334,7 +335,13 @@ async fn enqueue_stdin_of_binary_input_warns() {
     assert_eq!(queue.stats().await.unwrap().pending, 3);
 
     // Text input says nothing of the kind.
-    let out = run_with_stdin(&server, "binl", &["enqueue", "--stdin"], Some("é\n".as_bytes())).ok();
+    let out = run_with_stdin(
+        &server,
+        "binl",
+        &["enqueue", "--stdin"],
+        Some("é\n".as_bytes()),
+    )
+    .ok();
     assert!(!out.stderr.contains("warning"), "{}", out.stderr);
 }
 
@@ -346,7 +353,12 @@ async fn a_huge_id_is_not_echoed_whole() {
     let long = "a".repeat(100_000);
     let out = run(&server, "huge", &["enqueue", "--id", &long, "x"])
         .fails(2, &["(100000 bytes)", "1 to 1024 bytes"]);
-    assert!(out.stderr.len() < 400, "{} bytes: {}", out.stderr.len(), &out.stderr[..400]);
+    assert!(
+        out.stderr.len() < 400,
+        "{} bytes: {}",
+        out.stderr.len(),
+        &out.stderr[..400]
+    );
     let out = run(&server, "huge", &["enqueue", "--id-hex", &long, "x"])
         .fails(2, &["50000 bytes", "1 to 1024 bytes"]);
     assert!(out.stderr.len() < 400, "{} bytes", out.stderr.len());

@@ -195,8 +195,8 @@ mod tests {
         assert!(validate_id("a b").is_ok());
         assert!(validate_id("tab\there").is_ok());
         assert!(validate_id(b"bad\xff\x00").is_ok());
-        assert!(validate_id(&"x".repeat(MAX_ID_LEN)).is_ok());
-        let err = validate_id(&"x".repeat(MAX_ID_LEN + 1)).unwrap_err();
+        assert!(validate_id("x".repeat(MAX_ID_LEN)).is_ok());
+        let err = validate_id("x".repeat(MAX_ID_LEN + 1)).unwrap_err();
         assert!(
             err.to_string()
                 .contains("(1025 bytes) must be 1 to 1024 bytes"),

@@ -48,10 +48,9 @@ pub use sentinel::SentinelOptions;
 pub use settings::QueueSettings;
 pub use stats::{Histogram, QueueStats};
 pub use types::{
-    Backoff, Claimed, Enqueued, FailMode, FailOutcome, HEX_PREFIX, JobId, JobInfo, JobStatus, Lease,
-    LeaseRef,
-    Maintenance, NewJob, PURGED_REMEMBERED_MS, ReapOutcome, Selection, SetAside, Settle, Settled,
-    SettledClaim, new_job_id, new_token,
+    Backoff, Claimed, Enqueued, FailMode, FailOutcome, HEX_PREFIX, JobId, JobInfo, JobStatus,
+    Lease, LeaseRef, Maintenance, NewJob, PURGED_REMEMBERED_MS, ReapOutcome, Selection, SetAside,
+    Settle, Settled, SettledClaim, new_job_id, new_token,
 };
 
 /// The most items one script call takes (the protocol's bound on every count).

@@ -66,9 +66,8 @@ impl JobId {
     /// Whether the id displays as itself: UTF-8 without control characters, and not
     /// beginning with [`HEX_PREFIX`]. Otherwise it displays as `hex:` and its bytes.
     pub fn is_plain(&self) -> bool {
-        self.as_str().is_some_and(|s| {
-            !s.starts_with(HEX_PREFIX) && !s.chars().any(char::is_control)
-        })
+        self.as_str()
+            .is_some_and(|s| !s.starts_with(HEX_PREFIX) && !s.chars().any(char::is_control))
     }
 
     /// The id's bytes in lowercase hex, without the prefix.
@@ -620,10 +619,7 @@ mod tests {
         // Text that reads as the hex form of another id is shown in hex itself.
         assert_eq!(JobId::from("hex:41").to_string(), "hex:6865783a3431");
         assert_eq!(JobId::from("bad\\xff").to_string(), "bad\\xff");
-        assert_eq!(
-            serde_json::to_string(&bytes).unwrap(),
-            "\"hex:61ff09625c\""
-        );
+        assert_eq!(serde_json::to_string(&bytes).unwrap(), "\"hex:61ff09625c\"");
         // JSON carries a UTF-8 id exactly, control characters included.
         assert_eq!(
             serde_json::to_string(&JobId::from("a\tb")).unwrap(),

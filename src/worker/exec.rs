@@ -698,7 +698,10 @@ mod tests {
         assert_eq!(job_id_env(&id).unwrap().as_bytes(), b"a\xff b");
         let err = job_id_env(&JobId::from("a\0b")).unwrap_err();
         assert!(err.is_permanent(), "no retry can pass it");
-        assert!(err.message().contains("job id hex:610062 holds a NUL byte"), "{err}");
+        assert!(
+            err.message().contains("job id hex:610062 holds a NUL byte"),
+            "{err}"
+        );
     }
 
     #[cfg(unix)]
