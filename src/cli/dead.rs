@@ -45,7 +45,8 @@ pub enum DeadCommand {
     /// Show one job in full: status, attempts, times, last error, payload.
     #[command(
         after_help = "Examples:\n  jobqueue dead show --tag emails 8fK2pQ0aZr1xYc3d\n  \
-                            jobqueue dead show --tag emails 8fK2pQ0aZr1xYc3d --raw > payload.bin",
+                            jobqueue dead show --tag emails 8fK2pQ0aZr1xYc3d --raw > payload.bin\n  \
+                            jobqueue dead show --tag emails --id-hex hex:626164ff",
         mut_arg("durability", super::read_only)
     )]
     Show(ShowArgs),

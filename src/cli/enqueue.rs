@@ -18,6 +18,7 @@ Examples:
   jobqueue enqueue --tag emails '{\"to\":\"ada@example.com\"}'
   jobqueue enqueue --tag emails --id welcome-42 --delay 10m '{\"to\":\"ada@example.com\"}'
   jobqueue enqueue --tag emails --file job.json
+  jobqueue enqueue --tag emails --id-hex 626164ff --file job.json   # an id of any bytes
   jobqueue enqueue --tag emails --stdin < jobs.ndjson     # one payload per line
   jobqueue enqueue --tag emails --partitions 6 --partition-key ada@example.com '{...}'
 
