@@ -1038,6 +1038,65 @@ async fn reap_every_runs_until_sigterm() {
     assert_eq!(child.wait().unwrap().code(), Some(0));
 }
 
+/// `reap --every --json`: stdout is JSON only (the start line goes to stderr), one object
+/// per pass that did something, and the totals with the signal that stopped it.
+#[tokio::test]
+async fn reap_every_json_prints_one_object_per_pass_and_the_totals() {
+    let server = RedisServer::start();
+    let queue = server.queue("rpj").await;
+    let mut conn = server.conn();
+    let mut child = jobqueue()
+        .args(["reap", "--every", "100ms", "--json"])
+        .args(["--redis", &server.url(), "--tag", "rpj"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // After the note that no queue exists yet, the start line.
+    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    let start = stderr
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|l| !l.starts_with("note: "))
+        .expect("a start line");
+    assert!(start.starts_with("reaping jq:{rpj} every 100ms"), "{start}");
+    let lines = lines_of(&mut child);
+
+    queue.enqueue(NewJob::new("x").id("j1")).await.unwrap();
+    let lease = queue
+        .claim_one("w", Some(Duration::from_millis(1)))
+        .await
+        .unwrap()
+        .unwrap();
+    wait_past(&mut conn, lease.lease_until);
+    let line = wait_for_line(&lines, "a pass that requeued", |l| {
+        l.contains("\"requeued\":1")
+    });
+    let pass: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(
+        (pass["queue"].as_str(), pass["dead_lettered"].as_u64()),
+        (Some("jq:{rpj}"), Some(0)),
+        "{line}"
+    );
+
+    signal(&child, "-TERM");
+    let line = wait_for_line(&lines, "the totals", |l| l.contains("stopped_by"));
+    let totals: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(
+        totals,
+        serde_json::json!({
+            "queue": "jq:{rpj}",
+            "requeued": 1,
+            "dead_lettered": 0,
+            "promoted": 0,
+            "restored": 0,
+            "stopped_by": "SIGTERM",
+        })
+    );
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
 // ---- Redis Cluster ----
 
 #[test]
