@@ -91,7 +91,7 @@ fn matches(view: &JobView, needle: &str) -> bool {
 }
 
 /// Up to `limit` dead jobs from `from`, newest death first; with `needle` (lowercase)
-/// only those matching it, looking at `budget` dead jobs at most.
+/// only those matching it; looking at `budget` dead entries at most either way.
 pub async fn page(
     queue: &Queue,
     from: Position,
@@ -109,13 +109,14 @@ pub async fn page(
         PREVIEW_READ
     };
     loop {
-        let want = if needle.is_some() {
-            CHUNK.min(budget - looked_at)
-        } else {
-            (limit - jobs.len()).min(CHUNK)
-        };
+        // Bounded either way: a page of dead entries whose hashes are gone (orphans)
+        // costs no more than a search.
+        let mut want = CHUNK.min(budget.saturating_sub(looked_at));
+        if needle.is_none() {
+            want = want.min(limit - jobs.len());
+        }
         if want == 0 {
-            // The search's budget is spent: the next request goes on from here.
+            // The budget is spent: the next request goes on from here.
             return Ok(Page {
                 jobs,
                 next: Some(at),
