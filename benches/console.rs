@@ -222,7 +222,10 @@ async fn page_bytes(size: usize) {
     wait_refreshes(addr, 1).await;
     let mut conn = server.conn();
     let before = net_output(&mut conn);
-    assert!(get(addr, "/api/queue?q=big").await, "the queue page answers");
+    assert!(
+        get(addr, "/api/queue?q=big").await,
+        "the queue page answers"
+    );
     let now = net_output(&mut conn) - before;
     let before = net_output(&mut conn);
     for id in &ids {

@@ -70,10 +70,18 @@ async fn configured(server: &RedisServer, tag: &str) -> Queue {
 
 /// Kill one job through the protocol (enqueue, claim, fail to dead) with `error`; its id.
 async fn kill(queue: &Queue, payload: &str, error: &str) -> String {
-    queue.enqueue(NewJob::new(payload.to_string())).await.unwrap();
+    queue
+        .enqueue(NewJob::new(payload.to_string()))
+        .await
+        .unwrap();
     let lease = queue.claim_one("w", None).await.unwrap().unwrap();
     queue
-        .fail(&lease, error, FailMode::Dead, jobqueue::queue::Backoff::Policy)
+        .fail(
+            &lease,
+            error,
+            FailMode::Dead,
+            jobqueue::queue::Backoff::Policy,
+        )
         .await
         .unwrap();
     lease.id.as_str().unwrap().to_string()
@@ -92,9 +100,24 @@ async fn ids_that_look_alike_are_told_apart_and_the_one_chosen_is_redriven() {
     bury(
         &queue,
         &[
-            Dead { id: text, died_at: base, error: "text id", payload: b"t" },
-            Dead { id: raw, died_at: base + 1, error: "raw id", payload: b"r" },
-            Dead { id: ctl, died_at: base + 2, error: "control id", payload: b"c" },
+            Dead {
+                id: text,
+                died_at: base,
+                error: "text id",
+                payload: b"t",
+            },
+            Dead {
+                id: raw,
+                died_at: base + 1,
+                error: "raw id",
+                payload: b"r",
+            },
+            Dead {
+                id: ctl,
+                died_at: base + 2,
+                error: "control id",
+                payload: b"c",
+            },
         ],
     )
     .await;
@@ -170,15 +193,18 @@ async fn writes_move_the_set_the_dry_run_counted() {
     );
     assert_eq!(code, 200, "{done}");
     assert_eq!(done["done"], 3, "{done}");
-    assert_eq!(status(&queue, late.as_bytes()).await.as_deref(), Some("dead"));
+    assert_eq!(
+        status(&queue, late.as_bytes()).await.as_deref(),
+        Some("dead")
+    );
     for id in &declined {
-        assert_eq!(status(&queue, id.as_bytes()).await.as_deref(), Some("pending"));
+        assert_eq!(
+            status(&queue, id.as_bytes()).await.as_deref(),
+            Some("pending")
+        );
     }
     // A search is counted, never acted on as "whatever matches when the click lands".
-    let (code, reply) = ui.post_json(
-        "/api/dead/purge",
-        &json!({"q": "sets", "search": "smtp"}),
-    );
+    let (code, reply) = ui.post_json("/api/dead/purge", &json!({"q": "sets", "search": "smtp"}));
     assert_eq!(code, 400, "{reply}");
 
     // All: bound by the newest death the dry run saw.
@@ -195,7 +221,12 @@ async fn writes_move_the_set_the_dry_run_counted() {
     let died_at = redis_now_ms(&mut conn);
     bury(
         &queue,
-        &[Dead { id: later.as_bytes(), died_at, error: "died after the confirm", payload: b"l" }],
+        &[Dead {
+            id: later.as_bytes(),
+            died_at,
+            error: "died after the confirm",
+            payload: b"l",
+        }],
     )
     .await;
     let (code, done) = ui.post_json(
@@ -204,7 +235,10 @@ async fn writes_move_the_set_the_dry_run_counted() {
     );
     assert_eq!(code, 200, "{done}");
     assert_eq!(done["done"], 5, "{done}");
-    assert_eq!(status(&queue, later.as_bytes()).await.as_deref(), Some("dead"));
+    assert_eq!(
+        status(&queue, later.as_bytes()).await.as_deref(),
+        Some("dead")
+    );
     assert_eq!(queue.stats().await.unwrap().dead, 1);
 }
 
@@ -222,7 +256,11 @@ async fn the_dead_letter_page_acts_on_the_matches_of_a_search_in_the_browser() {
         .map(|(i, id)| Dead {
             id: id.as_bytes(),
             died_at: base + i as i64 * 1000,
-            error: if [0, 2, 5].contains(&i) { "card declined" } else { "smtp timeout" },
+            error: if [0, 2, 5].contains(&i) {
+                "card declined"
+            } else {
+                "smtp timeout"
+            },
             payload: b"{}",
         })
         .collect();
@@ -235,11 +273,21 @@ async fn the_dead_letter_page_acts_on_the_matches_of_a_search_in_the_browser() {
     let seen = drive_with(&ui, "cleanup", "clean", &at, Some(&shots_dir()));
     assert_eq!(
         seen["first_rows"],
-        json!(["job-6", "job-5", "job-4", "job-3", "job-2", "job-1", "job-0"]),
+        json!([
+            "job-6", "job-5", "job-4", "job-3", "job-2", "job-1", "job-0"
+        ]),
         "newest death first: {seen}"
     );
-    assert_eq!(seen["jump_rows"], json!(["job-3", "job-2", "job-1", "job-0"]), "{seen}");
-    assert_eq!(seen["search_rows"], json!(["job-5", "job-2", "job-0"]), "{seen}");
+    assert_eq!(
+        seen["jump_rows"],
+        json!(["job-3", "job-2", "job-1", "job-0"]),
+        "{seen}"
+    );
+    assert_eq!(
+        seen["search_rows"],
+        json!(["job-5", "job-2", "job-0"]),
+        "{seen}"
+    );
     assert_eq!(seen["checked"], 3, "{seen}");
     assert_eq!(seen["match_controls"], 2, "{seen}");
     assert_eq!(
@@ -275,8 +323,16 @@ async fn search_covers_the_whole_dead_set_newest_first_in_bounded_steps() {
         .map(|(i, id)| Dead {
             id: id.as_bytes(),
             died_at: base + i as i64 * 10,
-            error: if i == 0 { "Needle in the error" } else { "timeout" },
-            payload: if i == n - 1 { b"{\"ref\":\"needle-7\"}" } else { b"{}" },
+            error: if i == 0 {
+                "Needle in the error"
+            } else {
+                "timeout"
+            },
+            payload: if i == n - 1 {
+                b"{\"ref\":\"needle-7\"}"
+            } else {
+                b"{}"
+            },
         })
         .collect();
     bury(&queue, &jobs).await;
@@ -288,7 +344,10 @@ async fn search_covers_the_whole_dead_set_newest_first_in_bounded_steps() {
     assert_eq!(page["jobs"][0]["id"], ids[n - 1], "{}", page["jobs"]);
     assert_eq!(page["jobs"][1]["id"], ids[n - 2]);
     // A jump to a time: the jobs that died then or before.
-    let page = ui.get_json(&format!("/api/dead?q=many&limit=1&before_ms={}", base + 10 * 100));
+    let page = ui.get_json(&format!(
+        "/api/dead?q=many&limit=1&before_ms={}",
+        base + 10 * 100
+    ));
     assert_eq!(page["jobs"][0]["id"], ids[100]);
 
     // The search: the first request finds the payload match at once, then goes on with a
@@ -348,7 +407,12 @@ async fn a_queue_page_reads_payload_previews_not_whole_payloads() {
     assert_eq!(pending.len(), 10);
     assert_eq!(pending[0]["payload_bytes"], 1 << 20);
     assert_eq!(pending[0]["payload_truncated"], true);
-    assert!(pending[0]["payload"].as_str().unwrap().starts_with("{\"n\":0,"));
+    assert!(
+        pending[0]["payload"]
+            .as_str()
+            .unwrap()
+            .starts_with("{\"n\":0,")
+    );
     // Ten previews of 204 bytes, the ids, settings and counts: far below one payload.
     let sent = after - before;
     assert!(

@@ -12,8 +12,8 @@ use clap::Args;
 use super::ConnectArgs;
 use super::common::UsageError;
 use super::format::{escape, format_epoch_ms};
-pub use crate::queue::view::{JobView, Payload, find};
 use crate::queue::view::millis;
+pub use crate::queue::view::{JobView, Payload, find};
 use crate::queue::{JobId, JobStatus, PURGED_REMEMBERED_MS, Queue};
 
 pub const EXAMPLES: &str = "\

@@ -683,10 +683,10 @@ async fn act(console: &Console, body: DeadAction, action: Action) -> ApiResult {
                 .await
                 .map_err(failed)?;
             let until = newest.first().map(|(_, s)| *s as i64);
-            return Ok(axum::Json(
-                json!({"would": dead_now, "dead": dead_now, "until_ms": until}),
-            )
-            .into_response());
+            return Ok(
+                axum::Json(json!({"would": dead_now, "dead": dead_now, "until_ms": until}))
+                    .into_response(),
+            );
         }
         let mut would = 0;
         for chunk in ids.chunks(MAX_BATCH) {

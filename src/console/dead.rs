@@ -123,7 +123,9 @@ pub async fn page(
                 looked_at,
             });
         }
-        let max = at.score.map_or_else(|| "+inf".to_string(), |s| s.to_string());
+        let max = at
+            .score
+            .map_or_else(|| "+inf".to_string(), |s| s.to_string());
         let ids: Vec<(Vec<u8>, f64)> = redis::cmd("ZREVRANGEBYSCORE")
             .arg(&queue.keys().dead)
             .arg(max)
@@ -190,9 +192,15 @@ pub async fn all_matches(queue: &Queue, needle: &str) -> Result<Vec<Vec<u8>>, St
     let mut out = Vec::new();
     let mut at = Position::NEWEST;
     loop {
-        let page = page(queue, at, MAX_SELECTED + 1 - out.len(), Some(needle), BUDGET)
-            .await
-            .map_err(|e| e.to_string())?;
+        let page = page(
+            queue,
+            at,
+            MAX_SELECTED + 1 - out.len(),
+            Some(needle),
+            BUDGET,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
         out.extend(page.jobs.into_iter().map(|v| v.info.id.as_bytes().to_vec()));
         if out.len() > MAX_SELECTED {
             return Err(format!(
@@ -221,8 +229,9 @@ pub fn shown(id: &[u8]) -> (String, bool) {
 /// The id a request names: `id_hex` (its bytes in hex), else `id` (its text).
 pub fn id_of(id: Option<&str>, id_hex: Option<&str>) -> Result<Vec<u8>, String> {
     let id = match (id_hex, id) {
-        (Some(h), _) => hex::decode(h.trim())
-            .map_err(|e| format!("id_hex {h:?} is not hex ({e})"))?,
+        (Some(h), _) => {
+            hex::decode(h.trim()).map_err(|e| format!("id_hex {h:?} is not hex ({e})"))?
+        }
         (None, Some(text)) => text.as_bytes().to_vec(),
         (None, None) => return Err("give the job id as id_hex (its bytes in hex) or id".into()),
     };

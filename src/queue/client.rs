@@ -1376,11 +1376,7 @@ impl Queue {
     /// its payload (the preview script, `lua/preview.lua`: the reply is bounded whatever
     /// the payloads' size), and the whole payload's length; `None` for an id whose hash
     /// is absent or whose job key holds another type.
-    pub async fn previews(
-        &self,
-        ids: &[&[u8]],
-        n: usize,
-    ) -> Result<Vec<Option<(JobInfo, usize)>>> {
+    pub async fn previews(&self, ids: &[&[u8]], n: usize) -> Result<Vec<Option<(JobInfo, usize)>>> {
         let mut out = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(MAX_BATCH) {
             if chunk.iter().any(|id| id.is_empty()) {
@@ -1419,7 +1415,12 @@ impl Queue {
                 let mut fields: HashMap<String, Vec<u8>> = items[2..]
                     .chunks(2)
                     .filter(|pair| pair.len() == 2)
-                    .map(|pair| (String::from_utf8_lossy(&bytes(&pair[0])).into_owned(), bytes(&pair[1])))
+                    .map(|pair| {
+                        (
+                            String::from_utf8_lossy(&bytes(&pair[0])).into_owned(),
+                            bytes(&pair[1]),
+                        )
+                    })
                     .collect();
                 if len >= 0 {
                     fields.insert("payload".into(), bytes(&items[1]));
