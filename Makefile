@@ -22,6 +22,7 @@ browser:
 ## with the browser tests that take them.
 screenshots: redis browser
 	JOBQUEUE_SCREENSHOTS=docs/images $(CARGO) test --test console -- browser kubernetes
+	JOBQUEUE_SCREENSHOTS=docs/images $(CARGO) test --test console_cleanup -- browser told_apart
 
 ## The full test suite: formatting, lints, the Helm chart checks, unit and integration tests (real Redis,
 ## standalone and a 3-master Cluster, started by the tests themselves), and the web console

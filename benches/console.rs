@@ -4,6 +4,10 @@
 //! script calls (INFO commandstats, EVALSHA + EVAL: the console calls no script but
 //! `stats` when read-only), reported per queue per refresh: 1.00 whatever P is.
 //!
+//! Then the bytes Redis sends for one poll of a queue page whose queue holds 10 jobs of
+//! 4 MiB: read as the console reads the list (the preview script, each payload cut to
+//! its first bytes), and as it read it before (one HGETALL per job, whole payloads).
+//!
 //! `cargo bench --bench console -- [--queues N]` (200 by default, pollers 1, 10, 50).
 //! Run without `--bench` (as `cargo test --all-targets` does), it makes a smoke pass
 //! with 20 queues and 10 pollers.
@@ -25,6 +29,9 @@ use tokio_util::sync::CancellationToken;
 
 const REFRESH: Duration = Duration::from_millis(200);
 
+/// The `stats` calls since the reset: the stats script runs LLEN once per call, and no
+/// other read of the console does (the queue page's lists call the preview script, so
+/// EVALSHA would count them too).
 fn script_calls(conn: &mut redis::Connection) -> u64 {
     let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
     let calls: HashMap<&str, u64> = info
@@ -35,8 +42,7 @@ fn script_calls(conn: &mut redis::Connection) -> u64 {
             Some((name, calls.parse().ok()?))
         })
         .collect();
-    calls.get("cmdstat_evalsha").copied().unwrap_or(0)
-        + calls.get("cmdstat_eval").copied().unwrap_or(0)
+    calls.get("cmdstat_llen").copied().unwrap_or(0)
 }
 
 async fn get(addr: SocketAddr, path: &str) -> bool {
@@ -166,6 +172,78 @@ async fn main() {
             "{per:.2} script calls per queue per refresh with {p} pollers: the cost grew with the pages"
         );
     }
+    shutdown.cancel();
+    let _ = server_task.await;
+    page_bytes(if full { 4 << 20 } else { 256 << 10 }).await;
+}
+
+/// Bytes Redis has sent to its clients so far (INFO stats).
+fn net_output(conn: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("stats").query(conn).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_net_output_bytes:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap()
+}
+
+/// One queue of 10 jobs of `size` bytes on a redis-server of its own, a console that
+/// refreshed once (and not again while measured): the bytes Redis sends for one poll of
+/// the queue page (what each open tab costs per refresh), and for the whole hashes the
+/// page read before previews were cut in the script.
+async fn page_bytes(size: usize) {
+    const JOBS: usize = 10;
+    let server = RedisServer::start();
+    let redis = server.redis().await;
+    let queue = Queue::new(redis.clone(), "jq", "big").unwrap();
+    let mut ids = Vec::new();
+    for i in 0..JOBS {
+        let mut payload = format!("{{\"n\":{i},\"blob\":\"").into_bytes();
+        payload.resize(size, b'x');
+        ids.push(queue.enqueue(NewJob::new(payload)).await.unwrap().id);
+    }
+    let shutdown = CancellationToken::new();
+    let config = Config {
+        listen: SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0),
+        allow_writes: false,
+        token: None,
+        refresh: Duration::from_secs(3600),
+        history: Duration::from_secs(60),
+    };
+    let source = Source::redis(
+        redis,
+        "jq",
+        Some(vec!["big".into()]),
+        Durability::Primary,
+        REFRESH,
+    );
+    let (addr, server_task) = console::serve(config, source, shutdown.clone())
+        .await
+        .unwrap();
+    wait_refreshes(addr, 1).await;
+    let mut conn = server.conn();
+    let before = net_output(&mut conn);
+    assert!(
+        get(addr, "/api/queue?q=big").await,
+        "the queue page answers"
+    );
+    let now = net_output(&mut conn) - before;
+    let before = net_output(&mut conn);
+    for id in &ids {
+        let _: redis::Value = redis::cmd("HGETALL")
+            .arg(queue.keys().job_key(id.as_bytes()))
+            .query(&mut conn)
+            .unwrap();
+    }
+    let whole = net_output(&mut conn) - before;
+    println!(
+        "queue page poll, {JOBS} pending jobs of {} KiB: Redis sent {now} bytes (preview \
+         script); {whole} bytes as one HGETALL per job (before)",
+        size >> 10
+    );
+    assert!(
+        now < 64 * 1024,
+        "one queue page poll made Redis send {now} bytes: previews are not cut in the script"
+    );
     shutdown.cancel();
     let _ = server_task.await;
 }

@@ -278,7 +278,7 @@ async fn show(args: ShowArgs) -> anyhow::Result<()> {
     if args.json {
         writeln!(out, "{}", view.json(Payload::Whole)?)?;
     } else {
-        view.write_text(&mut out, Payload::Whole)?;
+        super::show::write_text(&view, &mut out, Payload::Whole)?;
     }
     if view.status() != Some(JobStatus::Dead) {
         eprintln!(

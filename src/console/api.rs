@@ -17,9 +17,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::Console;
+use super::dead::{self, Position};
 use super::guard::{self, error};
 use super::refresher::{Entry, health, rates};
-use crate::cli::show::{JobView, Payload, find};
+use crate::queue::view::{JobView, Payload, find};
 use crate::queue::{JobStatus, MAX_BATCH, Queue, Selection};
 
 const SHELL: &str = include_str!("assets/index.html");
@@ -29,12 +30,8 @@ const APP_CSS: &str = include_str!("assets/app.css");
 
 /// The most jobs one page of a list holds.
 const MAX_PAGE: usize = 200;
-/// A search of the dead-letter set looks at this many dead jobs at most (oldest first).
-const MAX_SEARCHED: usize = 20_000;
 /// The largest offset a page takes (past it every list is empty anyway).
 const MAX_OFFSET: usize = 1 << 40;
-/// Dead jobs read per round trip while searching.
-const SEARCH_CHUNK: usize = 500;
 
 pub fn router(console: Arc<Console>) -> Router {
     Router::new()
@@ -238,8 +235,6 @@ struct QueueQuery {
     offset: usize,
     #[serde(default = "default_limit")]
     limit: usize,
-    #[serde(default)]
-    search: Option<String>,
 }
 
 fn default_limit() -> usize {
@@ -299,13 +294,25 @@ fn job_row(view: &JobView) -> Result<Value, ApiError> {
     if let Some(obj) = v.as_object_mut() {
         obj.insert("now_ms".into(), view.now.into());
         obj.insert("filed_at".into(), view.filed_at.into());
+        add_id_fields(obj, view.info.id.as_bytes());
     }
     Ok(v)
 }
 
+/// Every id travels as its bytes in hex (`id_hex`: links, selections, writes) and is
+/// shown as `id_shown`: its text, or `hex:…` when the text would be ambiguous
+/// (`id_plain` false).
+fn add_id_fields(obj: &mut serde_json::Map<String, Value>, id: &[u8]) {
+    let (shown, plain) = dead::shown(id);
+    obj.insert("id_hex".into(), hex::encode(id).into());
+    obj.insert("id_shown".into(), shown.into());
+    obj.insert("id_plain".into(), plain.into());
+}
+
 /// Each id's job, as filed with `wanted` (a job that moved meanwhile is left out), with
 /// the score it was listed with (run-at, lease end, time of death; none for pending):
-/// one read of its hash per job and one of Redis's clock per list.
+/// one call of the preview script per list (each payload read as its first bytes only)
+/// and one read of Redis's clock.
 async fn rows(
     queue: &Queue,
     ids: Vec<(Vec<u8>, Option<i64>)>,
@@ -315,16 +322,22 @@ async fn rows(
         return Ok(Vec::new());
     }
     let now = queue.now_ms().await.map_err(failed)?;
+    let refs: Vec<&[u8]> = ids.iter().map(|(id, _)| id.as_slice()).collect();
+    let read = queue
+        .previews(&refs, dead::PREVIEW_READ)
+        .await
+        .map_err(failed)?;
     let mut out = Vec::new();
-    for (id, filed_at) in ids {
-        let Some(info) = queue.job(&id).await.map_err(failed)? else {
+    for ((_, filed_at), read) in ids.iter().zip(read) {
+        let Some((info, len)) = read else {
             continue;
         };
         let view = JobView {
             info,
-            filed_at,
+            filed_at: *filed_at,
             now,
             aside: None,
+            payload_len: Some(len),
         };
         if view.status() != Some(wanted) {
             continue;
@@ -388,117 +401,107 @@ async fn queue_page(
     .into_response())
 }
 
-/// `GET /api/dead?q=TAG&offset=&limit=&search=`: a page of dead jobs, oldest death first;
-/// with `search`, only those whose id or last error contains it (any case), looking at
-/// the oldest `MAX_SEARCHED` dead jobs at most.
+#[derive(Deserialize)]
+struct DeadQuery {
+    q: String,
+    #[serde(default)]
+    offset: usize,
+    #[serde(default = "default_limit")]
+    limit: usize,
+    #[serde(default)]
+    search: Option<String>,
+    /// Where to go on from: the `next_cursor` of the page before.
+    #[serde(default)]
+    cursor: Option<String>,
+    /// Jump to a time: the jobs that died at this time (ms) or before.
+    #[serde(default)]
+    before_ms: Option<i64>,
+}
+
+/// The search of a request: trimmed, lowercase, `None` when empty.
+fn needle(search: Option<&str>) -> Option<String> {
+    search
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_lowercase)
+}
+
+/// `GET /api/dead?q=TAG&limit=&search=&cursor=&before_ms=`: a page of dead jobs, newest
+/// death first, from `cursor` (the `next_cursor` of the page before), else from
+/// `before_ms`, else from the newest (`offset` passes that many first); with `search`,
+/// only those whose id, last error or payload's first 4 KiB contain it (any case),
+/// looking at 5,000 dead jobs at most per request: `next_cursor` goes on from there.
 async fn dead_page(
     State(console): State<Arc<Console>>,
-    Query(query): Query<QueueQuery>,
+    Query(query): Query<DeadQuery>,
 ) -> ApiResult {
     let (e, queue) = entry(&console, &query.q)?;
     let limit = query.limit.clamp(1, MAX_PAGE);
-    let offset = query.offset.min(MAX_OFFSET);
-    let search = query
-        .search
-        .as_deref()
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_lowercase);
-    let (ids, matched, scanned, truncated) = match &search {
-        None => {
-            let ids = queue.dead_ids(offset, limit).await.map_err(failed)?;
-            (scored(ids), None, None, false)
+    let search = needle(query.search.as_deref());
+    let from = match (&query.cursor, query.before_ms) {
+        (Some(c), _) if !c.is_empty() => {
+            Position::parse(c).map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, m))?
         }
-        Some(needle) => {
-            let (matches, scanned, truncated) = search_dead(&queue, needle).await?;
-            let total = matches.len();
-            let ids = matches.into_iter().skip(offset).take(limit).collect();
-            (ids, Some(total), Some(scanned), truncated)
-        }
+        (_, Some(ms)) => Position {
+            score: Some(ms),
+            skip: query.offset.min(MAX_OFFSET),
+        },
+        _ => Position {
+            score: None,
+            skip: query.offset.min(MAX_OFFSET),
+        },
     };
-    let jobs = rows(&queue, ids, JobStatus::Dead).await?;
+    let page = dead::page(&queue, from, limit, search.as_deref(), dead::BUDGET)
+        .await
+        .map_err(failed)?;
+    let jobs = page
+        .jobs
+        .iter()
+        .map(job_row)
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(axum::Json(json!({
         "queue": entry_json(&console, &e),
         "writes": console.config.allow_writes,
-        "offset": offset,
         "limit": limit,
         "search": search,
-        "matched": matched,
-        "scanned": scanned,
-        "search_truncated": truncated,
+        "cursor": from.encode(),
+        "next_cursor": page.next.map(|p| p.encode()),
+        "looked_at": page.looked_at,
         "jobs": jobs,
     }))
     .into_response())
 }
 
-/// The dead jobs whose id or last error contains `needle` (lowercase), oldest death
-/// first; how many were looked at; whether the cap stopped the search.
-async fn search_dead(
-    queue: &Queue,
-    needle: &str,
-) -> Result<(Vec<(Vec<u8>, Option<i64>)>, usize, bool), ApiError> {
-    let mut conn = queue.redis().clone();
-    let mut matches = Vec::new();
-    let mut scanned = 0;
-    loop {
-        let ids: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGE")
-            .arg(&queue.keys().dead)
-            .arg(scanned)
-            .arg(scanned + SEARCH_CHUNK - 1)
-            .arg("WITHSCORES")
-            .query_async(&mut conn)
-            .await
-            .map_err(failed)?;
-        if ids.is_empty() {
-            return Ok((matches, scanned, false));
-        }
-        let mut pipe = redis::pipe();
-        for (id, _) in &ids {
-            pipe.cmd("HGET")
-                .arg(queue.keys().job_key(id))
-                .arg("last_error");
-        }
-        let errors: Vec<Option<Vec<u8>>> = pipe.query_async(&mut conn).await.map_err(failed)?;
-        let n = ids.len();
-        let lower = |b: &[u8]| String::from_utf8_lossy(b).to_lowercase();
-        for ((id, died_at), err) in ids.into_iter().zip(errors) {
-            if lower(&id).contains(needle) || err.is_some_and(|e| lower(&e).contains(needle)) {
-                matches.push((id, Some(died_at as i64)));
-            }
-        }
-        scanned += n;
-        if n < SEARCH_CHUNK {
-            return Ok((matches, scanned, false));
-        }
-        if scanned >= MAX_SEARCHED {
-            return Ok((matches, scanned, true));
-        }
-    }
-}
-
 #[derive(Deserialize)]
 struct JobQuery {
     q: String,
-    id: String,
+    /// The id as text (what the lookup form takes).
+    #[serde(default)]
+    id: Option<String>,
+    /// The id's bytes in hex (what the pages' links carry): any id, exactly.
+    #[serde(default)]
+    id_hex: Option<String>,
+}
+
+impl JobQuery {
+    fn id(&self) -> Result<Vec<u8>, ApiError> {
+        dead::id_of(self.id.as_deref(), self.id_hex.as_deref())
+            .map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, m))
+    }
 }
 
 /// `GET /api/job?q=TAG&id=ID`: one job in any status: where it is, its whole hash (the
 /// payload cut to a preview), and what can be done to it.
 async fn job(State(console): State<Arc<Console>>, Query(query): Query<JobQuery>) -> ApiResult {
     let (_, queue) = entry(&console, &query.q)?;
-    if query.id.is_empty() {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "the job id is empty",
-        ));
-    }
-    let Some(view) = find(&queue, query.id.as_bytes()).await.map_err(failed)? else {
+    let id = query.id()?;
+    let Some(view) = find(&queue, &id).await.map_err(failed)? else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!(
-                "no job {:?} in {}: never enqueued there, or gone (a done job is kept only \
+                "no job {} in {}: never enqueued there, or gone (a done job is kept only \
                  with completed retention; a dead one until dead retention)",
-                query.id,
+                dead::shown(&id).0,
                 queue.name()
             ),
         ));
@@ -532,14 +535,15 @@ async fn job(State(console): State<Arc<Console>>, Query(query): Query<JobQuery>)
 /// `GET /api/payload?q=TAG&id=ID`: the whole payload, byte for byte, as a download.
 async fn payload(State(console): State<Arc<Console>>, Query(query): Query<JobQuery>) -> ApiResult {
     let (_, queue) = entry(&console, &query.q)?;
-    let Some(info) = queue.job(query.id.as_bytes()).await.map_err(failed)? else {
+    let id = query.id()?;
+    let Some(info) = queue.job(&id).await.map_err(failed)? else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
-            format!("no job {:?}", query.id),
+            format!("no job {}", dead::shown(&id).0),
         ));
     };
-    let safe: String = query
-        .id
+    let safe: String = dead::shown(&id)
+        .0
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
@@ -563,16 +567,44 @@ async fn payload(State(console): State<Arc<Console>>, Query(query): Query<JobQue
         .into_response())
 }
 
-/// The body of a write: some dead jobs by id, or all of them; `dry_run` only counts.
+/// The body of a write: some dead jobs by id (`ids_hex`: their bytes in hex, as the
+/// pages send them; or `ids` as text), every one, or (dry run only) those a search
+/// matches; `dry_run` only counts, and names the exact set a write should then send.
 #[derive(Deserialize)]
 struct DeadAction {
     q: String,
     #[serde(default)]
     ids: Vec<String>,
     #[serde(default)]
+    ids_hex: Vec<String>,
+    #[serde(default)]
     all: bool,
+    /// With `all`: only the jobs that died at this time (ms) or before, as the dry run
+    /// gave it: a job dying after the count is not moved.
+    #[serde(default)]
+    until_ms: Option<i64>,
+    /// With `all`: at most this many (the dry run's count).
+    #[serde(default)]
+    count: Option<u64>,
+    /// Dry run only: the dead jobs this search matches (as `GET /api/dead` searches).
+    #[serde(default)]
+    search: Option<String>,
     #[serde(default)]
     dry_run: bool,
+}
+
+impl DeadAction {
+    /// The ids named, as bytes.
+    fn id_bytes(&self) -> Result<Vec<Vec<u8>>, ApiError> {
+        let mut out: Vec<Vec<u8>> = self.ids.iter().map(|i| i.as_bytes().to_vec()).collect();
+        for h in &self.ids_hex {
+            out.push(
+                dead::id_of(None, Some(h))
+                    .map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, m))?,
+            );
+        }
+        Ok(out)
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -595,19 +627,32 @@ async fn purge(
     act(&console, body, Action::Purge).await
 }
 
-/// Redrive or purge through the protocol's scripts; a dry run says how many would be.
+/// Redrive or purge through the protocol's scripts; a dry run says how many would be,
+/// and which: the ids (`ids_hex`) of a search's matches, the time bound (`until_ms`) of
+/// all.
 async fn act(console: &Console, body: DeadAction, action: Action) -> ApiResult {
     let (_, queue) = entry(console, &body.q)?;
-    if body.all != body.ids.is_empty() {
+    let ids = body.id_bytes()?;
+    let search = needle(body.search.as_deref());
+    let forms = [!ids.is_empty(), body.all, search.is_some()];
+    if forms.iter().filter(|f| **f).count() != 1 {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
-            "give either \"ids\" (a non-empty list) or \"all\": true",
+            "give either \"ids_hex\" or \"ids\" (a non-empty list), or \"all\": true, or \
+             (dry run) a \"search\"",
         ));
     }
-    if body.ids.len() > MAX_BATCH {
+    if search.is_some() && !body.dry_run {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
-            format!("at most {MAX_BATCH} ids at once"),
+            "\"search\" is for a dry run: send the \"ids_hex\" it gives, so what moves is \
+             exactly what was counted",
+        ));
+    }
+    if ids.len() > dead::MAX_SELECTED {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("at most {} ids at once", dead::MAX_SELECTED),
         ));
     }
     let mut conn = queue.redis().clone();
@@ -617,16 +662,41 @@ async fn act(console: &Console, body: DeadAction, action: Action) -> ApiResult {
         .await
         .map_err(failed)?;
     if body.dry_run {
-        let would = if body.all {
-            dead_now
-        } else {
+        if let Some(needle) = &search {
+            let matched = dead::all_matches(&queue, needle)
+                .await
+                .map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, m))?;
+            let hexes: Vec<String> = matched.iter().map(hex::encode).collect();
+            return Ok(axum::Json(
+                json!({"would": hexes.len(), "dead": dead_now, "ids_hex": hexes}),
+            )
+            .into_response());
+        }
+        if body.all {
+            // The newest death now: a write bound by it moves none that die later.
+            let newest: Vec<(Vec<u8>, f64)> = redis::cmd("ZREVRANGE")
+                .arg(&queue.keys().dead)
+                .arg(0)
+                .arg(0)
+                .arg("WITHSCORES")
+                .query_async(&mut conn)
+                .await
+                .map_err(failed)?;
+            let until = newest.first().map(|(_, s)| *s as i64);
+            return Ok(
+                axum::Json(json!({"would": dead_now, "dead": dead_now, "until_ms": until}))
+                    .into_response(),
+            );
+        }
+        let mut would = 0;
+        for chunk in ids.chunks(MAX_BATCH) {
             let mut pipe = redis::pipe();
-            for id in &body.ids {
+            for id in chunk {
                 pipe.cmd("ZSCORE").arg(&queue.keys().dead).arg(id);
             }
             let scores: Vec<Option<f64>> = pipe.query_async(&mut conn).await.map_err(failed)?;
-            scores.iter().filter(|s| s.is_some()).count() as u64
-        };
+            would += scores.iter().filter(|s| s.is_some()).count() as u64;
+        }
         return Ok(axum::Json(json!({"would": would, "dead": dead_now})).into_response());
     }
     let apply = async |selection: Selection| match action {
@@ -634,23 +704,34 @@ async fn act(console: &Console, body: DeadAction, action: Action) -> ApiResult {
         Action::Purge => queue.purge(&selection).await,
     };
     let done = if body.all {
-        // As many as are dead now (jobs that die meanwhile wait for the next time).
-        let mut left = dead_now;
-        let mut done = 0;
-        while left > 0 {
-            let n = left.min(MAX_BATCH as u64);
-            let moved = apply(Selection::Oldest(n as usize)).await.map_err(failed)?;
-            done += moved;
-            left -= n;
-            if moved == 0 {
-                break;
+        match body.until_ms {
+            Some(until) => {
+                bounded_all(&queue, until, body.count.unwrap_or(dead_now), action).await?
+            }
+            None => {
+                // As many as are dead now (jobs that die meanwhile wait for the next time).
+                let mut left = dead_now;
+                let mut done = 0;
+                while left > 0 {
+                    let n = left.min(MAX_BATCH as u64);
+                    let moved = apply(Selection::Oldest(n as usize)).await.map_err(failed)?;
+                    done += moved;
+                    left -= n;
+                    if moved == 0 {
+                        break;
+                    }
+                }
+                done
             }
         }
-        done
     } else {
-        apply(Selection::Ids(body.ids.clone()))
-            .await
-            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.to_string()))?
+        let mut done = 0;
+        for chunk in ids.chunks(MAX_BATCH) {
+            done += apply(Selection::IdBytes(chunk.to_vec()))
+                .await
+                .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.to_string()))?;
+        }
+        done
     };
     let verb = match action {
         Action::Redrive => "redrove",
@@ -658,6 +739,47 @@ async fn act(console: &Console, body: DeadAction, action: Action) -> ApiResult {
     };
     tracing::info!(queue = %queue.name(), done, "console {verb} dead jobs");
     Ok(axum::Json(json!({"done": done, "verb": verb})).into_response())
+}
+
+/// Every job that died at `until` ms or before, oldest first, `count` at most, by id
+/// (the protocol's `ids` form: one that is no longer dead is not moved).
+async fn bounded_all(
+    queue: &Queue,
+    until: i64,
+    count: u64,
+    action: Action,
+) -> Result<u64, ApiError> {
+    let mut conn = queue.redis().clone();
+    let mut done = 0;
+    let mut left = count;
+    while left > 0 {
+        let ids: Vec<Vec<u8>> = redis::cmd("ZRANGEBYSCORE")
+            .arg(&queue.keys().dead)
+            .arg("-inf")
+            .arg(until)
+            .arg("LIMIT")
+            .arg(0)
+            .arg(left.min(MAX_BATCH as u64))
+            .query_async(&mut conn)
+            .await
+            .map_err(failed)?;
+        if ids.is_empty() {
+            break;
+        }
+        let n = ids.len() as u64;
+        let selection = Selection::IdBytes(ids);
+        let moved = match action {
+            Action::Redrive => queue.redrive(&selection).await,
+            Action::Purge => queue.purge(&selection).await,
+        }
+        .map_err(failed)?;
+        done += moved;
+        left -= n;
+        if moved == 0 {
+            break;
+        }
+    }
+    Ok(done)
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 pub mod api;
+pub mod dead;
 pub mod guard;
 pub mod refresher;
 pub mod source;

@@ -1369,34 +1369,66 @@ impl Queue {
         if fields.is_empty() {
             return Ok(None);
         }
-        let text = |name: &str| {
-            fields
-                .get(name)
-                .map(|v| String::from_utf8_lossy(v).into_owned())
-        };
-        let int = |name: &str| text(name).and_then(|v| v.parse::<i64>().ok());
-        // claimed_at and the worker are in the claim_token of the last lease; a job of the
-        // older layout has them as fields of their own.
-        let lease = fields.get("claim_token").and_then(|t| parse_claim_token(t));
-        Ok(Some(JobInfo {
-            id: id.into(),
-            payload: fields
-                .get("payload")
-                .map(|p| Bytes::from(p.clone()))
-                .unwrap_or_default(),
-            // A job enqueued ready holds only its payload: no status means pending.
-            status: text("status").or_else(|| {
-                fields
-                    .contains_key("payload")
-                    .then(|| JobStatus::Pending.as_str().to_string())
-            }),
-            attempts: int("attempts").unwrap_or(0).max(0) as u32,
-            enqueued_at: int("enqueued_at"),
-            claimed_at: int("claimed_at").or(lease.as_ref().map(|l| l.0)),
-            lease_until: int("lease_until"),
-            last_error: text("last_error"),
-            worker: text("worker").or(lease.map(|l| l.1)),
-        }))
+        Ok(Some(info_from_fields(id, &fields)))
+    }
+
+    /// Each job's hash as [`Queue::job`] reads it, but with only the first `n` bytes of
+    /// its payload (the preview script, `lua/preview.lua`: the reply is bounded whatever
+    /// the payloads' size), and the whole payload's length; `None` for an id whose hash
+    /// is absent or whose job key holds another type.
+    pub async fn previews(&self, ids: &[&[u8]], n: usize) -> Result<Vec<Option<(JobInfo, usize)>>> {
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(MAX_BATCH) {
+            if chunk.iter().any(|id| id.is_empty()) {
+                return Err(Error::InvalidArgument {
+                    what: "job id",
+                    reason: "must not be empty".into(),
+                });
+            }
+            let keys: Vec<Vec<u8>> = chunk.iter().map(|id| self.keys.job_key(id)).collect();
+            let mut cmd = self.script_cmd(&SCRIPTS.preview, &keys);
+            cmd.arg(n);
+            let Value::Array(jobs) = self.run(&SCRIPTS.preview, &cmd).await? else {
+                return Err(self.protocol("preview", "not an array"));
+            };
+            if jobs.len() != chunk.len() {
+                return Err(self.protocol("preview", format!("{} replies", jobs.len())));
+            }
+            for (id, job) in chunk.iter().zip(jobs) {
+                let Value::Array(items) = job else {
+                    return Err(self.protocol("preview", format!("{job:?}")));
+                };
+                if items.is_empty() {
+                    out.push(None);
+                    continue;
+                }
+                let bytes = |v: &Value| match v {
+                    Value::BulkString(b) => b.clone(),
+                    Value::SimpleString(s) => s.clone().into_bytes(),
+                    Value::Int(i) => i.to_string().into_bytes(),
+                    _ => Vec::new(),
+                };
+                let len = match items.first() {
+                    Some(Value::Int(len)) => *len,
+                    other => return Err(self.protocol("preview", format!("{other:?}"))),
+                };
+                let mut fields: HashMap<String, Vec<u8>> = items[2..]
+                    .chunks(2)
+                    .filter(|pair| pair.len() == 2)
+                    .map(|pair| {
+                        (
+                            String::from_utf8_lossy(&bytes(&pair[0])).into_owned(),
+                            bytes(&pair[1]),
+                        )
+                    })
+                    .collect();
+                if len >= 0 {
+                    fields.insert("payload".into(), bytes(&items[1]));
+                }
+                out.push(Some((info_from_fields(id, &fields), len.max(0) as usize)));
+            }
+        }
+        Ok(out)
     }
 
     /// Ids of dead jobs, oldest death first, with their time of death (ms).
@@ -1681,6 +1713,38 @@ fn check_count(what: &'static str, n: usize) -> Result<()> {
             what,
             reason: format!("{n} is not between 1 and {MAX_BATCH}"),
         })
+    }
+}
+
+/// A job's hash, read as its fields, as [`JobInfo`].
+fn info_from_fields(id: &[u8], fields: &HashMap<String, Vec<u8>>) -> JobInfo {
+    let text = |name: &str| {
+        fields
+            .get(name)
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    };
+    let int = |name: &str| text(name).and_then(|v| v.parse::<i64>().ok());
+    // claimed_at and the worker are in the claim_token of the last lease; a job of the
+    // older layout has them as fields of their own.
+    let lease = fields.get("claim_token").and_then(|t| parse_claim_token(t));
+    JobInfo {
+        id: id.into(),
+        payload: fields
+            .get("payload")
+            .map(|p| Bytes::from(p.clone()))
+            .unwrap_or_default(),
+        // A job enqueued ready holds only its payload: no status means pending.
+        status: text("status").or_else(|| {
+            fields
+                .contains_key("payload")
+                .then(|| JobStatus::Pending.as_str().to_string())
+        }),
+        attempts: int("attempts").unwrap_or(0).max(0) as u32,
+        enqueued_at: int("enqueued_at"),
+        claimed_at: int("claimed_at").or(lease.as_ref().map(|l| l.0)),
+        lease_until: int("lease_until"),
+        last_error: text("last_error"),
+        worker: text("worker").or(lease.map(|l| l.1)),
     }
 }
 

@@ -27,6 +27,7 @@ mod sentinel;
 mod settings;
 mod stats;
 mod types;
+pub mod view;
 
 pub(crate) use client::within_window;
 pub use client::{

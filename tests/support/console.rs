@@ -112,6 +112,33 @@ impl Ui {
         serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {path}: {e}: {body}"))
     }
 
+    /// The CSRF token the pages carry (every POST needs it).
+    pub fn csrf(&self) -> String {
+        let (_, page) = self.get("/");
+        page.split("name=\"csrf-token\" content=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .expect("the page carries a CSRF token")
+            .to_string()
+    }
+
+    /// A JSON POST with the page's CSRF token: status and body as JSON.
+    pub fn post_json(&self, path: &str, body: &Value) -> (u16, Value) {
+        let csrf = self.csrf();
+        let (code, reply) = http(
+            &self.addr,
+            "POST",
+            path,
+            &[
+                ("Content-Type", "application/json"),
+                ("X-CSRF-Token", csrf.as_str()),
+            ],
+            &body.to_string(),
+        );
+        let value = serde_json::from_str(&reply).unwrap_or(Value::String(reply));
+        (code, value)
+    }
+
     /// The snapshot once it has been refreshed after `after_ms` (this host's clock).
     pub fn overview_after(&self, after_ms: i64) -> Value {
         Wait::for_("a console refresh after the set-up").until_blocking(|| {

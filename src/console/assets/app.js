@@ -47,7 +47,26 @@ async function post(path, body) {
 const qs = (o) => new URLSearchParams(o).toString();
 const queueLink = (id) => `/queue?${qs({ q: id })}`;
 const deadLink = (id) => `/dead?${qs({ q: id })}`;
-const jobLink = (q, id) => `/job?${qs({ q, id })}`;
+// A job's link names its id by its bytes in hex, so two ids that look alike never share
+// a page (and an id with control characters or bytes that are not UTF-8 has one).
+const jobLink = (q, idHex) => `/job?${qs({ q, id_hex: idHex })}`;
+
+// A job's id as shown: its text, or `hex:…` (styled apart) when the text would be
+// ambiguous; the link carries the exact bytes.
+function idLink(q, j) {
+  return h("a", {
+    href: jobLink(q, j.id_hex),
+    class: j.id_plain ? null : "hexid",
+    title: j.id_plain ? null : "this id is not plain text: shown as its bytes in hex",
+  }, j.id_shown);
+}
+
+// The lookup form's text: `hex:…` names an id by its bytes, anything else is the id.
+function lookupLink(q, text) {
+  const m = /^hex:([0-9a-fA-F]+)$/.exec(text);
+  if (m && m[1].length % 2 === 0) return jobLink(q, m[1].toLowerCase());
+  return `/job?${qs({ q, id: text })}`;
+}
 
 function fmtTime(ms) {
   if (ms === null || ms === undefined) return "-";
@@ -210,7 +229,7 @@ function payloadCell(job) {
   return h("td", {},
     h("pre", { class: "payload" }, job.payload),
     job.payload_truncated
-      ? h("a", { href: `/api/payload?${qs({ q: job.queue_id, id: job.id })}` }, `download all ${job.payload_bytes} bytes`)
+      ? h("a", { href: `/api/payload?${qs({ q: job.queue_id, id_hex: job.id_hex })}` }, `download all ${job.payload_bytes} bytes`)
       : null);
 }
 
@@ -249,7 +268,7 @@ async function queuePage() {
         h("thead", {}, h("tr", {}, h("th", {}, "#"), h("th", {}, "id"), h("th", { class: "num" }, "attempts"), h("th", {}, "enqueued"), h("th", {}, "payload"))),
         h("tbody", {}, d.pending.map((j, i) => h("tr", {},
           h("td", {}, String(offset + i + 1)),
-          h("td", {}, h("a", { href: jobLink(id, j.id) }, j.id)),
+          h("td", {}, idLink(id, j)),
           h("td", { class: "num" }, String(j.attempts)),
           h("td", {}, fmtTime(j.enqueued_at)),
           payloadCell(j))))),
@@ -257,7 +276,7 @@ async function queuePage() {
       h("table", { id: "leases" },
         h("thead", {}, h("tr", {}, h("th", {}, "id"), h("th", {}, "worker"), h("th", { class: "num" }, "attempt"), h("th", {}, "time left"), h("th", {}, "payload"))),
         h("tbody", {}, d.leases.map((j) => h("tr", {},
-          h("td", {}, h("a", { href: jobLink(id, j.id) }, j.id)),
+          h("td", {}, idLink(id, j)),
           h("td", {}, j.worker || "-"),
           h("td", { class: "num" }, String(j.attempts)),
           j.lease_left_ms < 0
@@ -268,7 +287,7 @@ async function queuePage() {
       h("table", { id: "delayed" },
         h("thead", {}, h("tr", {}, h("th", {}, "id"), h("th", {}, "due"), h("th", { class: "num" }, "attempts"), h("th", {}, "payload"))),
         h("tbody", {}, d.delayed.map((j) => h("tr", {},
-          h("td", {}, h("a", { href: jobLink(id, j.id) }, j.id)),
+          h("td", {}, idLink(id, j)),
           h("td", {}, `${fmtTime(j.run_at)} (${j.due_in_ms >= 0 ? "in " + fmtDur(j.due_in_ms) : "due"})`),
           h("td", { class: "num" }, String(j.attempts)),
           payloadCell(j))))),
@@ -280,22 +299,41 @@ async function queuePage() {
 
 // --- Dead letters -----------------------------------------------------------------
 
+// A time typed as `YYYY-MM-DD HH:MM[:SS]` (UTC) or a datetime-local value, as ms; NaN
+// when it is not one.
+function parseUtc(text) {
+  const t = text.trim().replace(" ", "T").replace(/\s*UTC$/i, "").replace(/Z$/, "");
+  return /^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d+)?)?)?$/.test(t) ? Date.parse(`${t.length === 10 ? t + "T23:59:59.999" : t}Z`) : NaN;
+}
+
 async function deadPage() {
   const id = params.get("q");
   document.title = `jobqueue: dead letters of ${id}`;
-  let offset = 0;
   let search = params.get("search") || "";
+  let before = null;          // jump to a time: ms, or null for the newest
+  let cursor = "";            // where this page starts ("" = from `before`)
+  const back = [];            // the cursors of the pages before, for "newer"
   let notice = null;
-  const selected = new Set();
+  const selected = new Set(); // ids by their bytes in hex
 
+  // A write: the dry run counts the exact set; the write sends that set (the matches'
+  // ids, or all that died up to the dry run's newest death), never "whatever is dead".
   const act = async (verb, body, what) => {
     const path = `/api/dead/${verb}`;
     try {
       const dry = await post(path, { q: id, ...body, dry_run: true });
       const doing = verb === "redrive" ? "Redrive" : "Purge for good";
       const whither = verb === "redrive" ? " back to pending" : "";
+      if (dry.would === 0) {
+        notice = `no dead job to ${verb} (${what})`;
+        await load();
+        return;
+      }
       if (!confirm(`${doing} ${dry.would} dead job${dry.would === 1 ? "" : "s"} (${what})${whither}?`)) return;
-      const done = await post(path, { q: id, ...body });
+      let send = body;
+      if (body.search !== undefined) send = { ids_hex: dry.ids_hex };
+      else if (body.all) send = { all: true, until_ms: dry.until_ms, count: dry.would };
+      const done = await post(path, { q: id, ...send });
       notice = `${done.verb} ${done.done} dead job${done.done === 1 ? "" : "s"}`;
       selected.clear();
       await load();
@@ -304,43 +342,83 @@ async function deadPage() {
     }
   };
 
+  const go = (c) => { cursor = c; load().catch(fail); };
+  const restart = () => { cursor = ""; back.length = 0; load().catch(fail); };
+
   const load = async () => {
-    const d = await api(`/api/dead?${qs({ q: id, offset, limit: 20, search })}`);
+    const query = { q: id, limit: 20, search };
+    if (cursor) query.cursor = cursor;
+    else if (before !== null) query.before_ms = before;
+    const d = await api(`/api/dead?${qs(query)}`);
     const q = d.queue;
-    const input = h("input", { type: "search", id: "dead-search", value: search, placeholder: "id or error text" });
-    const form = h("form", { class: "toolbar", onsubmit: (e) => { e.preventDefault(); search = input.value; offset = 0; load().catch(fail); } },
+    const writes = WRITES && d.writes;
+    const input = h("input", { type: "search", id: "dead-search", value: search, placeholder: "id, error or payload text" });
+    const form = h("form", { class: "toolbar", onsubmit: (e) => { e.preventDefault(); search = input.value; restart(); } },
       input, h("button", { type: "submit", id: "dead-search-go" }, "Search"),
-      search ? h("button", { type: "button", onclick: () => { search = ""; offset = 0; load().catch(fail); } }, "clear") : null);
-    const tools = WRITES && d.writes ? h("div", { class: "toolbar" },
-      h("button", { class: "primary", id: "redrive-selected", onclick: () => selected.size && act("redrive", { ids: [...selected] }, "selected") }, "Redrive selected"),
-      h("button", { class: "danger", id: "purge-selected", onclick: () => selected.size && act("purge", { ids: [...selected] }, "selected") }, "Purge selected"),
-      h("button", { class: "primary", id: "redrive-all", onclick: () => act("redrive", { all: true }, "all") }, "Redrive all"),
-      h("button", { class: "danger", id: "purge-all", onclick: () => act("purge", { all: true }, "all") }, "Purge all"))
+      search ? h("button", { type: "button", onclick: () => { search = ""; restart(); } }, "clear") : null);
+    const jump = h("input", { id: "dead-jump", placeholder: "YYYY-MM-DD HH:MM:SS (UTC)", value: before === null ? "" : fmtTime(before).replace(" UTC", ""), "aria-label": "died at or before" });
+    const jumpForm = h("form", { class: "toolbar", onsubmit: (e) => {
+      e.preventDefault();
+      const text = jump.value.trim();
+      if (!text) { before = null; restart(); return; }
+      const ms = parseUtc(text);
+      if (Number.isNaN(ms)) { fail(new Error(`"${text}" is not a time: YYYY-MM-DD HH:MM:SS (UTC)`)); return; }
+      before = ms;
+      restart();
+    } }, h("span", { class: "muted" }, "died at or before"), jump, h("button", { type: "submit", id: "dead-jump-go" }, "Go"),
+      before !== null ? h("button", { type: "button", onclick: () => { before = null; restart(); } }, "newest") : null);
+    const tools = writes ? h("div", { class: "toolbar" },
+      h("button", { class: "primary", id: "redrive-selected", onclick: () => selected.size && act("redrive", { ids_hex: [...selected] }, "selected") }, "Redrive selected"),
+      h("button", { class: "danger", id: "purge-selected", onclick: () => selected.size && act("purge", { ids_hex: [...selected] }, "selected") }, "Purge selected"),
+      search
+        ? [h("button", { class: "primary", id: "redrive-matches", onclick: () => act("redrive", { search }, `every match of "${search}"`) }, "Redrive all matches"),
+          h("button", { class: "danger", id: "purge-matches", onclick: () => act("purge", { search }, `every match of "${search}"`) }, "Purge all matches")]
+        : [h("button", { class: "primary", id: "redrive-all", onclick: () => act("redrive", { all: true }, "all") }, "Redrive all"),
+          h("button", { class: "danger", id: "purge-all", onclick: () => act("purge", { all: true }, "all") }, "Purge all")])
       : h("p", { class: "muted" }, "Read-only: start the console with --allow-writes to redrive or purge.");
+    const boxes = [];
     const rows = d.jobs.map((j) => {
       j.queue_id = id;
-      return h("tr", { "data-job": j.id },
-        WRITES && d.writes ? h("td", {}, h("input", {
-          type: "checkbox", "aria-label": `select ${j.id}`, checked: selected.has(j.id),
-          onchange: (e) => (e.target.checked ? selected.add(j.id) : selected.delete(j.id)),
-        })) : null,
-        h("td", {}, h("a", { href: jobLink(id, j.id) }, j.id)),
+      const box = writes ? h("input", {
+        type: "checkbox", "aria-label": `select ${j.id_shown}`, checked: selected.has(j.id_hex),
+        "data-id-hex": j.id_hex,
+        onchange: (e) => (e.target.checked ? selected.add(j.id_hex) : selected.delete(j.id_hex)),
+      }) : null;
+      if (box) boxes.push(box);
+      return h("tr", { "data-job": j.id_shown, "data-id-hex": j.id_hex },
+        writes ? h("td", {}, box) : null,
+        h("td", {}, idLink(id, j)),
         h("td", {}, fmtTime(j.died_at)),
         h("td", { class: "num" }, String(j.attempts)),
         h("td", {}, h("pre", { class: "payload" }, j.last_error || "-")),
         payloadCell(j));
     });
+    // Select every job of this page (the search's matches beyond it: "… all matches").
+    const all = writes ? h("input", {
+      type: "checkbox", id: "select-page", "aria-label": "select every job of this page",
+      checked: boxes.length > 0 && boxes.every((b) => b.checked),
+      onchange: (e) => {
+        for (const b of boxes) {
+          b.checked = e.target.checked;
+          if (b.checked) selected.add(b.dataset.idHex); else selected.delete(b.dataset.idHex);
+        }
+      },
+    }) : null;
     const total = q.counts ? q.counts.dead : 0;
+    const pager = h("div", { class: "pager" },
+      h("button", { id: "dead-newer", disabled: back.length === 0, onclick: () => go(back.pop()) }, "‹ newer"),
+      h("span", { class: "muted" }, d.jobs.length ? `${d.jobs.length} shown, newest death first` : "none"),
+      h("button", { id: "dead-older", disabled: !d.next_cursor, onclick: () => { back.push(cursor); go(d.next_cursor); } }, "older ›"));
     main(
       h("h1", {}, `Dead letters of ${id}`, " ", h("a", { href: queueLink(id), class: "muted" }, "← queue")),
       h("p", { id: "dead-total" }, d.search
-        ? `${d.matched} of the ${d.scanned} dead jobs looked at match "${d.search}"${d.search_truncated ? " (search stopped at the cap)" : ""}`
+        ? `${d.jobs.length} of the ${d.looked_at} dead jobs looked at match "${d.search}"${d.next_cursor ? " (older ones: older ›)" : ""}, of ${total} dead jobs`
         : `${total} dead jobs`),
       notice ? h("p", { class: "notice", id: "notice" }, notice) : null,
-      form, tools,
-      pager(offset, d.limit, d.jobs.length, (o) => { offset = o; load().catch(fail); }),
+      form, jumpForm, tools,
+      pager,
       h("table", { id: "dead" },
-        h("thead", {}, h("tr", {}, WRITES && d.writes ? h("th", {}, "") : null, h("th", {}, "id"), h("th", {}, "died"), h("th", { class: "num" }, "attempts"), h("th", {}, "last error"), h("th", {}, "payload"))),
+        h("thead", {}, h("tr", {}, writes ? h("th", {}, all) : null, h("th", {}, "id"), h("th", {}, "died"), h("th", { class: "num" }, "attempts"), h("th", {}, "last error"), h("th", {}, "payload"))),
         h("tbody", {}, rows)));
   };
   try {
@@ -355,23 +433,26 @@ async function deadPage() {
 
 async function jobPage() {
   const q = params.get("q");
-  const id = params.get("id");
-  document.title = `jobqueue: job ${id}`;
+  // The id by its bytes in hex (the pages' links), or as text (the lookup form).
+  const named = params.has("id_hex") ? { id_hex: params.get("id_hex") } : { id: params.get("id") };
+  const asked = named.id_hex !== undefined ? `hex:${named.id_hex}` : named.id;
+  document.title = `jobqueue: job ${asked}`;
   let notice = null;
   const load = async () => {
     let j;
     try {
-      j = await api(`/api/job?${qs({ q, id })}`);
+      j = await api(`/api/job?${qs({ q, ...named })}`);
     } catch (err) {
-      main(h("h1", {}, `Job ${id}`), notice ? h("p", { class: "notice", id: "notice" }, notice) : null,
+      main(h("h1", {}, `Job ${asked}`), notice ? h("p", { class: "notice", id: "notice" }, notice) : null,
         h("p", { class: "error", id: "job-error" }, err.message));
       return;
     }
+    const id = j.id_shown;
     const act = async (verb) => {
       const what = verb === "redrive" ? "Redrive this job back to pending?" : "Purge this job and its payload for good?";
       if (!confirm(what)) return;
       try {
-        const done = await post(`/api/dead/${verb}`, { q, ids: [id] });
+        const done = await post(`/api/dead/${verb}`, { q, ids_hex: [j.id_hex] });
         notice = `${done.verb} ${done.done} dead job${done.done === 1 ? "" : "s"}`;
         await load();
       } catch (err) {
@@ -392,11 +473,11 @@ async function jobPage() {
       ["last error", h("pre", { class: "payload", id: "job-error-text" }, j.last_error || "-")],
       ["payload", h("div", {},
         h("pre", { class: "payload", id: "job-payload" }, j.payload),
-        h("a", { href: `/api/payload?${qs({ q, id })}`, id: "job-download" },
+        h("a", { href: `/api/payload?${qs({ q, id_hex: j.id_hex })}`, id: "job-download" },
           j.payload_truncated ? `download all ${j.payload_bytes} bytes (preview above)` : `download (${j.payload_bytes} bytes)`))],
     ].filter(Boolean);
     main(
-      h("h1", {}, `Job ${id}`),
+      h("h1", {}, "Job ", h("span", { id: "job-id", class: j.id_plain ? null : "hexid" }, id)),
       notice ? h("p", { class: "notice", id: "notice" }, notice) : null,
       h("dl", { class: "kv", id: "job" }, rows.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
       j.actions.length ? h("div", { class: "toolbar" },
@@ -422,7 +503,7 @@ async function header() {
   form.addEventListener("submit", (e) => {
     e.preventDefault();
     const id = document.getElementById("lookup-id").value.trim();
-    if (id) location.href = jobLink(select.value, id);
+    if (id) location.href = lookupLink(select.value, id);
   });
   try {
     const o = await api("/api/overview");
