@@ -85,7 +85,8 @@ impl JobView {
 
     /// The job as one JSON object: the hash's fields (`payload` cut as asked, with
     /// `payload_bytes` and `payload_truncated`; `payload_hex` when not UTF-8; `id_hex`
-    /// when the id is not UTF-8), `died_at`, and `run_at` / `due_in_ms` or
+    /// when text output shows the id as `hex:…`: not UTF-8, a control character, or text
+    /// beginning with `hex:`), `died_at`, and `run_at` / `due_in_ms` or
     /// `lease_left_ms` by status.
     pub fn json(&self, payload: Payload) -> serde_json::Result<serde_json::Value> {
         let mut value = serde_json::to_value(&self.info)?;
@@ -93,7 +94,7 @@ impl JobView {
         let Some(obj) = value.as_object_mut() else {
             return Ok(value);
         };
-        if self.info.id.as_str().is_none() {
+        if !self.info.id.is_plain() {
             obj.insert("id_hex".into(), hex::encode(self.info.id.as_bytes()).into());
         }
         obj.insert(
