@@ -352,9 +352,8 @@ async fn the_api_guards_hosts_tokens_and_payloads() {
     let queue = Queue::new(redis, "jq", TAG).unwrap();
     fill(&queue).await;
     let dir = tempfile::tempdir().unwrap();
-    let token_file = dir.path().join("token");
     let token = "s3cret-token-0123456789";
-    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    let token_file = support::console::token_file(dir.path(), token);
     let ui = Ui::start(
         &url,
         &[
@@ -898,8 +897,7 @@ fn beyond_loopback_the_console_needs_a_token() {
     assert!(err.contains("add --token-file"), "{err}");
     // A token too short to guard anything is refused too, without printing it.
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("token");
-    std::fs::write(&file, "short-tok\n").unwrap();
+    let file = support::console::token_file(dir.path(), "short-tok");
     let out = Command::new(BIN)
         .args(["ui", "--bind", "0.0.0.0", "--port", "0", "--token-file"])
         .arg(&file)

@@ -1,7 +1,8 @@
 //! Every error of the API is JSON, `{"error": "..."}`, as docs/console.md says: the
 //! handlers' own are; this layer turns the rest (an unknown route, a wrong method, a
 //! body that is not the JSON or form expected, or too large, a bad query string) into
-//! the same shape, keeping the status and the reason.
+//! the same shape, keeping the status and the reason. A body announced larger than
+//! [`MAX_BODY`] is refused before it is read.
 
 use axum::body::to_bytes;
 use axum::extract::Request;
@@ -11,6 +12,9 @@ use axum::response::Response;
 
 /// The most of a plain-text error body kept as the message.
 const MAX_MESSAGE: usize = 4096;
+/// The largest request body taken (axum's own limit for JSON and forms): one announced
+/// larger is refused before any of it is read.
+pub const MAX_BODY: u64 = 2 << 20;
 
 fn is_json(response: &Response) -> bool {
     response
@@ -24,6 +28,17 @@ fn is_json(response: &Response) -> bool {
 pub async fn json_errors(req: Request, next: Next) -> Response {
     let path = req.uri().path().to_string();
     let method = req.method().clone();
+    let announced = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(length) = announced.filter(|l| *l > MAX_BODY) {
+        return super::guard::error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the request body is {length} bytes: at most {MAX_BODY} are taken"),
+        );
+    }
     let response = next.run(req).await;
     let status = response.status();
     if !path.starts_with("/api/") || !(status.is_client_error() || status.is_server_error()) {

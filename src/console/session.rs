@@ -27,13 +27,28 @@ struct Session {
 }
 
 /// The sessions of the logins so far.
-#[derive(Default)]
 pub struct Sessions {
     map: Mutex<HashMap<String, Session>>,
     serial: std::sync::atomic::AtomicU64,
+    ttl: Duration,
+}
+
+impl Default for Sessions {
+    fn default() -> Sessions {
+        Sessions::new(SESSION_TTL)
+    }
 }
 
 impl Sessions {
+    /// Sessions that last `ttl` from their login.
+    pub fn new(ttl: Duration) -> Sessions {
+        Sessions {
+            map: Mutex::default(),
+            serial: Default::default(),
+            ttl,
+        }
+    }
+
     /// A new session: its id (128 random bits, hex) and its serial number.
     pub fn create(&self) -> (String, u64) {
         let id = crate::queue::new_token();
@@ -55,7 +70,7 @@ impl Sessions {
         map.insert(
             id.clone(),
             Session {
-                expires: now + SESSION_TTL,
+                expires: now + self.ttl,
                 serial,
             },
         );
@@ -153,6 +168,10 @@ mod tests {
         assert_eq!(sessions.check(&a), None);
         assert_eq!(sessions.check(&b), Some(sb));
         assert_eq!(sessions.check("not-a-session"), None);
+        // An expired session is no session.
+        let short = Sessions::new(Duration::ZERO);
+        let (c, _) = short.create();
+        assert_eq!(short.check(&c), None);
     }
 
     #[test]
