@@ -272,6 +272,7 @@ async fn the_console_in_a_browser_shows_counts_finds_and_redrives_dead_jobs() {
     );
     assert_eq!(seen["purge_notice"], "purged 2 dead jobs");
     assert_eq!(seen["dead_rows_after_purge"], 0);
+    assert_eq!(seen["dead_empty_row"][0], "empty: no dead job here", "{seen}");
     let after = queue.stats().await.unwrap();
     assert_eq!(
         (after.dead, after.pending, after.redriven, after.purged),
@@ -754,6 +755,7 @@ async fn with_kubernetes_each_jobqueue_is_read_through_the_secrets_its_spec_name
         child,
         addr,
         stderr,
+        log: Default::default(),
     };
     let o = Wait::for_("both JobQueues read").until_blocking(|| {
         let o = ui.get_json("/api/overview");
