@@ -481,8 +481,13 @@ impl RedisArgs {
             return Err(crate::queue::Error::InvalidArgument {
                 what,
                 reason: format!(
-                    "it is given and the Redis URL carries a password too: give the \
-                     password once, in the URL or in {what}"
+                    "it is {} and the Redis URL carries a password too: give the \
+                     password once, in the URL or in {what}",
+                    if self.redis_password_file.is_some() {
+                        "given"
+                    } else {
+                        "set"
+                    }
                 ),
             });
         }
