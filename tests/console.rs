@@ -272,7 +272,10 @@ async fn the_console_in_a_browser_shows_counts_finds_and_redrives_dead_jobs() {
     );
     assert_eq!(seen["purge_notice"], "purged 2 dead jobs");
     assert_eq!(seen["dead_rows_after_purge"], 0);
-    assert_eq!(seen["dead_empty_row"][0], "empty: no dead job here", "{seen}");
+    assert_eq!(
+        seen["dead_empty_row"][0], "empty: no dead job here",
+        "{seen}"
+    );
     let after = queue.stats().await.unwrap();
     assert_eq!(
         (after.dead, after.pending, after.redriven, after.purged),

@@ -15,9 +15,7 @@ use std::time::Duration;
 
 use jobqueue::queue::{Backoff, FailMode, NewJob, Queue};
 use serde_json::Value;
-use support::console::{
-    BIN, Reply, Ui, drive_with, ensure_browser, raw_http, request, token_file,
-};
+use support::console::{BIN, Reply, Ui, drive_with, ensure_browser, raw_http, request, token_file};
 use support::eventually::Wait;
 use support::redis::{RedisServer, free_port};
 
@@ -26,13 +24,21 @@ use support::redis::{RedisServer, free_port};
 const BOUND: Duration = Duration::from_secs(30);
 
 fn get(ui: &Ui, path: &str, headers: &[(&str, &str)]) -> Reply {
-    raw_http(&ui.addr, &request(&ui.addr, "GET", path, headers, b""), BOUND)
-        .unwrap_or_else(|| panic!("GET {path}: no reply within {BOUND:?}"))
+    raw_http(
+        &ui.addr,
+        &request(&ui.addr, "GET", path, headers, b""),
+        BOUND,
+    )
+    .unwrap_or_else(|| panic!("GET {path}: no reply within {BOUND:?}"))
 }
 
 fn post(ui: &Ui, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Reply {
-    raw_http(&ui.addr, &request(&ui.addr, "POST", path, headers, body), BOUND)
-        .unwrap_or_else(|| panic!("POST {path}: no reply within {BOUND:?}"))
+    raw_http(
+        &ui.addr,
+        &request(&ui.addr, "POST", path, headers, body),
+        BOUND,
+    )
+    .unwrap_or_else(|| panic!("POST {path}: no reply within {BOUND:?}"))
 }
 
 /// The CSRF token of the page shell (the shell needs `auth` when there is a token).
@@ -86,7 +92,12 @@ async fn idle_and_half_sent_connections_are_closed_and_cannot_stop_the_console()
     // closed by the console, by its default client timeout (10 s), within the bound.
     let mut idle = TcpStream::connect(&ui.addr).unwrap();
     let mut half = TcpStream::connect(&ui.addr).unwrap();
-    write!(half, "GET /api/overview HTTP/1.1\r\nHost: {}\r\nX-Slow: ", ui.addr).unwrap();
+    write!(
+        half,
+        "GET /api/overview HTTP/1.1\r\nHost: {}\r\nX-Slow: ",
+        ui.addr
+    )
+    .unwrap();
     assert!(
         closed_by_server(&mut idle),
         "an idle connection was still open after {BOUND:?}"
@@ -134,8 +145,7 @@ fn login(ui: &Ui, token: &str, extra: &[(&str, &str)]) -> Reply {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_login_is_a_session_of_its_own_that_expires_ends_at_logout_and_stays_on_its_port()
-{
+async fn each_login_is_a_session_of_its_own_that_expires_ends_at_logout_and_stays_on_its_port() {
     let server = RedisServer::start();
     server.queue("shop").await;
     let dir = tempfile::tempdir().unwrap();
@@ -175,7 +185,10 @@ async fn each_login_is_a_session_of_its_own_that_expires_ends_at_logout_and_stay
     assert_eq!(overview(&with(&name_a, &"ab".repeat(16))), 401);
     assert_eq!(overview(&with("jq_console", &value_a)), 401);
     let other = (port.parse::<u16>().unwrap() ^ 1).to_string();
-    assert_eq!(overview(&with(&format!("jq_console_{other}"), &value_a)), 401);
+    assert_eq!(
+        overview(&with(&format!("jq_console_{other}"), &value_a)),
+        401
+    );
     // Logout ends that session on the server (the cookie is also cleared); the other
     // login's session goes on.
     let cookie_a = with(&name_a, &value_a);
@@ -193,11 +206,18 @@ async fn each_login_is_a_session_of_its_own_that_expires_ends_at_logout_and_stay
             .any(|c| c.starts_with(&format!("{name_a}=;")) && c.contains("Max-Age=0")),
         "{out:?}"
     );
-    assert_eq!(overview(&cookie_a), 401, "a session was still valid after logout");
+    assert_eq!(
+        overview(&cookie_a),
+        401,
+        "a session was still valid after logout"
+    );
     assert_eq!(overview(&with(&name_b, &value_b)), 200);
     // The log says who logged in and out by session number, never the session id.
     let log = ui.stop();
-    assert!(log.contains("console login") && log.contains("console logout"), "{log}");
+    assert!(
+        log.contains("console login") && log.contains("console logout"),
+        "{log}"
+    );
     assert!(
         !log.contains(&value_a) && !log.contains(&value_b) && !log.contains(token),
         "{log}"
@@ -243,8 +263,15 @@ async fn logins_are_rate_limited_and_every_attempt_is_in_the_audit_log() {
         .filter(|v| v["event"] == "login_failed")
         .count();
     assert_eq!(failed, 7, "{log}");
-    assert!(audit.iter().all(|v| v["peer"].as_str().is_some_and(|p| p.starts_with("127.0.0.1:"))));
-    assert!(!log.contains("wrong-guess") && !log.contains(token), "{log}");
+    assert!(audit.iter().all(|v| {
+        v["peer"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("127.0.0.1:"))
+    }));
+    assert!(
+        !log.contains("wrong-guess") && !log.contains(token),
+        "{log}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -264,13 +291,20 @@ async fn every_api_error_is_json_and_writes_and_outages_are_audited() {
     );
     ui.overview_after(0);
     let token = csrf(&ui, &[]);
-    let json = [("Content-Type", "application/json"), ("X-CSRF-Token", token.as_str())];
+    let json = [
+        ("Content-Type", "application/json"),
+        ("X-CSRF-Token", token.as_str()),
+    ];
     let cases: Vec<(&str, Reply, u16)> = vec![
         ("unknown route", get(&ui, "/api/nothing-here", &[]), 404),
         ("wrong method", get(&ui, "/api/dead/redrive", &[]), 405),
         ("missing query", get(&ui, "/api/queue", &[]), 400),
         ("unknown queue", get(&ui, "/api/queue?q=nosuch", &[]), 404),
-        ("bad JSON", post(&ui, "/api/dead/redrive", &json, b"{not json"), 400),
+        (
+            "bad JSON",
+            post(&ui, "/api/dead/redrive", &json, b"{not json"),
+            400,
+        ),
         (
             "JSON of the wrong shape",
             post(&ui, "/api/dead/redrive", &json, b"{\"q\": 5}"),
@@ -281,17 +315,21 @@ async fn every_api_error_is_json_and_writes_and_outages_are_audited() {
             post(&ui, "/api/dead/redrive", &[("X-CSRF-Token", &token)], b"{}"),
             415,
         ),
-        ("too large a body", {
-            // Announced at 3 MiB, above the 2 MiB limit: refused before it is all sent.
-            let head = format!(
-                "POST /api/dead/redrive HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\
+        (
+            "too large a body",
+            {
+                // Announced at 3 MiB, above the 2 MiB limit: refused before it is all sent.
+                let head = format!(
+                    "POST /api/dead/redrive HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\
                  Content-Type: application/json\r\nX-CSRF-Token: {token}\r\n\
                  Content-Length: {}\r\n\r\n{{\"q\":\"",
-                ui.addr,
-                3 << 20
-            );
-            raw_http(&ui.addr, head.as_bytes(), BOUND).expect("a reply to a large body")
-        }, 413),
+                    ui.addr,
+                    3 << 20
+                );
+                raw_http(&ui.addr, head.as_bytes(), BOUND).expect("a reply to a large body")
+            },
+            413,
+        ),
     ];
     for (what, reply, code) in &cases {
         assert_eq!(reply.code, *code, "{what}: {reply:?}");
@@ -318,9 +356,25 @@ async fn every_api_error_is_json_and_writes_and_outages_are_audited() {
                 .collect::<Vec<_>>()
         }
     };
+    let refused = post(
+        &ui,
+        "/api/dead/purge",
+        &[("Content-Type", "application/json")],
+        b"{}",
+    );
+    assert_eq!(refused.code, 403, "{refused:?}");
     let writes = audit("write")(&ui.log());
     assert!(
-        writes.iter().any(|v| v["path"] == "/api/dead/redrive" && v["status"] == 200),
+        writes
+            .iter()
+            .any(|v| v["path"] == "/api/dead/purge" && v["status"] == 403),
+        "{}",
+        ui.log()
+    );
+    assert!(
+        writes
+            .iter()
+            .any(|v| v["path"] == "/api/dead/redrive" && v["status"] == 200),
         "{}",
         ui.log()
     );
@@ -367,7 +421,9 @@ fn a_token_file_others_can_read_is_refused_naming_file_and_mode() {
         assert_eq!(code, Some(2), "mode {mode:o}: {err}");
         let want = format!("readable by {who} (mode {mode:04o})");
         assert!(
-            err.contains(file.to_str().unwrap()) && err.contains(&want) && err.contains("chmod 600"),
+            err.contains(file.to_str().unwrap())
+                && err.contains(&want)
+                && err.contains("chmod 600"),
             "{err}"
         );
         assert!(!err.contains("s3cret-token"), "{err}");
@@ -397,7 +453,7 @@ fn a_redis_password_holding_url_delimiters_is_never_printed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_password_may_come_from_a_file_kept_out_of_ps() {
+async fn the_password_may_come_from_a_file_instead_of_the_url() {
     const PASSWORD: &str = "pa/ss?w#rd@-Zq9";
     let server = RedisServer::start_with(&["--requirepass", PASSWORD]);
     let dir = tempfile::tempdir().unwrap();
@@ -405,7 +461,14 @@ async fn the_password_may_come_from_a_file_kept_out_of_ps() {
     std::fs::write(&file, format!("{PASSWORD}\n")).unwrap();
     let url = format!("redis://127.0.0.1:{}", server.port);
     let out = Command::new(BIN)
-        .args(["stats", "--tag", "shop", "--redis", &url, "--redis-password-file"])
+        .args([
+            "stats",
+            "--tag",
+            "shop",
+            "--redis",
+            &url,
+            "--redis-password-file",
+        ])
         .arg(&file)
         .output()
         .unwrap();
@@ -414,14 +477,30 @@ async fn the_password_may_come_from_a_file_kept_out_of_ps() {
     // A wrong one: refused by Redis, and not printed.
     std::fs::write(&file, "not-the-password-Zq9\n").unwrap();
     let (code, err) = run_bounded(
-        &["stats", "--tag", "shop", "--redis", &url, "--redis-password-file", file.to_str().unwrap()],
+        &[
+            "stats",
+            "--tag",
+            "shop",
+            "--redis",
+            &url,
+            "--redis-password-file",
+            file.to_str().unwrap(),
+        ],
         &[],
     );
     assert_ne!(code, Some(0));
     assert!(!err.contains("not-the-password"), "{err}");
     // Given twice (the file and the environment): refused, naming both.
     let (code, err) = run_bounded(
-        &["stats", "--tag", "shop", "--redis", &url, "--redis-password-file", file.to_str().unwrap()],
+        &[
+            "stats",
+            "--tag",
+            "shop",
+            "--redis",
+            &url,
+            "--redis-password-file",
+            file.to_str().unwrap(),
+        ],
         &[("JOBQUEUE_REDIS_PASSWORD", PASSWORD)],
     );
     assert_eq!(code, Some(2), "{err}");
@@ -473,7 +552,10 @@ async fn long_tags_and_ids_stay_on_a_1280_px_screen_and_empty_states_are_said() 
     assert!(num("id_width") <= 420.0, "{seen}");
     // An unknown queue says so instead of "Loading…"; empty tables say they are empty.
     assert!(
-        seen["no_such_queue"].as_str().unwrap().contains("No such queue"),
+        seen["no_such_queue"]
+            .as_str()
+            .unwrap()
+            .contains("No such queue"),
         "{seen}"
     );
     let empty: Vec<&str> = seen["empty_rows"]
@@ -491,5 +573,9 @@ async fn long_tags_and_ids_stay_on_a_1280_px_screen_and_empty_states_are_said() 
         ],
         "{seen}"
     );
-    assert_eq!(seen["console_errors"].as_array().map(Vec::len), Some(0), "{seen}");
+    assert_eq!(
+        seen["console_errors"].as_array().map(Vec::len),
+        Some(0),
+        "{seen}"
+    );
 }

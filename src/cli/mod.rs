@@ -527,7 +527,11 @@ impl RedisArgs {
             return Err(invalid(format!(
                 "{} must hold the password on one line (it is {})",
                 path.display(),
-                if line.is_empty() { "empty" } else { "several lines" }
+                if line.is_empty() {
+                    "empty"
+                } else {
+                    "several lines"
+                }
             )));
         }
         Ok(Some(line.to_string()))

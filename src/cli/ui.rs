@@ -95,7 +95,11 @@ fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
             "--token-file: {} is readable by {} (mode {:04o}): a token file must be readable \
              by its owner only (chmod 600 {})",
             path.display(),
-            if mode & 0o004 != 0 { "everyone" } else { "its group" },
+            if mode & 0o004 != 0 {
+                "everyone"
+            } else {
+                "its group"
+            },
             mode & 0o7777,
             path.display()
         ))
@@ -118,7 +122,9 @@ pub async fn run(args: UiArgs) -> anyhow::Result<()> {
     if args.refresh < Duration::from_millis(100) {
         return Err(UsageError("--refresh must be at least 100ms".into()).into());
     }
-    if args.client_timeout < Duration::from_millis(100) || args.client_timeout > Duration::from_secs(3600) {
+    if args.client_timeout < Duration::from_millis(100)
+        || args.client_timeout > Duration::from_secs(3600)
+    {
         return Err(UsageError("--client-timeout must be from 100ms to 1h".into()).into());
     }
     if args.max_connections == Some(0) {

@@ -41,7 +41,10 @@ pub fn router(console: Arc<Console>) -> Router {
         .route("/queue", get(page))
         .route("/dead", get(page))
         .route("/job", get(page))
-        .route("/login", get(super::auth::login_page).post(super::auth::login))
+        .route(
+            "/login",
+            get(super::auth::login_page).post(super::auth::login),
+        )
         .route("/logout", axum::routing::post(super::auth::logout))
         .route("/assets/app.js", get(app_js))
         .route("/assets/app.css", get(app_css))
@@ -93,7 +96,14 @@ async fn page(State(console): State<Arc<Console>>) -> Html<String> {
                 &console.config.refresh.as_millis().to_string(),
             )
             .replace("{{source}}", &html_escape(&console.source.describe()))
-            .replace("{{auth}}", if console.config.token.is_some() { "true" } else { "false" }),
+            .replace(
+                "{{auth}}",
+                if console.config.token.is_some() {
+                    "true"
+                } else {
+                    "false"
+                },
+            ),
     )
 }
 

@@ -48,7 +48,9 @@ impl Logins {
         let until = |q: &VecDeque<Instant>, max: usize| {
             (q.len() >= max).then(|| WINDOW.saturating_sub(now.duration_since(q[q.len() - max])))
         };
-        let mine = ip.and_then(|ip| per.get(&ip)).and_then(|q| until(q, PER_CLIENT));
+        let mine = ip
+            .and_then(|ip| per.get(&ip))
+            .and_then(|q| until(q, PER_CLIENT));
         mine.or_else(|| until(all, IN_ALL))
     }
 
@@ -115,7 +117,11 @@ pub async fn login(
     let (id, serial) = console.sessions.create();
     audit::login(serial, peer);
     let mut response = Redirect::to("/").into_response();
-    let cookie = session::set_cookie(console.config.listen.port(), session::over_tls(&headers), &id);
+    let cookie = session::set_cookie(
+        console.config.listen.port(),
+        session::over_tls(&headers),
+        &id,
+    );
     if let Ok(value) = HeaderValue::from_str(&cookie) {
         response.headers_mut().insert(header::SET_COOKIE, value);
     }
@@ -132,7 +138,8 @@ pub async fn logout(
     let port = console.config.listen.port();
     let serial = session::session_id(&headers, port).and_then(|id| console.sessions.end(id));
     audit::logout(serial, peer.map(|Extension(ConnectInfo(p))| p));
-    let mut response = axum::Json(serde_json::json!({"done": true, "login": "/login"})).into_response();
+    let mut response =
+        axum::Json(serde_json::json!({"done": true, "login": "/login"})).into_response();
     for tls in [false, true] {
         if let Ok(value) = HeaderValue::from_str(&session::clear_cookie(port, tls)) {
             response.headers_mut().append(header::SET_COOKIE, value);

@@ -98,6 +98,32 @@ fn same_origin(headers: &HeaderMap) -> bool {
     !host.is_empty() && bare.eq_ignore_ascii_case(host)
 }
 
+/// Why a POST is refused: a read-only console (logout aside), a missing or wrong CSRF
+/// token, another origin.
+fn refuse_write(console: &Console, headers: &HeaderMap, path: &str) -> Option<Response> {
+    // Logging out changes nothing of the queues: a read-only console allows it.
+    if !console.config.allow_writes && path != "/logout" {
+        return Some(error(
+            StatusCode::FORBIDDEN,
+            "the console is read-only: start it with --allow-writes to redrive or purge",
+        ));
+    }
+    let token = headers.get(CSRF_HEADER).map(|v| v.as_bytes());
+    if !token.is_some_and(|t| same(t, console.csrf.as_bytes())) {
+        return Some(error(
+            StatusCode::FORBIDDEN,
+            "missing or wrong CSRF token (X-CSRF-Token): reload the page",
+        ));
+    }
+    if !same_origin(headers) {
+        return Some(error(
+            StatusCode::FORBIDDEN,
+            "the request comes from another origin",
+        ));
+    }
+    None
+}
+
 /// The middleware: Host, token, read-only, CSRF, then the route, then the headers.
 pub async fn guard(State(console): State<Arc<Console>>, req: Request, next: Next) -> Response {
     let mut response = check(&console, req, next).await;
@@ -143,39 +169,25 @@ async fn check(console: &Console, req: Request<Body>, next: Next) -> Response {
         );
     }
     if req.method() == Method::POST && path != "/login" {
-        // Logging out changes nothing of the queues: a read-only console allows it.
-        if !console.config.allow_writes && path != "/logout" {
-            return error(
-                StatusCode::FORBIDDEN,
-                "the console is read-only: start it with --allow-writes to redrive or purge",
-            );
+        let refused = refuse_write(console, headers, &path);
+        if path == "/logout" && refused.is_none() {
+            return next.run(req).await;
         }
-        let token = headers.get(CSRF_HEADER).map(|v| v.as_bytes());
-        if !token.is_some_and(|t| same(t, console.csrf.as_bytes())) {
-            return error(
-                StatusCode::FORBIDDEN,
-                "missing or wrong CSRF token (X-CSRF-Token): reload the page",
-            );
-        }
-        if !same_origin(headers) {
-            return error(
-                StatusCode::FORBIDDEN,
-                "the request comes from another origin",
-            );
-        }
-        if path != "/logout" {
-            let peer = super::server::peer(&req);
-            let method = req.method().to_string();
-            let response = next.run(req).await;
-            super::audit::write(
-                &method,
-                &path,
-                response.status().as_u16(),
-                who.as_deref().unwrap_or("-"),
-                peer,
-            );
-            return response;
-        }
+        // Every write, refused or done, is an audit line.
+        let peer = super::server::peer(&req);
+        let method = req.method().to_string();
+        let response = match refused {
+            Some(refused) => refused,
+            None => next.run(req).await,
+        };
+        super::audit::write(
+            &method,
+            &path,
+            response.status().as_u16(),
+            who.as_deref().unwrap_or("-"),
+            peer,
+        );
+        return response;
     }
     next.run(req).await
 }

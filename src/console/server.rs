@@ -87,11 +87,9 @@ impl Conn {
     }
 
     fn quiet_for(&self) -> Duration {
-        self.opened
-            .elapsed()
-            .saturating_sub(Duration::from_millis(
-                self.last_io_ms.load(Ordering::Relaxed),
-            ))
+        self.opened.elapsed().saturating_sub(Duration::from_millis(
+            self.last_io_ms.load(Ordering::Relaxed),
+        ))
     }
 
     fn close(&self) {
@@ -223,12 +221,7 @@ fn too_slow() -> Response {
 
 /// Serve `app` on `listener` within `limits` until `shutdown`; then let the requests
 /// in flight finish (5 s at most).
-pub async fn run(
-    listener: TcpListener,
-    app: Router,
-    limits: Limits,
-    shutdown: CancellationToken,
-) {
+pub async fn run(listener: TcpListener, app: Router, limits: Limits, shutdown: CancellationToken) {
     let registry = Arc::new(Registry::default());
     let tasks = TaskTracker::new();
     let cap = limits.max_connections.max(1);

@@ -267,12 +267,14 @@ fn split_userinfo(one: &str) -> (Option<&str>, Option<&str>, &str) {
 /// joined with the next, so a password holding a comma stays in its URL.
 pub(crate) fn split_urls(list: &str) -> Vec<&str> {
     let starts_url = |text: &str| {
-        text.trim_start().split_once("://").is_some_and(|(scheme, _)| {
-            !scheme.is_empty()
-                && scheme
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
-        })
+        text.trim_start()
+            .split_once("://")
+            .is_some_and(|(scheme, _)| {
+                !scheme.is_empty()
+                    && scheme
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+            })
     };
     let mut cuts = vec![0];
     for (i, _) in list.match_indices(',') {

@@ -245,7 +245,13 @@ pub fn raw_http(addr: &str, request: &[u8], wait: std::time::Duration) -> Option
 }
 
 /// A complete HTTP/1.1 request with `Host` the console's address, `Connection: close`.
-pub fn request(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
+pub fn request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Vec<u8> {
     let mut req = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
