@@ -144,6 +144,8 @@ async fn main() {
         token: None,
         refresh: REFRESH,
         history: Duration::from_secs(60),
+        client_timeout: Duration::from_secs(10),
+        max_connections: console::server::default_max_connections(),
     };
     let source = Source::redis(redis, "jq", None, Durability::Primary, REFRESH);
     let (addr, server_task) = console::serve(config, source, shutdown.clone())

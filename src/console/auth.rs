@@ -23,10 +23,13 @@ const PER_CLIENT: usize = 5;
 const IN_ALL: usize = 50;
 const WINDOW: Duration = Duration::from_secs(60);
 
+/// When failed logins happened, oldest first.
+type Times = VecDeque<Instant>;
+
 /// The failed logins of the last [`WINDOW`], per client address and in all.
 #[derive(Default)]
 pub struct Logins {
-    failed: Mutex<(HashMap<IpAddr, VecDeque<Instant>>, VecDeque<Instant>)>,
+    failed: Mutex<(HashMap<IpAddr, Times>, Times)>,
 }
 
 impl Logins {

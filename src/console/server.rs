@@ -189,6 +189,9 @@ impl AsyncWrite for Tracked {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        // One task polls both halves: a write stuck on a client that does not read is
+        // woken by a close too.
+        self.conn.waker.register(cx.waker());
         if self.conn.closing.load(Ordering::Relaxed) {
             return Poll::Ready(Err(closed()));
         }
