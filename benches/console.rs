@@ -150,6 +150,8 @@ async fn main() {
         token: None,
         refresh: REFRESH,
         history: Duration::from_secs(60),
+        client_timeout: Duration::from_secs(10),
+        max_connections: console::server::default_max_connections(),
     };
     let source = Source::redis(redis, "jq", None, Durability::Primary, REFRESH);
     let (addr, server_task) = console::serve(config, source, shutdown.clone())
@@ -208,6 +210,8 @@ async fn page_bytes(size: usize) {
         token: None,
         refresh: Duration::from_secs(3600),
         history: Duration::from_secs(60),
+        client_timeout: Duration::from_secs(10),
+        max_connections: console::server::default_max_connections(),
     };
     let source = Source::redis(
         redis,

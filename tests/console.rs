@@ -272,6 +272,10 @@ async fn the_console_in_a_browser_shows_counts_finds_and_redrives_dead_jobs() {
     );
     assert_eq!(seen["purge_notice"], "purged 2 dead jobs");
     assert_eq!(seen["dead_rows_after_purge"], 0);
+    assert_eq!(
+        seen["dead_empty_row"][0], "empty: no dead job here",
+        "{seen}"
+    );
     let after = queue.stats().await.unwrap();
     assert_eq!(
         (after.dead, after.pending, after.redriven, after.purged),
@@ -352,9 +356,8 @@ async fn the_api_guards_hosts_tokens_and_payloads() {
     let queue = Queue::new(redis, "jq", TAG).unwrap();
     fill(&queue).await;
     let dir = tempfile::tempdir().unwrap();
-    let token_file = dir.path().join("token");
     let token = "s3cret-token-0123456789";
-    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    let token_file = support::console::token_file(dir.path(), token);
     let ui = Ui::start(
         &url,
         &[
@@ -757,6 +760,7 @@ async fn with_kubernetes_each_jobqueue_is_read_through_the_secrets_its_spec_name
         child,
         addr,
         stderr,
+        log: Default::default(),
     };
     let o = Wait::for_("both JobQueues read").until_blocking(|| {
         let o = ui.get_json("/api/overview");
@@ -900,8 +904,7 @@ fn beyond_loopback_the_console_needs_a_token() {
     assert!(err.contains("add --token-file"), "{err}");
     // A token too short to guard anything is refused too, without printing it.
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("token");
-    std::fs::write(&file, "short-tok\n").unwrap();
+    let file = support::console::token_file(dir.path(), "short-tok");
     let out = Command::new(BIN)
         .args(["ui", "--bind", "0.0.0.0", "--port", "0", "--token-file"])
         .arg(&file)

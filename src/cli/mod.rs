@@ -255,7 +255,8 @@ const CONNECTION: &str = "Connection";
 pub struct RedisArgs {
     /// Redis URL (`redis://[user:password@]host:port[/db]`, `rediss://` for TLS; for a
     /// Cluster, seed nodes separated by commas). The password may come from
-    /// JOBQUEUE_REDIS_PASSWORD instead (not both).
+    /// JOBQUEUE_REDIS_PASSWORD or --redis-password-file instead (one of them), which
+    /// keeps it out of `ps` and needs no URL escaping.
     #[arg(
         long = "redis",
         help_heading = CONNECTION,
@@ -334,6 +335,11 @@ pub struct RedisArgs {
     /// See docs/operations.md, Durability.
     #[arg(long, help_heading = CONNECTION, env = "JOBQUEUE_DURABILITY", value_name = "SETTING")]
     pub durability: Option<String>,
+    /// A file holding the Redis nodes' password (one line; a final newline is not part
+    /// of it), instead of the URL's or JOBQUEUE_REDIS_PASSWORD: unlike a URL's, it is
+    /// not seen in `ps`, and needs no escaping of `/`, `?`, `#` or `@`.
+    #[arg(long, help_heading = CONNECTION, env = "JOBQUEUE_REDIS_PASSWORD_FILE", value_name = "FILE", hide_short_help = true)]
+    pub redis_password_file: Option<std::path::PathBuf>,
 }
 
 impl ConnectArgs {
@@ -448,6 +454,7 @@ impl RedisArgs {
                 }
             }
         }
+        let password = self.redis_password()?;
         if let Some(sentinels) = &self.sentinel {
             let master = self.master_name.clone().unwrap_or_default();
             let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
@@ -455,7 +462,7 @@ impl RedisArgs {
             return Ok(
                 ConnectOptions::sentinel(sentinels.split(',').map(str::to_string), master)
                     .sentinel_password(env("JOBQUEUE_SENTINEL_PASSWORD"))
-                    .password(env("JOBQUEUE_REDIS_PASSWORD"))
+                    .password(password)
                     .connect_timeout(Duration::from_secs(3))
                     .ca_cert(ca)
                     .username(self.username.clone())
@@ -463,17 +470,25 @@ impl RedisArgs {
                     .tls_server_name(self.tls_server_name.clone()),
             );
         }
-        // The Redis nodes' password from the environment, as with --sentinel; one given
-        // in the URL too is refused rather than one of them silently ignored.
-        let password = std::env::var("JOBQUEUE_REDIS_PASSWORD")
-            .ok()
-            .filter(|v| !v.is_empty());
+        // The Redis nodes' password from the environment or a file, as with --sentinel;
+        // one given in the URL too is refused rather than one of them silently ignored.
         if password.is_some() && crate::queue::url_has_password(&self.redis) {
+            let what = if self.redis_password_file.is_some() {
+                "--redis-password-file"
+            } else {
+                "JOBQUEUE_REDIS_PASSWORD"
+            };
             return Err(crate::queue::Error::InvalidArgument {
-                what: "JOBQUEUE_REDIS_PASSWORD",
-                reason: "it is set and the Redis URL carries a password too: give the \
-                         password once, in the URL or in JOBQUEUE_REDIS_PASSWORD"
-                    .into(),
+                what,
+                reason: format!(
+                    "it is {} and the Redis URL carries a password too: give the \
+                     password once, in the URL or in {what}",
+                    if self.redis_password_file.is_some() {
+                        "given"
+                    } else {
+                        "set"
+                    }
+                ),
             });
         }
         Ok(ConnectOptions::new(self.redis.clone())
@@ -484,6 +499,42 @@ impl RedisArgs {
             .username(self.username.clone())
             .client_cert(cert, key)
             .tls_server_name(self.tls_server_name.clone()))
+    }
+
+    /// The Redis nodes' password from --redis-password-file or JOBQUEUE_REDIS_PASSWORD
+    /// (not both), if either gives one.
+    fn redis_password(&self) -> crate::queue::Result<Option<String>> {
+        let env = std::env::var("JOBQUEUE_REDIS_PASSWORD")
+            .ok()
+            .filter(|v| !v.is_empty());
+        let Some(path) = &self.redis_password_file else {
+            return Ok(env);
+        };
+        let invalid = |reason: String| crate::queue::Error::InvalidArgument {
+            what: "--redis-password-file",
+            reason,
+        };
+        if env.is_some() {
+            return Err(invalid(
+                "JOBQUEUE_REDIS_PASSWORD is set too: give the password once".into(),
+            ));
+        }
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| invalid(format!("cannot read {}: {e}", path.display())))?;
+        let line = text.strip_suffix('\n').unwrap_or(&text);
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        if line.is_empty() || line.contains('\n') {
+            return Err(invalid(format!(
+                "{} must hold the password on one line (it is {})",
+                path.display(),
+                if line.is_empty() {
+                    "empty"
+                } else {
+                    "several lines"
+                }
+            )));
+        }
+        Ok(Some(line.to_string()))
     }
 
     /// The `--durability` setting (`primary` without one).

@@ -51,9 +51,18 @@ pub struct UiArgs {
     #[arg(long)]
     pub allow_writes: bool,
     /// A file holding the token every request must carry (`Authorization: Bearer …`, or
-    /// once on the login page for a session cookie).
+    /// once on the login page for a session cookie). Readable by its owner only
+    /// (`chmod 600`): a file group or others can read is refused.
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    /// How long a client may take to send a request's headers, and how long an idle
+    /// connection is kept open; then the console closes it.
+    #[arg(long, default_value = "10s", value_parser = crate::duration::parse)]
+    pub client_timeout: Duration,
+    /// The most connections open at once (default: half of what the open-file limit
+    /// leaves, between 16 and 4096). At the cap a new one closes the quietest idle one.
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
     /// How often the counts are read: one `stats` call per queue per interval, whatever
     /// the number of open pages.
     #[arg(long, default_value = "2s", value_parser = crate::duration::parse)]
@@ -73,9 +82,29 @@ pub struct UiArgs {
     pub log_level: String,
 }
 
-/// The token from `--token-file`, checked: a file that cannot be read or is empty is
-/// named, its content never is.
+/// The token from `--token-file`, checked: a file that cannot be read, is empty or is
+/// readable by group or others is named (with its mode), its content never is.
 fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path)
+        .map_err(|e| UsageError(format!("--token-file: cannot read {}: {e}", path.display())))?
+        .permissions()
+        .mode();
+    if mode & 0o044 != 0 {
+        return Err(UsageError(format!(
+            "--token-file: {} is readable by {} (mode {:04o}): a token file must be readable \
+             by its owner only (chmod 600 {})",
+            path.display(),
+            if mode & 0o004 != 0 {
+                "everyone"
+            } else {
+                "its group"
+            },
+            mode & 0o7777,
+            path.display()
+        ))
+        .into());
+    }
     let text = std::fs::read_to_string(path)
         .map_err(|e| UsageError(format!("--token-file: cannot read {}: {e}", path.display())))?;
     let token = text.trim().to_string();
@@ -92,6 +121,14 @@ fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
 pub async fn run(args: UiArgs) -> anyhow::Result<()> {
     if args.refresh < Duration::from_millis(100) {
         return Err(UsageError("--refresh must be at least 100ms".into()).into());
+    }
+    if args.client_timeout < Duration::from_millis(100)
+        || args.client_timeout > Duration::from_secs(3600)
+    {
+        return Err(UsageError("--client-timeout must be from 100ms to 1h".into()).into());
+    }
+    if args.max_connections == Some(0) {
+        return Err(UsageError("--max-connections must be at least 1".into()).into());
     }
     let token = args.token_file.as_deref().map(read_token).transpose()?;
     if !args.bind.is_loopback() && token.is_none() {
@@ -136,6 +173,10 @@ pub async fn run(args: UiArgs) -> anyhow::Result<()> {
         token,
         refresh: args.refresh,
         history: args.history.max(args.refresh * 2),
+        client_timeout: args.client_timeout,
+        max_connections: args
+            .max_connections
+            .unwrap_or_else(console::server::default_max_connections),
     };
     let shutdown = CancellationToken::new();
     // Listening before the address is out: a SIGTERM sent on seeing it stops the console.

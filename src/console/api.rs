@@ -9,9 +9,9 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Form, Query, State};
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::extract::{Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -24,7 +24,6 @@ use crate::queue::view::{JobView, Payload, find};
 use crate::queue::{JobStatus, MAX_BATCH, Queue, Selection};
 
 const SHELL: &str = include_str!("assets/index.html");
-const LOGIN: &str = include_str!("assets/login.html");
 const APP_JS: &str = include_str!("assets/app.js");
 const APP_CSS: &str = include_str!("assets/app.css");
 
@@ -39,7 +38,11 @@ pub fn router(console: Arc<Console>) -> Router {
         .route("/queue", get(page))
         .route("/dead", get(page))
         .route("/job", get(page))
-        .route("/login", get(login_page).post(login))
+        .route(
+            "/login",
+            get(super::auth::login_page).post(super::auth::login),
+        )
+        .route("/logout", axum::routing::post(super::auth::logout))
         .route("/assets/app.js", get(app_js))
         .route("/assets/app.css", get(app_css))
         .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
@@ -89,42 +92,16 @@ async fn page(State(console): State<Arc<Console>>) -> Html<String> {
                 "{{refresh_ms}}",
                 &console.config.refresh.as_millis().to_string(),
             )
-            .replace("{{source}}", &html_escape(&console.source.describe())),
+            .replace("{{source}}", &html_escape(&console.source.describe()))
+            .replace(
+                "{{auth}}",
+                if console.config.token.is_some() {
+                    "true"
+                } else {
+                    "false"
+                },
+            ),
     )
-}
-
-async fn login_page() -> Html<&'static str> {
-    Html(LOGIN)
-}
-
-#[derive(Deserialize)]
-struct LoginForm {
-    token: String,
-}
-
-/// The login form: the token once, for a cookie holding the session value (HttpOnly,
-/// SameSite=Strict); the token itself never goes into a cookie, a URL or a log.
-async fn login(State(console): State<Arc<Console>>, Form(form): Form<LoginForm>) -> Response {
-    let Some(token) = &console.config.token else {
-        return Redirect::to("/").into_response();
-    };
-    if !guard::same(form.token.trim().as_bytes(), token.as_bytes()) {
-        return (
-            StatusCode::UNAUTHORIZED,
-            Html(LOGIN.replace("<!--error-->", "<p class=\"bad\">Wrong token.</p>")),
-        )
-            .into_response();
-    }
-    let mut response = Redirect::to("/").into_response();
-    let cookie = format!(
-        "{}={}; HttpOnly; SameSite=Strict; Path=/",
-        guard::COOKIE,
-        console.session
-    );
-    if let Ok(value) = HeaderValue::from_str(&cookie) {
-        response.headers_mut().insert(header::SET_COOKIE, value);
-    }
-    response
 }
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {
@@ -247,6 +224,8 @@ type ApiResult = Result<Response, ApiError>;
 pub struct ApiError {
     status: StatusCode,
     message: String,
+    /// A word for scripts and the pages (`"no_such_queue"`), beside the message.
+    code: Option<&'static str>,
 }
 
 impl ApiError {
@@ -254,13 +233,28 @@ impl ApiError {
         ApiError {
             status,
             message: message.into(),
+            code: None,
+        }
+    }
+
+    fn code(self, code: &'static str) -> ApiError {
+        ApiError {
+            code: Some(code),
+            ..self
         }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        error(self.status, self.message)
+        match self.code {
+            Some(code) => (
+                self.status,
+                axum::Json(json!({ "error": self.message, "code": code })),
+            )
+                .into_response(),
+            None => error(self.status, self.message),
+        }
     }
 }
 
@@ -270,7 +264,8 @@ fn entry(console: &Console, id: &str) -> Result<(Entry, Queue), ApiError> {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("no queue {id:?} in this console"),
-        ));
+        )
+        .code("no_such_queue"));
     };
     match &e.queue {
         Some(q) => Ok((e.clone(), q.clone())),
@@ -738,6 +733,7 @@ async fn act(console: &Console, body: DeadAction, action: Action) -> ApiResult {
         Action::Purge => "purged",
     };
     tracing::info!(queue = %queue.name(), done, "console {verb} dead jobs");
+    super::audit::write_done(queue.name(), verb, done);
     Ok(axum::Json(json!({"done": done, "verb": verb})).into_response())
 }
 

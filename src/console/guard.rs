@@ -3,8 +3,9 @@
 //! - On a loopback address, the `Host` header must name that address (or `localhost`):
 //!   a page of another site cannot reach the console through DNS rebinding.
 //! - With a token (`--token-file`), every request but the login page carries it as
-//!   `Authorization: Bearer …`, or the cookie the login page sets (a random session value,
-//!   never the token itself). Without one the console only listens on loopback.
+//!   `Authorization: Bearer …`, or the cookie the login page sets (a session of that
+//!   login, see `session`: never the token itself). Without one the console only
+//!   listens on loopback.
 //! - Every POST carries the CSRF token of the page (`X-CSRF-Token`, new at each start), and
 //!   an `Origin`, when the browser sends one, must be the console's own; a read-only
 //!   console refuses every write whatever it carries.
@@ -21,8 +22,6 @@ use axum::response::{IntoResponse, Redirect, Response};
 
 use super::Console;
 
-/// The login cookie's name.
-pub const COOKIE: &str = "jq_console";
 /// The header every POST carries the CSRF token in.
 pub const CSRF_HEADER: &str = "x-csrf-token";
 
@@ -65,29 +64,22 @@ fn host_allowed(console: &Console, headers: &HeaderMap) -> bool {
     .any(|allowed| allowed.eq_ignore_ascii_case(host))
 }
 
-fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v)
-}
-
-fn authenticated(console: &Console, headers: &HeaderMap) -> bool {
+/// Who the request is, for the audit log: `bearer`, `session N`, `anyone` (no token
+/// configured); none when it carries neither the token nor a live session.
+fn authenticated(console: &Console, headers: &HeaderMap) -> Option<String> {
     let Some(token) = &console.config.token else {
-        return true;
+        return Some("anyone".to_string());
     };
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
     if bearer.is_some_and(|b| same(b.trim().as_bytes(), token.as_bytes())) {
-        return true;
+        return Some("bearer".to_string());
     }
-    cookie(headers, COOKIE).is_some_and(|c| same(c.as_bytes(), console.session.as_bytes()))
+    super::session::session_id(headers, console.config.listen.port())
+        .and_then(|id| console.sessions.check(id))
+        .map(|serial| format!("session {serial}"))
 }
 
 /// The POST's origin is the console's own (or the client sent none, as scripts do).
@@ -104,6 +96,32 @@ fn same_origin(headers: &HeaderMap) -> bool {
         .or_else(|| origin.strip_prefix("https://"))
         .unwrap_or("");
     !host.is_empty() && bare.eq_ignore_ascii_case(host)
+}
+
+/// Why a POST is refused: a read-only console (logout aside), a missing or wrong CSRF
+/// token, another origin.
+fn refuse_write(console: &Console, headers: &HeaderMap, path: &str) -> Option<Response> {
+    // Logging out changes nothing of the queues: a read-only console allows it.
+    if !console.config.allow_writes && path != "/logout" {
+        return Some(error(
+            StatusCode::FORBIDDEN,
+            "the console is read-only: start it with --allow-writes to redrive or purge",
+        ));
+    }
+    let token = headers.get(CSRF_HEADER).map(|v| v.as_bytes());
+    if !token.is_some_and(|t| same(t, console.csrf.as_bytes())) {
+        return Some(error(
+            StatusCode::FORBIDDEN,
+            "missing or wrong CSRF token (X-CSRF-Token): reload the page",
+        ));
+    }
+    if !same_origin(headers) {
+        return Some(error(
+            StatusCode::FORBIDDEN,
+            "the request comes from another origin",
+        ));
+    }
+    None
 }
 
 /// The middleware: Host, token, read-only, CSRF, then the route, then the headers.
@@ -137,37 +155,39 @@ async fn check(console: &Console, req: Request<Body>, next: Next) -> Response {
             "the Host header does not name this console's address",
         );
     }
-    let path = req.uri().path();
+    let path = req.uri().path().to_string();
     let open = path == "/login" || path == "/favicon.ico" || path.starts_with("/assets/");
-    if !open && !authenticated(console, headers) {
+    let who = authenticated(console, headers);
+    if !open && who.is_none() {
         if req.method() == Method::GET && !path.starts_with("/api/") {
             return Redirect::to("/login").into_response();
         }
         return error(
             StatusCode::UNAUTHORIZED,
-            "a token is needed: Authorization: Bearer <token>",
+            "a token is needed: Authorization: Bearer <token> (or sign in again: the \
+             session ended or expired)",
         );
     }
     if req.method() == Method::POST && path != "/login" {
-        if !console.config.allow_writes {
-            return error(
-                StatusCode::FORBIDDEN,
-                "the console is read-only: start it with --allow-writes to redrive or purge",
-            );
+        let refused = refuse_write(console, headers, &path);
+        if path == "/logout" && refused.is_none() {
+            return next.run(req).await;
         }
-        let token = headers.get(CSRF_HEADER).map(|v| v.as_bytes());
-        if !token.is_some_and(|t| same(t, console.csrf.as_bytes())) {
-            return error(
-                StatusCode::FORBIDDEN,
-                "missing or wrong CSRF token (X-CSRF-Token): reload the page",
-            );
-        }
-        if !same_origin(headers) {
-            return error(
-                StatusCode::FORBIDDEN,
-                "the request comes from another origin",
-            );
-        }
+        // Every write, refused or done, is an audit line.
+        let peer = super::server::peer(&req);
+        let method = req.method().to_string();
+        let response = match refused {
+            Some(refused) => refused,
+            None => next.run(req).await,
+        };
+        super::audit::write(
+            &method,
+            &path,
+            response.status().as_u16(),
+            who.as_deref().unwrap_or("-"),
+            peer,
+        );
+        return response;
     }
     next.run(req).await
 }
@@ -177,11 +197,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cookies_and_origins_are_read_exactly() {
+    fn origins_are_read_exactly() {
         let mut h = HeaderMap::new();
-        h.insert(header::COOKIE, "a=1; jq_console=xyz; b=2".parse().unwrap());
-        assert_eq!(cookie(&h, COOKIE), Some("xyz"));
-        assert_eq!(cookie(&h, "jq"), None);
         h.insert(header::HOST, "127.0.0.1:8080".parse().unwrap());
         assert!(same_origin(&h));
         h.insert(header::ORIGIN, "http://127.0.0.1:8080".parse().unwrap());

@@ -9,6 +9,9 @@
 //! - `api`: the routes: pages, `/api/…` JSON, the payload download, the writes.
 //! - `guard`: what keeps it safe: the Host check, the bearer token and its login cookie,
 //!   the CSRF token of writes, the security headers.
+//! - `server`: the HTTP server, with header and request timeouts and a cap on
+//!   connections; `session`, `auth`: logins, sessions, logout; `errors`: every API error
+//!   as JSON; `audit`: the audit log of writes, logins and outages.
 //!
 //! The pages are one static HTML shell, a stylesheet and a plain script under `assets/`,
 //! embedded with `include_str!`: nothing is fetched from elsewhere, and every value is
@@ -21,9 +24,14 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 pub mod api;
+pub mod audit;
+pub mod auth;
 pub mod dead;
+pub mod errors;
 pub mod guard;
 pub mod refresher;
+pub mod server;
+pub mod session;
 pub mod source;
 
 pub use refresher::{Snapshot, spawn_refresher};
@@ -41,6 +49,11 @@ pub struct Config {
     pub refresh: Duration,
     /// How long the rates' history goes back.
     pub history: Duration,
+    /// How long a client may take to send a request's headers, and how long an idle
+    /// connection is kept (see `server`).
+    pub client_timeout: Duration,
+    /// The most connections at once (see `server::default_max_connections`).
+    pub max_connections: usize,
 }
 
 /// What the handlers share.
@@ -50,8 +63,10 @@ pub struct Console {
     pub snapshot: refresher::Shared,
     /// The token every POST carries in `X-CSRF-Token`, new at each start.
     pub csrf: String,
-    /// The value of the login cookie, new at each start (not the token itself).
-    pub session: String,
+    /// The sessions of logins (random ids, with expiry; never the token itself).
+    pub sessions: session::Sessions,
+    /// Failed logins, for their rate limit.
+    pub logins: auth::Logins,
 }
 
 /// Bind `config.listen` now (a taken port fails at start), start the refresher, and serve
@@ -74,17 +89,16 @@ pub async fn serve(
         source,
         snapshot,
         csrf: crate::queue::new_token(),
-        session: crate::queue::new_token(),
+        sessions: session::Sessions::default(),
+        logins: auth::Logins::default(),
     });
     spawn_refresher(console.clone(), shutdown.clone());
-    let app = api::router(console);
-    let task = tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown.cancelled_owned())
-            .await;
-        if let Err(e) = served {
-            tracing::error!(error = %e, "the console's HTTP server stopped");
-        }
-    });
+    audit::spawn_outage_watch(console.clone(), shutdown.clone());
+    let limits = server::Limits {
+        client_timeout: console.config.client_timeout,
+        max_connections: console.config.max_connections,
+    };
+    let app = api::router(console).layer(axum::middleware::from_fn(errors::json_errors));
+    let task = tokio::spawn(server::run(listener, app, limits, shutdown));
     Ok((addr, task))
 }

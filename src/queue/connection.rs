@@ -131,12 +131,10 @@ impl ConnectOptions {
         if let Some(user) = self.username.as_deref().filter(|u| !u.is_empty()) {
             return user.to_string();
         }
-        let first = self.url.split(',').next().unwrap_or_default().trim();
-        let rest = first.split_once("://").map_or(first, |(_, r)| r);
-        let authority = rest.split(['/', '?']).next().unwrap_or_default();
-        match authority.rsplit_once('@') {
+        let first = split_urls(&self.url).into_iter().next().unwrap_or_default();
+        match split_userinfo(first).1 {
             // Only `user:password@` names a user; `password@` is the password alone.
-            Some((userinfo, _)) => match userinfo.split_once(':') {
+            Some(userinfo) => match userinfo.split_once(':') {
                 Some((user, _)) if !user.is_empty() => user.to_string(),
                 _ => "default".to_string(),
             },
@@ -209,39 +207,113 @@ impl ConnectOptions {
     }
 
     /// The URL with any password replaced by `***`, safe for logs, events and status.
+    /// Without cluster mode the whole text is one URL, whatever its password holds
+    /// (commas included); a Cluster's list is split as [`redact_url`] does.
     pub fn redacted_url(&self) -> String {
-        redact_url(&self.url)
+        if self.cluster {
+            redact_url(&self.url)
+        } else {
+            redact_one(self.url.trim())
+        }
     }
 }
 
-/// Replace the password of every URL in a comma-separated list with `***`.
+/// Replace the password of every URL in a comma-separated list with `***`. The
+/// password is everything between the scheme's `://` (or the user's `:`) and the LAST
+/// `@` of its URL, so one holding `/`, `?`, `#`, `@` or `:` unescaped is masked whole;
+/// a comma starts a new URL only where a scheme (`redis://`) follows it (see
+/// [`split_urls`]).
 pub fn redact_url(url: &str) -> String {
-    url.split(',')
-        .map(|one| {
-            let one = one.trim();
-            let Some((scheme, rest)) = one.split_once("://") else {
-                return one.to_string();
-            };
-            let (authority, path) = match rest.find(['/', '?']) {
-                Some(i) => rest.split_at(i),
-                None => (rest, ""),
-            };
-            match authority.rsplit_once('@') {
-                Some((userinfo, host)) => {
-                    let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-                    let masked = if userinfo.contains(':') {
-                        format!("{user}:***")
-                    } else {
-                        // `redis://password@host` form: the whole userinfo is secret.
-                        "***".to_string()
-                    };
-                    format!("{scheme}://{masked}@{host}{path}")
-                }
-                None => one.to_string(),
-            }
-        })
+    split_urls(url)
+        .into_iter()
+        .map(redact_one)
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// One URL with its password replaced by `***` (`scheme://user:***@host…`, or
+/// `scheme://***@host…` for the password-only form).
+fn redact_one(one: &str) -> String {
+    let (scheme, userinfo, host) = split_userinfo(one);
+    match (scheme, userinfo) {
+        (Some(scheme), Some(userinfo)) => {
+            let masked = match userinfo.split_once(':') {
+                Some((user, _)) => format!("{user}:***"),
+                // `redis://password@host` form: the whole userinfo is secret.
+                None => "***".to_string(),
+            };
+            format!("{scheme}://{masked}@{host}")
+        }
+        _ => one.to_string(),
+    }
+}
+
+/// A URL's scheme, userinfo (everything before its last `@`) and the rest (host, port,
+/// path, query). The host part of a Redis URL holds no `@`, so the last one ends the
+/// userinfo even when an unescaped password holds `/`, `?` or `@`.
+fn split_userinfo(one: &str) -> (Option<&str>, Option<&str>, &str) {
+    let Some((scheme, rest)) = one.split_once("://") else {
+        return (None, None, one);
+    };
+    match rest.rsplit_once('@') {
+        Some((userinfo, host)) => (Some(scheme), Some(userinfo), host),
+        None => (Some(scheme), None, rest),
+    }
+}
+
+/// A comma-separated list of URLs, split where a comma is followed by a scheme
+/// (`redis://`, `rediss://`, any `name://`); a piece that cannot stand alone (it has
+/// no `@` yet its authority is not `host[:port]`, as in `redis://:pass,word@host`) is
+/// joined with the next, so a password holding a comma stays in its URL.
+pub(crate) fn split_urls(list: &str) -> Vec<&str> {
+    let starts_url = |text: &str| {
+        text.trim_start()
+            .split_once("://")
+            .is_some_and(|(scheme, _)| {
+                !scheme.is_empty()
+                    && scheme
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+            })
+    };
+    let mut cuts = vec![0];
+    for (i, _) in list.match_indices(',') {
+        if starts_url(&list[i + 1..]) {
+            cuts.push(i + 1);
+        }
+    }
+    cuts.push(list.len() + 1);
+    let mut out = Vec::new();
+    let mut start = 0;
+    for w in cuts.windows(2) {
+        let end = w[1] - 1;
+        let piece = &list[start..end];
+        let last = w[1] > list.len();
+        if !last && !stands_alone(piece) {
+            continue;
+        }
+        out.push(piece.trim());
+        start = w[1];
+    }
+    out.retain(|u| !u.is_empty());
+    out
+}
+
+/// A URL without userinfo whose authority is `host[:port]`, or any URL with a `@`.
+fn stands_alone(piece: &str) -> bool {
+    match split_userinfo(piece.trim()) {
+        (Some(_), Some(_), _) => true,
+        (Some(_), None, rest) => {
+            let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+            match authority.rsplit_once(':') {
+                Some((_, port)) if !authority.ends_with(']') => {
+                    port.chars().all(|c| c.is_ascii_digit())
+                }
+                _ => true,
+            }
+        }
+        (None, _, _) => true,
+    }
 }
 
 /// A TLS server name that can stand for the URL's host: `rediss://`, one standalone
@@ -445,20 +517,25 @@ pub fn pem_blocks(pem: &[u8], label: &str) -> usize {
 /// Whether a Redis URL (the first, for a Cluster's list) carries a password
 /// (`redis://:PW@host`, `redis://user:PW@host`).
 pub(crate) fn url_has_password(url: &str) -> bool {
-    let first = url.split(',').next().unwrap_or_default().trim();
-    let rest = first.split_once("://").map_or(first, |(_, r)| r);
-    let authority = rest.split(['/', '?']).next().unwrap_or_default();
-    authority
-        .rsplit_once('@')
-        .and_then(|(userinfo, _)| userinfo.split_once(':'))
+    let first = split_urls(url).into_iter().next().unwrap_or_default();
+    split_userinfo(first)
+        .1
+        .and_then(|userinfo| userinfo.split_once(':'))
         .is_some_and(|(_, password)| !password.is_empty())
 }
 
 /// Say what is wrong with a URL redis-rs refused, without echoing its secrets.
 fn describe_url_error(url: &str, err: &RedisError) -> String {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    // Only what follows the userinfo is ever quoted: the password is before the last `@`.
+    let (_, userinfo, rest) = split_userinfo(url);
+    if userinfo.is_some_and(|u| u.contains(['/', '?', '#'])) {
+        return "the password (or user) holds '/', '?' or '#', which a URL needs \
+                percent-encoded (%2F, %3F, %23): encode it, or give the password in \
+                JOBQUEUE_REDIS_PASSWORD or --redis-password-file instead"
+            .to_string();
+    }
     let authority = rest.split(['/', '?']).next().unwrap_or_default();
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host_port = authority;
     if let Some((_, port)) = host_port.rsplit_once(':')
         && !port.is_empty()
         && !host_port.ends_with(']')
@@ -594,12 +671,7 @@ impl Redis {
             None => None,
         };
         let user = options.user();
-        let urls: Vec<&str> = options
-            .url
-            .split(',')
-            .map(str::trim)
-            .filter(|u| !u.is_empty())
-            .collect();
+        let urls: Vec<&str> = split_urls(&options.url);
         if urls.is_empty() {
             return Err(invalid("no URL given".into()));
         }
@@ -1137,6 +1209,60 @@ mod tests {
             "redis://a:***@h1:1,redis://a:***@h2:2"
         );
         assert!(!redact_url("redis://u:p@ss@h").contains("p@ss"));
+        // Unescaped `/`, `?`, `#`, `,` in a password: masked whole, the host kept.
+        for url in [
+            "redis://:se/cret@127.0.0.1:6379",
+            "redis://:se?cret@127.0.0.1:6379",
+            "redis://:se#cret@127.0.0.1:6379",
+            "redis://:se,cret@127.0.0.1:6379",
+            "redis://:se,redis://cret@127.0.0.1:6379",
+        ] {
+            assert_eq!(redact_url(url), "redis://:***@127.0.0.1:6379", "{url}");
+            assert_eq!(
+                ConnectOptions::new(url).redacted_url(),
+                "redis://:***@127.0.0.1:6379"
+            );
+            assert!(url_has_password(url), "{url}");
+        }
+        assert_eq!(
+            redact_url("redis://h1:1,redis://a:p/w@h2:2"),
+            "redis://h1:1,redis://a:***@h2:2"
+        );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 2000, failure_persistence: None, ..Default::default()
+        })]
+
+        /// Any password, of any characters, unescaped: the redacted URL is the URL with
+        /// `***` in its place, and the error of a URL redis-rs refuses never quotes it.
+        #[test]
+        fn any_password_is_redacted(password in proptest::prop_oneof![
+            proptest::arbitrary::any::<String>(),
+            r"[/?#@:,%\\a-z]{0,16}",
+        ]) {
+            for (url, want) in [
+                (format!("redis://:{password}@db.example:6379/0"), "redis://:***@db.example:6379/0"),
+                (format!("rediss://user:{password}@10.0.0.1:6380"), "rediss://user:***@10.0.0.1:6380"),
+            ] {
+                let options = ConnectOptions::new(url.clone());
+                proptest::prop_assert_eq!(options.redacted_url(), want);
+                if !password.contains("://") {
+                    proptest::prop_assert_eq!(redact_url(&url), want);
+                    let list = format!("{url},{url}");
+                    proptest::prop_assert_eq!(redact_url(&list), format!("{want},{want}"));
+                }
+                if let Err(e) = redis::IntoConnectionInfo::into_connection_info(url.as_str()) {
+                    let text = describe_url_error(&url, &e);
+                    let marked = format!("{password}\u{1}");
+                    proptest::prop_assert!(
+                        password.len() < 4 || !format!("{text}\u{1}").contains(&marked),
+                        "{text}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -143,7 +143,8 @@ try {
     await page.click("#purge-selected");
     await page.waitForSelector("#notice");
     seen.purge_notice = await page.textContent("#notice");
-    seen.dead_rows_after_purge = await page.$$eval("#dead tbody tr", (r) => r.length);
+    seen.dead_rows_after_purge = await page.$$eval("#dead tbody tr[data-job]", (r) => r.length);
+    seen.dead_empty_row = await page.$$eval("#dead tbody tr.empty", (r) => r.map((x) => x.textContent.trim()));
     seen.dead_total_after_purge = await page.textContent("#dead-total");
   }
   process.stdout.write(JSON.stringify(seen) + "\n");

@@ -36,14 +36,31 @@ pub struct Ui {
     /// Reads the console's stderr as it is written: a pipe nobody reads fills up (64 KB
     /// of log lines) and then blocks the console in mid-request.
     pub stderr: Option<std::thread::JoinHandle<String>>,
+    /// What the console wrote to stderr so far.
+    pub log: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
 /// Read `child`'s stderr to its end on a thread of its own.
 pub fn drain_stderr(child: &mut Child) -> std::thread::JoinHandle<String> {
-    let mut stderr = child.stderr.take().expect("stderr piped");
+    drain_stderr_into(child, Default::default())
+}
+
+/// Read `child`'s stderr to its end on a thread of its own, each line also appended to
+/// `so_far` as it comes.
+pub fn drain_stderr_into(
+    child: &mut Child,
+    so_far: std::sync::Arc<std::sync::Mutex<String>>,
+) -> std::thread::JoinHandle<String> {
+    let stderr = child.stderr.take().expect("stderr piped");
     std::thread::spawn(move || {
         let mut log = String::new();
-        let _ = stderr.read_to_string(&mut log);
+        let mut lines = BufReader::new(stderr);
+        let mut line = String::new();
+        while lines.read_line(&mut line).unwrap_or(0) > 0 {
+            so_far.lock().unwrap().push_str(&line);
+            log.push_str(&line);
+            line.clear();
+        }
         log
     })
 }
@@ -51,26 +68,33 @@ pub fn drain_stderr(child: &mut Child) -> std::thread::JoinHandle<String> {
 impl Ui {
     /// `redis` empty: no `--redis` (for `extra` naming Sentinels instead).
     pub fn start(redis: &str, extra: &[&str]) -> Ui {
+        Ui::start_with(redis, extra, |_| {})
+    }
+
+    /// As `start`, with `prepare` given the command before it runs (environment,
+    /// resource limits).
+    pub fn start_with(redis: &str, extra: &[&str], prepare: impl FnOnce(&mut Command)) -> Ui {
         let redis_flag: &[&str] = if redis.is_empty() {
             &[]
         } else {
             &["--redis", redis]
         };
-        let mut child = Command::new(BIN)
-            .arg("ui")
+        let mut cmd = Command::new(BIN);
+        cmd.arg("ui")
             .args(redis_flag)
             .args(["--port", "0", "--refresh", "200ms", "--rescan", "200ms"])
             .args(extra)
             .env("NO_COLOR", "1")
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start jobqueue ui");
+            .stderr(Stdio::piped());
+        prepare(&mut cmd);
+        let mut child = cmd.spawn().expect("start jobqueue ui");
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
-        let stderr = drain_stderr(&mut child);
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let stderr = drain_stderr_into(&mut child, log.clone());
         let Some(addr) = line
             .split("http://")
             .nth(1)
@@ -85,7 +109,13 @@ impl Ui {
             child,
             addr,
             stderr: Some(stderr),
+            log,
         }
+    }
+
+    /// What the console wrote to stderr so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
     }
 
     /// Stop the console and return what it wrote to stderr.
@@ -184,6 +214,91 @@ pub fn http(
     let body = out.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
     // Small bodies come whole; chunked ones are rare here (JSON replies carry a length).
     (code, body.to_string())
+}
+
+/// A reply read off the wire: status, headers (names lowercase), body.
+#[derive(Debug)]
+pub struct Reply {
+    pub code: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Reply {
+    /// Every value of a header.
+    pub fn all(&self, name: &str) -> Vec<&str> {
+        self.headers
+            .iter()
+            .filter(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+}
+
+/// Send `request` as it is (it may be incomplete, or stop half-way) and read the reply
+/// until the server closes the connection; None when nothing came within `wait`. A write
+/// the server refuses half-way (it answered early and closed) is not an error.
+pub fn raw_http(addr: &str, request: &[u8], wait: std::time::Duration) -> Option<Reply> {
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to the console");
+    s.set_read_timeout(Some(wait)).unwrap();
+    let _ = s.write_all(request);
+    let mut out = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset && !out.is_empty() => break,
+            Err(_) if out.is_empty() => return None,
+            Err(_) => break,
+        }
+    }
+    let text = String::from_utf8_lossy(&out).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let code = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())?;
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    Some(Reply {
+        code,
+        headers,
+        body: body.to_string(),
+    })
+}
+
+/// A complete HTTP/1.1 request with `Host` the console's address, `Connection: close`.
+pub fn request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Vec<u8> {
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    let mut out = req.into_bytes();
+    out.extend_from_slice(body);
+    out
+}
+
+/// A token file readable by its owner only, as `jobqueue ui --token-file` requires.
+pub fn token_file(dir: &Path, token: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("token");
+    std::fs::write(&path, format!("{token}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
 }
 
 pub fn now_ms() -> i64 {

@@ -28,7 +28,7 @@ function h(tag, attrs, ...children) {
 async function api(path) {
   const res = await fetch(path, { credentials: "same-origin" });
   const body = await res.json().catch(() => ({ error: `HTTP ${res.status}` }));
-  if (!res.ok) throw new Error(body.error || `HTTP ${res.status}`);
+  if (!res.ok) throw apiError(res, body);
   return body;
 }
 
@@ -40,7 +40,7 @@ async function post(path, body) {
     body: JSON.stringify(body),
   });
   const reply = await res.json().catch(() => ({ error: `HTTP ${res.status}` }));
-  if (!res.ok) throw new Error(reply.error || `HTTP ${res.status}`);
+  if (!res.ok) throw apiError(res, reply);
   return reply;
 }
 
@@ -93,6 +93,7 @@ function setStatus(text, isError) {
 }
 
 function fail(err) {
+  if (err.code === "no_such_queue") noSuchQueue(err);
   setStatus(`error: ${err.message}`, true);
 }
 
@@ -159,6 +160,7 @@ const COUNTS = ["pending", "due", "processing", "delayed", "dead", "orphaned"];
 function main(...children) {
   const el = document.getElementById("main");
   el.replaceChildren(...children.flat(Infinity).filter(Boolean));
+  markEmptyTables(el);
 }
 
 function poll(load) {
@@ -518,4 +520,60 @@ document.addEventListener("DOMContentLoaded", () => {
   header();
   const pages = { "/": overviewPage, "/queue": queuePage, "/dead": deadPage, "/job": jobPage };
   (pages[location.pathname] || overviewPage)();
+});
+
+// --- Errors, empty tables, sign-out -------------------------------------------------
+
+// An API error as an Error with the reply's status and code (`no_such_queue`, …).
+function apiError(res, body) {
+  const err = new Error(body.error || `HTTP ${res.status}`);
+  err.status = res.status;
+  err.code = body.code || null;
+  return err;
+}
+
+// A page of a queue the console does not have says so, instead of "Loading…"; the page
+// keeps polling, so a queue that appears later (a rescan) is shown then.
+function noSuchQueue(err) {
+  const q = params.get("q") || "";
+  main(
+    h("h1", {}, `Queue ${q}`),
+    h("p", { class: "error", id: "no-such-queue" }, `No such queue: ${err.message}.`),
+    h("p", {}, h("a", { href: "/" }, "← every queue")));
+}
+
+// What an empty table says, by its id; "empty" for any other.
+const EMPTY = {
+  pending: "empty: no job waiting",
+  leases: "empty: no lease in flight",
+  delayed: "empty: no delayed job",
+  dead: "empty: no dead job here",
+};
+
+// A table without rows gets one saying it is empty, across all its columns.
+function markEmptyTables(root) {
+  for (const table of root.querySelectorAll("table")) {
+    const body = table.tBodies[0];
+    if (!body || body.rows.length > 0) continue;
+    const head = table.tHead && table.tHead.rows[table.tHead.rows.length - 1];
+    const cols = head ? [...head.cells].reduce((n, c) => n + c.colSpan, 0) : 1;
+    body.append(h("tr", { class: "empty" },
+      h("td", { colspan: Math.max(1, cols), class: "muted" }, table.dataset.empty || EMPTY[table.id] || "empty")));
+  }
+}
+
+// With a token, a "Sign out" button ends the session on the server.
+document.addEventListener("DOMContentLoaded", () => {
+  if (meta("auth") !== "true") return;
+  const button = document.getElementById("logout");
+  button.hidden = false;
+  button.addEventListener("click", async () => {
+    try {
+      await post("/logout", {});
+    } catch (err) {
+      fail(err);
+      return;
+    }
+    location.href = "/login";
+  });
 });

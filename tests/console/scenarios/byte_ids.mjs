@@ -5,7 +5,7 @@
 export async function run(page, ctx) {
   const { url, queue, seen, shots } = ctx;
   const q = encodeURIComponent(queue);
-  const rows = () => page.$$eval("#dead tbody tr", (rs) => rs.map((r) => ({
+  const rows = () => page.$$eval("#dead tbody tr[data-job]", (rs) => rs.map((r) => ({
     shown: r.dataset.job,
     hex: r.dataset.idHex || null,
     styled_apart: !!r.querySelector("a.hexid"),
@@ -13,7 +13,7 @@ export async function run(page, ctx) {
     href: r.querySelector("a").getAttribute("href"),
   })));
   await page.goto(`${url}/dead?q=${q}`);
-  await page.waitForSelector("#dead tbody tr");
+  await page.waitForSelector("#dead tbody tr[data-job]");
   seen.rows = await rows();
   if (shots) await page.screenshot({ path: `${shots}/console-byte-ids.png`, fullPage: true });
   // The raw one, by its bytes (a page without them cannot tell the two apart: the test

@@ -4,19 +4,19 @@
 export async function run(page, ctx) {
   const { url, queue, seen, shots } = ctx;
   const q = encodeURIComponent(queue);
-  const shown = () => page.$$eval("#dead tbody tr", (rs) => rs.map((r) => r.dataset.job));
+  const shown = () => page.$$eval("#dead tbody tr[data-job]", (rs) => rs.map((r) => r.dataset.job));
   await page.goto(`${url}/dead?q=${q}`);
-  await page.waitForSelector("#dead tbody tr");
+  await page.waitForSelector("#dead tbody tr[data-job]");
   seen.first_rows = await shown();
   // Jump to a time: the jobs that died then or before.
   await page.fill("#dead-jump", ctx.search);
   await page.click("#dead-jump-go");
-  await page.waitForFunction((n) => document.querySelectorAll("#dead tbody tr").length < n,
+  await page.waitForFunction((n) => document.querySelectorAll("#dead tbody tr[data-job]").length < n,
     seen.first_rows.length);
   seen.jump_rows = await shown();
   await page.fill("#dead-jump", "");
   await page.click("#dead-jump-go");
-  await page.waitForFunction((n) => document.querySelectorAll("#dead tbody tr").length === n,
+  await page.waitForFunction((n) => document.querySelectorAll("#dead tbody tr[data-job]").length === n,
     seen.first_rows.length);
   // A search, and every row of its page selected at once.
   await page.fill("#dead-search", "declined");
