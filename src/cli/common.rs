@@ -14,14 +14,6 @@ pub struct Interrupted(pub &'static str);
 #[error("{0}")]
 pub struct UsageError(pub String);
 
-/// Connect and check that each of the queue's keys is absent or of its protocol type, so
-/// that a key written by something else is reported by name before anything is done.
-pub async fn open(connect: &ConnectArgs) -> anyhow::Result<Queue> {
-    let queue = connect.queue().await?;
-    queue.check_key_types().await?;
-    Ok(queue)
-}
-
 /// Resolves on Ctrl-C or SIGTERM, naming which as a person at the terminal says it;
 /// listening from the call on, as [`crate::shutdown::shutdown_signal`].
 pub fn stop_signal() -> impl Future<Output = &'static str> + Send + 'static {
@@ -92,13 +84,28 @@ impl Target {
     }
 }
 
-/// [`open`] for the commands that understand a partitioned queue: with `--partitions`
-/// (or `--drain-partitions`) and no `--partition`, every partition, each checked.
+/// [`open`] for the commands that understand a partitioned queue: a partitioned queue
+/// (the count it records, or `--partitions`; see [`ConnectArgs::partitioned`]) without
+/// `--partition` is every partition, each checked.
 pub async fn open_target(connect: &ConnectArgs) -> anyhow::Result<Target> {
-    if !connect.all_partitions() {
-        return Ok(Target::One(open(connect).await?));
-    }
     let queue = connect.partitioned().await?;
+    if queue.partitions().len() == 1 || connect.partition.is_some() {
+        let one = match connect.partition.filter(|p| *p != 0) {
+            Some(p) if queue.partitions().len() == 1 => {
+                return Err(crate::queue::Error::InvalidArgument {
+                    what: "--partition",
+                    reason: format!(
+                        "{p} is not a partition of {}, a queue of 1 partition",
+                        queue.name()
+                    ),
+                }
+                .into());
+            }
+            p => queue.partition(p.unwrap_or_default())?.clone(),
+        };
+        one.check_key_types().await?;
+        return Ok(Target::One(one));
+    }
     queue.check_key_types().await?;
     Ok(Target::All(queue))
 }

@@ -226,17 +226,14 @@ pub struct ConnectArgs {
     #[arg(long, env = "JOBQUEUE_PREFIX", default_value = DEFAULT_PREFIX)]
     pub prefix: String,
     /// The queue's partition count (see docs/partitions.md): its jobs are spread over N
-    /// queues whose tags derive from --tag. 1 (the default) is an unpartitioned queue.
-    #[arg(
-        long,
-        env = "JOBQUEUE_PARTITIONS",
-        value_name = "N",
-        default_value_t = 1
-    )]
-    pub partitions: usize,
+    /// queues whose tags derive from --tag. Without it, the count the queue records
+    /// (written by the operator or `configure --partitions`), else 1 (unpartitioned); a
+    /// count that disagrees with the record is refused (`configure` changes it).
+    #[arg(long, env = "JOBQUEUE_PARTITIONS", value_name = "N")]
+    pub partitions: Option<usize>,
     /// While the queue is resized from (or to) M partitions: also claim from, count, reap,
     /// redrive and purge the queues of the M-partition layout; new jobs still go to the
-    /// --partitions layout.
+    /// --partitions layout. Without it, the drain the queue records while resizing.
     #[arg(long, env = "JOBQUEUE_DRAIN_PARTITIONS", value_name = "M")]
     pub drain_partitions: Option<usize>,
     /// Act on this one partition only (0-based, in the order `jobqueue stats` lists
@@ -346,64 +343,121 @@ impl ConnectArgs {
         self.endpoint.durability()
     }
 
-    /// The one queue named: the queue itself, or with `--partition`, that partition.
-    pub async fn queue(&self) -> crate::queue::Result<Queue> {
+    /// Every partition of the queue (with one partition, the queue itself): the layout of
+    /// the count the queue records in its `meta` (and the drain while it is resized), or
+    /// of `--partitions` (`--drain-partitions`) when it records none. A flag that
+    /// disagrees with the record is refused, naming both (see [`resolve_partitions`]).
+    pub async fn partitioned(&self) -> crate::queue::Result<crate::queue::PartitionedQueue> {
         // Check the tag before connecting: a bad tag is a usage error, not a Redis one.
         crate::queue::validate_tag(&self.tag)?;
         let durability = self.durability()?;
-        if self.is_partitioned() {
-            let queue = self.partitioned_on(self.connect().await?, durability)?;
-            return Ok(queue.partition(self.partition.unwrap_or_default())?.clone());
-        }
-        if let Some(p) = self.partition.filter(|p| *p != 0) {
-            return Err(crate::queue::Error::InvalidArgument {
-                what: "--partition",
-                reason: format!(
-                    "{p} is not a partition of a queue of 1 partition (give --partitions)"
-                ),
-            });
-        }
         let redis = self.connect().await?;
-        Ok(Queue::new(redis, &self.prefix, &self.tag)?.durability(durability))
-    }
-
-    /// Whether the flags name more than one queue (`--partitions` or
-    /// `--drain-partitions` above 1).
-    pub fn is_partitioned(&self) -> bool {
-        self.partitions != 1 || self.drain_partitions.is_some_and(|m| m != 1)
-    }
-
-    /// Whether a command acts on all partitions (partitioned, without `--partition`).
-    pub fn all_partitions(&self) -> bool {
-        self.is_partitioned() && self.partition.is_none()
-    }
-
-    /// Every partition of the queue (with one partition, the queue itself).
-    pub async fn partitioned(&self) -> crate::queue::Result<crate::queue::PartitionedQueue> {
-        crate::queue::validate_tag(&self.tag)?;
-        let durability = self.durability()?;
-        self.partitioned_on(self.connect().await?, durability)
-    }
-
-    fn partitioned_on(
-        &self,
-        redis: Redis,
-        durability: crate::queue::Durability,
-    ) -> crate::queue::Result<crate::queue::PartitionedQueue> {
-        let drain = self.drain_partitions.unwrap_or(self.partitions);
+        let head = Queue::new(redis.clone(), &self.prefix, &self.tag)?;
+        let record = head.partition_record().await?;
+        let resolved = resolve_partitions(
+            self.partitions,
+            self.drain_partitions,
+            record,
+            head.name(),
+            &self.tag,
+        )?;
+        if let Some(note) = &resolved.note {
+            eprintln!("note: {note}");
+        }
         let queue = crate::queue::PartitionedQueue::resizing(
             redis,
             &self.prefix,
             &self.tag,
-            self.partitions,
-            drain,
+            resolved.route,
+            resolved.drain.unwrap_or(resolved.route),
         )?;
         Ok(queue.map_partitions(|q| q.durability(durability)))
+    }
+
+    /// The queue of the tag itself (`T`, a partition of every layout), whose `meta`
+    /// records the partition count.
+    pub(crate) async fn head(&self) -> crate::queue::Result<Queue> {
+        crate::queue::validate_tag(&self.tag)?;
+        let durability = self.durability()?;
+        Ok(Queue::new(self.connect().await?, &self.prefix, &self.tag)?.durability(durability))
     }
 
     async fn connect(&self) -> crate::queue::Result<Redis> {
         Redis::connect(&self.options()?).await
     }
+}
+
+/// The layout a command works with, from the flags and the queue's record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedPartitions {
+    /// The count new jobs are routed over.
+    pub route: usize,
+    /// The count of a layout drained too (a resize under way).
+    pub drain: Option<usize>,
+    /// Said on stderr: a count given for a queue that records none.
+    pub note: Option<String>,
+}
+
+/// `--partitions` / `--drain-partitions` (`given`, `drain`) against what queue `name`
+/// records (`record`): the record when no flag is given; a flag that agrees with it; a
+/// flag that disagrees is an error naming both numbers. A queue that records nothing
+/// (made before the record, or never partitioned) takes the flags, 1 partition without.
+pub fn resolve_partitions(
+    given: Option<usize>,
+    drain: Option<usize>,
+    record: Option<crate::queue::PartitionRecord>,
+    name: &str,
+    tag: &str,
+) -> crate::queue::Result<ResolvedPartitions> {
+    let Some(record) = record else {
+        let route = given.unwrap_or(1);
+        let partitioned = route != 1 || drain.is_some_and(|d| d != 1);
+        return Ok(ResolvedPartitions {
+            route,
+            drain,
+            note: partitioned.then(|| {
+                format!(
+                    "{name} records no partition count, so a command without --partitions \
+                     sees the queue {tag} alone: `jobqueue configure --tag {tag} \
+                     --partitions {route}` records it for every command and the console"
+                )
+            }),
+        });
+    };
+    if let Some(n) = given
+        && n != record.partitions
+    {
+        return Err(crate::queue::Error::InvalidArgument {
+            what: "--partitions",
+            reason: format!(
+                "{n} disagrees with the partition count {name} records: {} (meta field \
+                 partitions); leave --partitions out to use the queue's, or change the count \
+                 with `jobqueue configure --tag {tag} --partitions {n}` (under the operator: \
+                 spec.partitions)",
+                record.partitions
+            ),
+        });
+    }
+    if let (Some(m), Some(d)) = (drain, record.drain)
+        && m != d
+    {
+        return Err(crate::queue::Error::InvalidArgument {
+            what: "--drain-partitions",
+            reason: format!(
+                "{m} disagrees with the resize {name} records: from {d} to {} partitions \
+                 (meta field drain_partitions); leave --drain-partitions out to drain the \
+                 queue's",
+                record.partitions
+            ),
+        });
+    }
+    Ok(ResolvedPartitions {
+        route: record.partitions,
+        // A drain given for a queue that records none: the partitions of a layout the
+        // record does not know of (an earlier resize), claimed and counted too.
+        drain: record.drain.or(drain),
+        note: None,
+    })
 }
 
 impl RedisArgs {
