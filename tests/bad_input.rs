@@ -215,6 +215,11 @@ const ROWS: &[Row] = &[
     row("tls-server-name-empty", &["stats", "--redis", "{url}", "--tag", "bi", "--tls-server-name", ""], 2, "invalid value '' for '--tls-server-name <NAME>': must not be empty"),
     row("kill-grace-huge", &["worker", "--redis", "{url}", "--tag", "bi", "--kill-grace", "213503d", "--exec", "true"], 2, "invalid value '213503d' for '--kill-grace <DURATION>': must be at most 1h"),
     row("stderr-tail-huge", &["worker", "--redis", "{url}", "--tag", "bi", "--stderr-tail", "1000000000000", "--exec", "true"], 2, "invalid value '1000000000000' for '--stderr-tail <BYTES>': must be at most 1048576"),
+    // Partition counts
+    row("partitions-disagree", &["stats", "--redis", "{url}", "--tag", "parted", "--partitions", "2"], 2, "invalid --partitions: 2 disagrees with the partition count jq:{parted} records: 3"),
+    row("partitions-disagree-enqueue", &["enqueue", "--redis", "{url}", "--tag", "parted", "--partitions", "6", "x"], 2, "invalid --partitions: 6 disagrees with the partition count jq:{parted} records: 3"),
+    row("partition-key-unpartitioned", &["enqueue", "--redis", "{url}", "--tag", "bi", "--partition-key", "k", "x"], 2, "--partition-key needs a partitioned queue: jq:{bi} has 1 partition"),
+    row("partition-record-garbage", &["stats", "--redis", "{url}", "--tag", "pgarbage"], 2, "field partitions of jq:{pgarbage}:meta holds \"many\", not a partition count from 1 to 1024"),
 ];
 
 /// Rows of the library and the protocol (no process, no exit code: the doc says `-`):
@@ -532,6 +537,9 @@ fn seed(conn: &mut redis::Connection) {
     let _: () = conn.hset("jq:{mb}:meta", "max_attempts", "banana").unwrap();
     // A queue whose pending list was overwritten by something else.
     let _: () = conn.set("jq:{wt}:pending", "not a list").unwrap();
+    // A queue of 3 partitions, recorded; and a record another client garbled.
+    let _: () = conn.hset("jq:{parted}:meta", "partitions", 3).unwrap();
+    let _: () = conn.hset("jq:{pgarbage}:meta", "partitions", "many").unwrap();
 }
 
 fn write_files(dir: &Path) {
