@@ -225,15 +225,20 @@ pub struct ConnectArgs {
     /// Key prefix.
     #[arg(long, env = "JOBQUEUE_PREFIX", default_value = DEFAULT_PREFIX)]
     pub prefix: String,
-    /// The queue's partition count (see docs/partitions.md): its jobs are spread over N
-    /// queues whose tags derive from --tag. Without it, the count the queue records
-    /// (written by the operator or `configure --partitions`), else 1 (unpartitioned); a
-    /// count that disagrees with the record is refused (`configure` changes it).
+    /// The queue's partition count [default: the count the queue records, else 1]
+    ///
+    /// Its jobs are spread over N queues whose tags derive from --tag (see
+    /// docs/partitions.md). Without it, the count the queue records (written by the
+    /// operator or `configure --partitions`), else 1 (unpartitioned); a count that
+    /// disagrees with the record is refused (`configure` changes it).
     #[arg(long, env = "JOBQUEUE_PARTITIONS", value_name = "N")]
     pub partitions: Option<usize>,
     /// While the queue is resized from (or to) M partitions: also claim from, count, reap,
     /// redrive and purge the queues of the M-partition layout; new jobs still go to the
-    /// --partitions layout. Without it, the drain the queue records while resizing.
+    /// --partitions layout.
+    ///
+    /// Without it, the drain the queue records while resizing; one that disagrees with
+    /// the record is refused.
     #[arg(long, env = "JOBQUEUE_DRAIN_PARTITIONS", value_name = "M")]
     pub drain_partitions: Option<usize>,
     /// Act on this one partition only (0-based, in the order `jobqueue stats` lists

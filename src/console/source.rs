@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
@@ -88,16 +89,32 @@ async fn parts_of(queue: &Queue, tag: &str, fallback: usize) -> Vec<Queue> {
         .collect()
 }
 
-/// Scanned tags grouped by queue: a tag whose queue records a partition count stands for
-/// all its partitions, whose own tags (`parts~2`, `parts~1`) are not listed apart.
-async fn grouped(found: Vec<Found>) -> Vec<Found> {
-    let mut out: Vec<Found> = Vec::with_capacity(found.len());
-    for mut f in found {
-        if let Some(q) = &f.queue {
-            f.parts = parts_of(q, &f.id, 1).await;
-        }
-        out.push(f);
-    }
+/// Tags grouped by queue: a tag whose queue records a partition count stands for all its
+/// partitions, whose own tags (`parts~2`, `parts~1`) are not listed apart. Of a scan,
+/// only the tags `T` some other tag `T~k` was found beside are asked for a record (a
+/// queue whose other partitions hold no key counts the same alone), the asks in
+/// parallel; `every` asks each (tags given by name).
+async fn grouped(found: Vec<Found>, every: bool) -> Vec<Found> {
+    let names: BTreeSet<&str> = found.iter().map(|f| f.id.as_str()).collect();
+    let partitioned = |tag: &str| {
+        every
+            || names.iter().any(|n| {
+                n.strip_prefix(tag)
+                    .and_then(|rest| rest.strip_prefix('~'))
+                    .is_some_and(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()))
+            })
+    };
+    let asks: Vec<bool> = found.iter().map(|f| partitioned(&f.id)).collect();
+    let out: Vec<Found> = futures::stream::iter(found.into_iter().zip(asks))
+        .map(|(mut f, ask)| async move {
+            if ask && let Some(q) = &f.queue {
+                f.parts = parts_of(q, &f.id, 1).await;
+            }
+            f
+        })
+        .buffered(16)
+        .collect()
+        .await;
     let members: BTreeSet<String> = out
         .iter()
         .flat_map(|f| f.parts.iter().map(|q| q.name().to_string()))
@@ -227,7 +244,7 @@ impl Source {
                     }
                 };
                 if let Some(tags) = tags {
-                    return Ok(grouped(tags.iter().map(|t| build(t)).collect()).await);
+                    return Ok(grouped(tags.iter().map(|t| build(t)).collect(), true).await);
                 }
                 if let Some((at, found)) = scanned.lock().expect("scan lock").as_ref()
                     && at.elapsed() < *rescan
@@ -235,7 +252,7 @@ impl Source {
                     return Ok(found.clone());
                 }
                 let tags = scan_tags(redis, prefix).await?;
-                let found = grouped(tags.iter().map(|t| build(t)).collect()).await;
+                let found = grouped(tags.iter().map(|t| build(t)).collect(), false).await;
                 *scanned.lock().expect("scan lock") = Some((Instant::now(), found.clone()));
                 Ok(found)
             }
