@@ -298,3 +298,27 @@ async fn the_console_lists_a_partitioned_queue_as_one_row() {
     assert_eq!(rows[0]["counts"]["pending"], 30, "the partitions summed: {}", rows[0]);
     assert_eq!(rows[1]["counts"]["pending"], 1);
 }
+
+#[tokio::test]
+async fn a_partitioned_queue_that_records_no_count_is_noted_where_half_seen() {
+    let server = RedisServer::start();
+    let url = server.url();
+    filled(&server, "old", 3, 9).await;
+    for cmd in [&["stats"][..], &["peek"][..], &["dead", "ls"][..]] {
+        let args: Vec<&str> = cmd.iter().copied().chain(["--tag", "old"]).collect();
+        let out = jq(&url, &args, "");
+        assert_eq!(out.code, 0, "{args:?}: {}", out.stderr);
+        assert!(
+            out.stderr.contains(
+                "note: jq:{old} records no partition count, so this shows that queue alone"
+            ) && out.stderr.contains("`jobqueue configure --tag old --partitions N`"),
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
+    // An unpartitioned queue gets no such note.
+    let plain = server.queue("plain").await;
+    plain.enqueue(NewJob::new(&b"x"[..])).await.unwrap();
+    let out = jq(&url, &["stats", "--tag", "plain"], "");
+    assert!(!out.stderr.contains("note:"), "{}", out.stderr);
+}
