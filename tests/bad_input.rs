@@ -539,7 +539,9 @@ fn seed(conn: &mut redis::Connection) {
     let _: () = conn.set("jq:{wt}:pending", "not a list").unwrap();
     // A queue of 3 partitions, recorded; and a record another client garbled.
     let _: () = conn.hset("jq:{parted}:meta", "partitions", 3).unwrap();
-    let _: () = conn.hset("jq:{pgarbage}:meta", "partitions", "many").unwrap();
+    let _: () = conn
+        .hset("jq:{pgarbage}:meta", "partitions", "many")
+        .unwrap();
 }
 
 fn write_files(dir: &Path) {

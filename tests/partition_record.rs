@@ -137,12 +137,24 @@ async fn every_command_finds_the_recorded_count_without_partitions() {
     let after = pending_each(&stats);
     assert_eq!(stats["pending"], 90, "{stats}");
     for (b, a) in before.iter().zip(&after) {
-        assert!(a > b, "every partition got new jobs: {before:?} -> {after:?}");
+        assert!(
+            a > b,
+            "every partition got new jobs: {before:?} -> {after:?}"
+        );
     }
     // And with a partition key: the one partition of that key.
     ok(
         &url,
-        &["enqueue", "--tag", "parts", "--partition-key", "k", "--id", "keyed", "x"],
+        &[
+            "enqueue",
+            "--tag",
+            "parts",
+            "--partition-key",
+            "k",
+            "--id",
+            "keyed",
+            "x",
+        ],
         "",
     );
     let p = queue.partition_for(b"k");
@@ -165,12 +177,18 @@ async fn a_count_that_disagrees_with_the_record_is_refused_naming_both() {
         assert_eq!(out.code, 2, "{args:?}: {}{}", out.stdout, out.stderr);
         assert!(
             out.stderr.contains("--partitions")
-                && out.stderr.contains("2 disagrees with the partition count jq:{parts} records: 3"),
+                && out
+                    .stderr
+                    .contains("2 disagrees with the partition count jq:{parts} records: 3"),
             "{args:?}: {}",
             out.stderr
         );
     }
-    assert_eq!(queue.stats().await.unwrap().total.pending, 9, "nothing enqueued");
+    assert_eq!(
+        queue.stats().await.unwrap().total.pending,
+        9,
+        "nothing enqueued"
+    );
     // The same count is fine.
     ok(&url, &["stats", "--tag", "parts", "--partitions", "3"], "");
 
@@ -183,7 +201,11 @@ async fn a_count_that_disagrees_with_the_record_is_refused_naming_both() {
         .arg(3)
         .query(&mut server.conn())
         .unwrap();
-    let out = jq(&url, &["stats", "--tag", "parts", "--drain-partitions", "4"], "");
+    let out = jq(
+        &url,
+        &["stats", "--tag", "parts", "--drain-partitions", "4"],
+        "",
+    );
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(
         out.stderr
@@ -193,7 +215,10 @@ async fn a_count_that_disagrees_with_the_record_is_refused_naming_both() {
     );
     let stats: serde_json::Value =
         serde_json::from_str(&ok(&url, &["stats", "--tag", "parts", "--json"], "")).unwrap();
-    assert_eq!(stats["pending"], 9, "both layouts counted while resizing: {stats}");
+    assert_eq!(
+        stats["pending"], 9,
+        "both layouts counted while resizing: {stats}"
+    );
 }
 
 #[tokio::test]
@@ -227,19 +252,32 @@ async fn configure_records_the_count_and_a_resize() {
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(
         out.stderr.contains("jq:{parts} records no partition count")
-            && out.stderr.contains("jobqueue configure --tag parts --partitions 3"),
+            && out
+                .stderr
+                .contains("jobqueue configure --tag parts --partitions 3"),
         "{}",
         out.stderr
     );
 
-    let text = ok(&url, &["configure", "--tag", "parts", "--partitions", "3"], "");
-    assert!(text.contains("partitions") && text.contains("3 (recorded now)"), "{text}");
+    let text = ok(
+        &url,
+        &["configure", "--tag", "parts", "--partitions", "3"],
+        "",
+    );
+    assert!(
+        text.contains("partitions") && text.contains("3 (recorded now)"),
+        "{text}"
+    );
     assert_eq!(recorded(&server, "parts"), (Some("3".into()), None));
     let out = jq(&url, &["stats", "--tag", "parts"], "");
     assert!(!out.stderr.contains("note:"), "{}", out.stderr);
 
     // Shrunk to 2: the 3-partition layout drains; stats counts both, nothing lost.
-    ok(&url, &["configure", "--tag", "parts", "--partitions", "2"], "");
+    ok(
+        &url,
+        &["configure", "--tag", "parts", "--partitions", "2"],
+        "",
+    );
     assert_eq!(
         recorded(&server, "parts"),
         (Some("2".into()), Some("3".into()))
@@ -255,28 +293,52 @@ async fn configure_records_the_count_and_a_resize() {
     }
     assert_eq!(pending_each(&stats).len(), union.len(), "{stats}");
     // Another count while the drain is under way is refused; ending it is explicit.
-    let out = jq(&url, &["configure", "--tag", "parts", "--partitions", "4"], "");
+    let out = jq(
+        &url,
+        &["configure", "--tag", "parts", "--partitions", "4"],
+        "",
+    );
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(
-        out.stderr.contains("is being resized from 3 to 2 partitions"),
+        out.stderr
+            .contains("is being resized from 3 to 2 partitions"),
         "{}",
         out.stderr
     );
     ok(
         &url,
-        &["configure", "--tag", "parts", "--partitions", "2", "--drain-partitions", "2"],
+        &[
+            "configure",
+            "--tag",
+            "parts",
+            "--partitions",
+            "2",
+            "--drain-partitions",
+            "2",
+        ],
         "",
     );
     assert_eq!(recorded(&server, "parts"), (Some("2".into()), None));
 
     // A queue with no keys: recording its count needs --create, as its settings do.
-    let out = jq(&url, &["configure", "--tag", "fresh", "--partitions", "3"], "");
+    let out = jq(
+        &url,
+        &["configure", "--tag", "fresh", "--partitions", "3"],
+        "",
+    );
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(out.stderr.contains("add --create"), "{}", out.stderr);
     assert_eq!(recorded(&server, "fresh"), (None, None));
     ok(
         &url,
-        &["configure", "--tag", "fresh", "--partitions", "3", "--create"],
+        &[
+            "configure",
+            "--tag",
+            "fresh",
+            "--partitions",
+            "3",
+            "--create",
+        ],
         "",
     );
     assert_eq!(recorded(&server, "fresh"), (Some("3".into()), None));
@@ -295,7 +357,11 @@ async fn the_console_lists_a_partitioned_queue_as_one_row() {
     let rows = overview["queues"].as_array().unwrap();
     let ids: Vec<&str> = rows.iter().map(|q| q["id"].as_str().unwrap()).collect();
     assert_eq!(ids, ["parts", "plain"], "{overview}");
-    assert_eq!(rows[0]["counts"]["pending"], 30, "the partitions summed: {}", rows[0]);
+    assert_eq!(
+        rows[0]["counts"]["pending"], 30,
+        "the partitions summed: {}",
+        rows[0]
+    );
     assert_eq!(rows[1]["counts"]["pending"], 1);
 }
 
@@ -311,7 +377,9 @@ async fn a_partitioned_queue_that_records_no_count_is_noted_where_half_seen() {
         assert!(
             out.stderr.contains(
                 "note: jq:{old} records no partition count, so this shows that queue alone"
-            ) && out.stderr.contains("`jobqueue configure --tag old --partitions N`"),
+            ) && out
+                .stderr
+                .contains("`jobqueue configure --tag old --partitions N`"),
             "{args:?}: {}",
             out.stderr
         );

@@ -17,6 +17,7 @@ Examples:
   jobqueue configure --tag reports --create --max-attempts 3   # a queue not in Redis yet
   jobqueue configure --tag emails --backoff-initial 5s --backoff-max 1h --backoff-multiplier 3
   jobqueue configure --tag emails --completed-retention 1h   # keep done jobs (dedup window)
+  jobqueue configure --tag emails --partitions 6   # record the count (docs/partitions.md)
 
 Settings not given keep their current value. Under the operator, the JobQueue resource
 owns these settings and rewrites them on every reconcile.";

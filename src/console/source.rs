@@ -121,10 +121,7 @@ async fn grouped(found: Vec<Found>, every: bool) -> Vec<Found> {
         .collect();
     out.into_iter()
         .filter(|f| {
-            !f.parts.is_empty()
-                || f.queue
-                    .as_ref()
-                    .is_none_or(|q| !members.contains(q.name()))
+            !f.parts.is_empty() || f.queue.as_ref().is_none_or(|q| !members.contains(q.name()))
         })
         .collect()
 }

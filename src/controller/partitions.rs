@@ -462,7 +462,10 @@ mod tests {
             record_to_write("e", 4, None, &[], &none).unwrap(),
             Some(PartitionRecord::new(4))
         );
-        assert_eq!(record_to_write("e", 4, None, &[], &rec("4", None)).unwrap(), None);
+        assert_eq!(
+            record_to_write("e", 4, None, &[], &rec("4", None)).unwrap(),
+            None
+        );
         // Shrunk 4 -> 2: the removed partitions drain, and the record says so.
         let four = partition_tags("e", 4).unwrap();
         let two = partition_tags("e", 2).unwrap();
@@ -490,7 +493,9 @@ mod tests {
             Some(PartitionRecord::new(1))
         );
         // No memory of the earlier count (a probe found them): a layout that holds them.
-        let r = record_to_write("e", 1, None, &gone, &none).unwrap().unwrap();
+        let r = record_to_write("e", 1, None, &gone, &none)
+            .unwrap()
+            .unwrap();
         let d = r.drain.unwrap();
         let tags = partition_tags("e", d).unwrap();
         assert!(gone.iter().all(|t| tags.contains(t)), "{d}: {tags:?}");

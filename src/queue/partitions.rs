@@ -460,8 +460,16 @@ mod tests {
             Some(PartitionRecord::new(4))
         );
         assert_eq!(PartitionRecord::new(4).to_fields().1, None);
-        for (p, d) in [(Some("0"), None), (Some("abc"), None), (Some("1025"), None), (Some("2"), Some("-1")), (None, Some("3"))] {
-            let err = PartitionRecord::from_fields(m, p, d).unwrap_err().to_string();
+        for (p, d) in [
+            (Some("0"), None),
+            (Some("abc"), None),
+            (Some("1025"), None),
+            (Some("2"), Some("-1")),
+            (None, Some("3")),
+        ] {
+            let err = PartitionRecord::from_fields(m, p, d)
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(m), "{err}");
         }
     }
