@@ -431,6 +431,19 @@ pub fn resolve_partitions(
     };
     if let Some(n) = given
         && n != record.partitions
+        && record.drain == Some(n)
+        && drain.is_none_or(|m| m == record.partitions)
+    {
+        // The layout being drained, as clients started before the resize were told: its
+        // queues and the new layout's together, as the record's own reading gives.
+        return Ok(ResolvedPartitions {
+            route: n,
+            drain: Some(record.partitions),
+            note: None,
+        });
+    }
+    if let Some(n) = given
+        && n != record.partitions
     {
         return Err(crate::queue::Error::InvalidArgument {
             what: "--partitions",
@@ -686,6 +699,48 @@ mod tests {
     struct Connect {
         #[source]
         source: std::io::Error,
+    }
+
+    #[test]
+    fn partition_flags_are_checked_against_the_record() {
+        use crate::queue::PartitionRecord;
+        let name = "jq:{e}";
+        let resolve = |given, drain, record| resolve_partitions(given, drain, record, name, "e");
+        let three = Some(PartitionRecord::new(3));
+        let shrinking = Some(PartitionRecord {
+            partitions: 2,
+            drain: Some(3),
+        });
+        // The record alone, or a flag that agrees with it.
+        for given in [None, Some(3)] {
+            let r = resolve(given, None, three).unwrap();
+            assert_eq!((r.route, r.drain, r.note), (3, None, None));
+        }
+        let r = resolve(None, None, shrinking).unwrap();
+        assert_eq!((r.route, r.drain), (2, Some(3)));
+        // The layout being drained, as a client of the old count says it: both layouts.
+        let r = resolve(Some(3), None, shrinking).unwrap();
+        assert_eq!((r.route, r.drain), (3, Some(2)));
+        // A count of neither, or another drain: refused, naming both numbers.
+        let err = resolve(Some(4), None, three).unwrap_err().to_string();
+        assert!(
+            err.contains("--partitions: 4 disagrees with the partition count jq:{e} records: 3"),
+            "{err}"
+        );
+        assert!(resolve(Some(4), None, shrinking).is_err());
+        let err = resolve(None, Some(4), shrinking).unwrap_err().to_string();
+        assert!(
+            err.contains("4 disagrees with the resize jq:{e} records: from 3 to 2"),
+            "{err}"
+        );
+        // A drain for a queue that records none: added. No record: the flags, noted.
+        let r = resolve(None, Some(6), three).unwrap();
+        assert_eq!((r.route, r.drain), (3, Some(6)));
+        let r = resolve(Some(6), None, None).unwrap();
+        assert_eq!((r.route, r.drain), (6, None));
+        assert!(r.note.unwrap().contains("records no partition count"));
+        let r = resolve(None, None, None).unwrap();
+        assert_eq!((r.route, r.drain, r.note), (1, None, None));
     }
 
     #[test]
