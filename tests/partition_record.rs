@@ -390,3 +390,32 @@ async fn a_partitioned_queue_that_records_no_count_is_noted_where_half_seen() {
     let out = jq(&url, &["stats", "--tag", "plain"], "");
     assert!(!out.stderr.contains("note:"), "{}", out.stderr);
 }
+
+#[tokio::test]
+async fn a_worker_without_partitions_claims_from_every_recorded_partition() {
+    let server = RedisServer::start();
+    let queue = filled(&server, "parts", 3, 12).await;
+    record(&server, "parts", 3);
+    let mut worker = Command::new(BIN)
+        .args(["worker", "--redis", &server.url(), "--tag", "parts"])
+        .args(["--concurrency", "4", "--exec", "true"])
+        .env_remove("JOBQUEUE_PARTITIONS")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let done = support::eventually::Wait::for_("the worker to ack every partition's jobs")
+        .until(async || {
+            let stats = queue.stats().await.unwrap();
+            (stats.total.acked == 12).then_some(stats)
+        })
+        .await;
+    let _ = worker.kill();
+    let _ = worker.wait();
+    assert!(
+        done.partitions
+            .iter()
+            .all(|s| s.acked > 0 && s.pending == 0),
+        "{done:?}"
+    );
+}
