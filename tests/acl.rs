@@ -317,7 +317,7 @@ fn each_roles_acl_grants_what_its_scripts_call_and_nothing_more() {
         (
             "producer",
             vec![&s.enqueue],
-            &["ping", "evalsha", "script|load", "type"],
+            &["ping", "evalsha", "script|load", "type", "hmget"],
         ),
         (
             "worker",
@@ -339,6 +339,7 @@ fn each_roles_acl_grants_what_its_scripts_call_and_nothing_more() {
                 "type",
                 "exists",
                 "hgetall",
+                "hmget",
                 "zrange",
             ],
         ),
@@ -353,6 +354,7 @@ fn each_roles_acl_grants_what_its_scripts_call_and_nothing_more() {
                 "type",
                 "hgetall",
                 "hset",
+                "hdel",
                 "zrange",
             ],
         ),

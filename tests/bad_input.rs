@@ -256,6 +256,11 @@ const ROWS: &[Row] = &[
     writes(with_stdin(b"nul\x00byte\n\xff\xfe\n", row("stdin-binary", &["enqueue", "--redis", "{url}", "--tag", "wr", "--stdin"], 0, "warning: stdin is not text (line 1 holds a NUL byte): each line of it becomes one job"))),
     writes(with_stdin(b"text\n\xff\xfe\n", row("stdin-binary-count", &["enqueue", "--redis", "{url}", "--tag", "wr", "--stdin"], 0, "warning: enqueued 2 jobs from lines of binary input (--file FILE sends a file as one job)"))),
     row("reap-json-unknown-tag", &["reap", "--redis", "{url}", "--tag", "bj", "--json"], 0, "no queue exists at jq:{bj}"),
+    // Partition counts
+    row("partitions-disagree", &["stats", "--redis", "{url}", "--tag", "parted", "--partitions", "2"], 2, "invalid --partitions: 2 disagrees with the partition count jq:{parted} records: 3"),
+    row("partitions-disagree-enqueue", &["enqueue", "--redis", "{url}", "--tag", "parted", "--partitions", "6", "x"], 2, "invalid --partitions: 6 disagrees with the partition count jq:{parted} records: 3"),
+    row("partition-key-unpartitioned", &["enqueue", "--redis", "{url}", "--tag", "bi", "--partition-key", "k", "x"], 2, "--partition-key needs a partitioned queue: jq:{bi} has 1 partition"),
+    row("partition-record-garbage", &["stats", "--redis", "{url}", "--tag", "pgarbage"], 2, "field partitions of jq:{pgarbage}:meta holds \"many\", not a partition count from 1 to 1024"),
 ];
 
 /// Rows of the library and the protocol (no process, no exit code: the doc says `-`):
@@ -580,6 +585,11 @@ fn seed(conn: &mut redis::Connection) {
     let _: () = conn.hset("jq:{mb}:meta", "max_attempts", "banana").unwrap();
     // A queue whose pending list was overwritten by something else.
     let _: () = conn.set("jq:{wt}:pending", "not a list").unwrap();
+    // A queue of 3 partitions, recorded; and a record another client garbled.
+    let _: () = conn.hset("jq:{parted}:meta", "partitions", 3).unwrap();
+    let _: () = conn
+        .hset("jq:{pgarbage}:meta", "partitions", "many")
+        .unwrap();
 }
 
 fn write_files(dir: &Path) {

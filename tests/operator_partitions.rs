@@ -279,6 +279,70 @@ async fn a_shrink_from_4_to_2_drains_the_removed_partitions_then_says_so() {
     );
 }
 
+/// What the queue's own `meta` records of its partitions: `partitions`,
+/// `drain_partitions` (docs/partitions.md, "The recorded count").
+fn recorded(redis: &RedisServer, tag: &str) -> (Option<String>, Option<String>) {
+    redis::cmd("HMGET")
+        .arg(format!("jq:{{{tag}}}:meta"))
+        .arg("partitions")
+        .arg("drain_partitions")
+        .query(&mut redis.conn())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_operator_records_the_count_in_the_queue_and_the_drain_while_resizing() {
+    let redis = RedisServer::start();
+    let four = partition_tags("rec", 4).unwrap();
+    let two = partition_tags("rec", 2).unwrap();
+    let parts = partitions(&redis, "rec", 4).await;
+    for q in &parts {
+        enqueue(q, 2).await;
+    }
+    let jq = queue("rec", &redis.url(), "rec").edit(|s| s.partitions = 4);
+    let (ctx, mut api, _) = test_context();
+    let (result, mut seen) = Scenario::new(&jq)
+        .expect(Expect::StatusPatch)
+        .run(&ctx, &mut api)
+        .await;
+    result.unwrap();
+    assert_eq!(recorded(&redis, "rec"), (Some("4".into()), None));
+    let at_four = seen.statuses.remove(0);
+
+    // Shrunk to 2: producers route to 2, and the 4-partition layout is to be drained.
+    let shrunk = jq
+        .clone()
+        .at_generation(2, "2")
+        .edit(|s| s.partitions = 2)
+        .with_status(at_four);
+    let (result, mut seen) = Scenario::new(&shrunk)
+        .expect(Expect::StatusPatch)
+        .run(&ctx, &mut api)
+        .await;
+    result.unwrap();
+    assert_eq!(
+        recorded(&redis, "rec"),
+        (Some("2".into()), Some("4".into()))
+    );
+    let draining = seen.statuses.remove(0);
+
+    // The removed partitions emptied: the reconcile that finds them drained ends the
+    // resize in the record too.
+    for (q, t) in parts.iter().zip(&four) {
+        if !two.contains(t) {
+            work_off(q).await;
+        }
+    }
+    let again = shrunk.clone().with_status(draining);
+    let (result, _) = Scenario::new(&again)
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Normal", "Drained"))
+        .run(&ctx, &mut api)
+        .await;
+    result.unwrap();
+    assert_eq!(recorded(&redis, "rec"), (Some("2".into()), None));
+}
+
 #[tokio::test]
 async fn a_queue_created_again_without_its_status_finds_the_old_partitions() {
     // A JobQueue of 8 partitions deleted (its keys stay) and created again with 1: no
@@ -325,6 +389,7 @@ async fn an_unpartitioned_queue_keeps_its_status_as_it_was() {
     result.unwrap();
     let status = status_body(&seen.bodies);
     assert!(status.get("partitions").is_none(), "{status}");
+    assert_eq!(recorded(&redis, "plain"), (None, None), "nothing to record");
     assert_eq!(status["pending"], 2);
     assert_eq!(
         condition(&seen.statuses[0], "Ready").2,

@@ -50,14 +50,6 @@ pub fn id_from_hex(given: &str) -> Result<Vec<u8>, UsageError> {
     })
 }
 
-/// Connect and check that each of the queue's keys is absent or of its protocol type, so
-/// that a key written by something else is reported by name before anything is done.
-pub async fn open(connect: &ConnectArgs) -> anyhow::Result<Queue> {
-    let queue = connect.queue().await?;
-    queue.check_key_types().await?;
-    Ok(queue)
-}
-
 /// Resolves on Ctrl-C or SIGTERM, naming which as a person at the terminal says it;
 /// listening from the call on, as [`crate::shutdown::shutdown_signal`].
 pub fn stop_signal() -> impl Future<Output = &'static str> + Send + 'static {
@@ -128,13 +120,28 @@ impl Target {
     }
 }
 
-/// [`open`] for the commands that understand a partitioned queue: with `--partitions`
-/// (or `--drain-partitions`) and no `--partition`, every partition, each checked.
+/// [`open`] for the commands that understand a partitioned queue: a partitioned queue
+/// (the count it records, or `--partitions`; see [`ConnectArgs::partitioned`]) without
+/// `--partition` is every partition, each checked.
 pub async fn open_target(connect: &ConnectArgs) -> anyhow::Result<Target> {
-    if !connect.all_partitions() {
-        return Ok(Target::One(open(connect).await?));
-    }
     let queue = connect.partitioned().await?;
+    if queue.partitions().len() == 1 || connect.partition.is_some() {
+        let one = match connect.partition.filter(|p| *p != 0) {
+            Some(p) if queue.partitions().len() == 1 => {
+                return Err(crate::queue::Error::InvalidArgument {
+                    what: "--partition",
+                    reason: format!(
+                        "{p} is not a partition of {}, a queue of 1 partition",
+                        queue.name()
+                    ),
+                }
+                .into());
+            }
+            p => queue.partition(p.unwrap_or_default())?.clone(),
+        };
+        one.check_key_types().await?;
+        return Ok(Target::One(one));
+    }
     queue.check_key_types().await?;
     Ok(Target::All(queue))
 }
@@ -147,6 +154,54 @@ pub async fn note_if_target_absent(target: &Target) -> anyhow::Result<()> {
         eprintln!("note: {note}");
     }
     Ok(())
+}
+
+/// How many candidate tags after `T` itself ([`crate::queue::partitions::candidate_tag`])
+/// the hint of [`note_if_partitions_unrecorded`] looks at: a layout of 2 or more
+/// partitions almost always has one of them (that none of the first 8 lies outside
+/// `T`'s half of the slot space happens once in 256 tags).
+const UNRECORDED_PROBE: u64 = 8;
+
+/// A note on stderr when a command without partition flags sees `T` alone while its tag
+/// records no partition count and queues of partition tags of `T` (`T~1` … `T~8`) are
+/// in Redis: a partitioned queue from before the record, half seen. Best effort (a probe
+/// that fails, e.g. an ACL limited to `T`'s keys, says nothing); for the commands that
+/// show a queue (`stats`, `peek`, `dead ls`), not for workers.
+pub async fn note_if_partitions_unrecorded(connect: &ConnectArgs, target: &Target) {
+    let Target::One(queue) = target else {
+        return;
+    };
+    if connect.partitions.is_some()
+        || connect.drain_partitions.is_some()
+        || connect.partition.is_some()
+        || !matches!(queue.partition_record().await, Ok(None))
+    {
+        return;
+    }
+    let probes = (1..=UNRECORDED_PROBE).filter_map(|k| {
+        let tag = crate::queue::partitions::candidate_tag(&connect.tag, k);
+        Queue::new(queue.redis().clone(), &connect.prefix, &tag).ok()
+    });
+    let found = futures::future::join_all(probes.map(|q| async move {
+        matches!(q.exists().await, Ok(true)).then(|| q.name().to_string())
+    }))
+    .await;
+    let found: Vec<String> = found.into_iter().flatten().collect();
+    if let Some(first) = found.first() {
+        eprintln!(
+            "note: {} records no partition count, so this shows that queue alone, but {first}{} \
+             of a partitioned {} exist: give --partitions N, or record the count once with \
+             `jobqueue configure --tag {} --partitions N`",
+            queue.name(),
+            if found.len() > 1 {
+                format!(" and {} more partitions", found.len() - 1)
+            } else {
+                String::new()
+            },
+            queue.name(),
+            connect.tag
+        );
+    }
 }
 
 /// Why the target reads as empty when none of its keys exist: `no queue exists at

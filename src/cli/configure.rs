@@ -8,7 +8,7 @@ use clap::Args;
 use super::ConnectArgs;
 use super::common::{UsageError, absent_note, open_target};
 use crate::duration;
-use crate::queue::QueueSettings;
+use crate::queue::{PartitionRecord, QueueSettings, partition_tags};
 
 pub const EXAMPLES: &str = "\
 Examples:
@@ -17,6 +17,7 @@ Examples:
   jobqueue configure --tag reports --create --max-attempts 3   # a queue not in Redis yet
   jobqueue configure --tag emails --backoff-initial 5s --backoff-max 1h --backoff-multiplier 3
   jobqueue configure --tag emails --completed-retention 1h   # keep done jobs (dedup window)
+  jobqueue configure --tag emails --partitions 6   # record the count (docs/partitions.md)
 
 Settings not given keep their current value. Under the operator, the JobQueue resource
 owns these settings and rewrites them on every reconcile.";
@@ -100,9 +101,112 @@ impl ConfigureArgs {
     }
 }
 
+/// The partition record `configure --partitions N [--drain-partitions M]` writes over
+/// `record` (what the queue records now): `--drain-partitions` as given (the count itself
+/// ends a drain); otherwise a change of count drains the old layout's partitions that the
+/// new one leaves out, and the same count keeps the drain under way. A new count while a
+/// resize is under way is refused (its drain would be forgotten).
+pub fn planned_record(
+    tag: &str,
+    n: usize,
+    drain: Option<usize>,
+    record: Option<PartitionRecord>,
+    name: &str,
+) -> anyhow::Result<PartitionRecord> {
+    crate::queue::partitions::validate_partitions(n)?;
+    if let Some(m) = drain {
+        crate::queue::partitions::validate_partitions(m)?;
+        return Ok(PartitionRecord {
+            partitions: n,
+            drain: (m != n).then_some(m),
+        });
+    }
+    let Some(record) = record else {
+        return Ok(PartitionRecord::new(n));
+    };
+    if record.partitions == n {
+        return Ok(record);
+    }
+    if let Some(d) = record.drain {
+        return Err(UsageError(format!(
+            "{name} is being resized from {d} to {} partitions (meta field drain_partitions): \
+             once `jobqueue stats --tag {tag}` shows the draining partitions empty, end it \
+             with `jobqueue configure --tag {tag} --partitions {} --drain-partitions {}`, \
+             then resize to {n}; or give --drain-partitions to say which layout to drain",
+            record.partitions, record.partitions, record.partitions
+        ))
+        .into());
+    }
+    let new = partition_tags(tag, n)?;
+    let kept = partition_tags(tag, record.partitions)?
+        .iter()
+        .all(|t| new.contains(t));
+    Ok(PartitionRecord {
+        partitions: n,
+        drain: (!kept).then_some(record.partitions),
+    })
+}
+
+/// `--partitions` given to `configure`: record it in the queue's own `meta` (it is the
+/// command that sets the count, so a count that differs from the record is a resize, not
+/// an error). Returns what the queue records now, and whether it was written.
+async fn record_partitions(
+    args: &ConfigureArgs,
+    n: usize,
+) -> anyhow::Result<(Option<PartitionRecord>, bool)> {
+    let head = args.connect.head().await?;
+    let record = head.partition_record().await?;
+    let new = planned_record(
+        &args.connect.tag,
+        n,
+        args.connect.drain_partitions,
+        record,
+        head.name(),
+    )?;
+    if record == Some(new) {
+        return Ok((record, false));
+    }
+    let old = record.map_or(n, |r| r.drain.unwrap_or(r.partitions));
+    let every = crate::queue::PartitionedQueue::resizing(
+        head.redis().clone(),
+        &args.connect.prefix,
+        &args.connect.tag,
+        n,
+        old,
+    )?;
+    every.check_key_types().await?;
+    if !every.exists().await? && !args.create {
+        return Err(UsageError(format!(
+            "no queue exists at {} (none of its keys are in Redis): check --tag and --prefix; \
+             to record the partition count of a new queue, add --create",
+            head.name()
+        ))
+        .into());
+    }
+    head.record_partitions(&new).await?;
+    Ok((Some(new), true))
+}
+
 pub async fn run(args: ConfigureArgs) -> anyhow::Result<()> {
+    let mut recorded = None;
+    let mut connect = args.connect.clone();
+    if let Some(n) = args.connect.partitions {
+        let (record, written) = record_partitions(&args, n).await?;
+        recorded = record.map(|r| (r, written));
+        // The settings go to the partitions of the count now recorded.
+        connect.partitions = None;
+        connect.drain_partitions = None;
+    }
     // Partitioned: read the first partition, write every one (all are configured alike).
-    let target = open_target(&args.connect).await?;
+    let target = open_target(&connect).await?;
+    if recorded.is_none() {
+        let head = crate::queue::Queue::new(
+            target.queues()[0].redis().clone(),
+            &connect.prefix,
+            &connect.tag,
+        )?;
+        recorded = head.partition_record().await?.map(|r| (r, false));
+    }
     let queues = target.queues();
     let fields = queues[0].meta_fields().await?;
     let current = QueueSettings::from_fields(&fields);
@@ -170,12 +274,31 @@ pub async fn run(args: ConfigureArgs) -> anyhow::Result<()> {
                 (k.to_string(), value)
             })
             .collect();
+        let mut fields = fields;
+        if let Some((record, _)) = recorded {
+            fields.insert("partitions".into(), record.partitions.into());
+            if let Some(d) = record.drain {
+                fields.insert("drain_partitions".into(), d.into());
+            }
+        }
         writeln!(out, "{}", serde_json::Value::Object(fields))?;
         return Ok(());
     }
     let state = if written { "written" } else { "unchanged" };
     writeln!(out, "settings of {} ({state})", target.name())?;
     write!(out, "{}", table(&settings))?;
+    if let Some((record, written)) = recorded {
+        let state = if written { "recorded now" } else { "recorded" };
+        let count = match record.drain {
+            Some(d) => format!(
+                "{} (draining the {d}-partition layout until its partitions are empty; end \
+                 with --partitions {} --drain-partitions {})",
+                record.partitions, record.partitions, record.partitions
+            ),
+            None => record.partitions.to_string(),
+        };
+        writeln!(out, "  {:<22}{count} ({state})", "partitions")?;
+    }
     Ok(())
 }
 

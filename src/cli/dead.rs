@@ -182,6 +182,7 @@ async fn ls(args: LsArgs) -> anyhow::Result<()> {
     }
     let target = open_target(&args.connect).await?;
     note_if_target_absent(&target).await?;
+    super::common::note_if_partitions_unrecorded(&args.connect, &target).await;
     let queues = target.queues();
     for (i, queue) in queues.iter().enumerate() {
         if queues.len() > 1 && !args.json {

@@ -61,8 +61,9 @@ pub struct EnqueueArgs {
     /// GiB suffix. Redis itself takes up to 512 MiB (proto-max-bulk-len).
     #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "64MiB")]
     pub max_payload: usize,
-    /// With --partitions: send every job of this call to the partition of this key
-    /// instead of each to the partition of its id, so jobs of one key keep their order.
+    /// On a partitioned queue: send every job of this call to the partition of this key
+    /// instead of each to the partition of its id, so jobs of one key keep their order
+    /// (refused on a queue of one partition).
     #[arg(long, value_name = "KEY", conflicts_with = "partition")]
     pub partition_key: Option<String>,
 }
@@ -83,6 +84,17 @@ impl Producer {
         let queue = queue.map_partitions(|q| q.max_payload(max));
         if let Some(p) = args.connect.partition {
             queue.partition(p)?;
+        }
+        if args.partition_key.is_some() && queue.partitions().len() == 1 {
+            // One queue: the key would decide nothing, and the caller expects it to.
+            return Err(UsageError(format!(
+                "--partition-key needs a partitioned queue: {} has 1 partition (a partitioned \
+                 queue records its count: `jobqueue configure --tag {} --partitions N`, see \
+                 docs/partitions.md)",
+                queue.name(),
+                args.connect.tag
+            ))
+            .into());
         }
         Ok(Producer {
             queue,

@@ -225,18 +225,20 @@ pub struct ConnectArgs {
     /// Key prefix.
     #[arg(long, env = "JOBQUEUE_PREFIX", default_value = DEFAULT_PREFIX)]
     pub prefix: String,
-    /// The queue's partition count (see docs/partitions.md): its jobs are spread over N
-    /// queues whose tags derive from --tag. 1 (the default) is an unpartitioned queue.
-    #[arg(
-        long,
-        env = "JOBQUEUE_PARTITIONS",
-        value_name = "N",
-        default_value_t = 1
-    )]
-    pub partitions: usize,
+    /// The queue's partition count [default: the count the queue records, else 1]
+    ///
+    /// Its jobs are spread over N queues whose tags derive from --tag (see
+    /// docs/partitions.md). Without it, the count the queue records (written by the
+    /// operator or `configure --partitions`), else 1 (unpartitioned); a count that
+    /// disagrees with the record is refused (`configure` changes it).
+    #[arg(long, env = "JOBQUEUE_PARTITIONS", value_name = "N")]
+    pub partitions: Option<usize>,
     /// While the queue is resized from (or to) M partitions: also claim from, count, reap,
     /// redrive and purge the queues of the M-partition layout; new jobs still go to the
     /// --partitions layout.
+    ///
+    /// Without it, the drain the queue records while resizing; one that disagrees with
+    /// the record is refused.
     #[arg(long, env = "JOBQUEUE_DRAIN_PARTITIONS", value_name = "M")]
     pub drain_partitions: Option<usize>,
     /// Act on this one partition only (0-based, in the order `jobqueue stats` lists
@@ -352,64 +354,134 @@ impl ConnectArgs {
         self.endpoint.durability()
     }
 
-    /// The one queue named: the queue itself, or with `--partition`, that partition.
-    pub async fn queue(&self) -> crate::queue::Result<Queue> {
+    /// Every partition of the queue (with one partition, the queue itself): the layout of
+    /// the count the queue records in its `meta` (and the drain while it is resized), or
+    /// of `--partitions` (`--drain-partitions`) when it records none. A flag that
+    /// disagrees with the record is refused, naming both (see [`resolve_partitions`]).
+    pub async fn partitioned(&self) -> crate::queue::Result<crate::queue::PartitionedQueue> {
         // Check the tag before connecting: a bad tag is a usage error, not a Redis one.
         crate::queue::validate_tag(&self.tag)?;
         let durability = self.durability()?;
-        if self.is_partitioned() {
-            let queue = self.partitioned_on(self.connect().await?, durability)?;
-            return Ok(queue.partition(self.partition.unwrap_or_default())?.clone());
-        }
-        if let Some(p) = self.partition.filter(|p| *p != 0) {
-            return Err(crate::queue::Error::InvalidArgument {
-                what: "--partition",
-                reason: format!(
-                    "{p} is not a partition of a queue of 1 partition (give --partitions)"
-                ),
-            });
-        }
         let redis = self.connect().await?;
-        Ok(Queue::new(redis, &self.prefix, &self.tag)?.durability(durability))
-    }
-
-    /// Whether the flags name more than one queue (`--partitions` or
-    /// `--drain-partitions` above 1).
-    pub fn is_partitioned(&self) -> bool {
-        self.partitions != 1 || self.drain_partitions.is_some_and(|m| m != 1)
-    }
-
-    /// Whether a command acts on all partitions (partitioned, without `--partition`).
-    pub fn all_partitions(&self) -> bool {
-        self.is_partitioned() && self.partition.is_none()
-    }
-
-    /// Every partition of the queue (with one partition, the queue itself).
-    pub async fn partitioned(&self) -> crate::queue::Result<crate::queue::PartitionedQueue> {
-        crate::queue::validate_tag(&self.tag)?;
-        let durability = self.durability()?;
-        self.partitioned_on(self.connect().await?, durability)
-    }
-
-    fn partitioned_on(
-        &self,
-        redis: Redis,
-        durability: crate::queue::Durability,
-    ) -> crate::queue::Result<crate::queue::PartitionedQueue> {
-        let drain = self.drain_partitions.unwrap_or(self.partitions);
+        let head = Queue::new(redis.clone(), &self.prefix, &self.tag)?;
+        let record = head.partition_record().await?;
+        let resolved = resolve_partitions(
+            self.partitions,
+            self.drain_partitions,
+            record,
+            head.name(),
+            &self.tag,
+        )?;
+        if let Some(note) = &resolved.note {
+            eprintln!("note: {note}");
+        }
         let queue = crate::queue::PartitionedQueue::resizing(
             redis,
             &self.prefix,
             &self.tag,
-            self.partitions,
-            drain,
+            resolved.route,
+            resolved.drain.unwrap_or(resolved.route),
         )?;
         Ok(queue.map_partitions(|q| q.durability(durability)))
+    }
+
+    /// The queue of the tag itself (`T`, a partition of every layout), whose `meta`
+    /// records the partition count.
+    pub(crate) async fn head(&self) -> crate::queue::Result<Queue> {
+        crate::queue::validate_tag(&self.tag)?;
+        let durability = self.durability()?;
+        Ok(Queue::new(self.connect().await?, &self.prefix, &self.tag)?.durability(durability))
     }
 
     async fn connect(&self) -> crate::queue::Result<Redis> {
         Redis::connect(&self.options()?).await
     }
+}
+
+/// The layout a command works with, from the flags and the queue's record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedPartitions {
+    /// The count new jobs are routed over.
+    pub route: usize,
+    /// The count of a layout drained too (a resize under way).
+    pub drain: Option<usize>,
+    /// Said on stderr: a count given for a queue that records none.
+    pub note: Option<String>,
+}
+
+/// `--partitions` / `--drain-partitions` (`given`, `drain`) against what queue `name`
+/// records (`record`): the record when no flag is given; a flag that agrees with it; a
+/// flag that disagrees is an error naming both numbers. A queue that records nothing
+/// (made before the record, or never partitioned) takes the flags, 1 partition without.
+pub fn resolve_partitions(
+    given: Option<usize>,
+    drain: Option<usize>,
+    record: Option<crate::queue::PartitionRecord>,
+    name: &str,
+    tag: &str,
+) -> crate::queue::Result<ResolvedPartitions> {
+    let Some(record) = record else {
+        let route = given.unwrap_or(1);
+        let partitioned = route != 1 || drain.is_some_and(|d| d != 1);
+        return Ok(ResolvedPartitions {
+            route,
+            drain,
+            note: partitioned.then(|| {
+                format!(
+                    "{name} records no partition count, so a command without --partitions \
+                     sees the queue {tag} alone: `jobqueue configure --tag {tag} \
+                     --partitions {route}` records it for every command and the console"
+                )
+            }),
+        });
+    };
+    if let Some(n) = given
+        && n != record.partitions
+        && record.drain == Some(n)
+        && drain.is_none_or(|m| m == record.partitions)
+    {
+        // The layout being drained, as clients started before the resize were told: its
+        // queues and the new layout's together, as the record's own reading gives.
+        return Ok(ResolvedPartitions {
+            route: n,
+            drain: Some(record.partitions),
+            note: None,
+        });
+    }
+    if let Some(n) = given
+        && n != record.partitions
+    {
+        return Err(crate::queue::Error::InvalidArgument {
+            what: "--partitions",
+            reason: format!(
+                "{n} disagrees with the partition count {name} records: {} (meta field \
+                 partitions); leave --partitions out to use the queue's, or change the count \
+                 with `jobqueue configure --tag {tag} --partitions {n}` (under the operator: \
+                 spec.partitions)",
+                record.partitions
+            ),
+        });
+    }
+    if let (Some(m), Some(d)) = (drain, record.drain)
+        && m != d
+    {
+        return Err(crate::queue::Error::InvalidArgument {
+            what: "--drain-partitions",
+            reason: format!(
+                "{m} disagrees with the resize {name} records: from {d} to {} partitions \
+                 (meta field drain_partitions); leave --drain-partitions out to drain the \
+                 queue's",
+                record.partitions
+            ),
+        });
+    }
+    Ok(ResolvedPartitions {
+        route: record.partitions,
+        // A drain given for a queue that records none: the partitions of a layout the
+        // record does not know of (an earlier resize), claimed and counted too.
+        drain: record.drain.or(drain),
+        note: None,
+    })
 }
 
 impl RedisArgs {
@@ -678,6 +750,48 @@ mod tests {
     struct Connect {
         #[source]
         source: std::io::Error,
+    }
+
+    #[test]
+    fn partition_flags_are_checked_against_the_record() {
+        use crate::queue::PartitionRecord;
+        let name = "jq:{e}";
+        let resolve = |given, drain, record| resolve_partitions(given, drain, record, name, "e");
+        let three = Some(PartitionRecord::new(3));
+        let shrinking = Some(PartitionRecord {
+            partitions: 2,
+            drain: Some(3),
+        });
+        // The record alone, or a flag that agrees with it.
+        for given in [None, Some(3)] {
+            let r = resolve(given, None, three).unwrap();
+            assert_eq!((r.route, r.drain, r.note), (3, None, None));
+        }
+        let r = resolve(None, None, shrinking).unwrap();
+        assert_eq!((r.route, r.drain), (2, Some(3)));
+        // The layout being drained, as a client of the old count says it: both layouts.
+        let r = resolve(Some(3), None, shrinking).unwrap();
+        assert_eq!((r.route, r.drain), (3, Some(2)));
+        // A count of neither, or another drain: refused, naming both numbers.
+        let err = resolve(Some(4), None, three).unwrap_err().to_string();
+        assert!(
+            err.contains("--partitions: 4 disagrees with the partition count jq:{e} records: 3"),
+            "{err}"
+        );
+        assert!(resolve(Some(4), None, shrinking).is_err());
+        let err = resolve(None, Some(4), shrinking).unwrap_err().to_string();
+        assert!(
+            err.contains("4 disagrees with the resize jq:{e} records: from 3 to 2"),
+            "{err}"
+        );
+        // A drain for a queue that records none: added. No record: the flags, noted.
+        let r = resolve(None, Some(6), three).unwrap();
+        assert_eq!((r.route, r.drain), (3, Some(6)));
+        let r = resolve(Some(6), None, None).unwrap();
+        assert_eq!((r.route, r.drain), (6, None));
+        assert!(r.note.unwrap().contains("records no partition count"));
+        let r = resolve(None, None, None).unwrap();
+        assert_eq!((r.route, r.drain, r.note), (1, None, None));
     }
 
     #[test]

@@ -48,6 +48,7 @@ pub struct PeekArgs {
 pub async fn run(args: PeekArgs) -> anyhow::Result<()> {
     let target = open_target(&args.connect).await?;
     note_if_target_absent(&target).await?;
+    super::common::note_if_partitions_unrecorded(&args.connect, &target).await;
     let queues = target.queues();
     for (i, queue) in queues.iter().enumerate() {
         if queues.len() > 1 && !args.json {

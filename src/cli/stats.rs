@@ -43,6 +43,7 @@ pub async fn run(args: StatsArgs) -> anyhow::Result<()> {
     }
     let queue = open_target(&args.connect).await?;
     note_if_target_absent(&queue).await?;
+    super::common::note_if_partitions_unrecorded(&args.connect, &queue).await;
     let Some(every) = args.watch else {
         print!("{}", read_and_render(&queue, args.json, args.all).await?);
         return Ok(());

@@ -51,6 +51,8 @@ pub struct Entry {
     pub error: Option<String>,
     pub kube: Option<KubeInfo>,
     pub history: VecDeque<Sample>,
+    /// Every partition of a partitioned queue (see `Found::parts`).
+    pub parts: Vec<Queue>,
 }
 
 /// What the refresher last saw.
@@ -125,6 +127,7 @@ async fn refresh(console: &Console) -> Snapshot {
                     queue: e.queue.clone(),
                     problem: None,
                     kube: e.kube.clone(),
+                    parts: e.parts.clone(),
                 })
                 .collect();
             (kept, Some(format!("{e:#}")))
@@ -133,10 +136,7 @@ async fn refresh(console: &Console) -> Snapshot {
     let keep = keep(console);
     let read = futures::stream::iter(found)
         .map(|f| async move {
-            let stats = match &f.queue {
-                Some(queue) => Some(queue.stats().await),
-                None => None,
-            };
+            let stats = f.stats().await;
             (f, stats, now_ms())
         })
         .buffer_unordered(PARALLEL)
@@ -171,6 +171,7 @@ async fn refresh(console: &Console) -> Snapshot {
                 error,
                 kube: found.kube,
                 history,
+                parts: found.parts,
             },
         );
     }
@@ -298,6 +299,7 @@ mod tests {
             error: None,
             kube: None,
             history: [sample(0, 0, 0, 1), sample(1000, 0, 0, 1)].into(),
+            parts: Vec::new(),
         };
         assert!(health(&entry, Duration::from_secs(60)).is_empty());
         entry.history.push_back(sample(2000, 0, 0, 3));

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
@@ -13,7 +14,7 @@ use crate::controller::Settings;
 use crate::controller::cluster_reads::resolve_endpoint;
 use crate::controller::validate::plan;
 use crate::crd::JobQueue;
-use crate::queue::{Durability, Queue, Redis};
+use crate::queue::{Durability, Queue, QueueStats, Redis};
 
 /// How often a scan for queue keys runs again by default (new queues appear, deleted
 /// ones go): a scan reads the whole keyspace, job hashes included, so not every refresh.
@@ -34,6 +35,95 @@ pub struct Found {
     /// Why the queue cannot be read, with no credential in it.
     pub problem: Option<String>,
     pub kube: Option<KubeInfo>,
+    /// Every partition of a partitioned queue (the layout the queue records, see
+    /// `queue::PartitionRecord`), `queue` among them; empty for an unpartitioned one.
+    pub parts: Vec<Queue>,
+}
+
+impl Found {
+    /// The queue's counts: its own, or the sum over its partitions. `None` when it cannot
+    /// be reached.
+    pub async fn stats(&self) -> Option<crate::queue::Result<QueueStats>> {
+        let queue = self.queue.as_ref()?;
+        if self.parts.is_empty() {
+            return Some(queue.stats().await);
+        }
+        let each = futures::future::try_join_all(self.parts.iter().map(|q| q.stats())).await;
+        Some(each.map(|each| {
+            let mut total = QueueStats::default();
+            for s in &each {
+                crate::queue::add_stats(&mut total, s);
+            }
+            total
+        }))
+    }
+}
+
+/// The partitions of `queue` (a queue's own tag) that its record names, or of `fallback`
+/// partitions when it records none; empty for one partition. A record that cannot be
+/// read counts as none.
+async fn parts_of(queue: &Queue, tag: &str, fallback: usize) -> Vec<Queue> {
+    let layout = match queue.partition_record().await.ok().flatten() {
+        Some(record) => record.layout(tag),
+        None => crate::queue::PartitionLayout::new(tag, fallback, fallback),
+    };
+    let Ok(layout) = layout else {
+        return Vec::new();
+    };
+    if layout.tags.len() <= 1 {
+        return Vec::new();
+    }
+    let prefix = queue
+        .name()
+        .rsplit_once(":{")
+        .map_or("", |(prefix, _)| prefix)
+        .to_string();
+    layout
+        .tags
+        .iter()
+        .filter_map(|t| {
+            Queue::new(queue.redis().clone(), &prefix, t)
+                .ok()
+                .map(|q| q.durability(queue.durability_setting()))
+        })
+        .collect()
+}
+
+/// Tags grouped by queue: a tag whose queue records a partition count stands for all its
+/// partitions, whose own tags (`parts~2`, `parts~1`) are not listed apart. Of a scan,
+/// only the tags `T` some other tag `T~k` was found beside are asked for a record (a
+/// queue whose other partitions hold no key counts the same alone), the asks in
+/// parallel; `every` asks each (tags given by name).
+async fn grouped(found: Vec<Found>, every: bool) -> Vec<Found> {
+    let names: BTreeSet<&str> = found.iter().map(|f| f.id.as_str()).collect();
+    let partitioned = |tag: &str| {
+        every
+            || names.iter().any(|n| {
+                n.strip_prefix(tag)
+                    .and_then(|rest| rest.strip_prefix('~'))
+                    .is_some_and(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()))
+            })
+    };
+    let asks: Vec<bool> = found.iter().map(|f| partitioned(&f.id)).collect();
+    let out: Vec<Found> = futures::stream::iter(found.into_iter().zip(asks))
+        .map(|(mut f, ask)| async move {
+            if ask && let Some(q) = &f.queue {
+                f.parts = parts_of(q, &f.id, 1).await;
+            }
+            f
+        })
+        .buffered(16)
+        .collect()
+        .await;
+    let members: BTreeSet<String> = out
+        .iter()
+        .flat_map(|f| f.parts.iter().map(|q| q.name().to_string()))
+        .collect();
+    out.into_iter()
+        .filter(|f| {
+            !f.parts.is_empty() || f.queue.as_ref().is_none_or(|q| !members.contains(q.name()))
+        })
+        .collect()
 }
 
 /// What the JobQueue says beside the Redis counts.
@@ -139,17 +229,19 @@ impl Source {
                             queue: Some(q.durability(*durability)),
                             problem: None,
                             kube: None,
+                            parts: Vec::new(),
                         },
                         Err(e) => Found {
                             id: tag.to_string(),
                             queue: None,
                             problem: Some(e.to_string()),
                             kube: None,
+                            parts: Vec::new(),
                         },
                     }
                 };
                 if let Some(tags) = tags {
-                    return Ok(tags.iter().map(|t| build(t)).collect());
+                    return Ok(grouped(tags.iter().map(|t| build(t)).collect(), true).await);
                 }
                 if let Some((at, found)) = scanned.lock().expect("scan lock").as_ref()
                     && at.elapsed() < *rescan
@@ -157,7 +249,7 @@ impl Source {
                     return Ok(found.clone());
                 }
                 let tags = scan_tags(redis, prefix).await?;
-                let found: Vec<Found> = tags.iter().map(|t| build(t)).collect();
+                let found = grouped(tags.iter().map(|t| build(t)).collect(), false).await;
                 *scanned.lock().expect("scan lock") = Some((Instant::now(), found.clone()));
                 Ok(found)
             }
@@ -300,6 +392,7 @@ async fn connect(client: &Client, settings: &Settings, ns: &str, id: &str, jq: &
         queue: None,
         problem: Some(problem),
         kube: None,
+        parts: Vec::new(),
     };
     let plan = match plan(&jq.spec) {
         Ok(plan) => plan,
@@ -316,6 +409,7 @@ async fn connect(client: &Client, settings: &Settings, ns: &str, id: &str, jq: &
     match Queue::new(redis, &plan.prefix, &plan.tag) {
         Ok(queue) => Found {
             id: id.to_string(),
+            parts: parts_of(&queue, &plan.tag, plan.partitions).await,
             queue: Some(queue),
             problem: None,
             kube: None,

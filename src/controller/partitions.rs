@@ -20,7 +20,7 @@ use std::collections::HashSet;
 
 use crate::crd::{JobQueueStatus, MAX_SPEC_PARTITIONS, PartitionCounts, PartitionsStatus};
 use crate::queue::partitions::tag_slot;
-use crate::queue::{QueueStats, Result, partition_tags};
+use crate::queue::{PartitionRecord, QueueStats, Result, partition_tags};
 
 /// The largest layout whose partitions a probe looks for: the most `spec.partitions`
 /// allows.
@@ -224,6 +224,61 @@ pub fn record(desired: usize, parts: &[PartitionObservation]) -> Option<Partitio
     })
 }
 
+/// The partition record the queue's own `meta` should hold after a reconcile that found
+/// `draining` partitions still holding jobs with `desired` in force (see
+/// `queue::PartitionRecord`): `Some` when it differs from `recorded` (the two fields as
+/// read, `partitions` and `drain_partitions`), `None` when nothing is to be written.
+///
+/// - `desired` is recorded whenever the queue is or was partitioned; an unpartitioned
+///   queue that records nothing is left so (no record reads as one partition).
+/// - While partitions drain, `drain_partitions` is a layout that holds every one of them,
+///   so a client that reads the record claims from them too: the one recorded already
+///   when it still does, else the previous `spec.partitions` (`was`), else the smallest
+///   count that does. Partitions of two resizes in a row whose layouts do not nest may be
+///   in no one layout: then the previous count, and the status names the rest.
+/// - Once nothing drains, `drain_partitions` goes.
+pub fn record_to_write(
+    tag: &str,
+    desired: usize,
+    was: Option<usize>,
+    draining: &[String],
+    recorded: &[Option<String>; 2],
+) -> Result<Option<PartitionRecord>> {
+    let have = [recorded[0].as_deref(), recorded[1].as_deref()];
+    let drain = if draining.is_empty() {
+        None
+    } else {
+        let current = partition_tags(tag, desired)?;
+        let covers = |m: usize| -> Result<bool> {
+            let tags = partition_tags(tag, m)?;
+            Ok(draining
+                .iter()
+                .all(|t| tags.contains(t) || current.contains(t)))
+        };
+        let recorded_drain = have[1].and_then(|d| d.trim().parse::<usize>().ok());
+        let mut chosen = None;
+        for m in recorded_drain.into_iter().chain(was).chain(1..=PROBE_MAX) {
+            if m != desired && (1..=crate::queue::MAX_PARTITIONS).contains(&m) && covers(m)? {
+                chosen = Some(m);
+                break;
+            }
+        }
+        chosen.or(was.filter(|w| *w != desired))
+    };
+    if desired <= 1 && drain.is_none() && have[0].is_none() {
+        return Ok(None);
+    }
+    let want = PartitionRecord {
+        partitions: desired,
+        drain,
+    };
+    let (p, d) = want.to_fields();
+    if have == [Some(p.as_str()), d.as_deref()] {
+        return Ok(None);
+    }
+    Ok(Some(want))
+}
+
 /// What the draining partitions still hold, for the condition's message:
 /// `emails~3 (4 pending, 1 dead), emails~5 (2 processing)`.
 pub fn draining_summary(parts: &[PartitionObservation]) -> String {
@@ -394,5 +449,55 @@ mod tests {
             None
         );
         assert!(record(1, &[part("e", false, 0, 0), part("e~3", true, 1, 0)]).is_some());
+    }
+
+    #[test]
+    fn the_record_follows_the_spec_and_the_drain() {
+        let none: [Option<String>; 2] = [None, None];
+        let rec = |p: &str, d: Option<&str>| [Some(p.to_string()), d.map(str::to_string)];
+        // An unpartitioned queue with no record is left alone.
+        assert_eq!(record_to_write("e", 1, None, &[], &none).unwrap(), None);
+        // Partitioned: the count is written, and not again once there.
+        assert_eq!(
+            record_to_write("e", 4, None, &[], &none).unwrap(),
+            Some(PartitionRecord::new(4))
+        );
+        assert_eq!(
+            record_to_write("e", 4, None, &[], &rec("4", None)).unwrap(),
+            None
+        );
+        // Shrunk 4 -> 2: the removed partitions drain, and the record says so.
+        let four = partition_tags("e", 4).unwrap();
+        let two = partition_tags("e", 2).unwrap();
+        let gone: Vec<String> = four.iter().filter(|t| !two.contains(t)).cloned().collect();
+        let shrinking = PartitionRecord {
+            partitions: 2,
+            drain: Some(4),
+        };
+        assert_eq!(
+            record_to_write("e", 2, Some(4), &gone, &rec("4", None)).unwrap(),
+            Some(shrinking)
+        );
+        assert_eq!(
+            record_to_write("e", 2, Some(2), &gone[1..], &rec("2", Some("4"))).unwrap(),
+            None,
+            "the recorded drain still holds what drains"
+        );
+        // Drained: the drain goes. Shrunk to one: one is recorded, not left out.
+        assert_eq!(
+            record_to_write("e", 2, Some(2), &[], &rec("2", Some("4"))).unwrap(),
+            Some(PartitionRecord::new(2))
+        );
+        assert_eq!(
+            record_to_write("e", 1, Some(2), &[], &rec("2", None)).unwrap(),
+            Some(PartitionRecord::new(1))
+        );
+        // No memory of the earlier count (a probe found them): a layout that holds them.
+        let r = record_to_write("e", 1, None, &gone, &none)
+            .unwrap()
+            .unwrap();
+        let d = r.drain.unwrap();
+        let tags = partition_tags("e", d).unwrap();
+        assert!(gone.iter().all(|t| tags.contains(t)), "{d}: {tags:?}");
     }
 }

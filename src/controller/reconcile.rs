@@ -536,14 +536,35 @@ async fn observe(
         .await;
     let mut reaped = ReapOutcome::default();
     let mut parts = Vec::with_capacity(queues.len());
-    for ((_, tag, draining), done) in queues.iter().zip(done) {
+    let mut recorded = None;
+    for ((queue, tag, draining), done) in queues.iter().zip(done) {
         let done = done.map_err(|e| classify(&e))?;
         reaped += done.reaped;
+        if *tag == plan.tag {
+            recorded = Some((queue, done.recorded_partitions.clone()));
+        }
         parts.push(PartitionObservation {
             tag: tag.to_string(),
             draining: *draining,
             stats: done.stats,
         });
+    }
+    // The queue's own meta records the layout, so clients given the tag alone find it
+    // (written only when it changes).
+    if let Some((queue, fields)) = recorded {
+        let was = prev
+            .and_then(|s| s.partitions.as_ref())
+            .map(|p| p.desired as usize);
+        let draining = partitions::still_draining(&parts);
+        if let Some(record) =
+            partitions::record_to_write(&plan.tag, plan.partitions, was, &draining, &fields)
+                .map_err(|e| classify(&e))?
+        {
+            queue
+                .record_partitions(&record)
+                .await
+                .map_err(|e| classify(&e))?;
+        }
     }
     // The draining partitions are the PartitionsDrained condition's to name.
     let name = match layout.tags.len() {

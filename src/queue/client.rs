@@ -13,6 +13,7 @@ use super::connection::{Dedicated, Redis};
 use super::durability::{Durability, Unconfirmed};
 use super::error::{Error, Result};
 use super::keys::{QueueKeys, validate_id};
+use super::partitions::{DRAIN_PARTITIONS_FIELD, PARTITIONS_FIELD, PartitionRecord};
 use super::scripts::{SCRIPTS, Script};
 use super::settings::{DURABILITY_FIELD, QueueSettings};
 use super::stats::QueueStats;
@@ -1190,6 +1191,57 @@ impl Queue {
             .transpose()
     }
 
+    /// The partition layout this queue records in its `meta` (see [`PartitionRecord`]):
+    /// meaningful on a partitioned queue's own tag `T` (partition 0 of no layout in
+    /// particular, but a partition of every one). `None` when no count is recorded.
+    pub async fn partition_record(&self) -> Result<Option<PartitionRecord>> {
+        let mut conn = self.redis.clone();
+        let (partitions, drain): (Option<String>, Option<String>) = redis::cmd("HMGET")
+            .arg(&self.keys.meta)
+            .arg(PARTITIONS_FIELD)
+            .arg(DRAIN_PARTITIONS_FIELD)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err_on("HMGET meta", &self.keys.meta, e))?;
+        PartitionRecord::from_fields(&self.keys.meta, partitions.as_deref(), drain.as_deref())
+    }
+
+    /// Write `record` into this queue's `meta` (both fields at once: `drain_partitions`
+    /// removed when no resize is under way). Call it on the queue's own tag `T`.
+    pub async fn record_partitions(&self, record: &PartitionRecord) -> Result<()> {
+        super::partitions::validate_partitions(record.partitions)?;
+        if let Some(d) = record.drain {
+            super::partitions::validate_partitions(d)?;
+        }
+        let (partitions, drain) = record.to_fields();
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        pipe.cmd("HSET")
+            .arg(&self.keys.meta)
+            .arg(PARTITIONS_FIELD)
+            .arg(partitions)
+            .ignore();
+        match drain {
+            Some(d) => pipe
+                .cmd("HSET")
+                .arg(&self.keys.meta)
+                .arg(DRAIN_PARTITIONS_FIELD)
+                .arg(d)
+                .ignore(),
+            None => pipe
+                .cmd("HDEL")
+                .arg(&self.keys.meta)
+                .arg(DRAIN_PARTITIONS_FIELD)
+                .ignore(),
+        };
+        let mut conn = self.redis.clone();
+        let () = pipe
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err_on("HSET meta", &self.keys.meta, e))?;
+        Ok(())
+    }
+
     /// The settings in `meta` (defaults for absent fields).
     pub async fn settings(&self) -> Result<QueueSettings> {
         Ok(QueueSettings::from_fields(&self.meta_fields().await?))
@@ -1342,6 +1394,8 @@ impl Queue {
             round_trips += 1;
         }
         Ok(Maintenance {
+            recorded_partitions: [PARTITIONS_FIELD, DRAIN_PARTITIONS_FIELD]
+                .map(|field| meta.get(field).cloned()),
             configured,
             reaped,
             stats,

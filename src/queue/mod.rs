@@ -43,7 +43,10 @@ pub use keys::{DEFAULT_PREFIX, MAX_ID_LEN, QueueKeys, validate_id, validate_tag}
 pub use partitioned::{
     PartitionWaiter, PartitionedConsumer, PartitionedQueue, PartitionedStats, add_stats,
 };
-pub use partitions::{MAX_PARTITIONS, PartitionLayout, partition_of, partition_tags};
+pub use partitions::{
+    DRAIN_PARTITIONS_FIELD, MAX_PARTITIONS, PARTITIONS_FIELD, PartitionLayout, PartitionRecord,
+    partition_of, partition_tags,
+};
 pub use scripts::{SCRIPTS, Script, Scripts};
 pub use sentinel::SentinelOptions;
 pub use settings::QueueSettings;

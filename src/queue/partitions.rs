@@ -171,6 +171,95 @@ impl PartitionLayout {
     }
 }
 
+/// The field of queue `T`'s own `meta` (`P:{T}:meta`) that records its partition count:
+/// the layout producers route to. Not read by any script. `T` is candidate 0 of the tag
+/// sequence and so a partition of every layout: whatever the count, its `meta` is where
+/// a client that knows only the tag finds it.
+pub const PARTITIONS_FIELD: &str = "partitions";
+
+/// The field of `P:{T}:meta` that records, while the queue is resized, the partition count
+/// of the layout being drained (present only then).
+pub const DRAIN_PARTITIONS_FIELD: &str = "drain_partitions";
+
+/// The partition layout a queue records in its own `meta` ([`PARTITIONS_FIELD`],
+/// [`DRAIN_PARTITIONS_FIELD`]), written by the operator from `spec.partitions` and by
+/// `jobqueue configure --partitions`, so every client finds the count from the tag alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionRecord {
+    /// The layout new jobs go to.
+    pub partitions: usize,
+    /// While resizing: the earlier layout whose queues are still drained (claimed from,
+    /// counted, reaped) though no new job goes to them.
+    pub drain: Option<usize>,
+}
+
+impl PartitionRecord {
+    /// A record of `partitions`, with no resize under way.
+    pub fn new(partitions: usize) -> PartitionRecord {
+        PartitionRecord {
+            partitions,
+            drain: None,
+        }
+    }
+
+    /// The record as `meta` holds it: `partitions`, and `drain_partitions` while draining
+    /// (`None`: the field is absent).
+    pub fn to_fields(&self) -> (String, Option<String>) {
+        (
+            self.partitions.to_string(),
+            self.drain
+                .filter(|d| *d != self.partitions)
+                .map(|d| d.to_string()),
+        )
+    }
+
+    /// The record in `meta`'s two fields as stored (`None`: absent). No `partitions` field:
+    /// no record (a queue from before the record, or one never partitioned); a value that
+    /// is not a count from 1 to [`MAX_PARTITIONS`] is an error naming the field and `meta`.
+    pub fn from_fields(
+        meta: &str,
+        partitions: Option<&str>,
+        drain: Option<&str>,
+    ) -> Result<Option<PartitionRecord>> {
+        let count = |field: &str, text: &str| -> Result<usize> {
+            text.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=MAX_PARTITIONS).contains(n))
+                .ok_or_else(|| Error::InvalidArgument {
+                    what: "partition record",
+                    reason: format!(
+                        "field {field} of {meta} holds {text:?}, not a partition count from 1 \
+                         to {MAX_PARTITIONS}"
+                    ),
+                })
+        };
+        let Some(partitions) = partitions else {
+            if let Some(drain) = drain {
+                return Err(Error::InvalidArgument {
+                    what: "partition record",
+                    reason: format!(
+                        "{meta} holds {DRAIN_PARTITIONS_FIELD} {drain:?} but no \
+                         {PARTITIONS_FIELD} field"
+                    ),
+                });
+            }
+            return Ok(None);
+        };
+        let partitions = count(PARTITIONS_FIELD, partitions)?;
+        let drain = drain
+            .map(|d| count(DRAIN_PARTITIONS_FIELD, d))
+            .transpose()?
+            .filter(|d| *d != partitions);
+        Ok(Some(PartitionRecord { partitions, drain }))
+    }
+
+    /// The layout clients work with: route to `partitions`, drain `drain` too.
+    pub fn layout(&self, tag: &str) -> Result<PartitionLayout> {
+        PartitionLayout::new(tag, self.partitions, self.drain.unwrap_or(self.partitions))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -348,6 +437,40 @@ mod tests {
         // 10 000 expected each; 5 % leeway is over 10 standard deviations.
         for c in &counts {
             assert!((9_500..=10_500).contains(c), "{counts:?}");
+        }
+    }
+
+    #[test]
+    fn a_partition_record_reads_back_as_written() {
+        let m = "jq:{emails}:meta";
+        assert_eq!(PartitionRecord::from_fields(m, None, None).unwrap(), None);
+        let r = PartitionRecord {
+            partitions: 3,
+            drain: Some(6),
+        };
+        let (p, d) = r.to_fields();
+        assert_eq!((p.as_str(), d.as_deref()), ("3", Some("6")));
+        assert_eq!(
+            PartitionRecord::from_fields(m, Some(&p), d.as_deref()).unwrap(),
+            Some(r)
+        );
+        // A drain of the route's own count is no drain.
+        assert_eq!(
+            PartitionRecord::from_fields(m, Some("4"), Some("4")).unwrap(),
+            Some(PartitionRecord::new(4))
+        );
+        assert_eq!(PartitionRecord::new(4).to_fields().1, None);
+        for (p, d) in [
+            (Some("0"), None),
+            (Some("abc"), None),
+            (Some("1025"), None),
+            (Some("2"), Some("-1")),
+            (None, Some("3")),
+        ] {
+            let err = PartitionRecord::from_fields(m, p, d)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(m), "{err}");
         }
     }
 }

@@ -439,6 +439,9 @@ pub struct Maintenance {
     pub stats: super::QueueStats,
     /// Round trips to Redis the pass took: 1 when there was nothing to write.
     pub round_trips: u32,
+    /// The partition record's fields of `meta` as read (`partitions`,
+    /// `drain_partitions`; see [`PartitionRecord`](super::PartitionRecord)).
+    pub recorded_partitions: [Option<String>; 2],
 }
 
 /// Which dead jobs `redrive` and `purge` act on.
