@@ -700,6 +700,10 @@ pub struct JobQueueStatus {
     /// 99th percentile processing time of acked jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub p99: Option<String>,
+    /// How long the oldest job ready to run has waited to be claimed (the queue's
+    /// latency, by the Redis clock); `0s` when none waits, absent when not known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest_pending: Option<String>,
 
     /// Replicas the scaler wants.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -228,6 +228,9 @@ pub fn observed(
     status.dead_lettered = stats.dead_lettered;
     status.stale_acks = stats.stale;
     (status.p50, status.p99) = quantiles(&stats.histogram);
+    status.oldest_pending = stats
+        .oldest_pending_ms
+        .map(|ms| crate::duration::format(Duration::from_millis(ms)));
     if obs.reaped.requeued + obs.reaped.dead_lettered > 0 {
         status.last_reap_time = Some(Time(now));
     }
@@ -785,6 +788,10 @@ mod tests {
         assert_eq!(s.observed_generation, Some(3));
         assert_eq!(s.p50.as_deref(), Some("12ms"));
         assert_eq!(s.p99.as_deref(), Some("15ms"));
+        assert_eq!(s.oldest_pending, None, "not known: no time read");
+        o.stats.oldest_pending_ms = Some(192_000);
+        let s = observed(None, Some(3), &o, t(0));
+        assert_eq!(s.oldest_pending.as_deref(), Some("3m12s"));
         let ready = cond(&s, types::READY);
         assert_eq!(
             (ready.status.as_str(), ready.reason.as_str()),
