@@ -220,7 +220,7 @@ async fn refresh(console: &Console) -> Snapshot {
             done = &mut probing, if !probed => {
                 probed = true;
                 for health in done {
-                    work.redis.insert(health.endpoint.clone(), health);
+                    keep_probe(&mut work.redis, health);
                 }
                 // News of a Redis that does not answer goes out at once.
                 console.snapshot.set(work.clone());
@@ -255,13 +255,27 @@ async fn refresh(console: &Console) -> Snapshot {
     }
     if !probed {
         for health in probing.await {
-            work.redis.insert(health.endpoint.clone(), health);
+            keep_probe(&mut work.redis, health);
         }
     }
     work.seq = old.seq + 1;
     work.at_ms = now_ms();
     work.stats_calls = old.stats_calls + calls;
     work
+}
+
+/// Keep a probe's result; one that got no answer keeps the facts read before (memory,
+/// policy, …, with their age), with why it failed.
+fn keep_probe(redis: &mut BTreeMap<String, RedisHealth>, health: RedisHealth) {
+    match (health.error, redis.get_mut(&health.endpoint)) {
+        (Some(error), Some(before)) => before.error = Some(error),
+        (error, _) => {
+            redis.insert(
+                health.endpoint.clone(),
+                RedisHealth { error, ..health },
+            );
+        }
+    }
 }
 
 /// Per-second rates between consecutive samples: `(at_ms, enqueued, acked, failed)`.
