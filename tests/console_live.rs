@@ -398,7 +398,10 @@ async fn in_a_browser_every_page_shows_the_outage_and_recovers() {
         serde_json::json!(["dead-0", "dead-1", "dead-2"]),
         "{seen}"
     );
-    assert!(seen["dead_age"].as_str().unwrap().starts_with("read "), "{seen}");
+    assert!(
+        seen["dead_age"].as_str().unwrap().starts_with("page updated "),
+        "{seen}"
+    );
     assert!(seen["healthy_after"].as_u64().unwrap() >= 11, "{seen}");
     assert_eq!(seen["banner_after"], true, "{seen}");
     assert_eq!(seen["redis_policy"], "noeviction", "{seen}");

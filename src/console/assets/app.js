@@ -440,7 +440,7 @@ function liveLine() {
       : `Could not refresh: ${liveError}. Showing what was read ${fmtDur(age)} ago; retrying every ${fmtDur(REFRESH_MS)}.`;
   } else {
     el.className = "age muted";
-    el.textContent = age === null ? "" : `read ${fmtDur(age)} ago, again every ${fmtDur(REFRESH_MS)}`;
+    el.textContent = age === null ? "" : `page updated ${fmtDur(age)} ago, again every ${fmtDur(REFRESH_MS)}`;
   }
   document.getElementById("main").classList.toggle("stale", !!liveError && age !== null);
 }
@@ -476,10 +476,10 @@ function livePoll(load) {
 function freshnessNote(q, always) {
   const f = q.freshness;
   if (!f) return null;
-  const clock = f.read_at_ms ? ` (Redis clock ${fmtTime(f.read_at_ms)})` : "";
+  const clock = f.read_at_ms ? `read at ${fmtTime(f.read_at_ms)} by the Redis clock` : "";
   if (f.age_ms === null) return h("div", { class: "stale-note", "data-fresh": "no" }, "counts not read yet");
-  if (f.stale) return h("div", { class: "stale-note", "data-fresh": "no" }, `counts ${fmtDur(f.age_ms)} old${clock}`);
-  return always ? h("div", { class: "muted", "data-fresh": "yes" }, `counts read ${fmtDur(f.age_ms)} ago${clock}`) : null;
+  if (f.stale) return h("div", { class: "stale-note", "data-fresh": "no", title: clock }, `counts ${fmtDur(f.age_ms)} old`);
+  return always ? h("div", { class: "muted", "data-fresh": "yes", title: clock }, `counts read ${fmtDur(f.age_ms)} ago`) : null;
 }
 
 function oldestText(q) {
