@@ -363,7 +363,7 @@ async fn in_a_browser_every_page_shows_the_outage_and_recovers() {
         let o = ui.get_json("/api/overview");
         o["queues"]
             .as_array()
-            .is_some_and(|q| q.len() == 12 && q.iter().all(|q| q["freshness"]["stale"] == false))
+            .is_some_and(|q| q.len() == 12 && q.iter().all(|q| q["counts"]["pending"] == 1))
     });
     let shots = shots_dir();
     let _ = std::fs::remove_file(shots.join("console-outage.png"));
@@ -372,7 +372,7 @@ async fn in_a_browser_every_page_shows_the_outage_and_recovers() {
 
     server.pause(true);
     let resume = Resume(&server);
-    let drive = Drive::start(
+    let mut drive = Drive::start(
         &ui,
         "outage",
         "q000",
@@ -383,10 +383,11 @@ async fn in_a_browser_every_page_shows_the_outage_and_recovers() {
     Wait::for_("the browser to see the outage on every page")
         .within(Duration::from_secs(180))
         .every(Duration::from_millis(100))
-        .until_blocking(|| marker.exists());
+        .until_blocking(|| marker.exists() || drive.exited());
     drop(resume);
     let seen = drive.finish();
 
+    assert_eq!(seen["overview_marked"], true, "{seen}");
     assert_eq!(seen["overview_healthy"], 0, "{seen}");
     assert_eq!(seen["overview_rows"], seen["overview_stale_notes"], "{seen}");
     assert!(seen["overview_banner"].to_string().contains("queues"), "{seen}");

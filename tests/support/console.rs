@@ -210,6 +210,11 @@ impl Drive {
         }
     }
 
+    /// Whether the scenario has ended (a failed one ends early).
+    pub fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
     /// Wait for the scenario to end; what it saw (the test fails when it failed).
     pub fn finish(self) -> Value {
         let scenario = self.scenario;

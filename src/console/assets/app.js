@@ -300,6 +300,8 @@ async function deadPage() {
 
   const load = async () => {
     const d = await api(`/api/dead?${qs({ q: id, offset, limit: 20, search })}`);
+    const { queue: shownQueue, ...rest } = d;
+    if (!liveChanged("dead", { rest, dead: shownQueue.counts && shownQueue.counts.dead, notice })) return;
     const q = d.queue;
     const input = h("input", { type: "search", id: "dead-search", value: search, placeholder: "id or error text" });
     const form = h("form", { class: "toolbar", onsubmit: (e) => { e.preventDefault(); search = input.value; offset = 0; load().catch(fail); } },
@@ -388,6 +390,7 @@ async function jobPage() {
           j.payload_truncated ? `download all ${j.payload_bytes} bytes (preview above)` : `download (${j.payload_bytes} bytes)`))],
     ].filter(Boolean);
     shown = true;
+    if (!liveChanged("job", { j, notice })) return;
     main(
       h("h1", {}, `Job ${id}`),
       notice ? h("p", { class: "notice", id: "notice" }, notice) : null,
@@ -470,6 +473,18 @@ function livePoll(load) {
   };
   run();
   setInterval(liveLine, 1000);
+}
+
+// Whether what a poll read differs from what the page shows (ages and clocks left
+// out): a page is drawn again only when it changed, so a poll never pulls a checkbox or
+// a button from under the operator's pointer.
+const liveShown = {};
+function liveChanged(key, value) {
+  const volatile = new Set(["freshness", "now_ms", "age_ms"]);
+  const sig = JSON.stringify(value, (k, v) => (volatile.has(k) ? undefined : v));
+  if (liveShown[key] === sig) return false;
+  liveShown[key] = sig;
+  return true;
 }
 
 // Under a queue's name: how old its counts are when they are stale (or always, `always`).
