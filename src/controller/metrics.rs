@@ -761,6 +761,7 @@ mod tests {
         metrics.reconcile_failed(q, "invalid_spec");
         let mut stats = QueueStats {
             stale: 1,
+            oldest_pending_ms: Some(1000),
             ..QueueStats::default()
         };
         stats.histogram.buckets.insert(9, 10);
