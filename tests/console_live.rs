@@ -181,7 +181,11 @@ async fn health_counts_the_dead_set_expired_leases_and_the_wait() {
     let o = Wait::for_("a refresh that read both queues").until_blocking(|| {
         let o = ui.get_json("/api/overview");
         (o["queues"].as_array().unwrap().len() == 2
-            && o["queues"].as_array().unwrap().iter().all(|q| q["counts"].is_object()))
+            && o["queues"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|q| q["counts"].is_object()))
         .then_some(o)
     });
     let shop = health_texts(queue_of(&o, "shop"));
@@ -247,7 +251,9 @@ async fn the_oldest_pending_jobs_age_is_in_stats_peek_and_the_console() {
         .unwrap();
     let json: Value = serde_json::from_str(&cli(&server.url(), "mail", &["stats", "--json"]))
         .expect("stats --json");
-    let age = json["oldest_pending_ms"].as_u64().expect("oldest_pending_ms");
+    let age = json["oldest_pending_ms"]
+        .as_u64()
+        .expect("oldest_pending_ms");
     assert!((95_000..105_000).contains(&age), "{json}");
     assert!(json["time_ms"].as_i64().unwrap() >= now, "{json}");
     let text = cli(&server.url(), "mail", &["stats"]);
@@ -255,7 +261,10 @@ async fn the_oldest_pending_jobs_age_is_in_stats_peek_and_the_console() {
         .lines()
         .find(|l| l.trim_start().starts_with("oldest_pending"))
         .unwrap_or_else(|| panic!("no oldest_pending line: {text}"));
-    assert!(line.trim_end().ends_with('s') && line.contains("1m3"), "{text}");
+    assert!(
+        line.trim_end().ends_with('s') && line.contains("1m3"),
+        "{text}"
+    );
 
     let ui = Ui::start(&server.url(), &[]);
     let o = Wait::for_("a refresh of the queue").until_blocking(|| {
@@ -389,10 +398,26 @@ async fn in_a_browser_every_page_shows_the_outage_and_recovers() {
 
     assert_eq!(seen["overview_marked"], true, "{seen}");
     assert_eq!(seen["overview_healthy"], 0, "{seen}");
-    assert_eq!(seen["overview_rows"], seen["overview_stale_notes"], "{seen}");
-    assert!(seen["overview_banner"].to_string().contains("queues"), "{seen}");
-    assert!(seen["queue_banner"].as_array().is_some_and(|b| !b.is_empty()), "{seen}");
-    assert!(seen["dead_banner"].as_array().is_some_and(|b| !b.is_empty()), "{seen}");
+    assert_eq!(
+        seen["overview_rows"], seen["overview_stale_notes"],
+        "{seen}"
+    );
+    assert!(
+        seen["overview_banner"].to_string().contains("queues"),
+        "{seen}"
+    );
+    assert!(
+        seen["queue_banner"]
+            .as_array()
+            .is_some_and(|b| !b.is_empty()),
+        "{seen}"
+    );
+    assert!(
+        seen["dead_banner"]
+            .as_array()
+            .is_some_and(|b| !b.is_empty()),
+        "{seen}"
+    );
     assert_eq!(seen["dead_rows_during"], 0, "{seen}");
     assert_eq!(
         seen["dead_rows_after"],
@@ -400,7 +425,10 @@ async fn in_a_browser_every_page_shows_the_outage_and_recovers() {
         "{seen}"
     );
     assert!(
-        seen["dead_age"].as_str().unwrap().starts_with("page updated "),
+        seen["dead_age"]
+            .as_str()
+            .unwrap()
+            .starts_with("page updated "),
         "{seen}"
     );
     assert!(seen["healthy_after"].as_u64().unwrap() >= 11, "{seen}");

@@ -154,8 +154,7 @@ pub fn health_of(r: &Reading, rules: &Rules) -> Vec<Health> {
         )),
         None if s.pending > 0 => warn.push(note(
             "warn",
-            "the oldest pending job's age is not known (enqueued by an earlier release)"
-                .into(),
+            "the oldest pending job's age is not known (enqueued by an earlier release)".into(),
         )),
         _ => {}
     }
@@ -396,7 +395,9 @@ pub async fn probe(queue: &Queue, timeout: Duration) -> RedisHealth {
             Err(e) => out.notes.push(format!("INFO: reply not understood: {e}")),
         },
         Ok(Err(e)) => out.notes.push(format!("INFO: {e}")),
-        Err(_) => out.notes.push(format!("INFO: no answer within {}", fmt(timeout))),
+        Err(_) => out
+            .notes
+            .push(format!("INFO: no answer within {}", fmt(timeout))),
     }
     let mut config = redis::cmd("CONFIG");
     config.arg("GET").arg("save").arg("appendfsync");
@@ -406,7 +407,9 @@ pub async fn probe(queue: &Queue, timeout: Duration) -> RedisHealth {
                 out.save = map.get("save").cloned();
                 out.appendfsync = map.get("appendfsync").cloned();
             }
-            Err(e) => out.notes.push(format!("CONFIG GET: reply not understood: {e}")),
+            Err(e) => out
+                .notes
+                .push(format!("CONFIG GET: reply not understood: {e}")),
         },
         Ok(Err(e)) => out.notes.push(format!(
             "CONFIG GET not allowed for this user (the RDB schedule is not shown): {e}"

@@ -201,16 +201,17 @@ async fn refresh(console: &Console) -> Snapshot {
             .into_values()
             .map(|q| async move { live::probe(&q, timeout).await }),
     );
-    let reading = futures::stream::iter(found.into_iter().filter_map(|f| f.queue.map(|q| (f.id, q))))
-        .map(|(id, queue)| async move {
-            let stats = match tokio::time::timeout(timeout, queue.stats()).await {
-                Ok(Ok(s)) => Ok(s),
-                Ok(Err(e)) => Err(e.to_string()),
-                Err(_) => Err(format!("no answer within {}", live::fmt(timeout))),
-            };
-            (id, stats, now_ms())
-        })
-        .buffer_unordered(PARALLEL);
+    let reading =
+        futures::stream::iter(found.into_iter().filter_map(|f| f.queue.map(|q| (f.id, q))))
+            .map(|(id, queue)| async move {
+                let stats = match tokio::time::timeout(timeout, queue.stats()).await {
+                    Ok(Ok(s)) => Ok(s),
+                    Ok(Err(e)) => Err(e.to_string()),
+                    Err(_) => Err(format!("no answer within {}", live::fmt(timeout))),
+                };
+                (id, stats, now_ms())
+            })
+            .buffer_unordered(PARALLEL);
     tokio::pin!(probing);
     tokio::pin!(reading);
     let mut probed = false;
@@ -270,10 +271,7 @@ fn keep_probe(redis: &mut BTreeMap<String, RedisHealth>, health: RedisHealth) {
     match (health.error, redis.get_mut(&health.endpoint)) {
         (Some(error), Some(before)) => before.error = Some(error),
         (error, _) => {
-            redis.insert(
-                health.endpoint.clone(),
-                RedisHealth { error, ..health },
-            );
+            redis.insert(health.endpoint.clone(), RedisHealth { error, ..health });
         }
     }
 }

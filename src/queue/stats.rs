@@ -202,7 +202,10 @@ mod tests {
             ("oldest_pending_ms", 1500),
             ("time", 1_700_000_000_000),
         ]);
-        assert_eq!((s.oldest_pending_ms, s.time_ms), (Some(1500), 1_700_000_000_000));
+        assert_eq!(
+            (s.oldest_pending_ms, s.time_ms),
+            (Some(1500), 1_700_000_000_000)
+        );
         // -1: the next pending job holds no time to tell its age by.
         let unknown = QueueStats::from_pairs([("pending", 1), ("oldest_pending_ms", -1)]);
         assert_eq!(unknown.oldest_pending_ms, None);
