@@ -389,7 +389,13 @@ pub async fn probe(queue: &Queue, timeout: Duration) -> RedisHealth {
         .arg("clients")
         .arg("memory")
         .arg("persistence");
-    match run(info).await {
+    let mut reply = run(info).await;
+    if matches!(&reply, Ok(Err(e)) if e.kind() != redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm))
+    {
+        // Before Redis 7, INFO takes one section: ask for all of them.
+        reply = run(redis::cmd("INFO")).await;
+    }
+    match reply {
         Ok(Ok(v)) => match redis::from_redis_value::<String>(v) {
             Ok(text) => out = out.with_info(&parse_info(&text)),
             Err(e) => out.notes.push(format!("INFO: reply not understood: {e}")),
