@@ -22,9 +22,9 @@
            there (its job hash exists, whatever its status, or it came earlier in this
            call); nothing changes for a refused id.
 
-  A new job ready now holds only its payload: a job hash without `status` is pending.
-  A new delayed job holds payload, status `delayed`, enqueued_at (ms, Redis clock) and
-  run_at (ms, its score in delayed).
+  A new job ready now holds its payload and enqueued_at (ms, Redis clock): a job hash
+  without `status` is pending. A new delayed job holds payload, status `delayed`,
+  enqueued_at and run_at (ms, its score in delayed).
   `attempts` is absent until the first claim (absent counts as 0).
 ]]
 
@@ -280,13 +280,13 @@ if #later > 0 then
 end
 for j = 1, nn do
   local i = newIdx[j]
-  -- no `attempts` field (absent reads as 0); a job ready now has only its payload (no
-  -- status means pending), so a small job's hash fits the smallest allocation it can
+  -- no `attempts` field (absent reads as 0); a job ready now has its payload and
+  -- enqueued_at (no status means pending): the time stats reads the queue's latency from
   if delays[i] > 0 then
     redis.call('HSET', newKeys[j], 'payload', ARGV[3 * i + 1], 'status', 'delayed',
       'enqueued_at', nowS, 'run_at', runAt[i])
   else
-    redis.call('HSET', newKeys[j], 'payload', ARGV[3 * i + 1])
+    redis.call('HSET', newKeys[j], 'payload', ARGV[3 * i + 1], 'enqueued_at', nowS)
   end
 end
 if #ready > 0 then

@@ -17,7 +17,8 @@
 
   Returns: the number of dead jobs moved back to pending (integer).
 
-  Only jobs whose status is `dead` move: status `pending`, attempts 0, last_error kept,
+  Only jobs whose status is `dead` move: status `pending`, attempts 0, enqueued_at now
+  (ms, Redis clock: the queue's latency counts from the redrive), last_error kept,
   removed from dead, LPUSHed to pending with a wake marker. A dead entry whose hash is
   gone or whose status is not `dead` is removed from dead and counted in `orphans`
   (hash left alone); any other id is ignored and not counted.
@@ -266,8 +267,9 @@ if #dropIds > 0 then redis.call('ZREM', K_DEAD, unpack(dropIds)) end
 -- holding a non-number must not fail a call whose changes are already made
 if nd > 0 then
   redis.call('LPUSH', K_PENDING, unpack(deadIds))
+  local _, nowS = clock()
   for i = 1, nd do
-    redis.call('HSET', deadKeys[i], 'status', 'pending', 'attempts', 0)
+    redis.call('HSET', deadKeys[i], 'status', 'pending', 'attempts', 0, 'enqueued_at', nowS)
   end
   local marks = {}
   for i = 1, nd do marks[i] = '1' end

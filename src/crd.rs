@@ -109,6 +109,13 @@ const RETRY_BOUNDS: &str = concat!(
         priority = 1
     ),
     printcolumn(
+        name = "Oldest",
+        type_ = "date",
+        json_path = ".status.oldestPendingSince",
+        description = "How long the oldest job ready to run has waited",
+        priority = 1
+    ),
+    printcolumn(
         name = "Partitions",
         type_ = "integer",
         json_path = ".spec.partitions",
@@ -700,6 +707,12 @@ pub struct JobQueueStatus {
     /// 99th percentile processing time of acked jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub p99: Option<String>,
+    /// Since when the oldest job ready to run has waited to be claimed (by the Redis
+    /// clock): its age is the queue's latency. Absent when none waits, or when the next
+    /// job holds no time (enqueued by an earlier release). It moves only when another job
+    /// becomes the oldest, so a waiting queue's status does not change at every reconcile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest_pending_since: Option<Time>,
 
     /// Replicas the scaler wants.
     #[serde(default, skip_serializing_if = "Option::is_none")]

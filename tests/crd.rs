@@ -94,7 +94,8 @@ fn names_columns_and_subresources() {
         .iter()
         .map(|c| (c.name.as_str(), c.priority.unwrap_or(0)))
         .collect();
-    // Due and Orphaned only in `kubectl get -o wide` (priority 1): usually zero.
+    // Due, Orphaned and Oldest (the age of the oldest pending job) only in `kubectl get
+    // -o wide` (priority 1): usually zero, or absent.
     assert_eq!(
         columns,
         [
@@ -103,6 +104,7 @@ fn names_columns_and_subresources() {
             ("Dead", 0),
             ("Due", 1),
             ("Orphaned", 1),
+            ("Oldest", 1),
             ("Partitions", 1),
             ("Replicas", 0),
             ("Ready", 0),

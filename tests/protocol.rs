@@ -1438,7 +1438,7 @@ async fn a_generated_id_that_is_taken_is_drawn_again() {
 }
 
 #[tokio::test]
-async fn a_job_enqueued_ready_holds_only_its_payload() {
+async fn a_job_enqueued_ready_holds_its_payload_and_arrival() {
     let (_s, q, mut c) = setup("lean").await;
     let got = q.enqueue(job("p")).await.unwrap();
     assert_eq!(
@@ -1447,11 +1447,11 @@ async fn a_job_enqueued_ready_holds_only_its_payload() {
         "generated ids are 12 characters"
     );
     let fields: Vec<String> = c.hkeys(q.keys().job(&got.id.to_string())).unwrap();
-    assert_eq!(fields, ["payload"]);
-    // Readers see it as pending; a claim takes it.
+    assert_eq!(fields, ["payload", "enqueued_at"]);
+    // Readers see it as pending, since when it arrived; a claim takes it.
     let info = q.job(got.id.as_bytes()).await.unwrap().unwrap();
     assert_eq!(info.status.as_deref(), Some("pending"));
-    assert_eq!(info.enqueued_at, None);
+    assert!(info.enqueued_at.is_some());
     // An ack or fail for it is stale (the job exists), not unknown.
     assert!(!q.ack((&got.id, "t")).await.unwrap());
     assert_eq!(q.stats().await.unwrap().stale, 1);

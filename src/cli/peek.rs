@@ -1,7 +1,7 @@
 //! `jobqueue peek`: the jobs next in line, without claiming them; or the delayed jobs
-//! next due, or the claimed jobs whose leases end first. Read-only. The AGE of a job
-//! enqueued ready is `-`: such a job holds only its payload (docs/protocol.md, job hash);
-//! jobs enqueued with a delay, and jobs written by earlier releases, show theirs.
+//! next due, or the claimed jobs whose leases end first. Read-only. The AGE of a job is
+//! since its `enqueued_at` (or its redrive); `-` for a job enqueued ready by a release
+//! that wrote no `enqueued_at` (docs/protocol.md, job hash).
 
 use std::io::Write;
 

@@ -185,13 +185,26 @@ fn to_json_named(name: &str, stats: &QueueStats) -> serde_json::Value {
     value
 }
 
+/// The queue's latency, under the counts: how long the next job has waited to be
+/// claimed (shown while a job waits).
+fn oldest_pending_line(s: &QueueStats) -> String {
+    if s.pending + s.due == 0 && s.oldest_pending_ms.unwrap_or(0) == 0 {
+        return String::new();
+    }
+    let age = match s.oldest_pending_ms {
+        Some(ms) => crate::duration::format(Duration::from_millis(ms)),
+        None => "unknown".to_string(),
+    };
+    format!("  {:<16}{age:>10}\n", "oldest_pending")
+}
+
 /// The human table. One `name value` pair per line, so it also greps well. Without
 /// `all`, the counts a newcomer reads (and expired, due and orphaned when not 0) and the
 /// main counters; `all` (and JSON) has every one.
 pub fn table(name: &str, endpoint: &str, s: &QueueStats, all: bool) -> String {
     let mut out = format!("queue {name} on {endpoint}\n");
     let mut hidden = 0;
-    let mut section = |title: &str, rows: &[(&str, u64, bool)]| {
+    let mut section = |out: &mut String, title: &str, rows: &[(&str, u64, bool)]| {
         out.push_str(title);
         out.push('\n');
         for (label, value, main) in rows {
@@ -203,6 +216,7 @@ pub fn table(name: &str, endpoint: &str, s: &QueueStats, all: bool) -> String {
         }
     };
     section(
+        &mut out,
         "now",
         &[
             ("pending", s.pending, true),
@@ -214,7 +228,9 @@ pub fn table(name: &str, endpoint: &str, s: &QueueStats, all: bool) -> String {
             ("orphaned", s.orphaned, s.orphaned > 0),
         ],
     );
+    out.push_str(&oldest_pending_line(s));
     section(
+        &mut out,
         "since the queue began",
         &[
             ("enqueued", s.enqueued, true),

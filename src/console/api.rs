@@ -19,7 +19,8 @@ use serde_json::{Value, json};
 use super::Console;
 use super::dead::{self, Position};
 use super::guard::{self, error};
-use super::refresher::{Entry, health, rates};
+use super::live;
+use super::refresher::{Entry, rates};
 use crate::queue::view::{JobView, Payload, find};
 use crate::queue::{JobStatus, MAX_BATCH, Queue, Selection};
 
@@ -47,6 +48,7 @@ pub fn router(console: Arc<Console>) -> Router {
         .route("/assets/app.css", get(app_css))
         .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
         .route("/api/overview", get(overview))
+        .route("/api/health", get(health_api))
         .route("/api/queue", get(queue_page))
         .route("/api/dead", get(dead_page))
         .route("/api/job", get(job))
@@ -125,7 +127,8 @@ async fn app_css() -> Response {
 
 /// One queue as the overview and the queue page show it.
 fn entry_json(console: &Console, e: &Entry) -> Value {
-    let window = console.config.history;
+    let rules = live::Rules::new(console.config.refresh, console.config.history);
+    let now = std::time::Instant::now();
     let s = e.stats.as_ref();
     let counts = s.map(|s| {
         json!({
@@ -177,10 +180,60 @@ fn entry_json(console: &Console, e: &Entry) -> Value {
             "acked": col(1),
             "failed": col(2),
         },
-        "health": health(e, window),
+        "health": live::health_of(&live::Reading::of(e, now), &rules),
         "error": e.error,
+        "freshness": freshness(console, e, now),
         "kube": e.kube,
     })
+}
+
+/// How old a queue's counts are: `age_ms` (this host's monotonic clock since the reply
+/// came), `read_at_ms` (the Redis clock the reply carried), `stale` past the rule's
+/// limit, and the oldest pending job's age (the queue's latency).
+fn freshness(console: &Console, e: &Entry, now: std::time::Instant) -> Value {
+    let rules = live::Rules::new(console.config.refresh, console.config.history);
+    let age = e.read_at.map(|at| now.saturating_duration_since(at));
+    json!({
+        "age_ms": age.map(|a| a.as_millis() as u64),
+        "read_at_ms": e.stats.as_ref().map(|s| s.time_ms).filter(|t| *t > 0),
+        "stale": age.is_none_or(|a| a > rules.stale_after) || e.error.is_some(),
+        "stale_after_ms": rules.stale_after.as_millis() as u64,
+        "oldest_pending_ms": e.stats.as_ref().and_then(|s| s.oldest_pending_ms),
+    })
+}
+
+/// `GET /api/health`: what every page shows at its top, from the snapshot (no Redis
+/// call, so it answers while Redis does not): the outage, if any, and each Redis
+/// server's health (memory, eviction policy, persistence, clients).
+async fn health_api(State(console): State<Arc<Console>>) -> Response {
+    let snap = console.snapshot.get();
+    let rules = live::Rules::new(console.config.refresh, console.config.history);
+    let now = std::time::Instant::now();
+    let started = snap.started.unwrap_or(now);
+    let redis: Vec<Value> = snap
+        .redis
+        .values()
+        .map(|r| {
+            let mut v = serde_json::to_value(r).unwrap_or_default();
+            if let Some(obj) = v.as_object_mut() {
+                obj.insert(
+                    "age_ms".into(),
+                    r.probed_at
+                        .map(|at| now.saturating_duration_since(at).as_millis() as u64)
+                        .into(),
+                );
+            }
+            v
+        })
+        .collect();
+    axum::Json(json!({
+        "outage": live::outage(&snap, now, started, &rules),
+        "redis": redis,
+        "refreshes": snap.seq,
+        "refresh_ms": console.config.refresh.as_millis() as u64,
+        "stale_after_ms": rules.stale_after.as_millis() as u64,
+    }))
+    .into_response()
 }
 
 /// `GET /api/overview`: every queue from the snapshot (no Redis call).

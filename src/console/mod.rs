@@ -7,6 +7,8 @@
 //!   the snapshot every page and API call reads, so the Redis cost does not grow with the
 //!   number of open tabs.
 //! - `api`: the routes: pages, `/api/…` JSON, the payload download, the writes.
+//! - `live`: how old each queue's counts are, the health rule, the outage banner, and
+//!   the Redis servers' own health (memory, eviction policy, persistence, clients).
 //! - `guard`: what keeps it safe: the Host check, the bearer token and its login cookie,
 //!   the CSRF token of writes, the security headers.
 //! - `server`: the HTTP server, with header and request timeouts and a cap on
@@ -29,6 +31,7 @@ pub mod auth;
 pub mod dead;
 pub mod errors;
 pub mod guard;
+pub mod live;
 pub mod refresher;
 pub mod server;
 pub mod session;

@@ -4,12 +4,14 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 use super::Console;
+pub use super::live::Health;
+use super::live::{self, RedisHealth};
 use super::source::{Found, KubeInfo};
 use crate::queue::{Queue, QueueStats};
 
@@ -53,6 +55,9 @@ pub struct Entry {
     pub history: VecDeque<Sample>,
     /// Every partition of a partitioned queue (see `Found::parts`).
     pub parts: Vec<Queue>,
+    /// When the last `stats` reply arrived (this host's monotonic clock; the reply's
+    /// Redis clock is `stats.time_ms`): the counts' age is measured from it.
+    pub read_at: Option<Instant>,
 }
 
 /// What the refresher last saw.
@@ -67,6 +72,10 @@ pub struct Snapshot {
     /// Why the last listing of queues failed, if it did (the previous list is kept).
     pub error: Option<String>,
     pub entries: BTreeMap<String, Entry>,
+    /// The Redis servers as their last probe saw them, by endpoint.
+    pub redis: BTreeMap<String, RedisHealth>,
+    /// When the refresher started.
+    pub started: Option<Instant>,
 }
 
 /// The snapshot, swapped whole at the end of each refresh.
@@ -92,6 +101,10 @@ pub fn now_ms() -> i64 {
 
 /// Start the refresher: one refresh now, then one per `config.refresh`, until `shutdown`.
 pub fn spawn_refresher(console: Arc<Console>, shutdown: CancellationToken) {
+    console.snapshot.set(Snapshot {
+        started: Some(Instant::now()),
+        ..Snapshot::default()
+    });
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(console.config.refresh);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -112,7 +125,13 @@ fn keep(console: &Console) -> usize {
     (n as usize).clamp(2, 600)
 }
 
-/// One refresh: list the queues, one `stats` call each, and the history extended.
+/// How often a refresh in progress publishes what it has read so far.
+const PUBLISH_EVERY: Duration = Duration::from_millis(250);
+
+/// One refresh: list the queues, probe each Redis and call `stats` once per queue, each
+/// queue published as its answer comes (at most every [`PUBLISH_EVERY`]), so one queue
+/// that does not answer holds back no other, and a hung Redis shows as counts that grow
+/// old. Returns the snapshot at its end.
 async fn refresh(console: &Console) -> Snapshot {
     let old = console.snapshot.get();
     let (found, error) = match console.source.list().await {
@@ -134,53 +153,131 @@ async fn refresh(console: &Console) -> Snapshot {
         }
     };
     let keep = keep(console);
-    let read = futures::stream::iter(found)
-        .map(|f| async move {
-            let stats = f.stats().await;
-            (f, stats, now_ms())
-        })
-        .buffer_unordered(PARALLEL)
-        .collect::<Vec<_>>()
-        .await;
-    let mut entries = BTreeMap::new();
-    let mut calls = 0;
-    for (found, stats, at_ms) in read {
-        let before = old.entries.get(&found.id);
-        let mut history = before.map(|e| e.history.clone()).unwrap_or_default();
-        let (stats, error) = match stats {
-            Some(Ok(s)) => {
-                calls += 1;
-                history.push_back(Sample::of(at_ms, &s));
-                while history.len() > keep {
-                    history.pop_front();
-                }
-                (Some(s), None)
-            }
-            Some(Err(e)) => {
-                calls += 1;
-                (before.and_then(|b| b.stats.clone()), Some(e.to_string()))
-            }
-            None => (None, found.problem.clone()),
-        };
-        entries.insert(
-            found.id.clone(),
+    let timeout = live::call_timeout(console.config.refresh);
+    // The queues listed now, each with what was read of it before.
+    let mut work = Snapshot {
+        seq: old.seq,
+        at_ms: old.at_ms,
+        stats_calls: old.stats_calls,
+        error,
+        entries: BTreeMap::new(),
+        redis: BTreeMap::new(),
+        started: old.started,
+    };
+    let mut probes = BTreeMap::new();
+    for f in &found {
+        let before = old.entries.get(&f.id);
+        if let Some(q) = &f.queue {
+            probes
+                .entry(q.redis().endpoint().to_string())
+                .or_insert_with(|| q.clone());
+        }
+        work.entries.insert(
+            f.id.clone(),
             Entry {
-                id: found.id,
-                queue: found.queue,
-                stats,
-                error,
-                kube: found.kube,
-                history,
-                parts: found.parts,
+                id: f.id.clone(),
+                queue: f.queue.clone(),
+                stats: before.and_then(|b| b.stats.clone()),
+                error: match &f.queue {
+                    Some(_) => before.and_then(|b| b.error.clone()),
+                    None => f.problem.clone(),
+                },
+                kube: f.kube.clone(),
+                history: before.map(|b| b.history.clone()).unwrap_or_default(),
+                read_at: before.and_then(|b| b.read_at),
+                parts: f.parts.clone(),
             },
         );
     }
-    Snapshot {
-        seq: old.seq + 1,
-        at_ms: now_ms(),
-        stats_calls: old.stats_calls + calls,
-        error,
-        entries,
+    for endpoint in probes.keys() {
+        if let Some(before) = old.redis.get(endpoint) {
+            work.redis.insert(endpoint.clone(), before.clone());
+        }
+    }
+    // Queues that came or went, or a listing that failed, show at once.
+    if !work.entries.keys().eq(old.entries.keys()) || work.error != old.error {
+        console.snapshot.set(work.clone());
+    }
+    let mut published = Instant::now();
+
+    let probing = futures::future::join_all(
+        probes
+            .into_values()
+            .map(|q| async move { live::probe(&q, timeout).await }),
+    );
+    let reading = futures::stream::iter(found.into_iter().filter(|f| f.queue.is_some()))
+        .map(|f| async move {
+            // A partitioned queue's counts are those of all its partitions.
+            let stats = match tokio::time::timeout(timeout, f.stats()).await {
+                Ok(Some(Ok(s))) => Ok(s),
+                Ok(Some(Err(e))) => Err(e.to_string()),
+                Ok(None) => Err("no queue to read".to_string()),
+                Err(_) => Err(format!("no answer within {}", live::fmt(timeout))),
+            };
+            (f.id, stats, now_ms())
+        })
+        .buffer_unordered(PARALLEL);
+    tokio::pin!(probing);
+    tokio::pin!(reading);
+    let mut probed = false;
+    let mut calls = 0;
+    loop {
+        tokio::select! {
+            done = &mut probing, if !probed => {
+                probed = true;
+                for health in done {
+                    keep_probe(&mut work.redis, health);
+                }
+                // News of a Redis that does not answer goes out at once.
+                console.snapshot.set(work.clone());
+                published = Instant::now();
+                continue;
+            }
+            next = reading.next() => {
+                let Some((id, stats, at_ms)) = next else { break };
+                calls += 1;
+                if let Some(entry) = work.entries.get_mut(&id) {
+                    match stats {
+                        Ok(s) => {
+                            entry.history.push_back(Sample::of(at_ms, &s));
+                            while entry.history.len() > keep {
+                                entry.history.pop_front();
+                            }
+                            entry.stats = Some(s);
+                            entry.error = None;
+                            entry.read_at = Some(Instant::now());
+                        }
+                        // The counts read before are kept, with why they are not fresh.
+                        Err(e) => entry.error = Some(e),
+                    }
+                }
+                work.stats_calls = old.stats_calls + calls;
+            }
+        }
+        if published.elapsed() >= PUBLISH_EVERY {
+            console.snapshot.set(work.clone());
+            published = Instant::now();
+        }
+    }
+    if !probed {
+        for health in probing.await {
+            keep_probe(&mut work.redis, health);
+        }
+    }
+    work.seq = old.seq + 1;
+    work.at_ms = now_ms();
+    work.stats_calls = old.stats_calls + calls;
+    work
+}
+
+/// Keep a probe's result; one that got no answer keeps the facts read before (memory,
+/// policy, …, with their age), with why it failed.
+fn keep_probe(redis: &mut BTreeMap<String, RedisHealth>, health: RedisHealth) {
+    match (health.error, redis.get_mut(&health.endpoint)) {
+        (Some(error), Some(before)) => before.error = Some(error),
+        (error, _) => {
+            redis.insert(health.endpoint.clone(), RedisHealth { error, ..health });
+        }
     }
 }
 
@@ -203,67 +300,13 @@ pub fn rates(history: &VecDeque<Sample>) -> Vec<(i64, f64, f64, f64)> {
         .collect()
 }
 
-/// A health note: `warn` or `bad`, and what it means.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Health {
-    pub level: &'static str,
-    pub text: String,
-}
-
-/// The badges of a queue from its counts and the counters' growth over the history:
-/// stale acks growing (leases too short for the work), dead letters growing, orphans
-/// present, expired leases waiting, no reading at all.
+/// The badges of a queue (see [`live::health_of`]), its age not counted.
 pub fn health(entry: &Entry, window: Duration) -> Vec<Health> {
-    let mut out = Vec::new();
-    let Some(s) = &entry.stats else {
-        out.push(Health {
-            level: "bad",
-            text: "not read".into(),
-        });
-        return out;
+    let reading = live::Reading {
+        age: None,
+        ..live::Reading::of(entry, Instant::now())
     };
-    if let Some(e) = &entry.error {
-        out.push(Health {
-            level: "bad",
-            text: format!("last read failed: {e}"),
-        });
-    }
-    let grew = |f: fn(&Sample) -> u64| -> u64 {
-        match (entry.history.front(), entry.history.back()) {
-            (Some(a), Some(b)) => f(b).saturating_sub(f(a)),
-            _ => 0,
-        }
-    };
-    let over = crate::duration::format(window);
-    let stale = grew(|x| x.stale);
-    if stale > 0 {
-        out.push(Health {
-            level: "warn",
-            text: format!(
-                "lease too short: {stale} acks arrived after their lease was taken away in the last {over}"
-            ),
-        });
-    }
-    let dead = grew(|x| x.dead_lettered);
-    if dead > 0 {
-        out.push(Health {
-            level: "warn",
-            text: format!("dead letters growing: {dead} in the last {over}"),
-        });
-    }
-    if s.orphaned > 0 {
-        out.push(Health {
-            level: "warn",
-            text: format!("{} orphaned ids set aside", s.orphaned),
-        });
-    }
-    if s.expired > 0 {
-        out.push(Health {
-            level: "warn",
-            text: format!("{} expired leases wait for a reaper", s.expired),
-        });
-    }
-    out
+    live::health_of(&reading, &live::Rules::new(Duration::from_secs(2), window))
 }
 
 #[cfg(test)]
@@ -300,6 +343,7 @@ mod tests {
             kube: None,
             history: [sample(0, 0, 0, 1), sample(1000, 0, 0, 1)].into(),
             parts: Vec::new(),
+            read_at: None,
         };
         assert!(health(&entry, Duration::from_secs(60)).is_empty());
         entry.history.push_back(sample(2000, 0, 0, 3));

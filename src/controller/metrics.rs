@@ -84,6 +84,9 @@ pub struct Metrics {
     pub orphaned: Family<QueueLabels, Gauge>,
     /// Processing time of acked jobs (claim to ack), from the queue's histogram.
     pub processing_time: Family<QuantileLabels, Gauge<f64, AtomicU64>>,
+    /// How long the oldest job ready to run has waited (the queue's latency); no series
+    /// while it is not known (the next job was enqueued by an earlier release).
+    pub oldest_pending: Family<QueueLabels, Gauge<f64, AtomicU64>>,
     /// Acks, extends and fails refused since the queue began (Redis's `stale` counter,
     /// mirrored: it resets only when the queue's stats do).
     pub stale_acks: Family<QueueLabels, Counter>,
@@ -135,6 +138,7 @@ impl Default for Metrics {
             dead: Family::default(),
             orphaned: Family::default(),
             processing_time: Family::default(),
+            oldest_pending: Family::default(),
             stale_acks: Family::default(),
             unknown_acks: Family::default(),
             queue_ready: Family::default(),
@@ -191,6 +195,11 @@ impl Metrics {
             "orphaned",
             "Job ids set aside because their job hash was absent",
             self.orphaned.clone(),
+        );
+        r.register(
+            "oldest_pending_seconds",
+            "How long the oldest job ready to run has waited to be claimed (queue latency, Redis clock)",
+            self.oldest_pending.clone(),
         );
         r.register(
             "processing_time_seconds",
@@ -393,6 +402,16 @@ impl Metrics {
                 }
             }
         }
+        match stats.oldest_pending_ms {
+            Some(ms) => {
+                self.oldest_pending
+                    .get_or_create(queue)
+                    .set(ms as f64 / 1000.0);
+            }
+            None => {
+                self.oldest_pending.remove(queue);
+            }
+        }
         self.reaped.get_or_create(queue).inc_by(reaped.requeued);
         self.dead_lettered
             .get_or_create(queue)
@@ -520,6 +539,7 @@ impl Metrics {
         ] {
             family.remove(queue);
         }
+        self.oldest_pending.remove(queue);
         self.partitions(queue, None);
         for family in [
             &self.stale_acks,
@@ -639,6 +659,7 @@ mod tests {
             orphaned: 4,
             stale: 3,
             unknown: 6,
+            oldest_pending_ms: Some(2500),
             ..QueueStats::default()
         };
         // 10 acks in [512, 1024) ms.
@@ -660,6 +681,7 @@ mod tests {
         let text = encode(&registry);
         for line in [
             r#"jobqueue_pending{namespace="prod",name="emails"} 7"#,
+            r#"jobqueue_oldest_pending_seconds{namespace="prod",name="emails"} 2.5"#,
             r#"jobqueue_dead{namespace="prod",name="emails"} 2"#,
             r#"jobqueue_due{namespace="prod",name="emails"} 5"#,
             r#"jobqueue_orphaned{namespace="prod",name="emails"} 4"#,
@@ -739,6 +761,7 @@ mod tests {
         metrics.reconcile_failed(q, "invalid_spec");
         let mut stats = QueueStats {
             stale: 1,
+            oldest_pending_ms: Some(1000),
             ..QueueStats::default()
         };
         stats.histogram.buckets.insert(9, 10);

@@ -128,6 +128,8 @@ fn add(t: &mut QueueStats, s: &QueueStats) {
         due,
         dead,
         orphaned,
+        oldest_pending_ms,
+        time_ms,
         enqueued,
         claimed,
         acked,
@@ -158,6 +160,12 @@ fn add(t: &mut QueueStats, s: &QueueStats) {
     t.due += due;
     t.dead += dead;
     t.orphaned += orphaned;
+    // The queue's latency is its oldest partition's; the clock, the latest reading.
+    t.oldest_pending_ms = match (t.oldest_pending_ms, *oldest_pending_ms) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    };
+    t.time_ms = t.time_ms.max(*time_ms);
     t.enqueued += enqueued;
     t.claimed += claimed;
     t.acked += acked;

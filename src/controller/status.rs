@@ -228,6 +228,11 @@ pub fn observed(
     status.dead_lettered = stats.dead_lettered;
     status.stale_acks = stats.stale;
     (status.p50, status.p99) = quantiles(&stats.histogram);
+    status.oldest_pending_since = stats
+        .oldest_pending_ms
+        .filter(|ms| *ms > 0 && stats.time_ms > 0)
+        .and_then(|ms| Timestamp::from_millisecond(stats.time_ms - ms as i64).ok())
+        .map(|t| Time(truncate(t)));
     if obs.reaped.requeued + obs.reaped.dead_lettered > 0 {
         status.last_reap_time = Some(Time(now));
     }
@@ -785,6 +790,15 @@ mod tests {
         assert_eq!(s.observed_generation, Some(3));
         assert_eq!(s.p50.as_deref(), Some("12ms"));
         assert_eq!(s.p99.as_deref(), Some("15ms"));
+        assert_eq!(s.oldest_pending_since, None, "not known: no time read");
+        // A job has waited 3m12s at the Redis clock of the reading: since then.
+        o.stats.oldest_pending_ms = Some(192_500);
+        o.stats.time_ms = 1_700_000_000_000;
+        let s = observed(None, Some(3), &o, t(0));
+        assert_eq!(
+            s.oldest_pending_since,
+            Some(Time(Timestamp::from_second(1_700_000_000 - 193).unwrap()))
+        );
         let ready = cond(&s, types::READY);
         assert_eq!(
             (ready.status.as_str(), ready.reason.as_str()),

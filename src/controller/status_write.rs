@@ -81,6 +81,7 @@ fn without_counts(s: &JobQueueStatus) -> JobQueueStatus {
         orphaned: 0,
         p50: None,
         p99: None,
+        oldest_pending_since: None,
         last_reap_time: None,
         last_stale_ack_time: None,
         // Which partitions there are, and which drain, is news; their counts are counts.

@@ -759,6 +759,8 @@ pub fn add_stats(total: &mut QueueStats, s: &QueueStats) {
         due,
         dead,
         orphaned,
+        oldest_pending_ms,
+        time_ms,
         enqueued,
         claimed,
         acked,
@@ -789,6 +791,12 @@ pub fn add_stats(total: &mut QueueStats, s: &QueueStats) {
     total.due += due;
     total.dead += dead;
     total.orphaned += orphaned;
+    // The queue's latency is its oldest partition's; the clock, the latest reading.
+    total.oldest_pending_ms = match (total.oldest_pending_ms, *oldest_pending_ms) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    };
+    total.time_ms = total.time_ms.max(*time_ms);
     total.enqueued += enqueued;
     total.claimed += claimed;
     total.acked += acked;

@@ -63,6 +63,13 @@ pub struct QueueStats {
     /// key of another type); the reaper puts each back once its hash is there again. Ids
     /// `purge` of orphans forgot are not counted.
     pub orphaned: u64,
+    /// How long the oldest job ready to run has waited (the queue's latency), in ms of
+    /// the Redis clock: the next pending job since it arrived (enqueued, redriven, due,
+    /// or put back after a lease), or a due delayed job since its run-at. 0 when nothing
+    /// waits; `None` when the next job holds no time (enqueued by an earlier release).
+    pub oldest_pending_ms: Option<u64>,
+    /// The Redis clock (ms since the epoch) when these were read; 0 when not known.
+    pub time_ms: i64,
     pub enqueued: u64,
     pub claimed: u64,
     pub acked: u64,
@@ -114,6 +121,8 @@ impl QueueStats {
                 "due" => s.due = v,
                 "dead" => s.dead = v,
                 "orphaned" => s.orphaned = v,
+                "oldest_pending_ms" => s.oldest_pending_ms = (value >= 0).then_some(v),
+                "time" => s.time_ms = value,
                 "enqueued" => s.enqueued = v,
                 "claimed" => s.claimed = v,
                 "acked" => s.acked = v,
@@ -190,7 +199,16 @@ mod tests {
             ("h:4", 5),
             ("h:0", 2),
             ("something_new", 9),
+            ("oldest_pending_ms", 1500),
+            ("time", 1_700_000_000_000),
         ]);
+        assert_eq!(
+            (s.oldest_pending_ms, s.time_ms),
+            (Some(1500), 1_700_000_000_000)
+        );
+        // -1: the next pending job holds no time to tell its age by.
+        let unknown = QueueStats::from_pairs([("pending", 1), ("oldest_pending_ms", -1)]);
+        assert_eq!(unknown.oldest_pending_ms, None);
         assert_eq!((s.pending, s.processing, s.expired, s.acked), (3, 2, 1, 7));
         assert_eq!(s.histogram.total(), 7);
         assert_eq!(s.histogram.buckets[&4], 5);

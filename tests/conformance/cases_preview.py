@@ -27,13 +27,16 @@ def preview_cuts_payloads_and_writes_nothing():
     assert big_r[0] == len(big) and big_r[1] == big[:200], big_r[:2]
     assert big_r[2:] == [] or b'payload' not in big_r[2::2]
     small_fields = dict(zip(small_r[2::2], small_r[3::2]))
+    assert small_fields.pop(b'enqueued_at', b'').isdigit()  # a job enqueued ready
     assert small_r[0] == 4 and small_r[1] == b'tiny'
     assert small_fields == {b'status': b'dead', b'last_error': b'boom', b'attempts': b'2'}, small_fields
     assert raw_r[0] == 1 and raw_r[1] == b'\xfe'
     assert gone_r == [] and str_r == []
     # n = 0: lengths only; a hash with no payload field: -1 and ''
     r.hset(q.jk('nopayload'), 'status', 'dead')
-    assert preview(q, ['big', 'nopayload'], 0) == [[len(big), b''], [-1, b'', b'status', b'dead']]
+    big_0, nopayload_0 = preview(q, ['big', 'nopayload'], 0)
+    assert big_0[:2] == [len(big), b''] and b'payload' not in big_0[2::2], big_0
+    assert nopayload_0 == [-1, b'', b'status', b'dead'], nopayload_0
 
 
 @test

@@ -315,33 +315,73 @@ pub fn drive_with(
     search: &str,
     shots: Option<&Path>,
 ) -> Value {
-    let mut cmd = Command::new("node");
-    cmd.arg(root().join("tests/console/drive.mjs"))
-        .arg(scenario)
-        .env("CONSOLE_URL", ui.url())
-        .env("QUEUE", queue)
-        .env("SEARCH", search);
-    if let Some(dir) = shots {
-        cmd.env("SHOTS", dir);
+    Drive::start(ui, scenario, queue, &[("SEARCH", search)], shots).finish()
+}
+
+/// A browser scenario running while the test goes on (stops or resumes Redis, waits for
+/// a file the scenario writes): `env` is read by the scenario as `process.env`.
+pub struct Drive {
+    scenario: String,
+    child: Child,
+}
+
+impl Drive {
+    pub fn start(
+        ui: &Ui,
+        scenario: &str,
+        queue: &str,
+        env: &[(&str, &str)],
+        shots: Option<&Path>,
+    ) -> Drive {
+        let mut cmd = Command::new("node");
+        cmd.arg(root().join("tests/console/drive.mjs"))
+            .arg(scenario)
+            .env("CONSOLE_URL", ui.url())
+            .env("QUEUE", queue)
+            .env("SEARCH", "")
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(dir) = shots {
+            cmd.env("SHOTS", dir);
+        }
+        let child = cmd.spawn().expect("run node tests/console/drive.mjs");
+        Drive {
+            scenario: scenario.to_string(),
+            child,
+        }
     }
-    let out = cmd.output().expect("run node tests/console/drive.mjs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let seen: Value = stdout
-        .lines()
-        .rev()
-        .find_map(|l| serde_json::from_str(l).ok())
-        .unwrap_or_else(|| {
-            panic!(
-                "drive.mjs printed no result: {stdout}\nstderr: {}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
-    assert!(
-        out.status.success() && seen.get("failure").is_none(),
-        "the browser scenario {scenario} failed: {}",
-        serde_json::to_string_pretty(&seen).unwrap()
-    );
-    seen
+
+    /// Whether the scenario has ended (a failed one ends early).
+    pub fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
+    /// Wait for the scenario to end; what it saw (the test fails when it failed).
+    pub fn finish(self) -> Value {
+        let scenario = self.scenario;
+        let out = self
+            .child
+            .wait_with_output()
+            .expect("wait for node tests/console/drive.mjs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let seen: Value = stdout
+            .lines()
+            .rev()
+            .find_map(|l| serde_json::from_str(l).ok())
+            .unwrap_or_else(|| {
+                panic!(
+                    "drive.mjs printed no result: {stdout}\nstderr: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            });
+        assert!(
+            out.status.success() && seen.get("failure").is_none(),
+            "the browser scenario {scenario} failed: {}",
+            serde_json::to_string_pretty(&seen).unwrap()
+        );
+        seen
+    }
 }
 
 /// Where the browser tests put their screenshots: `target/console-screenshots/`, or

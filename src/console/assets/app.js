@@ -164,18 +164,7 @@ function main(...children) {
 }
 
 function poll(load) {
-  let timer = null;
-  const run = async () => {
-    try {
-      await load();
-      setStatus(`updated ${new Date().toLocaleTimeString()}, every ${fmtDur(REFRESH_MS)}`);
-    } catch (err) {
-      fail(err);
-    }
-    timer = setTimeout(run, REFRESH_MS);
-  };
-  run();
-  return () => clearTimeout(timer);
+  livePoll(load);
 }
 
 // --- Overview ---------------------------------------------------------------------
@@ -191,12 +180,14 @@ async function overviewPage() {
       h("th", {}, "Rates (last minutes)"),
       h("th", { class: "num" }, "p50"),
       h("th", { class: "num" }, "p99"),
+      h("th", { class: "num", title: "how long the oldest job ready to run has waited" }, "oldest pending"),
       h("th", {}, "Health"),
       kube ? h("th", {}, "JobQueue") : null);
     const rows = o.queues.map((q) => h("tr", { "data-queue": q.id },
       h("td", {}, h("a", { href: queueLink(q.id) }, q.id),
         q.name && q.name !== q.id ? h("div", { class: "muted" }, q.name) : null,
-        q.error ? h("div", { class: "error" }, q.error) : null),
+        q.error ? h("div", { class: "error" }, q.error) : null,
+        freshnessNote(q)),
       COUNTS.map((c) => h("td", { class: "num", "data-count": c },
         c === "dead" && q.counts
           ? h("a", { href: deadLink(q.id) }, String(q.counts[c]))
@@ -204,6 +195,7 @@ async function overviewPage() {
       h("td", {}, rateCell(q.rates, 160, 28)),
       h("td", { class: "num", "data-latency": "p50", title: q.latency_note || "" }, q.p50_ms === null ? "n/a" : fmtMs(q.p50_ms)),
       h("td", { class: "num", "data-latency": "p99", title: q.latency_note || "" }, q.p99_ms === null ? "n/a" : fmtMs(q.p99_ms)),
+      h("td", { class: "num", "data-oldest": "" }, oldestText(q)),
       h("td", {}, badges(q)),
       kube ? h("td", { "data-kube": "" }, kubeCell(q.kube)) : null));
     main(
@@ -259,7 +251,9 @@ async function queuePage() {
       q.name ? h("p", { class: "muted" }, `${q.name} on ${q.endpoint}`) : null,
       q.error ? h("p", { class: "error" }, q.error) : null,
       h("div", {}, badges(q)),
+      freshnessNote(q, true),
       cards(q.counts),
+      h("p", { id: "oldest-pending" }, `oldest pending job: ${oldestText(q)}`),
       charts,
       h("p", { class: "muted" },
         q.latency_note ? `processing time: ${q.latency_note}` : `processing time p50 ${fmtMs(q.p50_ms)}, p99 ${fmtMs(q.p99_ms)}`),
@@ -352,6 +346,8 @@ async function deadPage() {
     if (cursor) query.cursor = cursor;
     else if (before !== null) query.before_ms = before;
     const d = await api(`/api/dead?${qs(query)}`);
+    const { queue: shownQueue, ...rest } = d;
+    if (!liveChanged("dead", { rest, dead: shownQueue.counts && shownQueue.counts.dead, notice })) return;
     const q = d.queue;
     const writes = WRITES && d.writes;
     const input = h("input", { type: "search", id: "dead-search", value: search, placeholder: "id, error or payload text" });
@@ -423,12 +419,7 @@ async function deadPage() {
         h("thead", {}, h("tr", {}, writes ? h("th", {}, all) : null, h("th", {}, "id"), h("th", {}, "died"), h("th", { class: "num" }, "attempts"), h("th", {}, "last error"), h("th", {}, "payload"))),
         h("tbody", {}, rows)));
   };
-  try {
-    await load();
-    setStatus("loaded");
-  } catch (err) {
-    fail(err);
-  }
+  livePoll(load);
 }
 
 // --- Job --------------------------------------------------------------------------
@@ -440,11 +431,14 @@ async function jobPage() {
   const asked = named.id_hex !== undefined ? `hex:${named.id_hex}` : named.id;
   document.title = `jobqueue: job ${asked}`;
   let notice = null;
+  let shown = false;
   const load = async () => {
     let j;
     try {
       j = await api(`/api/job?${qs({ q, ...named })}`);
     } catch (err) {
+      // What was shown stays (marked stale) while the queue cannot be read.
+      if (shown && err.status !== 404) throw err;
       main(h("h1", {}, `Job ${asked}`), notice ? h("p", { class: "notice", id: "notice" }, notice) : null,
         h("p", { class: "error", id: "job-error" }, err.message));
       return;
@@ -478,6 +472,8 @@ async function jobPage() {
         h("a", { href: `/api/payload?${qs({ q, id_hex: j.id_hex })}`, id: "job-download" },
           j.payload_truncated ? `download all ${j.payload_bytes} bytes (preview above)` : `download (${j.payload_bytes} bytes)`))],
     ].filter(Boolean);
+    shown = true;
+    if (!liveChanged("job", { j, notice })) return;
     main(
       h("h1", {}, "Job ", h("span", { id: "job-id", class: j.id_plain ? null : "hexid" }, id)),
       notice ? h("p", { class: "notice", id: "notice" }, notice) : null,
@@ -486,12 +482,7 @@ async function jobPage() {
         j.actions.includes("redrive") ? h("button", { class: "primary", id: "job-redrive", onclick: () => act("redrive") }, "Redrive") : null,
         j.actions.includes("purge") ? h("button", { class: "danger", id: "job-purge", onclick: () => act("purge") }, "Purge") : null) : null);
   };
-  try {
-    await load();
-    setStatus("loaded");
-  } catch (err) {
-    fail(err);
-  }
+  livePoll(load);
 }
 
 // --- Header -----------------------------------------------------------------------
@@ -516,7 +507,147 @@ async function header() {
   }
 }
 
+// --- Live: ages, polling, the outage banner, Redis health ---------------------------
+// Every page polls; what it shows carries its age (measured on the server for counts,
+// from the last successful load for lists), and a failed load keeps the page as it was,
+// marked stale, with why at the top: nothing read during an outage looks live.
+
+let liveLoadedAt = null; // performance.now() of the last successful load of this page
+let liveError = null;
+
+function liveLine() {
+  const el = document.getElementById("data-age");
+  if (!el) return;
+  const age = liveLoadedAt === null ? null : performance.now() - liveLoadedAt;
+  if (liveError) {
+    el.className = "age error";
+    el.textContent = age === null
+      ? `Could not load: ${liveError}. Retrying every ${fmtDur(REFRESH_MS)}.`
+      : `Could not refresh: ${liveError}. Showing what was read ${fmtDur(age)} ago; retrying every ${fmtDur(REFRESH_MS)}.`;
+  } else {
+    el.className = "age muted";
+    el.textContent = age === null ? "" : `page updated ${fmtDur(age)} ago, again every ${fmtDur(REFRESH_MS)}`;
+  }
+  document.getElementById("main").classList.toggle("stale", !!liveError && age !== null);
+}
+
+// Load now and every REFRESH_MS. A load is put off while the operator types into a
+// field of the page, so a poll never takes the text or the focus away.
+function livePoll(load) {
+  const busy = () => {
+    const a = document.activeElement;
+    return a && a.closest && a.closest("#main") && /^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName) && a.type !== "checkbox";
+  };
+  const run = async () => {
+    if (busy()) {
+      setTimeout(run, 500);
+      return;
+    }
+    try {
+      await load();
+      liveLoadedAt = performance.now();
+      liveError = null;
+      setStatus("");
+    } catch (err) {
+      liveError = err.message;
+      if (err.code === "no_such_queue") noSuchQueue(err);
+    }
+    liveLine();
+    setTimeout(run, REFRESH_MS);
+  };
+  run();
+  setInterval(liveLine, 1000);
+}
+
+// Whether what a poll read differs from what the page shows (ages and clocks left
+// out): a page is drawn again only when it changed, so a poll never pulls a checkbox or
+// a button from under the operator's pointer.
+const liveShown = {};
+function liveChanged(key, value) {
+  const volatile = new Set(["freshness", "now_ms", "age_ms"]);
+  const sig = JSON.stringify(value, (k, v) => (volatile.has(k) ? undefined : v));
+  if (liveShown[key] === sig) return false;
+  liveShown[key] = sig;
+  return true;
+}
+
+// Under a queue's name: how old its counts are when they are stale (or always, `always`).
+function freshnessNote(q, always) {
+  const f = q.freshness;
+  if (!f) return null;
+  const clock = f.read_at_ms ? `read at ${fmtTime(f.read_at_ms)} by the Redis clock` : "";
+  if (f.age_ms === null) return h("div", { class: "stale-note", "data-fresh": "no" }, "counts not read yet");
+  if (f.stale) return h("div", { class: "stale-note", "data-fresh": "no", title: clock }, `counts ${fmtDur(f.age_ms)} old`);
+  return always ? h("div", { class: "muted", "data-fresh": "yes", title: clock }, `counts read ${fmtDur(f.age_ms)} ago`) : null;
+}
+
+function oldestText(q) {
+  const f = q.freshness;
+  if (!f || !q.counts) return "-";
+  if (f.oldest_pending_ms === null) return q.counts.pending > 0 ? "unknown" : "-";
+  return f.oldest_pending_ms === 0 ? "none waiting" : fmtDur(f.oldest_pending_ms);
+}
+
+function fmtBytes(n) {
+  if (n === null || n === undefined) return "-";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return `${i === 0 ? n : n.toFixed(1)} ${units[i]}`;
+}
+
+function redisPanel(list) {
+  const el = document.getElementById("redis-health");
+  if (!el) return;
+  if (location.pathname !== "/" || list.length === 0) { el.hidden = true; return; }
+  el.hidden = false;
+  el.replaceChildren(
+    h("h2", {}, "Redis"),
+    h("table", { id: "redis" },
+      h("thead", {}, h("tr", {}, ["server", "memory", "eviction policy", "persistence", "clients", "health"].map((t) => h("th", {}, t)))),
+      h("tbody", {}, list.map((r) => h("tr", { "data-redis": r.endpoint },
+        h("td", {}, r.endpoint, r.version ? h("div", { class: "muted" }, `version ${r.version}`) : null,
+          h("div", { class: "muted" }, r.age_ms === null ? "" : `probed ${fmtDur(r.age_ms)} ago`)),
+        h("td", { "data-field": "memory" }, r.used_memory === null ? "-" :
+          (r.maxmemory ? `${fmtBytes(r.used_memory)} of ${fmtBytes(r.maxmemory)} (${Math.round(100 * r.used_memory / r.maxmemory)}%)` : `${fmtBytes(r.used_memory)}, no limit`)),
+        h("td", { "data-field": "policy" }, r.maxmemory_policy === null ? "-" :
+          h("span", { class: `badge ${r.maxmemory_policy === "noeviction" ? "" : "bad"}` }, r.maxmemory_policy)),
+        h("td", { "data-field": "persistence" },
+          r.aof_enabled === null ? "-" : `AOF ${r.aof_enabled ? `on (fsync ${r.appendfsync ?? "?"})` : "off"}`,
+          h("div", {}, r.save === null ? "RDB schedule not readable" : (r.save === "" ? "no RDB snapshots" : `RDB save ${r.save}`)),
+          r.rdb_last_bgsave_status ? h("div", { class: "muted" }, `last snapshot ${r.rdb_last_bgsave_status}`) : null),
+        h("td", { "data-field": "clients" }, r.connected_clients === null ? "-" : `${r.connected_clients} connected, ${r.blocked_clients ?? 0} blocked`),
+        h("td", { "data-field": "health" },
+          r.error ? h("span", { class: "badge bad" }, r.error) : null,
+          r.warnings.length === 0 && !r.error ? h("span", { class: "badge" }, "ok") : null,
+          r.warnings.map((w) => h("span", { class: `badge ${w.level}`, title: w.text }, w.text)),
+          r.notes.map((n) => h("div", { class: "muted" }, n))))))));
+}
+
+// The banner at the top of every page, from /api/health (the snapshot only: it answers
+// while Redis does not).
+function liveBanner() {
+  const el = document.getElementById("outage");
+  const show = (title, lines) => {
+    el.hidden = false;
+    el.replaceChildren(h("strong", {}, title), h("ul", {}, lines.map((l) => h("li", {}, l))));
+  };
+  const run = async () => {
+    try {
+      const s = await api("/api/health");
+      if (s.outage) show("Outage: what this page shows may be old.", s.outage.problems);
+      else { el.hidden = true; el.replaceChildren(); }
+      redisPanel(s.redis);
+    } catch (err) {
+      show("The console does not answer.", [err.message]);
+    }
+    setTimeout(run, REFRESH_MS);
+  };
+  run();
+}
+
 document.addEventListener("DOMContentLoaded", () => {
+  liveBanner();
   header();
   const pages = { "/": overviewPage, "/queue": queuePage, "/dead": deadPage, "/job": jobPage };
   (pages[location.pathname] || overviewPage)();
