@@ -20,6 +20,10 @@ const REQUIRED: &[(&str, Option<&[&str]>)] = &[
         "request_record.lua",
         Some(&["ack.lua", "claim.lua", "settle_claim.lua"]),
     ),
+    (
+        "attempt_errors.lua",
+        Some(&["fail.lua", "reap.lua", "settle_claim.lua"]),
+    ),
 ];
 
 const BEGIN: &str = "-- BEGIN include/";
