@@ -183,6 +183,22 @@ impl JobView {
         for (label, value) in rows {
             writeln!(out, "{label:<14}{value}")?;
         }
+        if !info.errors.is_empty() {
+            writeln!(
+                out,
+                "errors of the last {} failed attempts, oldest first:",
+                info.errors.len()
+            )?;
+            for e in &info.errors {
+                writeln!(
+                    out,
+                    "  attempt {:<4} {} UTC  {}",
+                    e.attempt,
+                    format_epoch_ms(e.at),
+                    escape(e.error.as_bytes(), false)
+                )?;
+            }
+        }
         let (shown, rest) = cut(&info.payload, payload);
         writeln!(out, "payload ({} bytes):", info.payload.len())?;
         writeln!(out, "{}", escape(shown, true))?;
@@ -289,6 +305,7 @@ pub async fn find(queue: &Queue, id: &[u8]) -> anyhow::Result<Option<JobView>> {
             lease_until: None,
             last_error: None,
             worker: None,
+            errors: Vec::new(),
         },
         (Ok(None), None) => return Ok(None),
         (Err(e), _) => return Err(e.into()),

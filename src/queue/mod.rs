@@ -48,7 +48,7 @@ pub use sentinel::SentinelOptions;
 pub use settings::QueueSettings;
 pub use stats::{Histogram, QueueStats};
 pub use types::{
-    Backoff, Claimed, Enqueued, FailMode, FailOutcome, JobId, JobInfo, JobStatus, Lease, LeaseRef,
+    AttemptError, Backoff, Claimed, Deletion, ERROR_BYTES, ERRORS_KEPT, Enqueued, FailMode, FailOutcome, JobId, JobInfo, JobStatus, Lease, LeaseRef,
     Maintenance, NewJob, PURGED_REMEMBERED_MS, ReapOutcome, Selection, SetAside, Settle, Settled,
     SettledClaim, new_job_id, new_token,
 };

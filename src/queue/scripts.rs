@@ -59,10 +59,11 @@ pub struct Scripts {
     pub stats: Script,
     pub redrive: Script,
     pub purge: Script,
+    pub manage: Script,
 }
 
 impl Scripts {
-    pub fn all(&self) -> [&Script; 10] {
+    pub fn all(&self) -> [&Script; 11] {
         [
             &self.enqueue,
             &self.claim,
@@ -74,6 +75,7 @@ impl Scripts {
             &self.stats,
             &self.redrive,
             &self.purge,
+            &self.manage,
         ]
     }
 }
@@ -89,4 +91,5 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     stats: Script::new("stats", include_str!("../../lua/stats.lua")),
     redrive: Script::new("redrive", include_str!("../../lua/redrive.lua")),
     purge: Script::new("purge", include_str!("../../lua/purge.lua")),
+    manage: Script::new("manage", include_str!("../../lua/manage.lua")),
 });
