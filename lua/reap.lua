@@ -607,4 +607,8 @@ local more = 0
 if backDue then more = 1 end
 if #due == batch and redis.call('ZCOUNT', K_PROCESSING, '-inf', nowS) > 0 then more = 1 end
 if #dueDelayed == batch and redis.call('ZCOUNT', K_DELAYED, '-inf', nowS) > 0 then more = 1 end
+-- workers not seen by a claim for an hour are forgotten (P:{T}:workers, built from the
+-- job-key prefix); a wrong-typed key is left as it is
+redis.pcall('ZREMRANGEBYSCORE', string.sub(prefix, 1, -5) .. 'workers', '-inf',
+  '(' .. S(now - 3600000))
 return { nr, nd, more, np, restored }

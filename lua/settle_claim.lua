@@ -307,7 +307,8 @@ end
 -- jobs to worker (the c-th gets the caller's token ARGV[tokenAt + c]; with flat, every
 -- lease gets the caller's token tokenAt itself), set aside or drop orphans, empty wake
 -- when pending ran dry; on a paused queue (meta's `paused` field) it leases and promotes
--- nothing and empties wake. nS is n as Redis reads a count; vis 0 means meta's
+-- nothing and empties wake. Every call scores worker now in P:{T}:workers (built from
+-- the job-key prefix, as the request records' keys). nS is n as Redis reads a count; vis 0 means meta's
 -- visibility_timeout_ms (read only when a job is leased). check(nc, orphans), when given,
 -- runs after the reads and before the first write but the RPOPs: an error it returns
 -- fails the call with every key as it was; check = true stands for the check that
@@ -593,6 +594,9 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   -- emptied (a wrong-typed wake is left as it is); while pending holds ids, its markers
   -- are worth a claim
   if pendingDone and promoUsed >= #promo then redis.pcall('LTRIM', K_WAKE, '1', '0') end
+  -- the worker was seen: P:{T}:workers scores it now (reap forgets it an hour later); a
+  -- wrong-typed key is left as it is
+  redis.pcall('ZADD', string.sub(prefix, 1, -5) .. 'workers', nowS, worker)
   return out, cIds, nc, more, vis, shared, leaseS
 end
 -- END include/claim_jobs.lua

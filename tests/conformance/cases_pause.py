@@ -120,3 +120,28 @@ def manage_refuses_bad_arguments_naming_them():
     assert 'holds the wrong type (string), expected hash' in m, m
     r.delete(q.meta)
     assert q.snapshot() == snap
+
+
+@test
+def claims_score_their_worker_in_workers_and_reap_forgets_it_after_an_hour():
+    q = fresh('workers1')
+    wk = q.p + 'workers'
+    q.enqueue([('a', 'pa', 0)])
+    t0 = now_ms()
+    q.claim(1, worker='w-1')
+    q.settle_claim(1, worker='w-2')  # claims nothing: still seen
+    manage(q, 'pause')
+    q.claim(1, worker='w-3')  # paused: still seen
+    seen = dict(r.zrange(wk, 0, -1, withscores=True))
+    assert set(seen) == {b'w-1', b'w-2', b'w-3'}, seen
+    assert all(s >= t0 for s in seen.values())
+    r.zadd(wk, {'old': now_ms() - 3600000 - 5000})
+    q.reap()
+    assert r.zscore(wk, 'old') is None and r.zscore(wk, 'w-1') is not None
+    # a wrong-typed workers key does not fail a claim
+    r.delete(wk)
+    r.set(wk, 'x')
+    manage(q, 'resume')
+    assert q.claim(1) == []
+    assert r.get(wk) == b'x'
+    r.delete(wk)
