@@ -24,6 +24,10 @@ const REQUIRED: &[(&str, Option<&[&str]>)] = &[
         "attempt_errors.lua",
         Some(&["fail.lua", "reap.lua", "settle_claim.lua"]),
     ),
+    (
+        "history.lua",
+        Some(&["ack.lua", "enqueue.lua", "fail.lua", "reap.lua", "settle_claim.lua"]),
+    ),
 ];
 
 const BEGIN: &str = "-- BEGIN include/";

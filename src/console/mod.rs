@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 pub mod api;
 pub mod guard;
+pub mod ops;
 pub mod refresher;
 pub mod source;
 
