@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 
 use super::Console;
 use super::api::{ApiError, ApiResult, entry, failed, page};
+use crate::queue::history::read_history;
 use crate::queue::{Deletion, Queue, parse_claim_token};
 
 /// The most leases the workers page reads (the first to end first).
@@ -30,6 +31,7 @@ pub fn routes() -> Router<Arc<Console>> {
     Router::new()
         .route("/workers", get(page))
         .route("/api/workers", get(workers))
+        .route("/api/history", get(history))
         .route("/api/queue/pause", post(pause))
         .route("/api/queue/resume", post(resume))
         .route("/api/job/run", post(run_now))
@@ -187,6 +189,46 @@ async fn workers(
         "writes": console.config.allow_writes,
     }))
     .into_response())
+}
+
+#[derive(Deserialize)]
+struct HistoryQuery {
+    q: String,
+    /// How many minutes, the current one last: 1 to 1440 (24 hours); 60 by default.
+    #[serde(default = "default_minutes")]
+    minutes: usize,
+}
+
+fn default_minutes() -> usize {
+    60
+}
+
+/// `GET /api/history?q=TAG&minutes=N`: the per-minute counts of the last N minutes and
+/// the processing times of recent windows, as the scripts keep them in Redis.
+async fn history(
+    State(console): State<Arc<Console>>,
+    Query(query): Query<HistoryQuery>,
+) -> ApiResult {
+    let (_, queue) = entry(&console, &query.q)?;
+    if !(1..=1440).contains(&query.minutes) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "minutes must be 1 to 1440 (24 hours, what Redis keeps), got {}",
+                query.minutes
+            ),
+        ));
+    }
+    let now = queue.now_ms().await.map_err(failed)?;
+    let h = read_history(&queue, now, query.minutes)
+        .await
+        .map_err(failed)?;
+    let mut v = serde_json::to_value(&h).map_err(failed)?;
+    if let Some(obj) = v.as_object_mut() {
+        obj.insert("queue".into(), query.q.into());
+        obj.insert("now_ms".into(), now.into());
+    }
+    Ok(axum::Json(v).into_response())
 }
 
 #[derive(Deserialize)]

@@ -18,6 +18,7 @@ mod connection;
 pub(crate) use connection::url_has_password;
 mod durability;
 mod error;
+pub mod history;
 mod keys;
 mod partitioned;
 pub mod partitions;

@@ -112,6 +112,35 @@ impl Ui {
         serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {path}: {e}: {body}"))
     }
 
+    /// The page's CSRF token (from the shell's `csrf-token` meta tag).
+    pub fn csrf(&self) -> String {
+        let (code, page) = self.get("/");
+        assert_eq!(code, 200, "GET /: {page}");
+        page.split("name=\"csrf-token\" content=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .expect("a csrf-token meta tag")
+            .to_string()
+    }
+
+    /// A JSON POST with the page's CSRF token: the status and the JSON reply.
+    pub fn post_json(&self, path: &str, body: &Value) -> (u16, Value) {
+        let csrf = self.csrf();
+        let (code, reply) = http(
+            &self.addr,
+            "POST",
+            path,
+            &[
+                ("Content-Type", "application/json"),
+                ("X-CSRF-Token", csrf.as_str()),
+            ],
+            &body.to_string(),
+        );
+        let reply = serde_json::from_str(&reply)
+            .unwrap_or_else(|e| panic!("POST {path}: {e}: {reply}"));
+        (code, reply)
+    }
+
     /// The snapshot once it has been refreshed after `after_ms` (this host's clock).
     pub fn overview_after(&self, after_ms: i64) -> Value {
         Wait::for_("a console refresh after the set-up").until_blocking(|| {
