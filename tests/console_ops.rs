@@ -68,9 +68,8 @@ async fn pause_and_resume_stop_claims_not_producers_and_need_writes_and_csrf() {
     q.enqueue(NewJob::new("two")).await.unwrap();
     assert_eq!(q.stats().await.unwrap().pending, 2);
     // the snapshot says so
-    Wait::for_("the overview to show the pause").until_blocking(|| {
-        (listed(&ui, "pz")["pause"]["paused"] == true).then_some(())
-    });
+    Wait::for_("the overview to show the pause")
+        .until_blocking(|| (listed(&ui, "pz")["pause"]["paused"] == true).then_some(()));
 
     let (code, reply) = ui.post_json("/api/queue/resume", &json!({"q": "pz"}));
     assert_eq!(code, 200, "{reply}");
@@ -89,10 +88,16 @@ async fn run_now_and_delete_act_on_one_job_and_never_delete_a_lease() {
     let server = RedisServer::start();
     let q = server.queue("one").await;
     q.enqueue(NewJob::new("first").id("first")).await.unwrap();
-    q.enqueue(NewJob::new("later").id("later").delay(Duration::from_secs(3600)))
+    q.enqueue(
+        NewJob::new("later")
+            .id("later")
+            .delay(Duration::from_secs(3600)),
+    )
+    .await
+    .unwrap();
+    q.enqueue(NewJob::new("p").id("gone-pending"))
         .await
         .unwrap();
-    q.enqueue(NewJob::new("p").id("gone-pending")).await.unwrap();
     let ui = Ui::start(&server.url(), &["--allow-writes"]);
     listed(&ui, "one");
 
@@ -101,9 +106,15 @@ async fn run_now_and_delete_act_on_one_job_and_never_delete_a_lease() {
     assert_eq!(code, 200, "{reply}");
     let (code, reply) = ui.post_json("/api/job/run", &json!({"q": "one", "id": "first"}));
     assert_eq!(code, 409, "{reply}");
-    assert!(reply["error"].as_str().unwrap().contains("not delayed"), "{reply}");
+    assert!(
+        reply["error"].as_str().unwrap().contains("not delayed"),
+        "{reply}"
+    );
     // delete a pending job: gone from its list and its hash
-    let (code, reply) = ui.post_json("/api/job/delete", &json!({"q": "one", "id": "gone-pending"}));
+    let (code, reply) = ui.post_json(
+        "/api/job/delete",
+        &json!({"q": "one", "id": "gone-pending"}),
+    );
     assert_eq!(code, 200, "{reply}");
     assert_eq!(reply["status"], "pending");
     assert!(q.job("gone-pending").await.unwrap().is_none());
@@ -114,7 +125,10 @@ async fn run_now_and_delete_act_on_one_job_and_never_delete_a_lease() {
     // a leased job is not deleted
     let (code, reply) = ui.post_json("/api/job/delete", &json!({"q": "one", "id": "later"}));
     assert_eq!(code, 409, "{reply}");
-    assert!(reply["error"].as_str().unwrap().contains("leased"), "{reply}");
+    assert!(
+        reply["error"].as_str().unwrap().contains("leased"),
+        "{reply}"
+    );
     assert!(q.ack(&leases[0]).await.unwrap(), "the lease still holds");
     // no job: 404
     let (code, reply) = ui.post_json("/api/job/delete", &json!({"q": "one", "id": "nope"}));
@@ -188,7 +202,13 @@ async fn the_history_api_gives_per_minute_counts_and_recent_processing_times() {
     let ui = Ui::start(&server.url(), &[]);
     listed(&ui, "hs");
     let h = ui.get_json("/api/history?q=hs&minutes=60");
-    let sum = |k: &str| -> u64 { h[k].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).sum() };
+    let sum = |k: &str| -> u64 {
+        h[k].as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .sum()
+    };
     assert_eq!(h["enqueued"].as_array().unwrap().len(), 60);
     assert_eq!(
         (sum("enqueued"), sum("acked"), sum("failed"), sum("dead")),
@@ -196,11 +216,17 @@ async fn the_history_api_gives_per_minute_counts_and_recent_processing_times() {
         "{h}"
     );
     let windows = h["windows"].as_array().unwrap();
-    let names: Vec<&str> = windows.iter().map(|w| w["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = windows
+        .iter()
+        .map(|w| w["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["10m", "1h", "24h"]);
     for w in windows {
         assert_eq!(w["acks"], 2, "{w}");
-        assert!(w["p50_ms"].as_f64().is_some() && w["p99_ms"].as_f64().is_some(), "{w}");
+        assert!(
+            w["p50_ms"].as_f64().is_some() && w["p99_ms"].as_f64().is_some(),
+            "{w}"
+        );
     }
     let (code, body) = ui.get("/api/history?q=hs&minutes=5000");
     assert_eq!(code, 400, "{body}");
@@ -215,7 +241,10 @@ async fn the_cli_pauses_resumes_and_shows_attempt_errors() {
     q.enqueue(NewJob::new("x").id("job-1")).await.unwrap();
     let (ok, out, err) = cli(&["pause", "--redis", &url, "--tag", "cl"]);
     assert!(ok, "{err}");
-    assert!(out.contains("paused jq:{cl}: workers claim nothing"), "{out}");
+    assert!(
+        out.contains("paused jq:{cl}: workers claim nothing"),
+        "{out}"
+    );
     let (_, out, _) = cli(&["pause", "--redis", &url, "--tag", "cl"]);
     assert!(out.contains("was paused already"), "{out}");
     let (ok, out, err) = cli(&["stats", "--redis", &url, "--tag", "cl"]);
@@ -241,23 +270,44 @@ async fn the_cli_pauses_resumes_and_shows_attempt_errors() {
     .unwrap();
     for i in 1..=3 {
         let lease = q.claim(1, "w", None).await.unwrap().remove(0);
-        let text = if i == 2 { "y".repeat(3000) } else { format!("boom {i}") };
+        let text = if i == 2 {
+            "y".repeat(3000)
+        } else {
+            format!("boom {i}")
+        };
         q.fail(&lease, &text, FailMode::Retry, Backoff::Immediate)
             .await
             .unwrap();
     }
     let info = q.job("job-1").await.unwrap().unwrap();
-    let errors: Vec<(u32, String)> = info.errors.iter().map(|e| (e.attempt, e.error.clone())).collect();
+    let errors: Vec<(u32, String)> = info
+        .errors
+        .iter()
+        .map(|e| (e.attempt, e.error.clone()))
+        .collect();
     assert_eq!(
         errors,
-        [(1, "boom 1".into()), (2, "y".repeat(1024)), (3, "boom 3".into())]
+        [
+            (1, "boom 1".into()),
+            (2, "y".repeat(1024)),
+            (3, "boom 3".into())
+        ]
     );
     let (ok, out, err) = cli(&["show", "--redis", &url, "--tag", "cl", "job-1"]);
     assert!(ok, "{err}");
-    assert!(out.contains("errors of the last 3 failed attempts, oldest first:"), "{out}");
-    let lines: Vec<&str> = out.lines().filter(|l| l.trim_start().starts_with("attempt ")).collect();
+    assert!(
+        out.contains("errors of the last 3 failed attempts, oldest first:"),
+        "{out}"
+    );
+    let lines: Vec<&str> = out
+        .lines()
+        .filter(|l| l.trim_start().starts_with("attempt "))
+        .collect();
     assert_eq!(lines.len(), 3, "{out}");
-    assert!(lines[0].contains("boom 1") && lines[2].contains("boom 3"), "{out}");
+    assert!(
+        lines[0].contains("boom 1") && lines[2].contains("boom 3"),
+        "{out}"
+    );
     let (ok, out, _) = cli(&["show", "--redis", &url, "--tag", "cl", "job-1", "--json"]);
     assert!(ok);
     let v: Value = serde_json::from_str(&out).unwrap();
@@ -285,9 +335,13 @@ async fn fill_for_browser(q: &Queue) {
             .await
             .unwrap();
     }
-    q.enqueue(NewJob::new("later").id("scheduled-1").delay(Duration::from_secs(3600)))
-        .await
-        .unwrap();
+    q.enqueue(
+        NewJob::new("later")
+            .id("scheduled-1")
+            .delay(Duration::from_secs(3600)),
+    )
+    .await
+    .unwrap();
     for _ in 0..6 {
         let l = q.claim(1, "pod-api-7f9c-1", None).await.unwrap().remove(0);
         q.ack(&l).await.unwrap();
@@ -314,7 +368,13 @@ async fn the_console_in_a_browser_pauses_shows_workers_history_and_attempt_error
     assert_eq!(seen["console_errors"], json!([]), "{seen}");
     // pause and resume from the queue page
     assert_eq!(seen["banner_before"], "claiming", "{seen}");
-    assert!(seen["banner_paused"].as_str().unwrap().starts_with("paused since"), "{seen}");
+    assert!(
+        seen["banner_paused"]
+            .as_str()
+            .unwrap()
+            .starts_with("paused since"),
+        "{seen}"
+    );
     assert_eq!(seen["banner_resumed"], "claiming", "{seen}");
     assert!(!q.stats().await.unwrap().paused);
     // the history chart: one point per minute of the hour, the counts of the set-up
@@ -322,7 +382,11 @@ async fn the_console_in_a_browser_pauses_shows_workers_history_and_attempt_error
     assert_eq!(seen["history_totals"]["enqueued"], "14", "{seen}");
     assert_eq!(seen["history_totals"]["acked"], "6", "{seen}");
     assert_eq!(seen["history_totals"]["failed"], "2", "{seen}");
-    assert_eq!(seen["latency_windows"], json!(["10m", "1h", "24h"]), "{seen}");
+    assert_eq!(
+        seen["latency_windows"],
+        json!(["10m", "1h", "24h"]),
+        "{seen}"
+    );
     // the workers page: who holds what
     let holders = &seen["holders"];
     assert_eq!(holders["pod-api-7f9c-1"], "2", "{seen}");
@@ -333,14 +397,26 @@ async fn the_console_in_a_browser_pauses_shows_workers_history_and_attempt_error
     // the job page: the errors of its attempts, oldest first
     assert_eq!(
         seen["job_errors"],
-        json!([["1", "smtp: connection refused"], ["2", "smtp: 451 try again later"]]),
+        json!([
+            ["1", "smtp: connection refused"],
+            ["2", "smtp: 451 try again later"]
+        ]),
         "{seen}"
     );
     // run the delayed job now, delete a pending one
     assert_eq!(seen["run_now_status"], "pending", "{seen}");
-    assert!(seen["delete_notice"].as_str().unwrap().contains("deleted pending job"), "{seen}");
+    assert!(
+        seen["delete_notice"]
+            .as_str()
+            .unwrap()
+            .contains("deleted pending job"),
+        "{seen}"
+    );
     assert!(q.job("order-11").await.unwrap().is_none());
-    assert_eq!(q.pending_ids(1).await.unwrap()[0].to_string(), "scheduled-1");
+    assert_eq!(
+        q.pending_ids(1).await.unwrap()[0].to_string(),
+        "scheduled-1"
+    );
     assert_png("console-workers.png");
     assert_png("console-history.png");
 }

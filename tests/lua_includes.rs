@@ -26,7 +26,13 @@ const REQUIRED: &[(&str, Option<&[&str]>)] = &[
     ),
     (
         "history.lua",
-        Some(&["ack.lua", "enqueue.lua", "fail.lua", "reap.lua", "settle_claim.lua"]),
+        Some(&[
+            "ack.lua",
+            "enqueue.lua",
+            "fail.lua",
+            "reap.lua",
+            "settle_claim.lua",
+        ]),
     ),
 ];
 

@@ -543,7 +543,11 @@ async fn spec_paused_pauses_the_queue_in_redis_and_holds_the_replicas() {
         .run(&ctx, &mut api)
         .await;
     result.unwrap();
-    assert!(seen.scales.is_empty(), "a paused queue scaled: {:?}", seen.scales);
+    assert!(
+        seen.scales.is_empty(),
+        "a paused queue scaled: {:?}",
+        seen.scales
+    );
     let status = seen.statuses[0].clone();
     assert!(status.paused, "status.paused: {status:?}");
     let (s, reason, message) = scaling(&status);
@@ -593,5 +597,8 @@ async fn a_queue_paused_by_hand_is_reported_and_left_paused() {
     assert!(seen.scales.is_empty());
     assert!(seen.statuses[0].paused);
     assert_eq!(scaling(&seen.statuses[0]).1, "QueuePaused");
-    assert!(q.stats().await.unwrap().paused, "the operator resumed a queue paused by hand");
+    assert!(
+        q.stats().await.unwrap().paused,
+        "the operator resumed a queue paused by hand"
+    );
 }

@@ -64,6 +64,8 @@ fn describe(target: &Target, pause: bool, changed: usize, of: usize) -> String {
                 format!("resumed {name}: workers claim again")
             }
         }
-        (n, of) => format!("{done} {n} of the {of} partitions of {name} (the others were {state} already)"),
+        (n, of) => {
+            format!("{done} {n} of the {of} partitions of {name} (the others were {state} already)")
+        }
     }
 }

@@ -161,9 +161,7 @@ fn entry_json(console: &Console, e: &Entry) -> Value {
             "orphaned": s.orphaned,
         })
     });
-    let paused = s.map(|s| {
-        json!({"paused": s.paused, "paused_at": s.paused_at})
-    });
+    let paused = s.map(|s| json!({"paused": s.paused, "paused_at": s.paused_at}));
     let totals = s.map(|s| {
         json!({
             "enqueued": s.enqueued, "claimed": s.claimed, "acked": s.acked,

@@ -59,10 +59,7 @@ struct Held {
 /// `GET /api/workers?q=TAG`: the leases held now grouped by the worker that holds them
 /// (from each lease's claim_token), with how long each has held its oldest, and the
 /// workers seen by a claim in the last hour (`P:{T}:workers`), the last seen first.
-async fn workers(
-    State(console): State<Arc<Console>>,
-    Query(query): Query<QueueOnly>,
-) -> ApiResult {
+async fn workers(State(console): State<Arc<Console>>, Query(query): Query<QueueOnly>) -> ApiResult {
     let (_, queue) = entry(&console, &query.q)?;
     let keys = queue.keys();
     let mut conn = queue.redis().clone();
@@ -267,7 +264,10 @@ async fn set_paused(console: &Console, q: &str, pause: bool) -> ApiResult {
         (false, true) => format!("resumed {q}: workers claim again"),
         (false, false) => format!("{q} was not paused"),
     };
-    Ok(axum::Json(json!({"paused": pause, "changed": changed, "message": message})).into_response())
+    Ok(
+        axum::Json(json!({"paused": pause, "changed": changed, "message": message}))
+            .into_response(),
+    )
 }
 
 /// `POST /api/job/run {q, id}`: a delayed job goes to the front of pending.
@@ -323,7 +323,10 @@ async fn delete(
                     body.id
                 )
             } else {
-                format!("job {:?} is {status}: only pending, delayed and dead jobs are deleted", body.id)
+                format!(
+                    "job {:?} is {status}: only pending, delayed and dead jobs are deleted",
+                    body.id
+                )
             },
         )),
         Deletion::Absent => Err(ApiError::new(

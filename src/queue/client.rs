@@ -1043,7 +1043,9 @@ impl Queue {
             .map_err(|e| self.err("stats", e))?;
         let mut replies = replies.into_iter();
         let paused = match replies.next() {
-            Some(Value::ServerError(e)) => return Err(self.err_on("HGET meta", &self.keys.meta, e.into())),
+            Some(Value::ServerError(e)) => {
+                return Err(self.err_on("HGET meta", &self.keys.meta, e.into()));
+            }
             Some(v) => v,
             None => return Err(self.protocol("stats", "fewer replies than commands")),
         };

@@ -112,7 +112,9 @@ pub async fn read_history(queue: &Queue, now_ms: i64, minutes: usize) -> Result<
                         .or_default() += value;
                     continue;
                 }
-                let Ok(m) = field.parse::<i64>() else { continue };
+                let Ok(m) = field.parse::<i64>() else {
+                    continue;
+                };
                 if !(0..60).contains(&m) {
                     continue;
                 }

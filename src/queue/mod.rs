@@ -49,9 +49,10 @@ pub use sentinel::SentinelOptions;
 pub use settings::QueueSettings;
 pub use stats::{Histogram, QueueStats};
 pub use types::{
-    AttemptError, Backoff, Claimed, Deletion, ERROR_BYTES, ERRORS_KEPT, Enqueued, FailMode, FailOutcome, JobId, JobInfo, JobStatus, Lease, LeaseRef,
-    Maintenance, NewJob, PURGED_REMEMBERED_MS, ReapOutcome, Selection, SetAside, Settle, Settled,
-    SettledClaim, new_job_id, new_token,
+    AttemptError, Backoff, Claimed, Deletion, ERROR_BYTES, ERRORS_KEPT, Enqueued, FailMode,
+    FailOutcome, JobId, JobInfo, JobStatus, Lease, LeaseRef, Maintenance, NewJob,
+    PURGED_REMEMBERED_MS, ReapOutcome, Selection, SetAside, Settle, Settled, SettledClaim,
+    new_job_id, new_token,
 };
 
 /// The most items one script call takes (the protocol's bound on every count).

@@ -136,8 +136,8 @@ impl Ui {
             ],
             &body.to_string(),
         );
-        let reply = serde_json::from_str(&reply)
-            .unwrap_or_else(|e| panic!("POST {path}: {e}: {reply}"));
+        let reply =
+            serde_json::from_str(&reply).unwrap_or_else(|e| panic!("POST {path}: {e}: {reply}"));
         (code, reply)
     }
 

@@ -519,7 +519,7 @@ function historyPanel(id) {
       h("table", { id: "latency-windows" },
         h("thead", {}, h("tr", {}, h("th", {}, "processing time"), h("th", { class: "num" }, "acks"), h("th", { class: "num" }, "p50"), h("th", { class: "num" }, "p99"))),
         h("tbody", {}, d.windows.map((w) => h("tr", { "data-window": w.name },
-          h("td", {}, `since ${fmtTime(w.since_ms)} (${w.name} slots)`),
+          h("td", {}, `last ${w.name} (since ${fmtTime(w.since_ms)})`),
           h("td", { class: "num" }, String(w.acks)),
           h("td", { class: "num" }, fmtMs(w.p50_ms)),
           h("td", { class: "num" }, fmtMs(w.p99_ms)))))));
