@@ -157,8 +157,8 @@ fn every_script_has_balanced_markers() {
     let scripts = scripts();
     assert_eq!(
         scripts.len(),
-        10,
-        "the ten protocol scripts of src/queue/scripts.rs"
+        11,
+        "the eleven protocol scripts of src/queue/scripts.rs"
     );
 }
 
