@@ -48,6 +48,9 @@ pub fn workers_key(queue: &Queue) -> String {
     format!("{}:workers", queue.keys().name)
 }
 
+/// Members of a sorted set with their scores.
+type Scored = Vec<(Vec<u8>, f64)>;
+
 /// One lease as the workers page shows it.
 struct Held {
     id: String,
@@ -63,25 +66,24 @@ async fn workers(State(console): State<Arc<Console>>, Query(query): Query<QueueO
     let (_, queue) = entry(&console, &query.q)?;
     let keys = queue.keys();
     let mut conn = queue.redis().clone();
-    let (leases, total, seen, time): (Vec<(Vec<u8>, f64)>, u64, Vec<(Vec<u8>, f64)>, Vec<i64>) =
-        redis::pipe()
-            .cmd("ZRANGE")
-            .arg(&keys.processing)
-            .arg(0)
-            .arg(MAX_LEASES - 1)
-            .arg("WITHSCORES")
-            .cmd("ZCARD")
-            .arg(&keys.processing)
-            .cmd("ZRANGE")
-            .arg(workers_key(&queue))
-            .arg(0)
-            .arg(MAX_SEEN - 1)
-            .arg("REV")
-            .arg("WITHSCORES")
-            .cmd("TIME")
-            .query_async(&mut conn)
-            .await
-            .map_err(failed)?;
+    let (leases, total, seen, time): (Scored, u64, Scored, Vec<i64>) = redis::pipe()
+        .cmd("ZRANGE")
+        .arg(&keys.processing)
+        .arg(0)
+        .arg(MAX_LEASES - 1)
+        .arg("WITHSCORES")
+        .cmd("ZCARD")
+        .arg(&keys.processing)
+        .cmd("ZRANGE")
+        .arg(workers_key(&queue))
+        .arg(0)
+        .arg(MAX_SEEN - 1)
+        .arg("REV")
+        .arg("WITHSCORES")
+        .cmd("TIME")
+        .query_async(&mut conn)
+        .await
+        .map_err(failed)?;
     let now = match time.as_slice() {
         [s, us] => s * 1000 + us / 1000,
         _ => return Err(failed("TIME gave no time")),

@@ -1892,6 +1892,16 @@ pub fn check_existing_id(id: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// The field of `meta` that pauses a queue (its value: the ms it was paused).
+pub const PAUSED_FIELD: &str = "paused";
+
+/// Fill `paused` and `paused_at` of `stats` from `meta`'s `paused` field as read (nil when
+/// absent).
+fn set_paused(stats: &mut QueueStats, field: Option<&str>) {
+    stats.paused = field.is_some();
+    stats.paused_at = field.and_then(|t| t.parse::<i64>().ok());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -2022,14 +2032,4 @@ mod tests {
         let no_token = Value::Array(vec![bulk(b"j3"), bulk(b"p"), Value::Int(1)]);
         assert_eq!(parse_lease(no_token).unwrap_err().lease, None);
     }
-}
-
-/// The field of `meta` that pauses a queue (its value: the ms it was paused).
-pub const PAUSED_FIELD: &str = "paused";
-
-/// Fill `paused` and `paused_at` of `stats` from `meta`'s `paused` field as read (nil when
-/// absent).
-fn set_paused(stats: &mut QueueStats, field: Option<&str>) {
-    stats.paused = field.is_some();
-    stats.paused_at = field.and_then(|t| t.parse::<i64>().ok());
 }
