@@ -31,6 +31,8 @@ REQUIRED = {
     'claim_jobs.lua': ['claim.lua', 'settle_claim.lua'],
     'retry_policy.lua': ['ack.lua', 'fail.lua', 'settle_claim.lua'],
     'request_record.lua': ['ack.lua', 'claim.lua', 'settle_claim.lua'],
+    'attempt_errors.lua': ['fail.lua', 'reap.lua', 'settle_claim.lua'],
+    'history.lua': ['ack.lua', 'enqueue.lua', 'fail.lua', 'reap.lua', 'settle_claim.lua'],
 }
 
 

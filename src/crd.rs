@@ -204,6 +204,13 @@ pub struct JobQueueSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub durability: Option<DurabilitySpec>,
 
+    /// Pause the queue's claims: `true` pauses it (workers claim nothing; producers,
+    /// acks, fails and the reaper go on, and the workers' replicas are left as they are),
+    /// `false` resumes it. Absent, the operator leaves the pause to `jobqueue pause` /
+    /// `jobqueue resume` and the console, and reports it in `status.paused`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<bool>,
+
     /// The worker workload to scale on backlog. Without it, the operator does not scale.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workers: Option<WorkersSpec>,
@@ -685,6 +692,9 @@ pub struct JobQueueStatus {
     /// Jobs in the dead-letter set.
     #[serde(default)]
     pub dead: u64,
+    /// The queue is paused: its claims stop (`spec.paused`, `jobqueue pause`, the console).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
     /// Ids set aside because their job hash was absent (a Cluster slot migration, or a
     /// hash deleted by hand). The reaper puts each back once its hash is there again;
     /// ids that stay are what `jobqueue dead purge --orphans --yes` removes.
@@ -853,6 +863,7 @@ impl JobQueueSpec {
             dead_letter: DeadLetterSpec::default(),
             reaper: ReaperSpec::default(),
             durability: None,
+            paused: None,
             workers: None,
             partitions: default_partitions(),
         }

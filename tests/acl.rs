@@ -345,7 +345,8 @@ fn each_roles_acl_grants_what_its_scripts_call_and_nothing_more() {
         ),
         (
             "operator",
-            vec![&s.reap, &s.stats],
+            // manage: the pause of spec.paused
+            vec![&s.reap, &s.stats, &s.manage],
             &[
                 "ping",
                 "evalsha",

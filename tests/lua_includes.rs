@@ -20,6 +20,20 @@ const REQUIRED: &[(&str, Option<&[&str]>)] = &[
         "request_record.lua",
         Some(&["ack.lua", "claim.lua", "settle_claim.lua"]),
     ),
+    (
+        "attempt_errors.lua",
+        Some(&["fail.lua", "reap.lua", "settle_claim.lua"]),
+    ),
+    (
+        "history.lua",
+        Some(&[
+            "ack.lua",
+            "enqueue.lua",
+            "fail.lua",
+            "reap.lua",
+            "settle_claim.lua",
+        ]),
+    ),
 ];
 
 const BEGIN: &str = "-- BEGIN include/";

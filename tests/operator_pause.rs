@@ -521,3 +521,84 @@ async fn the_loop_reconciles_a_change_of_the_pause_annotations() {
     drop(watch);
     handle.expect_released().await;
 }
+
+/// `spec.paused` holds the queue's own pause (its claims stop) as meta holds the
+/// settings: the operator pauses the queue in Redis, reports `status.paused`, and leaves
+/// the workers' replicas as they are (they would find nothing to claim); `false`
+/// resumes it and scaling follows the backlog again.
+#[tokio::test]
+async fn spec_paused_pauses_the_queue_in_redis_and_holds_the_replicas() {
+    let redis = RedisServer::start();
+    let q = redis.queue("specpause").await;
+    enqueue(&q, 50).await;
+    let mut jq = queue("specpause", &redis.url(), "specpause").with_workers(workers(0, 10, None));
+    jq.spec.paused = Some(true);
+    let clock = TestClock::new();
+    let (ctx, mut api, _) = test_context_at(&clock);
+
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::TargetRead(WORKER, 1))
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Normal", "QueuePaused"))
+        .run(&ctx, &mut api)
+        .await;
+    result.unwrap();
+    assert!(
+        seen.scales.is_empty(),
+        "a paused queue scaled: {:?}",
+        seen.scales
+    );
+    let status = seen.statuses[0].clone();
+    assert!(status.paused, "status.paused: {status:?}");
+    let (s, reason, message) = scaling(&status);
+    assert_eq!((s, reason), ("False", "QueuePaused"), "{message}");
+    assert!(message.contains("the queue is paused"), "{message}");
+    // the queue itself is paused: a claim leases nothing, producers go on
+    assert!(q.stats().await.unwrap().paused);
+    assert!(q.claim(1, "w", None).await.unwrap().is_empty());
+    enqueue(&q, 1).await;
+    assert_eq!(q.stats().await.unwrap().pending, 51);
+
+    // spec.paused: false resumes the queue and scaling follows the backlog again
+    jq.spec.paused = Some(false);
+    let jq = jq.with_status(status);
+    clock.advance(10);
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::TargetRead(WORKER, 1))
+        .expect(Expect::ScalePatch(WORKER, 5))
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Normal", "ScaledUp"))
+        .run(&ctx, &mut api)
+        .await;
+    result.unwrap();
+    assert_eq!(seen.scales, vec![5]);
+    assert!(!seen.statuses[0].paused);
+    assert!(!q.stats().await.unwrap().paused);
+    assert_eq!(q.claim(1, "w", None).await.unwrap().len(), 1);
+}
+
+/// Without `spec.paused`, a pause made with `jobqueue pause` (or the console) is left
+/// as it is, reported, and holds the replicas.
+#[tokio::test]
+async fn a_queue_paused_by_hand_is_reported_and_left_paused() {
+    let redis = RedisServer::start();
+    let q = redis.queue("handpause").await;
+    enqueue(&q, 50).await;
+    assert!(q.pause().await.unwrap());
+    let jq = queue("handpause", &redis.url(), "handpause").with_workers(workers(0, 10, None));
+    let (ctx, mut api, _) = test_context();
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::TargetRead(WORKER, 1))
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Normal", "QueuePaused"))
+        .run(&ctx, &mut api)
+        .await;
+    result.unwrap();
+    assert!(seen.scales.is_empty());
+    assert!(seen.statuses[0].paused);
+    assert_eq!(scaling(&seen.statuses[0]).1, "QueuePaused");
+    assert!(
+        q.stats().await.unwrap().paused,
+        "the operator resumed a queue paused by hand"
+    );
+}

@@ -2,7 +2,9 @@
 -- claim (docs/protocol.md) on KEYS[1..8]: promote due delayed jobs, lease up to n ready
 -- jobs to worker (the c-th gets the caller's token ARGV[tokenAt + c]; with flat, every
 -- lease gets the caller's token tokenAt itself), set aside or drop orphans, empty wake
--- when pending ran dry. nS is n as Redis reads a count; vis 0 means meta's
+-- when pending ran dry; on a paused queue (meta's `paused` field) it leases and promotes
+-- nothing and empties wake. Every call scores worker now in P:{T}:workers (built from
+-- the job-key prefix, as the request records' keys). nS is n as Redis reads a count; vis 0 means meta's
 -- visibility_timeout_ms (read only when a job is leased). check(nc, orphans), when given,
 -- runs after the reads and before the first write but the RPOPs: an error it returns
 -- fails the call with every key as it was; check = true stands for the check that
@@ -37,6 +39,12 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   local K_META, K_STATS, K_WAKE, K_ORPHANS = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
   local prefix = ARGV[1]
   nowS = nowS or S(now)
+  -- a paused queue (meta holds a `paused` field) leases and promotes nothing; the caller's
+  -- gone leases still leave processing, and wake is emptied (pendingDone below)
+  local paused = redis.pcall('HEXISTS', K_META, 'paused')
+  if type(paused) == 'table' then return nil, failure(paused, K_META, 'hash') end
+  paused = paused == 1
+  if paused then n, undue = 0, {} end
   local orphans = 0
   local aside = nil          -- ids whose hash is absent: set aside, never forgotten
   local wrong = 0            -- of them, the ids whose job key is not a hash
@@ -84,7 +92,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   local pops = {}            -- the RPOP replies, in order
   local budget = n + 100
   local popped, promoUsed = 0, 0
-  local pendingDone = false
+  local pendingDone = paused
 
   while #cIds < n and popped < budget do
     if not pendingDone then
@@ -282,5 +290,8 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   -- emptied (a wrong-typed wake is left as it is); while pending holds ids, its markers
   -- are worth a claim
   if pendingDone and promoUsed >= #promo then redis.pcall('LTRIM', K_WAKE, '1', '0') end
+  -- the worker was seen: P:{T}:workers scores it now (reap forgets it an hour later); a
+  -- wrong-typed key is left as it is
+  redis.pcall('ZADD', string.sub(prefix, 1, -5) .. 'workers', nowS, worker)
   return out, cIds, nc, more, vis, shared, leaseS
 end

@@ -13,6 +13,7 @@ mod dead;
 mod demo;
 mod enqueue;
 pub mod format;
+mod pause;
 mod peek;
 mod progress;
 mod reap;
@@ -87,6 +88,12 @@ pub enum Command {
     /// Show or change a queue's settings (visibility timeout, retries, retention).
     #[command(after_help = configure::EXAMPLES)]
     Configure(configure::ConfigureArgs),
+    /// Pause a queue: workers claim nothing until `resume` (producers go on).
+    #[command(after_help = pause::PAUSE_EXAMPLES)]
+    Pause(pause::PauseArgs),
+    /// Resume a paused queue: workers claim again.
+    #[command(after_help = pause::RESUME_EXAMPLES)]
+    Resume(pause::PauseArgs),
     /// Put expired leases back to pending (or dead): once, or every interval.
     #[command(after_help = reap::EXAMPLES)]
     Reap(reap::ReapArgs),
@@ -735,6 +742,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Show(args) => show::run(args).await,
         Command::Configure(args) => configure::run(args).await,
         Command::Reap(args) => reap::run(args).await,
+        Command::Pause(args) => pause::run(args, true).await,
+        Command::Resume(args) => pause::run(args, false).await,
         Command::Demo(args) => demo::run(args).await,
         Command::Ui(args) => ui::run(args).await,
         Command::DemoWorker(args) => demo::worker::run(args).await,

@@ -131,6 +131,23 @@ pub fn write_text(view: &JobView, out: &mut impl Write, payload: Payload) -> std
     for (label, value) in rows {
         writeln!(out, "{label:<14}{value}")?;
     }
+    let errors = &view.info.errors;
+    if !errors.is_empty() {
+        writeln!(
+            out,
+            "errors of the last {} failed attempts, oldest first:",
+            errors.len()
+        )?;
+        for e in errors {
+            writeln!(
+                out,
+                "  attempt {:<4} {} UTC  {}",
+                e.attempt,
+                format_epoch_ms(e.at),
+                escape(e.error.as_bytes(), false)
+            )?;
+        }
+    }
     let (shown, rest) = view.payload_cut(payload);
     writeln!(out, "payload ({} bytes):", view.payload_len())?;
     writeln!(out, "{}", escape(shown, true))?;

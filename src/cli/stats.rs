@@ -203,6 +203,9 @@ fn oldest_pending_line(s: &QueueStats) -> String {
 /// main counters; `all` (and JSON) has every one.
 pub fn table(name: &str, endpoint: &str, s: &QueueStats, all: bool) -> String {
     let mut out = format!("queue {name} on {endpoint}\n");
+    if s.paused {
+        out.push_str("paused: workers claim nothing until `jobqueue resume` (enqueues go on)\n");
+    }
     let mut hidden = 0;
     let mut section = |out: &mut String, title: &str, rows: &[(&str, u64, bool)]| {
         out.push_str(title);
@@ -252,6 +255,8 @@ pub fn table(name: &str, endpoint: &str, s: &QueueStats, all: bool) -> String {
             ("wrong_type", s.wrong_type, false),
             ("orphans_purged", s.orphans_purged, false),
             ("promoted", s.promoted, false),
+            ("run_now", s.run_now, false),
+            ("deleted", s.deleted, false),
         ],
     );
     out.push_str("processing time of acked jobs\n");

@@ -55,6 +55,7 @@ pub fn router(console: Arc<Console>) -> Router {
         .route("/api/payload", get(payload))
         .route("/api/dead/redrive", axum::routing::post(redrive))
         .route("/api/dead/purge", axum::routing::post(purge))
+        .merge(super::ops::routes())
         .layer(axum::middleware::from_fn_with_state(
             console.clone(),
             guard::guard,
@@ -78,7 +79,7 @@ pub fn html_escape(text: &str) -> String {
     out
 }
 
-async fn page(State(console): State<Arc<Console>>) -> Html<String> {
+pub(super) async fn page(State(console): State<Arc<Console>>) -> Html<String> {
     Html(
         SHELL
             .replace("{{csrf}}", &html_escape(&console.csrf))
@@ -137,6 +138,7 @@ fn entry_json(console: &Console, e: &Entry) -> Value {
             "orphaned": s.orphaned,
         })
     });
+    let paused = s.map(|s| json!({"paused": s.paused, "paused_at": s.paused_at}));
     let totals = s.map(|s| {
         json!({
             "enqueued": s.enqueued, "claimed": s.claimed, "acked": s.acked,
@@ -170,6 +172,7 @@ fn entry_json(console: &Console, e: &Entry) -> Value {
         "name": e.queue.as_ref().map(|q| q.name().to_string()),
         "endpoint": e.queue.as_ref().map(|q| q.redis().endpoint().to_string()),
         "counts": counts,
+        "pause": paused,
         "totals": totals,
         "p50_ms": ms(0.5),
         "p99_ms": ms(0.99),
@@ -271,7 +274,7 @@ fn default_limit() -> usize {
     20
 }
 
-type ApiResult = Result<Response, ApiError>;
+pub(super) type ApiResult = Result<Response, ApiError>;
 
 /// A failed API call: its status and what went wrong, sent as `{"error": "..."}`.
 pub struct ApiError {
@@ -282,7 +285,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+    pub(super) fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
             message: message.into(),
@@ -311,7 +314,7 @@ impl IntoResponse for ApiError {
     }
 }
 
-fn entry(console: &Console, id: &str) -> Result<(Entry, Queue), ApiError> {
+pub(super) fn entry(console: &Console, id: &str) -> Result<(Entry, Queue), ApiError> {
     let snap = console.snapshot.get();
     let Some(e) = snap.entries.get(id) else {
         return Err(ApiError::new(
@@ -332,7 +335,7 @@ fn entry(console: &Console, id: &str) -> Result<(Entry, Queue), ApiError> {
     }
 }
 
-fn failed(e: impl std::fmt::Display) -> ApiError {
+pub(super) fn failed(e: impl std::fmt::Display) -> ApiError {
     ApiError::new(StatusCode::BAD_GATEWAY, e.to_string())
 }
 

@@ -32,6 +32,7 @@ pub mod dead;
 pub mod errors;
 pub mod guard;
 pub mod live;
+pub mod ops;
 pub mod refresher;
 pub mod server;
 pub mod session;

@@ -151,6 +151,10 @@ fn add(t: &mut QueueStats, s: &QueueStats) {
         orphans_purged,
         promoted,
         replayed,
+        run_now,
+        deleted,
+        paused,
+        paused_at,
         histogram,
     } = s;
     t.pending += pending;
@@ -187,6 +191,14 @@ fn add(t: &mut QueueStats, s: &QueueStats) {
     t.orphans_purged += orphans_purged;
     t.promoted += promoted;
     t.replayed += replayed;
+    t.run_now += run_now;
+    t.deleted += deleted;
+    // a queue with one partition paused is reported paused (since its earliest pause)
+    t.paused |= paused;
+    t.paused_at = match (t.paused_at, *paused_at) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
     for (bucket, n) in &histogram.buckets {
         *t.histogram.buckets.entry(*bucket).or_default() += n;
     }

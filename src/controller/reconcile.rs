@@ -50,7 +50,7 @@ use super::events::{self, EventSpec};
 use super::failures::{classify, kube_reason};
 use super::metrics::QueueLabels;
 use super::partitions::{self, PartitionObservation};
-use super::scaling::{self, Backlog, Decision, ScalePolicy, TargetRef, TargetState};
+use super::scaling::{self, Backlog, Decision, Hold, ScalePolicy, TargetRef, TargetState};
 use super::status::{self, Failure, Observation, SpecVerdict, reasons};
 use super::validate::{self, InvalidSpec, QueuePlan};
 use super::{
@@ -526,8 +526,24 @@ async fn observe(
     let upkeep: Vec<_> = queues
         .iter()
         .map(|(queue, _, _)| {
-            let (queue, settings) = (queue.clone(), plan.settings.clone());
-            async move { queue.maintain(&settings, batch, budget).await }
+            let (queue, settings, paused) = (queue.clone(), plan.settings.clone(), plan.paused);
+            async move {
+                let mut done = queue.maintain(&settings, batch, budget).await?;
+                // spec.paused, when set, holds the queue's pause (as meta holds the settings)
+                match paused {
+                    Some(true) if !done.stats.paused => {
+                        queue.pause().await?;
+                        done.stats.paused = true;
+                    }
+                    Some(false) if done.stats.paused => {
+                        queue.resume().await?;
+                        done.stats.paused = false;
+                        done.stats.paused_at = None;
+                    }
+                    _ => {}
+                }
+                Ok::<_, crate::queue::Error>(done)
+            }
         })
         .collect();
     let done: Vec<_> = futures::stream::iter(upkeep)
@@ -678,8 +694,10 @@ async fn scale_workers(
         due: stats.due,
         processing: stats.processing,
     };
-    let decision = ctx.with_recommendations(q.jq, |history| match pause::pause_of(q.jq) {
-        Some(held) => scaling::hold(policy, &held, state, history),
+    // a pause annotation wins; then a paused queue leaves the replicas as they are
+    let held = pause::pause_of(q.jq).or_else(|| stats.paused.then_some(Hold::QueuePaused));
+    let decision = ctx.with_recommendations(q.jq, |history| match &held {
+        Some(held) => scaling::hold(policy, held, state, history),
         None => scaling::decide(policy, backlog, state, history, q.now),
     });
     match decision.patch() {

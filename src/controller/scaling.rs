@@ -394,6 +394,9 @@ pub enum Reason {
     /// The queue could not be read for `fallback.failureThreshold` reconciles: the
     /// replicas are held at `fallback.replicas`.
     Fallback,
+    /// The queue is paused (its claims stop: `jobqueue pause`, the console, or
+    /// `spec.paused`): the replicas are left as they are.
+    QueuePaused,
 }
 
 impl Reason {
@@ -415,6 +418,7 @@ impl Reason {
             Reason::PausedReplicas => "PausedReplicas",
             Reason::InvalidPauseAnnotation => "InvalidPauseAnnotation",
             Reason::Fallback => "Fallback",
+            Reason::QueuePaused => "QueuePaused",
         }
     }
 
@@ -431,6 +435,7 @@ impl Reason {
                 | Reason::PausedReplicas
                 | Reason::InvalidPauseAnnotation
                 | Reason::Fallback
+                | Reason::QueuePaused
         )
     }
 
@@ -443,7 +448,10 @@ impl Reason {
     /// Whether scaling is on hold by a person's choice (the pause annotations): its
     /// Events are Normal, and lifting it says so.
     pub fn is_pause(self) -> bool {
-        matches!(self, Reason::Paused | Reason::PausedReplicas)
+        matches!(
+            self,
+            Reason::Paused | Reason::PausedReplicas | Reason::QueuePaused
+        )
     }
 
     /// Whether the decision changes the target's replicas.
@@ -702,6 +710,9 @@ pub enum Hold {
     /// `spec.workers.fallback`: the queue could not be read `threshold` times in a row
     /// (or more); scale to `replicas` and hold.
     Fallback { replicas: i32, threshold: u32 },
+    /// The queue itself is paused (its claims stop): workers would find nothing to
+    /// claim, so the replicas are left as they are.
+    QueuePaused,
 }
 
 /// Decide the target's replicas while scaling is held. A target the operator cannot
@@ -744,6 +755,15 @@ pub fn hold(
                     replicas(*n)
                 )
             },
+        ),
+        Hold::QueuePaused => (
+            Reason::QueuePaused,
+            None,
+            format!(
+                "the queue is paused (claims stop until `jobqueue resume`, the console's \
+                 Resume, or spec.paused: false): {} of {t} left as they are",
+                replicas(current)
+            ),
         ),
         Hold::Invalid(why) => (
             Reason::InvalidPauseAnnotation,
@@ -1010,7 +1030,8 @@ fn explain(policy: &ScalePolicy, backlog: Backlog, sizing: &Sizing, reason: Reas
         | Reason::Paused
         | Reason::PausedReplicas
         | Reason::InvalidPauseAnnotation
-        | Reason::Fallback => format!("{} of {t}: {needs}", replicas(desired)),
+        | Reason::Fallback
+        | Reason::QueuePaused => format!("{} of {t}: {needs}", replicas(desired)),
     }
 }
 

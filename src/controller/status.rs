@@ -224,6 +224,7 @@ pub fn observed(
     status.due = stats.due;
     status.dead = stats.dead;
     status.orphaned = stats.orphaned;
+    status.paused = stats.paused;
     status.reaped = stats.reaped;
     status.dead_lettered = stats.dead_lettered;
     status.stale_acks = stats.stale;

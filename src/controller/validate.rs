@@ -105,6 +105,9 @@ pub struct QueuePlan {
     pub durability: Durability,
     /// How many partitions new jobs are spread over (`spec.partitions`, 1 to 256).
     pub partitions: usize,
+    /// `spec.paused`: the queue's pause to hold (its claims stop while true), or `None`
+    /// to leave it to `jobqueue pause` / `resume` and the console.
+    pub paused: Option<bool>,
     /// How to scale the workers, when the spec names them (and they are valid).
     pub workers: Option<ScalePolicy>,
     /// Why `spec.workers` cannot be acted on, when it cannot: then `workers` is `None`
@@ -191,6 +194,7 @@ pub fn plan(spec: &JobQueueSpec) -> Result<QueuePlan, InvalidSpec> {
         batch,
         durability,
         partitions,
+        paused: spec.paused,
         workers,
         invalid_workers,
     })

@@ -1030,11 +1030,91 @@ impl Queue {
         Ok(total)
     }
 
-    /// Counts and counters in one round trip.
+    /// Counts and counters, and whether the queue is paused, in one round trip.
     pub async fn stats(&self) -> Result<QueueStats> {
         let cmd = self.script_cmd(&SCRIPTS.stats, std::slice::from_ref(&self.keys.orphans));
-        let reply = self.run(&SCRIPTS.stats, &cmd).await?;
-        self.parse_stats(&reply)
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.cmd("HGET").arg(&self.keys.meta).arg(PAUSED_FIELD);
+        pipe.add_command(cmd.clone());
+        let mut conn = self.redis.clone();
+        let replies: Vec<Value> = pipe
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err("stats", e))?;
+        let mut replies = replies.into_iter();
+        let paused = match replies.next() {
+            Some(Value::ServerError(e)) => {
+                return Err(self.err_on("HGET meta", &self.keys.meta, e.into()));
+            }
+            Some(v) => v,
+            None => return Err(self.protocol("stats", "fewer replies than commands")),
+        };
+        let mut stats = match replies.next() {
+            Some(Value::ServerError(e)) => {
+                let e: redis::RedisError = e.into();
+                if e.kind() != redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) {
+                    return Err(self.err(SCRIPTS.stats.name, e));
+                }
+                // the server forgot the script (restart, failover): run() loads it
+                let reply = self.run(&SCRIPTS.stats, &cmd).await?;
+                self.parse_stats(&reply)?
+            }
+            Some(v) => self.parse_stats(&v)?,
+            None => return Err(self.protocol("stats", "fewer replies than commands")),
+        };
+        let paused = match &paused {
+            Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+            _ => None,
+        };
+        set_paused(&mut stats, paused.as_deref());
+        Ok(stats)
+    }
+
+    /// Pause the queue: claims lease nothing (and promote nothing) until [`Queue::resume`];
+    /// enqueues, acks, fails, extends and reaps go on. False when it was paused already.
+    pub async fn pause(&self) -> Result<bool> {
+        let mut cmd = self.script_cmd::<String>(&SCRIPTS.manage, &[]);
+        cmd.arg("pause");
+        Ok(self.count_reply(&SCRIPTS.manage, &cmd).await? == 1)
+    }
+
+    /// Resume a paused queue (its sleeping workers get a wake marker per pending job, at
+    /// most 1024). False when it was not paused.
+    pub async fn resume(&self) -> Result<bool> {
+        let mut cmd = self.script_cmd::<String>(&SCRIPTS.manage, &[]);
+        cmd.arg("resume");
+        Ok(self.count_reply(&SCRIPTS.manage, &cmd).await? == 1)
+    }
+
+    /// Run a delayed job now: it goes to the front of pending. False (nothing changed)
+    /// when the job is not delayed.
+    pub async fn run_now(&self, id: impl AsRef<[u8]>) -> Result<bool> {
+        let id = id.as_ref();
+        check_existing_id(id)?;
+        let mut cmd = self.script_cmd(&SCRIPTS.manage, &[self.keys.job_key(id)]);
+        cmd.arg("run").arg(id);
+        Ok(self.count_reply(&SCRIPTS.manage, &cmd).await? == 1)
+    }
+
+    /// Delete one job that is pending, delayed or dead (its hash and its list entry); a
+    /// leased or finished job is left alone and named in the answer.
+    pub async fn delete_job(&self, id: impl AsRef<[u8]>) -> Result<Deletion> {
+        let id = id.as_ref();
+        check_existing_id(id)?;
+        let mut cmd = self.script_cmd(&SCRIPTS.manage, &[self.keys.job_key(id)]);
+        cmd.arg("delete").arg(id);
+        let reply = self.run(&SCRIPTS.manage, &cmd).await?;
+        let status = as_str(&reply)
+            .ok_or_else(|| self.protocol("manage", format!("{reply:?}")))?
+            .to_string();
+        Ok(match status.as_str() {
+            "absent" => Deletion::Absent,
+            "pending" => Deletion::Deleted(JobStatus::Pending),
+            "delayed" => Deletion::Deleted(JobStatus::Delayed),
+            "dead" => Deletion::Deleted(JobStatus::Dead),
+            _ => Deletion::Kept(status),
+        })
     }
 
     fn parse_stats(&self, reply: &Value) -> Result<QueueStats> {
@@ -1370,6 +1450,7 @@ impl Queue {
             None => return Err(self.protocol("maintain", "fewer replies than commands")),
         };
 
+        set_paused(&mut stats, meta.get(PAUSED_FIELD).map(String::as_str));
         let configured = !meta_holds(&meta, settings);
         if configured {
             self.configure(settings).await?;
@@ -1799,6 +1880,7 @@ fn info_from_fields(id: &[u8], fields: &HashMap<String, Vec<u8>>) -> JobInfo {
         lease_until: int("lease_until"),
         last_error: text("last_error"),
         worker: text("worker").or(lease.map(|l| l.1)),
+        errors: AttemptError::from_fields(fields),
     }
 }
 
@@ -1926,6 +2008,16 @@ pub fn check_existing_id(id: &[u8]) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// The field of `meta` that pauses a queue (its value: the ms it was paused).
+pub const PAUSED_FIELD: &str = "paused";
+
+/// Fill `paused` and `paused_at` of `stats` from `meta`'s `paused` field as read (nil when
+/// absent).
+fn set_paused(stats: &mut QueueStats, field: Option<&str>) {
+    stats.paused = field.is_some();
+    stats.paused_at = field.and_then(|t| t.parse::<i64>().ok());
 }
 
 #[cfg(test)]

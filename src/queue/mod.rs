@@ -18,6 +18,7 @@ mod connection;
 pub(crate) use connection::url_has_password;
 mod durability;
 mod error;
+pub mod history;
 mod keys;
 mod partitioned;
 pub mod partitions;
@@ -52,9 +53,10 @@ pub use sentinel::SentinelOptions;
 pub use settings::QueueSettings;
 pub use stats::{Histogram, QueueStats};
 pub use types::{
-    Backoff, Claimed, Enqueued, FailMode, FailOutcome, HEX_PREFIX, JobId, JobInfo, JobStatus,
-    Lease, LeaseRef, Maintenance, NewJob, PURGED_REMEMBERED_MS, ReapOutcome, Selection, SetAside,
-    Settle, Settled, SettledClaim, new_job_id, new_token,
+    AttemptError, Backoff, Claimed, Deletion, ERROR_BYTES, ERRORS_KEPT, Enqueued, FailMode,
+    FailOutcome, HEX_PREFIX, JobId, JobInfo, JobStatus, Lease, LeaseRef, Maintenance, NewJob,
+    PURGED_REMEMBERED_MS, ReapOutcome, Selection, SetAside, Settle, Settled, SettledClaim,
+    new_job_id, new_token,
 };
 
 /// The most items one script call takes (the protocol's bound on every count).

@@ -782,6 +782,10 @@ pub fn add_stats(total: &mut QueueStats, s: &QueueStats) {
         orphans_purged,
         promoted,
         replayed,
+        run_now,
+        deleted,
+        paused,
+        paused_at,
         histogram,
     } = s;
     total.pending += pending;
@@ -818,6 +822,14 @@ pub fn add_stats(total: &mut QueueStats, s: &QueueStats) {
     total.orphans_purged += orphans_purged;
     total.promoted += promoted;
     total.replayed += replayed;
+    total.run_now += run_now;
+    total.deleted += deleted;
+    // a queue with one partition paused is reported paused (since its earliest pause)
+    total.paused |= paused;
+    total.paused_at = match (total.paused_at, *paused_at) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
     for (b, n) in &histogram.buckets {
         *total.histogram.buckets.entry(*b).or_default() += n;
     }

@@ -60,10 +60,11 @@ pub struct Scripts {
     pub redrive: Script,
     pub purge: Script,
     pub preview: Script,
+    pub manage: Script,
 }
 
 impl Scripts {
-    pub fn all(&self) -> [&Script; 11] {
+    pub fn all(&self) -> [&Script; 12] {
         [
             &self.enqueue,
             &self.claim,
@@ -76,6 +77,7 @@ impl Scripts {
             &self.redrive,
             &self.purge,
             &self.preview,
+            &self.manage,
         ]
     }
 }
@@ -92,4 +94,5 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     redrive: Script::new("redrive", include_str!("../../lua/redrive.lua")),
     purge: Script::new("purge", include_str!("../../lua/purge.lua")),
     preview: Script::new("preview", include_str!("../../lua/preview.lua")),
+    manage: Script::new("manage", include_str!("../../lua/manage.lua")),
 });

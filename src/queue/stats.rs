@@ -103,6 +103,14 @@ pub struct QueueStats {
     pub promoted: u64,
     /// Claim calls answered from their request's record (a retry after a lost reply).
     pub replayed: u64,
+    /// Delayed jobs an operator ran before their time (`run now`).
+    pub run_now: u64,
+    /// Jobs an operator deleted one by one (pending, delayed or dead).
+    pub deleted: u64,
+    /// The queue is paused (`meta` holds `paused`): claims lease nothing.
+    pub paused: bool,
+    /// When it was paused (ms), when known.
+    pub paused_at: Option<i64>,
     pub histogram: Histogram,
 }
 
@@ -144,6 +152,8 @@ impl QueueStats {
                 "orphans_purged" => s.orphans_purged = v,
                 "promoted" => s.promoted = v,
                 "replayed" => s.replayed = v,
+                "run_now" => s.run_now = v,
+                "deleted" => s.deleted = v,
                 other => {
                     if let Some(b) = other.strip_prefix("h:").and_then(|b| b.parse::<u32>().ok()) {
                         *s.histogram.buckets.entry(b).or_default() += v;

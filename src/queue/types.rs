@@ -506,6 +506,69 @@ pub struct JobInfo {
     pub lease_until: Option<i64>,
     pub last_error: Option<String>,
     pub worker: Option<String>,
+    /// The errors of the job's last failed attempts (at most [`ERRORS_KEPT`], each cut to
+    /// [`ERROR_BYTES`]), oldest first.
+    pub errors: Vec<AttemptError>,
+}
+
+/// How many failed attempts' errors a job keeps (`error:1` .. `error:5` of its hash).
+pub const ERRORS_KEPT: usize = 5;
+/// The most bytes of one attempt's error a job keeps (`last_error` is kept whole).
+pub const ERROR_BYTES: usize = 1024;
+
+/// One failed attempt's error as the job keeps it: `<attempt>:<at ms>:<text>` in a field
+/// `error:<k>` of its hash, written by fail, settle_claim's fails and reap (`lease expired`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct AttemptError {
+    /// The attempt that failed (1 for the first claim; counted again after a redrive).
+    pub attempt: u32,
+    /// When it failed (ms, the Redis clock).
+    pub at: i64,
+    pub error: String,
+}
+
+impl AttemptError {
+    /// Parse one `error:<k>` field; `None` when it is not `<digits>:<digits>:<text>`
+    /// (stored data: another writer may have put anything there).
+    pub fn parse(v: &[u8]) -> Option<AttemptError> {
+        let mut parts = v.splitn(3, |&b| b == b':');
+        let num = |p: &[u8]| -> Option<i64> {
+            if p.is_empty() || p.len() > 16 || !p.iter().all(u8::is_ascii_digit) {
+                return None;
+            }
+            std::str::from_utf8(p).ok()?.parse().ok()
+        };
+        let attempt = num(parts.next()?)?;
+        let at = num(parts.next()?)?;
+        let error = String::from_utf8_lossy(parts.next()?).into_owned();
+        Some(AttemptError {
+            attempt: u32::try_from(attempt).ok()?,
+            at,
+            error,
+        })
+    }
+
+    /// The kept errors of a job hash (fields `error:1` .. `error:5`), oldest first.
+    pub fn from_fields(fields: &std::collections::HashMap<String, Vec<u8>>) -> Vec<AttemptError> {
+        let mut out: Vec<AttemptError> = (1..=ERRORS_KEPT)
+            .filter_map(|k| fields.get(&format!("error:{k}")))
+            .filter_map(|v| AttemptError::parse(v))
+            .collect();
+        out.sort_by_key(|e| (e.at, e.attempt));
+        out
+    }
+}
+
+/// What [`crate::queue::Queue::delete_job`] found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Deletion {
+    /// The job was deleted: it was pending, delayed or dead.
+    Deleted(JobStatus),
+    /// The job was left alone: it is leased (`processing`) or finished (`done`, or
+    /// another status), named here.
+    Kept(String),
+    /// No job hash exists for the id.
+    Absent,
 }
 
 /// How long `purge --orphans` remembers an id it forgot (reap puts it back if its hash

@@ -169,6 +169,7 @@ pub async fn find(queue: &Queue, id: &[u8]) -> Result<Option<JobView>> {
             lease_until: None,
             last_error: None,
             worker: None,
+            errors: Vec::new(),
         },
         (Ok(None), None) => return Ok(None),
         (Err(e), _) => return Err(e),

@@ -252,9 +252,11 @@ async function queuePage() {
       q.error ? h("p", { class: "error" }, q.error) : null,
       h("div", {}, badges(q)),
       freshnessNote(q, true),
+      queueOps(id, q, d.writes, load),
       cards(q.counts),
       h("p", { id: "oldest-pending" }, `oldest pending job: ${oldestText(q)}`),
       charts,
+      historyPanel(id),
       h("p", { class: "muted" },
         q.latency_note ? `processing time: ${q.latency_note}` : `processing time p50 ${fmtMs(q.p50_ms)}, p99 ${fmtMs(q.p99_ms)}`),
       q.kube ? [h("h2", {}, "JobQueue"), kubeCell(q.kube)] : null,
@@ -478,11 +480,200 @@ async function jobPage() {
       h("h1", {}, "Job ", h("span", { id: "job-id", class: j.id_plain ? null : "hexid" }, id)),
       notice ? h("p", { class: "notice", id: "notice" }, notice) : null,
       h("dl", { class: "kv", id: "job" }, rows.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
+      jobExtras(q, id, j, async (msg) => { notice = msg; await load(); }),
       j.actions.length ? h("div", { class: "toolbar" },
         j.actions.includes("redrive") ? h("button", { class: "primary", id: "job-redrive", onclick: () => act("redrive") }, "Redrive") : null,
         j.actions.includes("purge") ? h("button", { class: "danger", id: "job-purge", onclick: () => act("purge") }, "Purge") : null) : null);
   };
   livePoll(load);
+}
+
+// --- Operator's hand: pause and resume, workers, history, one job ----------------
+
+const workersLink = (id) => `/workers?${qs({ q: id })}`;
+
+// The queue page's pause state and its Pause / Resume button (writes mode only).
+function queueOps(id, q, writes, reload) {
+  const paused = q.pause && q.pause.paused;
+  const act = async (verb) => {
+    const ask = verb === "pause"
+      ? `Pause ${id}? Workers claim nothing until it is resumed; producers go on.`
+      : `Resume ${id}? Workers claim again.`;
+    if (!confirm(ask)) return;
+    try {
+      const done = await post(`/api/queue/${verb}`, { q: id });
+      setStatus(done.message);
+      await reload();
+    } catch (err) {
+      fail(err);
+    }
+  };
+  return h("div", { class: "toolbar", id: "queue-ops" },
+    paused
+      ? h("span", { class: "paused", id: "paused-banner" },
+        `paused${q.pause.paused_at ? " since " + fmtTime(q.pause.paused_at) : ""}: workers claim nothing`)
+      : h("span", { class: "muted", id: "paused-banner" }, "claiming"),
+    WRITES && writes
+      ? (paused
+        ? h("button", { class: "primary", id: "queue-resume", onclick: () => act("resume") }, "Resume")
+        : h("button", { class: "danger", id: "queue-pause", onclick: () => act("pause") }, "Pause"))
+      : null,
+    h("a", { href: workersLink(id), id: "workers-link" }, "workers →"));
+}
+
+// A chart of per-minute series on one scale, with its axis labels, drawn as SVG.
+function historyChart(hist) {
+  const NS = "http://www.w3.org/2000/svg";
+  const W = 720, H = 170, L = 40, B = 20;
+  const svg = document.createElementNS(NS, "svg");
+  svg.setAttribute("class", "history");
+  svg.setAttribute("id", "history-chart");
+  svg.setAttribute("width", W);
+  svg.setAttribute("height", H);
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+  const series = [["enqueued", "enq"], ["acked", "ack"], ["failed", "fail"], ["dead", "dead"]];
+  const max = Math.max(1, ...series.flatMap(([k]) => hist[k]));
+  const n = hist.enqueued.length;
+  const x = (i) => L + (n <= 1 ? 0 : (i / (n - 1)) * (W - L - 4));
+  const y = (v) => H - B - (v / max) * (H - B - 8);
+  const text = (tx, ty, s, anchor) => {
+    const t = document.createElementNS(NS, "text");
+    t.setAttribute("x", tx); t.setAttribute("y", ty);
+    t.setAttribute("class", "axis");
+    if (anchor) t.setAttribute("text-anchor", anchor);
+    t.textContent = s;
+    svg.append(t);
+  };
+  const axis = document.createElementNS(NS, "polyline");
+  axis.setAttribute("class", "axis-line");
+  axis.setAttribute("points", `${L},8 ${L},${H - B} ${W - 4},${H - B}`);
+  svg.append(axis);
+  text(L - 4, 14, String(max), "end");
+  text(L - 4, H - B, "0", "end");
+  text(L, H - 4, fmtTime(hist.start_ms), "start");
+  text(W - 4, H - 4, "now", "end");
+  for (const [k, cls] of series) {
+    const line = document.createElementNS(NS, "polyline");
+    line.setAttribute("class", `line ${cls}`);
+    line.setAttribute("data-series", k);
+    line.setAttribute("data-total", hist[k].reduce((a, b) => a + b, 0));
+    line.setAttribute("points", hist[k].map((v, i) => `${x(i).toFixed(1)},${y(v).toFixed(1)}`).join(" "));
+    svg.append(line);
+  }
+  return svg;
+}
+
+// The queue's history from Redis (per-minute counts kept 24 hours, processing times of
+// recent windows): one element kept across the page's polls, refreshed by its own.
+const historyPanels = new Map();
+function historyPanel(id) {
+  if (historyPanels.has(id)) return historyPanels.get(id);
+  const el = h("section", { id: "history" }, h("h2", {}, "History"), h("p", { class: "muted" }, "Loading the history…"));
+  historyPanels.set(id, el);
+  let minutes = 60;
+  const load = async () => {
+    let d;
+    try {
+      d = await api(`/api/history?${qs({ q: id, minutes })}`);
+    } catch (err) {
+      el.replaceChildren(h("h2", {}, "History"), h("p", { class: "error" }, `history: ${err.message}`));
+      return;
+    }
+    const sum = (k) => d[k].reduce((a, b) => a + b, 0);
+    const range = h("span", { class: "toolbar" }, [[60, "1 hour"], [360, "6 hours"], [1440, "24 hours"]].map(([m, label]) =>
+      h("button", { class: m === minutes ? "primary" : null, "data-minutes": m, onclick: () => { minutes = m; load(); } }, label)));
+    el.replaceChildren(
+      h("h2", {}, "History ", range),
+      h("p", { class: "legend" }, "per minute: ",
+        h("span", { class: "enq-t" }, `enqueued ${sum("enqueued")}`), " · ",
+        h("span", { class: "ack-t" }, `acked ${sum("acked")}`), " · ",
+        h("span", { class: "fail-t" }, `failed ${sum("failed")}`), " · ",
+        h("span", { class: "dead-t" }, `dead ${sum("dead")}`)),
+      historyChart(d),
+      h("table", { id: "latency-windows" },
+        h("thead", {}, h("tr", {}, h("th", {}, "processing time"), h("th", { class: "num" }, "acks"), h("th", { class: "num" }, "p50"), h("th", { class: "num" }, "p99"))),
+        h("tbody", {}, d.windows.map((w) => h("tr", { "data-window": w.name },
+          h("td", {}, `last ${w.name} (since ${fmtTime(w.since_ms)})`),
+          h("td", { class: "num" }, String(w.acks)),
+          h("td", { class: "num" }, fmtMs(w.p50_ms)),
+          h("td", { class: "num" }, fmtMs(w.p99_ms)))))));
+  };
+  load();
+  setInterval(load, Math.max(REFRESH_MS, 10000));
+  return el;
+}
+
+// A job page's errors of its last attempts and its Run now / Delete buttons.
+function jobExtras(q, id, j, done) {
+  const errors = j.errors || [];
+  const act = async (verb) => {
+    const ask = verb === "run"
+      ? "Run this delayed job now (first in line)?"
+      : "Delete this job and its payload for good?";
+    if (!confirm(ask)) return;
+    try {
+      const r = await post(`/api/job/${verb}`, { q, id_hex: j.id_hex });
+      await done(r.message);
+    } catch (err) {
+      fail(err);
+    }
+  };
+  const st = j.status;
+  const writes = WRITES;
+  return h("div", {},
+    h("h2", {}, "Errors of the last attempts"),
+    errors.length
+      ? h("table", { id: "job-errors" },
+        h("thead", {}, h("tr", {}, h("th", { class: "num" }, "attempt"), h("th", {}, "failed at"), h("th", {}, "error"))),
+        h("tbody", {}, errors.map((e) => h("tr", {},
+          h("td", { class: "num" }, String(e.attempt)),
+          h("td", {}, fmtTime(e.at)),
+          h("td", {}, h("pre", { class: "payload" }, e.error))))))
+      : h("p", { class: "muted", id: "job-errors" }, "No failed attempt recorded."),
+    writes ? h("div", { class: "toolbar", id: "job-ops" },
+      st === "delayed" ? h("button", { class: "primary", id: "job-run-now", onclick: () => act("run") }, "Run now") : null,
+      st === "pending" || st === "delayed" || st === "dead"
+        ? h("button", { class: "danger", id: "job-delete", onclick: () => act("delete") }, "Delete")
+        : (st === "processing" ? h("span", { class: "muted" }, "leased: a worker holds it, it cannot be deleted") : null)) : null);
+}
+
+// The workers page: who holds which lease now, for how long, and who was seen recently.
+async function workersPage() {
+  const id = params.get("q");
+  document.title = `jobqueue: workers of ${id}`;
+  poll(async () => {
+    const d = await api(`/api/workers?${qs({ q: id })}`);
+    main(
+      h("h1", {}, `Workers of ${id}`, " ", h("a", { href: queueLink(id), class: "muted" }, "← queue")),
+      h("h2", {}, "Holding leases now"),
+      h("p", { class: "muted" }, d.leases_total > d.leases_read
+        ? `${d.leases_total} leases; the ${d.leases_read} ending first are shown`
+        : `${d.leases_total} lease${d.leases_total === 1 ? "" : "s"}`),
+      d.holders.length === 0
+        ? h("p", { class: "muted", id: "no-holders" }, "No worker holds a lease.")
+        : h("table", { id: "holders" },
+          h("thead", {}, h("tr", {}, h("th", {}, "worker"), h("th", { class: "num" }, "leases"), h("th", {}, "holding the oldest for"), h("th", {}, "jobs (lease left)"))),
+          h("tbody", {}, d.holders.map((w) => h("tr", { "data-worker": w.worker },
+            h("td", {}, w.worker),
+            h("td", { class: "num" }, String(w.leases)),
+            h("td", {}, w.longest_ms === null ? "-" : fmtDur(w.longest_ms),
+              w.expired ? h("span", { class: "expired" }, ` (${w.expired} expired)`) : null),
+            h("td", {}, w.jobs.map((j, i) => [i ? ", " : "",
+              h("a", { href: jobLink(id, j.id) }, j.id),
+              h("span", { class: j.lease_left_ms < 0 ? "expired" : "muted" },
+                ` (${j.lease_left_ms < 0 ? "expired" : fmtDur(j.lease_left_ms)})`)]),
+              w.leases > w.jobs.length ? h("span", { class: "muted" }, ` and ${w.leases - w.jobs.length} more`) : null))))),
+      h("h2", {}, "Seen recently"),
+      h("p", { class: "muted" }, "Workers whose last claim was in the last hour, the last seen first (an idle worker claims at every poll)."),
+      d.seen.length === 0
+        ? h("p", { class: "muted", id: "no-seen" }, "No worker claimed in the last hour.")
+        : h("table", { id: "seen" },
+          h("thead", {}, h("tr", {}, h("th", {}, "worker"), h("th", {}, "last claim"), h("th", { class: "num" }, "leases now"))),
+          h("tbody", {}, d.seen.map((w) => h("tr", { "data-worker": w.worker },
+            h("td", {}, w.worker),
+            h("td", {}, `${fmtDur(w.ago_ms)} ago`),
+            h("td", { class: "num" }, String(w.leases)))))));
+  });
 }
 
 // --- Header -----------------------------------------------------------------------
@@ -649,7 +840,7 @@ function liveBanner() {
 document.addEventListener("DOMContentLoaded", () => {
   liveBanner();
   header();
-  const pages = { "/": overviewPage, "/queue": queuePage, "/dead": deadPage, "/job": jobPage };
+  const pages = { "/": overviewPage, "/queue": queuePage, "/dead": deadPage, "/job": jobPage, "/workers": workersPage };
   (pages[location.pathname] || overviewPage)();
 });
 
