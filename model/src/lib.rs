@@ -216,8 +216,9 @@ impl Params {
             ("partitions" | "all", false) => 11,
             ("durability" | "foreign", false) => 13,
             (_, false) => 16,
-            ("partitions" | "all", true) => 15,
-            (_, true) => 20,
+            ("partitions" | "all", true) => 13,
+            ("durability" | "foreign", true) => 15,
+            (_, true) => 18,
         };
         if large {
             p.max_clock += 2;
@@ -492,15 +493,14 @@ impl ProtocolModel {
             CallKind::AckOrFail(settle) => s.redis.ack_or_fail(&self.p, p, *settle, now),
             CallKind::Extend(job, token) => s.redis.extend(&self.p, p, *job, *token, now),
         };
-        // properties checked on the step itself
-        match (&call.kind, &reply) {
+        // properties checked on the step itself: a stale answer changed nothing
+        let stale = matches!(
+            (&call.kind, &reply),
             (CallKind::AckOrFail(_), Reply::Settled(Outcome::Stale))
-            | (CallKind::Extend(..), Reply::Extended(None)) => {
-                if s.redis != before {
-                    s.stale_changed = true;
-                }
-            }
-            _ => {}
+                | (CallKind::Extend(..), Reply::Extended(None))
+        );
+        if stale && s.redis != before {
+            s.stale_changed = true;
         }
         let told: Vec<(Settle, Outcome)> = match (&call.kind, &reply) {
             (CallKind::AckOrFail(st), Reply::Settled(o)) => vec![(*st, *o)],
@@ -1050,6 +1050,12 @@ impl Model for ProtocolModel {
             Property::sometimes("an id is set aside", |_, s: &State| {
                 s.redis.parts.iter().any(|p| !p.orphans.is_empty())
             }),
+            Property::sometimes(
+                "a partition left out by a shrink is drained and retired",
+                |m: &ProtocolModel, s: &State| {
+                    s.cover < m.p.partitions && s.enqueued.iter().all(|&e| e)
+                },
+            ),
         ]
     }
 

@@ -286,6 +286,7 @@ impl Redis {
     /// same worker, same arguments); any other call naming the request id fails with
     /// `invalid request` and changes nothing. `Bug::ForeignReplay` reverts that: the record
     /// answers whoever sends its id (issue 23, defect 6).
+    #[allow(clippy::too_many_arguments)] // the script's own inputs: KEYS[9] and ARGV
     fn record_check(
         &self,
         prm: &Params,
