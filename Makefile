@@ -3,7 +3,7 @@
 CARGO ?= cargo
 export REDIS_SERVER ?= redis-server
 
-.PHONY: all build test lint fmt demo chaos bench bench-instructions bench-peers crds lua chart-check conformance clean redis browser screenshots
+.PHONY: all build test lint fmt demo chaos model bench bench-instructions bench-peers crds lua chart-check conformance clean redis browser screenshots
 
 all: build
 
@@ -33,6 +33,8 @@ test: redis browser
 	./scripts/chart-check.sh
 	./scripts/conformance.sh
 	$(CARGO) test --all-targets
+	$(CARGO) fmt --manifest-path model/Cargo.toml -- --check
+	$(CARGO) test --manifest-path model/Cargo.toml --release
 
 ## The chaos and durability suite at full size: worker processes SIGKILLed, two reapers,
 ## connections cut, Redis SIGKILLed and restarted with an AOF, a 3-master Cluster, and
@@ -97,6 +99,16 @@ demo: redis
 	$(CARGO) build --release --bin jobqueue
 	$(CARGO) run --release --quiet --bin jobqueue -- demo $(DEMO_ARGS)
 
+## The protocol's model (model/, docs/model.md): every interleaving of producers, workers,
+## reapers, lost replies, crashes, a failover, hashes away and a partition shrink, checked
+## with stateright at the large bound (millions of states; the small bound runs in
+## `make test`). Options through MODEL_ARGS: `--small`, `--scenario NAME`, `--threads N`,
+## `--bug foreign-replay|late-deadline|strand-on-wait-timeout|drop-orphans` (a fix reverted:
+## prints its counterexample).
+MODEL_ARGS ?=
+model:
+	$(CARGO) run --release --manifest-path model/Cargo.toml -- $(MODEL_ARGS)
+
 ## Regenerate crds/jobqueue.yaml from the code, and the Helm chart's template of it
 ## (templates/crd.yaml, under crds.install; tests fail when either drifts).
 crds:
@@ -121,9 +133,12 @@ conformance: redis
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) fmt --manifest-path model/Cargo.toml -- --check
+	$(CARGO) clippy --manifest-path model/Cargo.toml --all-targets -- -D warnings
 
 fmt:
 	$(CARGO) fmt --all
+	$(CARGO) fmt --manifest-path model/Cargo.toml
 
 clean:
 	$(CARGO) clean
