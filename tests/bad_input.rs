@@ -256,6 +256,13 @@ const ROWS: &[Row] = &[
     writes(with_stdin(b"nul\x00byte\n\xff\xfe\n", row("stdin-binary", &["enqueue", "--redis", "{url}", "--tag", "wr", "--stdin"], 0, "warning: stdin is not text (line 1 holds a NUL byte): each line of it becomes one job"))),
     writes(with_stdin(b"text\n\xff\xfe\n", row("stdin-binary-count", &["enqueue", "--redis", "{url}", "--tag", "wr", "--stdin"], 0, "warning: enqueued 2 jobs from lines of binary input (--file FILE sends a file as one job)"))),
     row("reap-json-unknown-tag", &["reap", "--redis", "{url}", "--tag", "bj", "--json"], 0, "no queue exists at jq:{bj}"),
+    // Control of single jobs
+    row("worker-timeout-zero", &["worker", "--redis", "{url}", "--tag", "bi", "--timeout", "0s", "--exec", "true"], 2, "invalid value '0s' for '--timeout <DURATION>': must be more than 0"),
+    row("enqueue-max-attempts-zero", &["enqueue", "--redis", "{url}", "--tag", "bi", "--max-attempts", "0", "x"], 2, "invalid max attempts: 0 is not between 1 and 1000000"),
+    row("enqueue-max-attempts-huge", &["enqueue", "--redis", "{url}", "--tag", "bi", "--max-attempts", "1000001", "x"], 2, "invalid max attempts: 1000001 is not between 1 and 1000000"),
+    row("enqueue-max-attempts-negative", &["enqueue", "--redis", "{url}", "--tag", "bi", "--max-attempts", "-1", "x"], 2, "for '--max-attempts <MAX_ATTEMPTS>': must not be negative"),
+    row("enqueue-multiplier-below-one", &["enqueue", "--redis", "{url}", "--tag", "bi", "--backoff-multiplier", "0.5", "x"], 2, "invalid backoff multiplier: 0.5 is not a number from 1 to 1000"),
+    row("enqueue-backoff-max-below-initial", &["enqueue", "--redis", "{url}", "--tag", "bi", "--backoff-initial", "10s", "--backoff-max", "1s", "x"], 2, "invalid backoff max: 1s is below the initial backoff 10s"),
 ];
 
 /// Rows of the library and the protocol (no process, no exit code: the doc says `-`):

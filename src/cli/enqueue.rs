@@ -11,7 +11,7 @@ use super::ConnectArgs;
 use super::common::UsageError;
 use super::format::count;
 use super::progress::Progress;
-use crate::queue::{Enqueued, JobId, MAX_BATCH, NewJob, PartitionedQueue, Queue};
+use crate::queue::{Enqueued, JobId, JobOptions, MAX_BATCH, NewJob, PartitionedQueue, Queue};
 
 pub const EXAMPLES: &str = "\
 Examples:
@@ -24,6 +24,9 @@ Examples:
 
 Prints the job id (one per line with --stdin --print-ids, else a count). With --id, an
 id that already exists is left unchanged and reported on stderr.
+
+--max-attempts and --backoff-* set this job's own retry policy, each instead of the
+queue's setting (`jobqueue configure`) for this job alone; they are kept in its hash.
 
 Ids: any 1 to 1024 bytes. Output shows an id as it is when it is UTF-8 text without
 control characters, else as hex:<its bytes in hex> (also a text id that begins with hex:);
@@ -54,6 +57,20 @@ pub struct EnqueueArgs {
     /// Run no earlier than this from now, e.g. `30s`, `5m`.
     #[arg(long, allow_hyphen_values = true, value_parser = crate::duration::parse, default_value = "0")]
     pub delay: Duration,
+    /// Claims before this job, failing, goes to the dead-letter set, instead of the
+    /// queue's max attempts (1 to 1000000).
+    #[arg(long, allow_hyphen_values = true, help_heading = "This job's own retry policy (instead of the queue's)")]
+    pub max_attempts: Option<u32>,
+    /// This job's retry backoff after its first failure.
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::duration::parse, help_heading = "This job's own retry policy (instead of the queue's)")]
+    pub backoff_initial: Option<Duration>,
+    /// This job's longest retry backoff.
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::duration::parse, help_heading = "This job's own retry policy (instead of the queue's)")]
+    pub backoff_max: Option<Duration>,
+    /// Each of this job's retries waits this many times longer than the previous one
+    /// (1 to 1000).
+    #[arg(long, allow_hyphen_values = true, help_heading = "This job's own retry policy (instead of the queue's)")]
+    pub backoff_multiplier: Option<f64>,
     /// With --stdin: print each new job's id instead of a count.
     #[arg(long, requires = "stdin")]
     pub print_ids: bool,
@@ -65,6 +82,18 @@ pub struct EnqueueArgs {
     /// instead of each to the partition of its id, so jobs of one key keep their order.
     #[arg(long, value_name = "KEY", conflicts_with = "partition")]
     pub partition_key: Option<String>,
+}
+
+impl EnqueueArgs {
+    /// The job's own options given on the command line.
+    fn options(&self) -> JobOptions {
+        JobOptions {
+            max_attempts: self.max_attempts,
+            backoff_initial: self.backoff_initial,
+            backoff_max: self.backoff_max,
+            backoff_multiplier: self.backoff_multiplier,
+        }
+    }
 }
 
 /// Where the jobs go: the partition of each job's id, of `--partition-key`, or the one
@@ -155,6 +184,7 @@ pub async fn run(args: EnqueueArgs) -> anyhow::Result<()> {
     }
     // Checked before connecting: a bad id needs no server to be refused.
     let given = super::common::given_id(args.id.as_deref(), args.id_hex.as_deref())?;
+    args.options().validate()?;
     let queue = Producer::open(&args).await?;
     if args.stdin {
         return enqueue_lines(&queue, std::io::stdin().lock(), &args).await;
@@ -169,7 +199,10 @@ pub async fn run(args: EnqueueArgs) -> anyhow::Result<()> {
     // The id is chosen here, not by the queue, so that it can be printed whatever
     // happens after the job may have been written.
     let id: JobId = given.map_or_else(|| crate::queue::new_job_id().into(), JobId::from);
-    let job = NewJob::new(payload).delay(args.delay).id(id.clone());
+    let job = NewJob::new(payload)
+        .delay(args.delay)
+        .options(args.options())
+        .id(id.clone());
     let size = job.payload.len();
     let out = match queue.send(vec![job]).await {
         Ok(mut out) => out.pop().context("an enqueue reply without its job")?,
@@ -262,7 +295,11 @@ async fn enqueue_lines(
                 );
             }
             if !payload.is_empty() {
-                batch.push(NewJob::new(payload.to_vec()).delay(args.delay));
+                batch.push(
+                    NewJob::new(payload.to_vec())
+                        .delay(args.delay)
+                        .options(args.options()),
+                );
             }
         }
         if batch.len() == MAX_BATCH || (n == 0 && !batch.is_empty()) {
