@@ -16,7 +16,9 @@
   ARGV[1]        job-key prefix P:{T}:job:
   ARGV[2]        n, 1..1000
   ARGV[3..2+3n]  n triples: id (1..1024 bytes, any bytes), payload (opaque bytes), delay_ms
-                 (0..10^15, 0 = ready now)
+                 (0..10^15, 0 = ready now; or `@` and a time in ms since the epoch,
+                 0..10^15, read against the Redis clock: the delay is that time - now,
+                 ready now when it is not in the future)
   ARGV[3+3n..]   optional per-job options for every job of the call: the word `options`,
                  then name, value pairs, each name at most once, of max_attempts
                  (1..1000000), backoff_initial_ms, backoff_max_ms (0..10^15, max not below
@@ -253,6 +255,7 @@ e = perJob(n, 2 + optN, 3, 'triple', 'id, payload, delay_ms')
 if e then return e end
 opts = opts or {}
 local delays = {}
+local absAt -- the triples whose delay_ms is an absolute time (`@<ms>`), by index
 for i = 1, n do
   -- an id is 1..1024 bytes: every part of the system can carry it (a key, a log line, a
   -- worker's environment)
@@ -261,9 +264,22 @@ for i = 1, n do
     return bad('id', 'triple ' .. i .. ': expected an id of 1..1024 bytes, got ' .. idLen ..
       ' bytes')
   end
-  local d = int(ARGV[2 + 3 * i], 0, MAXMS)
-  if not d then
-    return bad('delay_ms', 'triple ' .. i .. ': expected an integer 0..10^15, got ' .. shown(ARGV[2 + 3 * i]))
+  local dv = ARGV[2 + 3 * i]
+  local d
+  if string.byte(dv, 1) == 64 then
+    -- `@<ms>`: run at this time (ms since the epoch, Redis clock), read against TIME below
+    d = int(string.sub(dv, 2), 0, MAXMS)
+    if not d then
+      return bad('delay_ms', 'triple ' .. i .. ': expected @ and a time of 0..10^15 ms, got ' ..
+        shown(dv))
+    end
+    absAt = absAt or {}
+    absAt[i] = d
+  else
+    d = int(dv, 0, MAXMS)
+    if not d then
+      return bad('delay_ms', 'triple ' .. i .. ': expected an integer 0..10^15, got ' .. shown(dv))
+    end
   end
   delays[i] = d
   -- a key other than prefix..id would leave an id in pending with no hash to claim
@@ -307,6 +323,12 @@ if nn == 0 then return res end
 effects()
 local now = clock()
 local nowS = S(now)
+-- a run-at time in the past (or now) means ready now
+if absAt then
+  for i, at in pairs(absAt) do
+    delays[i] = at > now and at - now or 0
+  end
+end
 
 local firstAt -- the earliest run-at among the delayed jobs added
 local runAt = {} -- the run-at of each delayed job, by triple, as a decimal string

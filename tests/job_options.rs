@@ -305,3 +305,50 @@ fn the_cli_enqueues_with_a_jobs_own_policy() {
         ]
     );
 }
+
+#[tokio::test]
+async fn a_job_enqueued_at_a_time_runs_then_by_the_redis_clock() {
+    let server = RedisServer::start();
+    let queue = queue_with(&server, "at", 5).await;
+    let now = queue.now_ms().await.unwrap();
+    let at = std::time::UNIX_EPOCH + Duration::from_millis(now as u64 + 3_600_000);
+    queue
+        .enqueue(NewJob::new("x").id("later").at(at))
+        .await
+        .unwrap();
+    let past = std::time::UNIX_EPOCH + Duration::from_millis(now as u64 - 60_000);
+    queue
+        .enqueue(NewJob::new("x").id("past").at(past))
+        .await
+        .unwrap();
+    let later = queue.job("later").await.unwrap().unwrap();
+    assert_eq!(later.status.as_deref(), Some("delayed"));
+    assert_eq!(
+        hget(&server, "jq:{at}:job:later", "run_at"),
+        Some((now + 3_600_000).to_string()),
+        "run at exactly the time given"
+    );
+    let leases = queue.claim(2, "w", None).await.unwrap();
+    let ids: Vec<String> = leases.iter().map(|l| l.id.to_string()).collect();
+    assert_eq!(ids, vec!["past"], "a time in the past runs now");
+}
+
+#[test]
+fn the_cli_enqueues_at_an_rfc3339_time() {
+    let server = RedisServer::start();
+    let enqueue = |id: &str, at: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_jobqueue"))
+            .args(["enqueue", "--redis", &server.url(), "--tag", "cat", "--id", id])
+            .args(["--at", at, "x"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    enqueue("future", "2999-01-01T01:00:00+01:00");
+    enqueue("past", "2000-01-01T00:00:00Z");
+    let mut conn = server.conn();
+    let run_at: Option<String> = conn.hget("jq:{cat}:job:future", "run_at").unwrap();
+    assert_eq!(run_at.as_deref(), Some("32472144000000"));
+    let pending: Vec<String> = conn.lrange("jq:{cat}:pending", 0, -1).unwrap();
+    assert_eq!(pending, vec!["past"]);
+}

@@ -325,6 +325,7 @@ impl Queue {
         let mut ids = Vec::with_capacity(jobs.len());
         for job in &jobs {
             job.options.validate()?;
+            job.delay_arg()?;
             if job.payload.len() > self.max_payload {
                 return Err(Error::InvalidArgument {
                     what: "payload",
@@ -390,7 +391,7 @@ impl Queue {
         for &i in which {
             cmd.arg(&ids[i])
                 .arg(jobs[i].payload.as_ref())
-                .arg(jobs[i].delay.as_millis() as u64);
+                .arg(jobs[i].delay_arg()?);
         }
         // Every job of a call has the same options (enqueue_many splits runs by them).
         let options = which

@@ -16,6 +16,10 @@ pub struct NewJob {
     pub payload: Bytes,
     /// Run no earlier than this from now (Redis clock). Zero: ready now.
     pub delay: Duration,
+    /// Run no earlier than this time, read against the Redis clock (the script works
+    /// out the delay); a time not in the future means ready now. Instead of `delay`
+    /// when given.
+    pub at: Option<std::time::SystemTime>,
     /// Settings of this job's own that override its queue's.
     pub options: JobOptions,
 }
@@ -118,8 +122,38 @@ impl NewJob {
             id: None,
             payload: payload.into(),
             delay: Duration::ZERO,
+            at: None,
             options: JobOptions::default(),
         }
+    }
+
+    /// Run at this time (the Redis clock's), not before; now when it is past. Instead
+    /// of [`NewJob::delay`].
+    pub fn at(mut self, time: std::time::SystemTime) -> NewJob {
+        self.at = Some(time);
+        self
+    }
+
+    /// The enqueue script's `delay_ms` argument: the delay in ms, or `@` and the run-at
+    /// time in ms since the epoch.
+    pub(crate) fn delay_arg(&self) -> super::Result<String> {
+        let Some(at) = self.at else {
+            return Ok((self.delay.as_millis() as u64).to_string());
+        };
+        let ms = at
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .map_err(|_| super::Error::InvalidArgument {
+                what: "run-at time",
+                reason: "is before 1970-01-01T00:00:00Z".to_string(),
+            })?;
+        if ms > super::settings::MAX_MS {
+            return Err(super::Error::InvalidArgument {
+                what: "run-at time",
+                reason: format!("{ms} ms since the epoch is over 10^15 ms"),
+            });
+        }
+        Ok(format!("@{ms}"))
     }
 
     /// Claims before a failure dead-letters this job, instead of the queue's setting.

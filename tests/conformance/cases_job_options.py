@@ -125,3 +125,22 @@ def bad_option_blocks_are_refused_writing_nothing():
         m = err_of(lambda: enqueue_with(q, [('j', 'p', 0)], *options))
         assert m.startswith(want), (options, m)
         assert q.snapshot() == snap, options
+
+
+@test
+def enqueue_at_an_absolute_time_reads_it_against_the_redis_clock():
+    q = fresh('jo7')
+    t = now_ms()
+    assert q.enqueue([('later', 'p', '@' + str(t + 3600000)), ('past', 'p', '@' + str(t - 1000)),
+                      ('zero', 'p', '@0')]) == [1, 1, 1]
+    assert q.job('later')['status'] == b'delayed'
+    assert int(q.job('later')['run_at']) == t + 3600000
+    assert r.zscore(q.delayed, 'later') == t + 3600000
+    assert 'status' not in q.job('past') and 'status' not in q.job('zero')
+    assert sorted(r.lrange(q.pending, 0, -1)) == [b'past', b'zero']
+    for bad in ['@', '@-1', '@1e3', '@' + str(10 ** 15 + 1), '@ 5']:
+        snap = q.snapshot()
+        m = err_of(lambda: q.enqueue([('b', 'p', bad)]))
+        assert m.startswith('jobqueue: invalid delay_ms: triple 1: expected @ and a time of '
+                            '0..10^15 ms, got'), (bad, m)
+        assert q.snapshot() == snap, bad
