@@ -844,12 +844,22 @@ async fn a_command_past_its_timeout_is_stopped_and_its_job_fails() {
         &server,
         "hung",
         out.path(),
-        &["--timeout", "1s", "--kill-grace", "300ms", "--concurrency", "2"],
+        &[
+            "--timeout",
+            "1s",
+            "--kill-grace",
+            "300ms",
+            "--concurrency",
+            "2",
+        ],
         &[("STUBBORN", stubborn.as_str())],
         script,
     );
     for id in [&hung, &stubborn] {
-        queue.enqueue(NewJob::new("").id(id.as_str())).await.unwrap();
+        queue
+            .enqueue(NewJob::new("").id(id.as_str()))
+            .await
+            .unwrap();
     }
     for id in [&hung, &stubborn] {
         Wait::for_(format!("{id} dead-lettered"))
@@ -858,9 +868,16 @@ async fn a_command_past_its_timeout_is_stopped_and_its_job_fails() {
             .until(async || status(&queue, id).await.as_deref() == Some("dead"))
             .await;
         worker.assert_running();
-        assert!(out.path().join(format!("{id}.started")).exists(), "{id} ran");
+        assert!(
+            out.path().join(format!("{id}.started")).exists(),
+            "{id} ran"
+        );
         let job = queue.job(id.as_str()).await.unwrap().unwrap();
-        assert_eq!(job.last_error.as_deref(), Some("timed out after 1s"), "{id}");
+        assert_eq!(
+            job.last_error.as_deref(),
+            Some("timed out after 1s"),
+            "{id}"
+        );
         assert_eq!(job.attempts, 1, "{id}");
         Wait::for_(format!("every process of {id} gone"))
             .within(Duration::from_secs(5))

@@ -111,8 +111,14 @@ async fn a_jobs_backoff_overrides_the_queues() {
         .parse()
         .unwrap();
     // The queue's backoff is 1 ms; the job's own is an hour.
-    assert!(run_at - before >= 3_600_000, "run_at {run_at}, before {before}");
-    assert!(run_at - before < 7_200_000, "run_at {run_at}, before {before}");
+    assert!(
+        run_at - before >= 3_600_000,
+        "run_at {run_at}, before {before}"
+    );
+    assert!(
+        run_at - before < 7_200_000,
+        "run_at {run_at}, before {before}"
+    );
 }
 
 #[tokio::test]
@@ -197,7 +203,10 @@ async fn bad_options_are_refused_naming_what_is_wrong_and_write_nothing() {
     let refused = |options: JobOptions| {
         let queue = &queue;
         async move {
-            match queue.enqueue(NewJob::new("x").id("j").options(options)).await {
+            match queue
+                .enqueue(NewJob::new("x").id("j").options(options))
+                .await
+            {
                 Err(Error::InvalidArgument { what, reason }) => format!("{what}: {reason}"),
                 other => panic!("not refused: {other:?}"),
             }
@@ -231,8 +240,8 @@ async fn bad_options_are_refused_naming_what_is_wrong_and_write_nothing() {
     assert!(queue.job("j").await.unwrap().is_none(), "nothing written");
 
     // The script refuses what another client might send.
-    let script = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/enqueue.lua"))
-        .unwrap();
+    let script =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/enqueue.lua")).unwrap();
     let mut conn = server.conn();
     let keys = [
         "jq:{bad}:pending",
@@ -256,7 +265,10 @@ async fn bad_options_are_refused_naming_what_is_wrong_and_write_nothing() {
     };
     let cases: [(&[&str], &str); 5] = [
         (&["options"], "invalid options: expected name, value pairs"),
-        (&["options", "priority", "1"], "invalid options: \"priority\" is not an option"),
+        (
+            &["options", "priority", "1"],
+            "invalid options: \"priority\" is not an option",
+        ),
         (
             &["options", "max_attempts", "1", "max_attempts", "2"],
             "invalid options: \"max_attempts\" is given twice",
@@ -282,8 +294,23 @@ async fn bad_options_are_refused_naming_what_is_wrong_and_write_nothing() {
 fn the_cli_enqueues_with_a_jobs_own_policy() {
     let server = RedisServer::start();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_jobqueue"))
-        .args(["enqueue", "--redis", &server.url(), "--tag", "cli", "--id", "j"])
-        .args(["--max-attempts", "2", "--backoff-initial", "1h", "--backoff-max", "2h"])
+        .args([
+            "enqueue",
+            "--redis",
+            &server.url(),
+            "--tag",
+            "cli",
+            "--id",
+            "j",
+        ])
+        .args([
+            "--max-attempts",
+            "2",
+            "--backoff-initial",
+            "1h",
+            "--backoff-max",
+            "2h",
+        ])
         .args(["--backoff-multiplier", "1.5", "x"])
         .output()
         .unwrap();
@@ -338,7 +365,15 @@ fn the_cli_enqueues_at_an_rfc3339_time() {
     let server = RedisServer::start();
     let enqueue = |id: &str, at: &str| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_jobqueue"))
-            .args(["enqueue", "--redis", &server.url(), "--tag", "cat", "--id", id])
+            .args([
+                "enqueue",
+                "--redis",
+                &server.url(),
+                "--tag",
+                "cat",
+                "--id",
+                id,
+            ])
             .args(["--at", at, "x"])
             .output()
             .unwrap();

@@ -835,12 +835,24 @@ async fn a_job_past_its_timeout_is_cancelled_then_aborted_and_fails_timed_out() 
     .await;
     for id in ["polite", "deaf"] {
         let job = queue.job(id).await.unwrap().unwrap();
-        assert_eq!(job.last_error.as_deref(), Some("timed out after 300ms"), "{id}");
+        assert_eq!(
+            job.last_error.as_deref(),
+            Some("timed out after 300ms"),
+            "{id}"
+        );
         assert_eq!(job.attempts, 2, "{id}: retried once, as any failure");
     }
     assert!(queue.job("quick").await.unwrap().is_none(), "quick acked");
-    assert_eq!(seen_cancel.load(Ordering::SeqCst), 2, "polite saw its cancellation");
+    assert_eq!(
+        seen_cancel.load(Ordering::SeqCst),
+        2,
+        "polite saw its cancellation"
+    );
     assert!(dropped.load(Ordering::SeqCst), "deaf was aborted");
     let stats = running.stop().await;
-    assert_eq!((stats.acked, stats.retried, stats.dead), (1, 2, 2), "{stats:?}");
+    assert_eq!(
+        (stats.acked, stats.retried, stats.dead),
+        (1, 2, 2),
+        "{stats:?}"
+    );
 }

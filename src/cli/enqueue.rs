@@ -65,7 +65,11 @@ pub struct EnqueueArgs {
     pub at: Option<std::time::SystemTime>,
     /// Claims before this job, failing, goes to the dead-letter set, instead of the
     /// queue's max attempts (1 to 1000000).
-    #[arg(long, allow_hyphen_values = true, help_heading = "This job's own retry policy (instead of the queue's)")]
+    #[arg(
+        long,
+        allow_hyphen_values = true,
+        help_heading = "This job's own retry policy (instead of the queue's)"
+    )]
     pub max_attempts: Option<u32>,
     /// This job's retry backoff after its first failure.
     #[arg(long, allow_hyphen_values = true, value_parser = crate::duration::parse, help_heading = "This job's own retry policy (instead of the queue's)")]
@@ -75,7 +79,11 @@ pub struct EnqueueArgs {
     pub backoff_max: Option<Duration>,
     /// Each of this job's retries waits this many times longer than the previous one
     /// (1 to 1000).
-    #[arg(long, allow_hyphen_values = true, help_heading = "This job's own retry policy (instead of the queue's)")]
+    #[arg(
+        long,
+        allow_hyphen_values = true,
+        help_heading = "This job's own retry policy (instead of the queue's)"
+    )]
     pub backoff_multiplier: Option<f64>,
     /// With --stdin: print each new job's id instead of a count.
     #[arg(long, requires = "stdin")]

@@ -50,9 +50,8 @@ pub use settings::QueueSettings;
 pub use stats::{Histogram, QueueStats};
 pub use types::{
     Backoff, Claimed, Enqueued, FailMode, FailOutcome, HEX_PREFIX, JobId, JobInfo, JobOptions,
-    JobStatus, MAX_JOB_ATTEMPTS,
-    Lease, LeaseRef, Maintenance, NewJob, PURGED_REMEMBERED_MS, ReapOutcome, Selection, SetAside,
-    Settle, Settled, SettledClaim, new_job_id, new_token,
+    JobStatus, Lease, LeaseRef, MAX_JOB_ATTEMPTS, Maintenance, NewJob, PURGED_REMEMBERED_MS,
+    ReapOutcome, Selection, SetAside, Settle, Settled, SettledClaim, new_job_id, new_token,
 };
 
 /// The most items one script call takes (the protocol's bound on every count).

@@ -820,7 +820,8 @@ fn start_job<H, F>(
         let job = lease.clone();
         let run = AssertUnwindSafe(async move { handler(job, ctx).await }).catch_unwind();
         let run = Abortable::new(run, registration);
-        let (ran, timed_out) = run_with_limit(run, limit, &timeout_cancel, shared.lease_grace).await;
+        let (ran, timed_out) =
+            run_with_limit(run, limit, &timeout_cancel, shared.lease_grace).await;
         let outcome = match (ran, timed_out) {
             // Aborted by the deadline watcher (a lost lease) or the shutdown deadline.
             (Some(Err(_aborted)), _) => Outcome::Aborted,
