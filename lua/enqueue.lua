@@ -253,7 +253,6 @@ local opts, optN, e = jobOptions(3 + 3 * n)
 if e then return e end
 e = perJob(n, 2 + optN, 3, 'triple', 'id, payload, delay_ms')
 if e then return e end
-opts = opts or {}
 local delays = {}
 local absAt -- the triples whose delay_ms is an absolute time (`@<ms>`), by index
 for i = 1, n do
@@ -378,10 +377,11 @@ for j = 1, nn do
   -- status means pending), so a small job's hash fits the smallest allocation it can
   if delays[i] > 0 then
     redis.call('HSET', newKeys[j], 'payload', ARGV[3 * i + 1], 'status', 'delayed',
-      'enqueued_at', nowS, 'run_at', runAt[i], unpack(opts))
+      'enqueued_at', nowS, 'run_at', runAt[i])
   else
-    redis.call('HSET', newKeys[j], 'payload', ARGV[3 * i + 1], unpack(opts))
+    redis.call('HSET', newKeys[j], 'payload', ARGV[3 * i + 1])
   end
+  if opts then redis.call('HSET', newKeys[j], unpack(opts)) end
 end
 if #ready > 0 then
   local marks = {}

@@ -387,3 +387,28 @@ fn the_cli_enqueues_at_an_rfc3339_time() {
     let pending: Vec<String> = conn.lrange("jq:{cat}:pending", 0, -1).unwrap();
     assert_eq!(pending, vec!["past"]);
 }
+
+#[tokio::test]
+async fn options_and_run_at_times_work_on_a_cluster() {
+    let cluster = support::redis::RedisCluster::start();
+    let tag = &cluster.tags_on_distinct_nodes(1)[0];
+    let queue = Queue::new(cluster.redis().await, "jq", tag).unwrap();
+    let now = queue.now_ms().await.unwrap();
+    let soon = std::time::UNIX_EPOCH + Duration::from_millis(now as u64 + 3_600_000);
+    queue
+        .enqueue_many(vec![
+            NewJob::new("x").id("once").max_attempts(1),
+            NewJob::new("x").id("later").at(soon),
+        ])
+        .await
+        .unwrap();
+    let lease = queue.claim(1, "w", None).await.unwrap().pop().unwrap();
+    assert_eq!(lease.id.as_str(), Some("once"));
+    let outcome = queue
+        .fail(&lease, "boom", FailMode::Retry, Backoff::Policy)
+        .await
+        .unwrap();
+    assert_eq!(outcome, FailOutcome::Dead);
+    let later = queue.job("later").await.unwrap().unwrap();
+    assert_eq!(later.status.as_deref(), Some("delayed"));
+}
