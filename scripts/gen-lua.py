@@ -24,7 +24,8 @@ INCLUDE = os.path.join(LUA, 'include')
 # The blocks each script must carry: the prelude in every script, the dead selection in
 # the two scripts that act on chosen dead jobs, the claim in the two that claim, the
 # histogram bucket and the backoff policy in the scripts that end leases, the request
-# records in the two that keep them and in ack, which deletes them.
+# records in the two that keep them and in ack, which deletes them; the per-job options
+# in enqueue, which writes them, and the three scripts that retry or dead-letter.
 REQUIRED = {
     'prelude.lua': None,
     'dead_selection.lua': ['purge.lua', 'redrive.lua'],
@@ -33,6 +34,7 @@ REQUIRED = {
     'request_record.lua': ['ack.lua', 'claim.lua', 'settle_claim.lua'],
     'attempt_errors.lua': ['fail.lua', 'reap.lua', 'settle_claim.lua'],
     'history.lua': ['ack.lua', 'enqueue.lua', 'fail.lua', 'reap.lua', 'settle_claim.lua'],
+    'job_options.lua': ['enqueue.lua', 'fail.lua', 'reap.lua', 'settle_claim.lua'],
 }
 
 

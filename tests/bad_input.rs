@@ -261,6 +261,16 @@ const ROWS: &[Row] = &[
     row("partitions-disagree-enqueue", &["enqueue", "--redis", "{url}", "--tag", "parted", "--partitions", "6", "x"], 2, "invalid --partitions: 6 disagrees with the partition count jq:{parted} records: 3"),
     row("partition-key-unpartitioned", &["enqueue", "--redis", "{url}", "--tag", "bi", "--partition-key", "k", "x"], 2, "--partition-key needs a partitioned queue: jq:{bi} has 1 partition"),
     row("partition-record-garbage", &["stats", "--redis", "{url}", "--tag", "pgarbage"], 2, "field partitions of jq:{pgarbage}:meta holds \"many\", not a partition count from 1 to 1024"),
+    // Control of single jobs
+    row("worker-timeout-zero", &["worker", "--redis", "{url}", "--tag", "bi", "--timeout", "0s", "--exec", "true"], 2, "invalid value '0s' for '--timeout <DURATION>': must be more than 0"),
+    row("enqueue-max-attempts-zero", &["enqueue", "--redis", "{url}", "--tag", "bi", "--max-attempts", "0", "x"], 2, "invalid max attempts: 0 is not between 1 and 1000000"),
+    row("enqueue-max-attempts-huge", &["enqueue", "--redis", "{url}", "--tag", "bi", "--max-attempts", "1000001", "x"], 2, "invalid max attempts: 1000001 is not between 1 and 1000000"),
+    row("enqueue-max-attempts-negative", &["enqueue", "--redis", "{url}", "--tag", "bi", "--max-attempts", "-1", "x"], 2, "for '--max-attempts <MAX_ATTEMPTS>': must not be negative"),
+    row("enqueue-multiplier-below-one", &["enqueue", "--redis", "{url}", "--tag", "bi", "--backoff-multiplier", "0.5", "x"], 2, "invalid backoff multiplier: 0.5 is not a number from 1 to 1000"),
+    row("enqueue-at-not-a-time", &["enqueue", "--redis", "{url}", "--tag", "bi", "--at", "tomorrow", "x"], 2, "invalid value 'tomorrow' for '--at <TIME>': not an RFC 3339 time such as 2026-12-24T08:00:00Z (with Z or an offset)"),
+    row("enqueue-at-no-offset", &["enqueue", "--redis", "{url}", "--tag", "bi", "--at", "2026-12-24T08:00:00", "x"], 2, "failed to find offset component"),
+    row("enqueue-at-and-delay", &["enqueue", "--redis", "{url}", "--tag", "bi", "--at", "2026-12-24T08:00:00Z", "--delay", "5s", "x"], 2, "the argument '--at <TIME>' cannot be used with '--delay <DELAY>'"),
+    row("enqueue-backoff-max-below-initial", &["enqueue", "--redis", "{url}", "--tag", "bi", "--backoff-initial", "10s", "--backoff-max", "1s", "x"], 2, "invalid backoff max: 1s is below the initial backoff 10s"),
 ];
 
 /// Rows of the library and the protocol (no process, no exit code: the doc says `-`):

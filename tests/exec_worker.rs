@@ -822,3 +822,71 @@ async fn a_worker_and_reap_pointed_at_a_replica_exit_naming_it() {
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_past_its_timeout_is_stopped_and_its_job_fails() {
+    let server = RedisServer::start();
+    let settings = QueueSettings {
+        max_attempts: 1,
+        ..QueueSettings::default()
+    };
+    let queue = queue_with(&server, "hung", settings).await;
+    let out = tempfile::tempdir().unwrap();
+    // `hung` stops at SIGTERM; `stubborn` ignores it (so does its sleep, which inherits
+    // the ignored signal) and needs the SIGKILL after --kill-grace.
+    let script = r#"echo started > "$OUT/$JOBQUEUE_JOB_ID.started"
+                    if [ "$JOBQUEUE_JOB_ID" = "$STUBBORN" ]; then trap '' TERM; fi
+                    sleep 3600"#;
+    let unique = format!("{}-{}", std::process::id(), rand::random::<u32>());
+    let hung = format!("hung-{unique}");
+    let stubborn = format!("stubborn-{unique}");
+    let mut worker = ExecWorker::start_with_env(
+        &server,
+        "hung",
+        out.path(),
+        &[
+            "--timeout",
+            "1s",
+            "--kill-grace",
+            "300ms",
+            "--concurrency",
+            "2",
+        ],
+        &[("STUBBORN", stubborn.as_str())],
+        script,
+    );
+    for id in [&hung, &stubborn] {
+        queue
+            .enqueue(NewJob::new("").id(id.as_str()))
+            .await
+            .unwrap();
+    }
+    for id in [&hung, &stubborn] {
+        Wait::for_(format!("{id} dead-lettered"))
+            .within(Duration::from_secs(20))
+            .explained_by(|| worker.log())
+            .until(async || status(&queue, id).await.as_deref() == Some("dead"))
+            .await;
+        worker.assert_running();
+        assert!(
+            out.path().join(format!("{id}.started")).exists(),
+            "{id} ran"
+        );
+        let job = queue.job(id.as_str()).await.unwrap().unwrap();
+        assert_eq!(
+            job.last_error.as_deref(),
+            Some("timed out after 1s"),
+            "{id}"
+        );
+        assert_eq!(job.attempts, 1, "{id}");
+        Wait::for_(format!("every process of {id} gone"))
+            .within(Duration::from_secs(5))
+            .explained_by(|| format!("left: {:?}", processes_of_job(id)))
+            .until(async || processes_of_job(id).is_empty())
+            .await;
+    }
+    let qs = queue.stats().await.unwrap();
+    assert_eq!((qs.dead, qs.acked, qs.processing), (2, 0, 0), "{qs:?}");
+    let (exit, log) = worker.terminate().await;
+    assert!(exit.success(), "{log}");
+}

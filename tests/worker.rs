@@ -784,3 +784,75 @@ async fn a_worker_whose_primary_is_demoted_stops_with_the_error() {
     assert!(err.to_string().contains("read-only replica"), "{err}");
     assert_eq!(status(&other, "after").await.as_deref(), Some("pending"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_job_past_its_timeout_is_cancelled_then_aborted_and_fails_timed_out() {
+    let server = RedisServer::start();
+    let settings = QueueSettings {
+        max_attempts: 2,
+        backoff_initial: Duration::from_millis(1),
+        backoff_max: Duration::from_millis(1),
+        ..QueueSettings::default()
+    };
+    let queue = configured(&server, "tmo", settings).await;
+    // `polite` stops when its context is cancelled; `deaf` ignores it and is aborted
+    // (dropped) the lease grace later. `quick` finishes in time.
+    for id in ["polite", "deaf", "quick"] {
+        queue.enqueue(NewJob::new(id).id(id)).await.unwrap();
+    }
+    let dropped = Arc::new(AtomicBool::new(false));
+    let seen_cancel = Arc::new(AtomicUsize::new(0));
+    let worker = builder(&queue)
+        .concurrency(3)
+        .timeout(Some(Duration::from_millis(300)))
+        .lease_grace(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let (dropped2, seen2) = (dropped.clone(), seen_cancel.clone());
+    let running = spawn(worker, move |lease, ctx| {
+        let dropped = dropped2.clone();
+        let seen = seen2.clone();
+        async move {
+            match lease.id.as_str() {
+                Some("quick") => Ok(()),
+                Some("polite") => {
+                    ctx.cancelled().await;
+                    seen.fetch_add(1, Ordering::SeqCst);
+                    Err(JobError::interrupted("stopped"))
+                }
+                _ => {
+                    let _guard = SetOnDrop(dropped);
+                    std::future::pending::<()>().await;
+                    Ok(())
+                }
+            }
+        }
+    });
+    eventually("both slow jobs dead after their two attempts", async || {
+        status(&queue, "polite").await.as_deref() == Some("dead")
+            && status(&queue, "deaf").await.as_deref() == Some("dead")
+    })
+    .await;
+    for id in ["polite", "deaf"] {
+        let job = queue.job(id).await.unwrap().unwrap();
+        assert_eq!(
+            job.last_error.as_deref(),
+            Some("timed out after 300ms"),
+            "{id}"
+        );
+        assert_eq!(job.attempts, 2, "{id}: retried once, as any failure");
+    }
+    assert!(queue.job("quick").await.unwrap().is_none(), "quick acked");
+    assert_eq!(
+        seen_cancel.load(Ordering::SeqCst),
+        2,
+        "polite saw its cancellation"
+    );
+    assert!(dropped.load(Ordering::SeqCst), "deaf was aborted");
+    let stats = running.stop().await;
+    assert_eq!(
+        (stats.acked, stats.retried, stats.dead),
+        (1, 2, 2),
+        "{stats:?}"
+    );
+}

@@ -61,6 +61,15 @@ pub fn history(text: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// A duration that must be more than 0 (`worker --timeout`, `enqueue --timeout`).
+pub fn positive_duration(text: &str) -> Result<Duration, String> {
+    let d = crate::duration::parse(text)?;
+    if d.is_zero() {
+        return Err("must be more than 0".into());
+    }
+    Ok(d)
+}
+
 /// `worker --kill-grace`: at most 1 h (the overlap of two runs of a job after a lost
 /// lease is bounded by it: a longer grace is no bound).
 pub fn kill_grace(text: &str) -> Result<Duration, String> {

@@ -11,12 +11,13 @@ use super::ConnectArgs;
 use super::common::UsageError;
 use super::format::count;
 use super::progress::Progress;
-use crate::queue::{Enqueued, JobId, MAX_BATCH, NewJob, PartitionedQueue, Queue};
+use crate::queue::{Enqueued, JobId, JobOptions, MAX_BATCH, NewJob, PartitionedQueue, Queue};
 
 pub const EXAMPLES: &str = "\
 Examples:
   jobqueue enqueue --tag emails '{\"to\":\"ada@example.com\"}'
   jobqueue enqueue --tag emails --id welcome-42 --delay 10m '{\"to\":\"ada@example.com\"}'
+  jobqueue enqueue --tag emails --at 2026-12-24T08:00:00Z '{\"to\":\"santa@example.com\"}'
   jobqueue enqueue --tag emails --file job.json
   jobqueue enqueue --tag emails --id-hex 626164ff --file job.json   # an id of any bytes
   jobqueue enqueue --tag emails --stdin < jobs.ndjson     # one payload per line
@@ -24,6 +25,9 @@ Examples:
 
 Prints the job id (one per line with --stdin --print-ids, else a count). With --id, an
 id that already exists is left unchanged and reported on stderr.
+
+--max-attempts and --backoff-* set this job's own retry policy, each instead of the
+queue's setting (`jobqueue configure`) for this job alone; they are kept in its hash.
 
 Ids: any 1 to 1024 bytes. Output shows an id as it is when it is UTF-8 text without
 control characters, else as hex:<its bytes in hex> (also a text id that begins with hex:);
@@ -54,6 +58,33 @@ pub struct EnqueueArgs {
     /// Run no earlier than this from now, e.g. `30s`, `5m`.
     #[arg(long, allow_hyphen_values = true, value_parser = crate::duration::parse, default_value = "0")]
     pub delay: Duration,
+    /// Run at this time, not before: RFC 3339, e.g. `2026-12-24T08:00:00Z` or
+    /// `2026-12-24T09:00:00+01:00`, on the Redis server's clock. A time in the past runs
+    /// now. Not with --delay.
+    #[arg(long, value_name = "TIME", conflicts_with = "delay", value_parser = run_at)]
+    pub at: Option<std::time::SystemTime>,
+    /// Claims before this job, failing, goes to the dead-letter set, instead of the
+    /// queue's max attempts (1 to 1000000).
+    #[arg(
+        long,
+        allow_hyphen_values = true,
+        help_heading = "This job's own retry policy (instead of the queue's)"
+    )]
+    pub max_attempts: Option<u32>,
+    /// This job's retry backoff after its first failure.
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::duration::parse, help_heading = "This job's own retry policy (instead of the queue's)")]
+    pub backoff_initial: Option<Duration>,
+    /// This job's longest retry backoff.
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::duration::parse, help_heading = "This job's own retry policy (instead of the queue's)")]
+    pub backoff_max: Option<Duration>,
+    /// Each of this job's retries waits this many times longer than the previous one
+    /// (1 to 1000).
+    #[arg(
+        long,
+        allow_hyphen_values = true,
+        help_heading = "This job's own retry policy (instead of the queue's)"
+    )]
+    pub backoff_multiplier: Option<f64>,
     /// With --stdin: print each new job's id instead of a count.
     #[arg(long, requires = "stdin")]
     pub print_ids: bool,
@@ -66,6 +97,41 @@ pub struct EnqueueArgs {
     /// (refused on a queue of one partition).
     #[arg(long, value_name = "KEY", conflicts_with = "partition")]
     pub partition_key: Option<String>,
+}
+
+/// `--at`: an RFC 3339 time with its offset.
+fn run_at(text: &str) -> Result<std::time::SystemTime, String> {
+    let t: k8s_openapi::jiff::Timestamp = text.parse().map_err(|e| {
+        format!("not an RFC 3339 time such as 2026-12-24T08:00:00Z (with Z or an offset): {e}")
+    })?;
+    let ms = t.as_millisecond();
+    if ms < 0 {
+        return Err("must not be before 1970-01-01T00:00:00Z".into());
+    }
+    Ok(std::time::UNIX_EPOCH + Duration::from_millis(ms as u64))
+}
+
+impl EnqueueArgs {
+    /// A job of this call: its payload, when it runs and its own options.
+    fn job(&self, payload: impl Into<bytes::Bytes>) -> NewJob {
+        let job = NewJob::new(payload)
+            .delay(self.delay)
+            .options(self.options());
+        match self.at {
+            Some(at) => job.at(at),
+            None => job,
+        }
+    }
+
+    /// The job's own options given on the command line.
+    fn options(&self) -> JobOptions {
+        JobOptions {
+            max_attempts: self.max_attempts,
+            backoff_initial: self.backoff_initial,
+            backoff_max: self.backoff_max,
+            backoff_multiplier: self.backoff_multiplier,
+        }
+    }
 }
 
 /// Where the jobs go: the partition of each job's id, of `--partition-key`, or the one
@@ -167,6 +233,7 @@ pub async fn run(args: EnqueueArgs) -> anyhow::Result<()> {
     }
     // Checked before connecting: a bad id needs no server to be refused.
     let given = super::common::given_id(args.id.as_deref(), args.id_hex.as_deref())?;
+    args.options().validate()?;
     let queue = Producer::open(&args).await?;
     if args.stdin {
         return enqueue_lines(&queue, std::io::stdin().lock(), &args).await;
@@ -181,7 +248,7 @@ pub async fn run(args: EnqueueArgs) -> anyhow::Result<()> {
     // The id is chosen here, not by the queue, so that it can be printed whatever
     // happens after the job may have been written.
     let id: JobId = given.map_or_else(|| crate::queue::new_job_id().into(), JobId::from);
-    let job = NewJob::new(payload).delay(args.delay).id(id.clone());
+    let job = args.job(payload).id(id.clone());
     let size = job.payload.len();
     let out = match queue.send(vec![job]).await {
         Ok(mut out) => out.pop().context("an enqueue reply without its job")?,
@@ -274,7 +341,7 @@ async fn enqueue_lines(
                 );
             }
             if !payload.is_empty() {
-                batch.push(NewJob::new(payload.to_vec()).delay(args.delay));
+                batch.push(args.job(payload.to_vec()));
             }
         }
         if batch.len() == MAX_BATCH || (n == 0 && !batch.is_empty()) {

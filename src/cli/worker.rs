@@ -40,7 +40,10 @@ What the command gets and how its exit is read:
 
 The lease is renewed while the command runs; if it cannot be renewed in time (Redis
 unreachable), the command gets SIGTERM when the lease may have ended and SIGKILL
---kill-grace later, so it never runs on beside the job's next run for longer. On SIGTERM
+--kill-grace later, so it never runs on beside the job's next run for longer. With
+--timeout, a command still running after that long gets SIGTERM, then SIGKILL
+--kill-grace later, and its job fails with `timed out after <timeout>` (retried or
+dead-lettered as any failure). On SIGTERM
 or Ctrl-C the worker stops claiming, sends SIGTERM to running commands and waits up to
 --shutdown-timeout: a command that exits 0 in time is acked; one that stops otherwise, or
 is still running at the deadline (then killed with SIGKILL), has its job released to run
@@ -65,6 +68,12 @@ pub struct WorkerArgs {
     /// Lease length (e.g. `30s`, `500ms`, `2m`) instead of the queue's visibility timeout.
     #[arg(long, value_name = "DURATION", value_parser = crate::duration::parse)]
     pub visibility: Option<Duration>,
+
+    /// The longest a command runs (e.g. `10m`): past it, it gets SIGTERM, then SIGKILL
+    /// after --kill-grace, and its job fails with `timed out after <DURATION>`, retried
+    /// or dead-lettered by the queue's rules [default: no limit].
+    #[arg(long, value_name = "DURATION", value_parser = super::argv::positive_duration)]
+    pub timeout: Option<Duration>,
 
     /// How long shutdown waits for running commands before killing them.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::duration::parse)]
@@ -149,6 +158,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     let mut builder = Worker::builder(source)
         .concurrency(usize::from(args.concurrency))
         .visibility(args.visibility)
+        .timeout(args.timeout)
         .shutdown_deadline(args.shutdown_timeout)
         .lease_grace(args.kill_grace)
         .handle_signals(true)

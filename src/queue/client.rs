@@ -308,8 +308,15 @@ impl Queue {
     pub async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
         let mut out = Vec::with_capacity(jobs.len());
         let mut jobs = jobs.into_iter().peekable();
-        while jobs.peek().is_some() {
-            let chunk: Vec<NewJob> = jobs.by_ref().take(MAX_BATCH).collect();
+        while let Some(first) = jobs.peek() {
+            // One call carries one set of per-job options: a run of jobs with the same.
+            let options = first.options.clone();
+            let mut chunk = Vec::new();
+            while chunk.len() < MAX_BATCH
+                && let Some(job) = jobs.next_if(|j| j.options == options)
+            {
+                chunk.push(job);
+            }
             out.extend(self.enqueue_chunk(chunk).await?);
         }
         Ok(out)
@@ -318,6 +325,8 @@ impl Queue {
     async fn enqueue_chunk(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
         let mut ids = Vec::with_capacity(jobs.len());
         for job in &jobs {
+            job.options.validate()?;
+            job.delay_arg()?;
             if job.payload.len() > self.max_payload {
                 return Err(Error::InvalidArgument {
                     what: "payload",
@@ -383,7 +392,18 @@ impl Queue {
         for &i in which {
             cmd.arg(&ids[i])
                 .arg(jobs[i].payload.as_ref())
-                .arg(jobs[i].delay.as_millis() as u64);
+                .arg(jobs[i].delay_arg()?);
+        }
+        // Every job of a call has the same options (enqueue_many splits runs by them).
+        let options = which
+            .first()
+            .map(|&i| jobs[i].options.to_fields())
+            .unwrap_or_default();
+        if !options.is_empty() {
+            cmd.arg("options");
+            for (name, value) in options {
+                cmd.arg(name).arg(value);
+            }
         }
         let reply = self.run_durable(&SCRIPTS.enqueue, &cmd).await?;
         let flags =

@@ -54,9 +54,9 @@ pub use settings::QueueSettings;
 pub use stats::{Histogram, QueueStats};
 pub use types::{
     AttemptError, Backoff, Claimed, Deletion, ERROR_BYTES, ERRORS_KEPT, Enqueued, FailMode,
-    FailOutcome, HEX_PREFIX, JobId, JobInfo, JobStatus, Lease, LeaseRef, Maintenance, NewJob,
-    PURGED_REMEMBERED_MS, ReapOutcome, Selection, SetAside, Settle, Settled, SettledClaim,
-    new_job_id, new_token,
+    FailOutcome, HEX_PREFIX, JobId, JobInfo, JobOptions, JobStatus, Lease, LeaseRef,
+    MAX_JOB_ATTEMPTS, Maintenance, NewJob, PURGED_REMEMBERED_MS, ReapOutcome, Selection, SetAside,
+    Settle, Settled, SettledClaim, new_job_id, new_token,
 };
 
 /// The most items one script call takes (the protocol's bound on every count).

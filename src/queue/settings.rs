@@ -41,11 +41,11 @@ impl Default for QueueSettings {
 }
 
 /// The largest time in ms any argument or setting of the protocol takes (10^15).
-const MAX_MS: u128 = 1_000_000_000_000_000;
+pub(crate) const MAX_MS: u128 = 1_000_000_000_000_000;
 /// The largest integer a Lua number holds exactly (2^53).
 const MAX_INTEGER: u64 = 1 << 53;
 /// Beyond this a backoff reaches its cap on the second retry anyway.
-const MAX_MULTIPLIER: f64 = 1000.0;
+pub(crate) const MAX_MULTIPLIER: f64 = 1000.0;
 
 fn ms(d: Duration) -> String {
     d.as_millis().to_string()
@@ -196,7 +196,7 @@ pub(crate) fn lua_number(text: &str) -> Option<f64> {
 }
 
 /// Lua reads the multiplier with `tonumber`: plain decimal, never an exponent.
-fn format_multiplier(m: f64) -> String {
+pub(crate) fn format_multiplier(m: f64) -> String {
     let s = format!("{m:.6}");
     let s = s.trim_end_matches('0').trim_end_matches('.');
     s.to_string()

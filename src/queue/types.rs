@@ -16,6 +16,104 @@ pub struct NewJob {
     pub payload: Bytes,
     /// Run no earlier than this from now (Redis clock). Zero: ready now.
     pub delay: Duration,
+    /// Run no earlier than this time, read against the Redis clock (the script works
+    /// out the delay); a time not in the future means ready now. Instead of `delay`
+    /// when given.
+    pub at: Option<std::time::SystemTime>,
+    /// Settings of this job's own that override its queue's.
+    pub options: JobOptions,
+}
+
+/// A job's own retry settings, overriding its queue's for it alone (docs/protocol.md,
+/// *Per-job options*): stored in its hash at enqueue and read by the scripts that retry
+/// or dead-letter it. `None`: the queue's setting. The queue's stats and the operator's
+/// scaling do not look at them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct JobOptions {
+    /// Claims before a failure dead-letters the job (1 to 1 000 000).
+    pub max_attempts: Option<u32>,
+    /// The retry delay after the first failure.
+    pub backoff_initial: Option<Duration>,
+    /// The longest retry delay (not below the initial one when both are given).
+    pub backoff_max: Option<Duration>,
+    /// Each retry's delay is the previous one's times this (1 to 1000).
+    pub backoff_multiplier: Option<f64>,
+}
+
+// The multiplier is a finite number (validate refuses NaN before it is used).
+impl Eq for JobOptions {}
+
+/// The most attempts a job may be given.
+pub const MAX_JOB_ATTEMPTS: u32 = 1_000_000;
+
+impl JobOptions {
+    pub fn is_empty(&self) -> bool {
+        *self == JobOptions::default()
+    }
+
+    /// Refuse options the scripts would refuse, naming what is wrong.
+    pub fn validate(&self) -> super::Result<()> {
+        let bad = |what: &'static str, reason: String| {
+            Err(super::Error::InvalidArgument { what, reason })
+        };
+        if let Some(n) = self.max_attempts
+            && !(1..=MAX_JOB_ATTEMPTS).contains(&n)
+        {
+            return bad(
+                "max attempts",
+                format!("{n} is not between 1 and {MAX_JOB_ATTEMPTS}"),
+            );
+        }
+        if let Some(m) = self.backoff_multiplier
+            && !(1.0..=super::settings::MAX_MULTIPLIER).contains(&m)
+        {
+            return bad(
+                "backoff multiplier",
+                format!("{m} is not a number from 1 to 1000"),
+            );
+        }
+        for (what, d) in [
+            ("backoff initial", self.backoff_initial),
+            ("backoff max", self.backoff_max),
+        ] {
+            if let Some(d) = d
+                && d.as_millis() > super::settings::MAX_MS
+            {
+                return bad(what, "must be at most 10^15 ms".to_string());
+            }
+        }
+        if let (Some(initial), Some(max)) = (self.backoff_initial, self.backoff_max)
+            && max < initial
+        {
+            return bad(
+                "backoff max",
+                format!(
+                    "{} is below the initial backoff {}",
+                    crate::duration::format(max),
+                    crate::duration::format(initial)
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// The job hash fields, as enqueue's options block sends them.
+    pub fn to_fields(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        if let Some(n) = self.max_attempts {
+            out.push(("max_attempts", n.to_string()));
+        }
+        if let Some(d) = self.backoff_initial {
+            out.push(("backoff_initial_ms", d.as_millis().to_string()));
+        }
+        if let Some(d) = self.backoff_max {
+            out.push(("backoff_max_ms", d.as_millis().to_string()));
+        }
+        if let Some(m) = self.backoff_multiplier {
+            out.push(("backoff_multiplier", super::settings::format_multiplier(m)));
+        }
+        out
+    }
 }
 
 impl NewJob {
@@ -24,7 +122,64 @@ impl NewJob {
             id: None,
             payload: payload.into(),
             delay: Duration::ZERO,
+            at: None,
+            options: JobOptions::default(),
         }
+    }
+
+    /// Run at this time (the Redis clock's), not before; now when it is past. Instead
+    /// of [`NewJob::delay`].
+    pub fn at(mut self, time: std::time::SystemTime) -> NewJob {
+        self.at = Some(time);
+        self
+    }
+
+    /// The enqueue script's `delay_ms` argument: the delay in ms, or `@` and the run-at
+    /// time in ms since the epoch.
+    pub(crate) fn delay_arg(&self) -> super::Result<String> {
+        let Some(at) = self.at else {
+            return Ok((self.delay.as_millis() as u64).to_string());
+        };
+        let ms = at
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .map_err(|_| super::Error::InvalidArgument {
+                what: "run-at time",
+                reason: "is before 1970-01-01T00:00:00Z".to_string(),
+            })?;
+        if ms > super::settings::MAX_MS {
+            return Err(super::Error::InvalidArgument {
+                what: "run-at time",
+                reason: format!("{ms} ms since the epoch is over 10^15 ms"),
+            });
+        }
+        Ok(format!("@{ms}"))
+    }
+
+    /// Claims before a failure dead-letters this job, instead of the queue's setting.
+    pub fn max_attempts(mut self, n: u32) -> NewJob {
+        self.options.max_attempts = Some(n);
+        self
+    }
+
+    /// This job's retry backoff (first delay, longest delay, multiplier), each instead of
+    /// the queue's setting when given.
+    pub fn backoff(
+        mut self,
+        initial: Option<Duration>,
+        max: Option<Duration>,
+        multiplier: Option<f64>,
+    ) -> NewJob {
+        self.options.backoff_initial = initial;
+        self.options.backoff_max = max;
+        self.options.backoff_multiplier = multiplier;
+        self
+    }
+
+    /// All of this job's own options at once.
+    pub fn options(mut self, options: JobOptions) -> NewJob {
+        self.options = options;
+        self
     }
 
     pub fn id(mut self, id: impl Into<JobId>) -> NewJob {

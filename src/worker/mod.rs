@@ -281,6 +281,9 @@ pub struct WorkerConfig {
     pub concurrency: usize,
     /// Lease length for claims and renewals; the queue's `visibility_timeout` when `None`.
     pub visibility: Option<Duration>,
+    /// The longest a job's handler runs before it is stopped and the job failed with
+    /// `timed out after …` (`None`: no limit).
+    pub timeout: Option<Duration>,
     /// How long shutdown waits for jobs in flight before abandoning them.
     pub shutdown_deadline: Duration,
     /// After a lease is lost, how long its handler has to stop before it is aborted.
@@ -319,6 +322,16 @@ impl WorkerBuilder {
     /// Lease length instead of the queue's visibility timeout.
     pub fn visibility(mut self, visibility: Option<Duration>) -> Self {
         self.config.visibility = visibility;
+        self
+    }
+
+    /// The longest a job runs (default: no limit). Past it the handler's context is
+    /// cancelled (an exec command gets SIGTERM, then SIGKILL after its kill grace), the
+    /// handler has the [`WorkerBuilder::lease_grace`] to stop before it is aborted, and
+    /// the job fails with `timed out after <limit>`, retried or dead-lettered by the
+    /// queue's rules.
+    pub fn timeout(mut self, limit: Option<Duration>) -> Self {
+        self.config.timeout = limit;
         self
     }
 
@@ -413,6 +426,9 @@ impl WorkerBuilder {
                 format!("{v:?} is too short (at least 30ms: leases are renewed at a third of it)"),
             ));
         }
+        if c.timeout.is_some_and(|t| t.is_zero()) {
+            return Err(bad("timeout", "must be more than 0".to_string()));
+        }
         if c.poll_interval < Duration::from_millis(10) {
             return Err(bad(
                 "poll interval",
@@ -452,6 +468,7 @@ impl Worker {
             config: WorkerConfig {
                 concurrency: 1,
                 visibility: None,
+                timeout: None,
                 shutdown_deadline: Duration::from_secs(30),
                 lease_grace: Duration::from_secs(5),
                 worker_id: default_worker_id(),

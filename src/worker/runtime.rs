@@ -82,6 +82,8 @@ struct Shared {
     worker_id: Arc<str>,
     queue_name: Arc<str>,
     visibility: Option<Duration>,
+    /// The longest a job's handler runs (`None`: no limit).
+    timeout: Option<Duration>,
     /// The lease length claims and renewals ask for, in ms: the worker's own, else the
     /// queue's setting as last read. Asked for explicitly, so the local deadlines match.
     lease_ms: AtomicU64,
@@ -377,6 +379,7 @@ where
         queue_name: Arc::from(queue.name()),
         queue,
         visibility: config.visibility,
+        timeout: config.timeout,
         lease_ms: AtomicU64::new(0),
         lease_grace: config.lease_grace,
         deadlines_changed: Notify::new(),
@@ -772,6 +775,7 @@ fn start_job<H, F>(
         return;
     }
     let cancel = CancellationToken::new();
+    let timeout_cancel = cancel.clone();
     let lost = Arc::new(AtomicBool::new(false));
     let ctx = JobContext {
         cancel: cancel.clone(),
@@ -810,14 +814,26 @@ fn start_job<H, F>(
     // One task runs the handler and reports its outcome: a panic (even while building the
     // handler's future) is caught as one, and the deadline watcher's or the shutdown's
     // abort ends it as `Aborted`.
+    let limit = shared.timeout;
     tokio::spawn(async move {
         let started = Instant::now();
         let job = lease.clone();
         let run = AssertUnwindSafe(async move { handler(job, ctx).await }).catch_unwind();
-        let outcome = match Abortable::new(run, registration).await {
-            Ok(Ok(result)) => Outcome::Finished(result),
-            Ok(Err(panic)) => Outcome::Panicked(panic_text(panic)),
-            Err(_aborted) => Outcome::Aborted,
+        let run = Abortable::new(run, registration);
+        let (ran, timed_out) =
+            run_with_limit(run, limit, &timeout_cancel, shared.lease_grace).await;
+        let outcome = match (ran, timed_out) {
+            // Aborted by the deadline watcher (a lost lease) or the shutdown deadline.
+            (Some(Err(_aborted)), _) => Outcome::Aborted,
+            // Past its maximum run time: failed (retried or dead by the usual rules),
+            // whatever the handler made of its cancellation.
+            (_, Some(limit)) => Outcome::Finished(Err(JobError::retry(format!(
+                "timed out after {}",
+                duration::format(limit)
+            )))),
+            (Some(Ok(Ok(result))), None) => Outcome::Finished(result),
+            (Some(Ok(Err(panic))), None) => Outcome::Panicked(panic_text(panic)),
+            (None, None) => Outcome::Aborted,
         };
         let c = Completion {
             lease,
@@ -829,6 +845,29 @@ fn start_job<H, F>(
             let _ = done.send(c);
         }
     });
+}
+
+/// Run a job's handler, within its maximum run time when it has one. Past it, the
+/// handler's context is cancelled (an exec command gets SIGTERM, then SIGKILL after its
+/// kill grace) and the handler has `grace` to stop before it is dropped (aborted).
+/// Returns the handler's result (`None`: dropped after the grace) and, when the time ran
+/// out, the limit.
+async fn run_with_limit<T>(
+    run: impl std::future::Future<Output = T>,
+    limit: Option<Duration>,
+    cancel: &CancellationToken,
+    grace: Duration,
+) -> (Option<T>, Option<Duration>) {
+    let Some(limit) = limit else {
+        return (Some(run.await), None);
+    };
+    tokio::pin!(run);
+    tokio::select! {
+        result = &mut run => return (Some(result), None),
+        _ = tokio::time::sleep(limit) => {}
+    }
+    cancel.cancel();
+    (tokio::time::timeout(grace, run).await.ok(), Some(limit))
 }
 
 /// A job that succeeded goes straight to the claim loop, whose next call acks it, when

@@ -1,0 +1,57 @@
+-- Per-job options (docs/protocol.md, Per-job options): fields of a job's hash that
+-- override the queue's meta settings of the same name for that job alone. Only enqueue
+-- writes them; fail, settle_claim and reap read them where they read meta's.
+local JOB_OPTIONS = { max_attempts = true, backoff_initial_ms = true, backoff_max_ms = true,
+  backoff_multiplier = true }
+-- jobOptions(at): the options block of enqueue's ARGV from ARGV[at] on: absent (nil, 0)
+-- unless ARGV[at] is 'options'; then name, value pairs to the end of ARGV, each name at most
+-- once. Returns the pairs as a flat list for HSET and how many ARGV the block takes, or
+-- nil, nil and the error reply
+local function jobOptions(at)
+  if #ARGV < at or ARGV[at] ~= 'options' then return nil, 0 end
+  local pairsN = #ARGV - at
+  if pairsN == 0 or pairsN % 2 ~= 0 then
+    return nil, nil, bad('options', 'expected name, value pairs after "options", got ' ..
+      pairsN .. ' arguments')
+  end
+  local out, seen = {}, {}
+  for i = at + 1, #ARGV, 2 do
+    local name, v = ARGV[i], ARGV[i + 1]
+    if not JOB_OPTIONS[name] or seen[name] then
+      return nil, nil, bad('options', shown(name) .. (seen[name] and ' is given twice' or
+        ' is not an option (max_attempts, backoff_initial_ms, backoff_max_ms, backoff_multiplier)'))
+    end
+    seen[name] = v
+    local ok
+    if name == 'max_attempts' then
+      ok = int(v, 1, 1000000)
+    elseif name == 'backoff_multiplier' then
+      ok = type(v) == 'string' and #v <= 24 and string.find(v, '^%d+%.?%d*$') and
+        tonumber(v) >= 1 and tonumber(v) <= 1000
+    else
+      ok = int(v, 0, MAXMS)
+    end
+    if not ok then
+      local want = name == 'max_attempts' and 'an integer 1..1000000' or
+        (name == 'backoff_multiplier' and 'a decimal number 1..1000' or 'an integer 0..10^15 ms')
+      return nil, nil, bad(name, 'expected ' .. want .. ', got ' .. shown(v))
+    end
+    out[#out + 1] = name
+    out[#out + 1] = v
+  end
+  if seen.backoff_initial_ms and seen.backoff_max_ms and
+    tonumber(seen.backoff_max_ms) < tonumber(seen.backoff_initial_ms) then
+    return nil, nil, bad('backoff_max_ms', 'expected at least backoff_initial_ms (' ..
+      seen.backoff_initial_ms .. '), got ' .. shown(seen.backoff_max_ms))
+  end
+  return out, 1 + pairsN
+end
+-- jobMaxAttempts(v, def): a job's own max_attempts (v, as read from its hash) when it is one
+-- (an integer 1..1000000), else def, the queue's
+local function jobMaxAttempts(v, def)
+  if v then
+    local x = int(v, 1, 1000000)
+    if x then return x end
+  end
+  return def
+end
