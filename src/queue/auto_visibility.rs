@@ -26,7 +26,11 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use std::collections::HashMap;
+
+use super::client::Queue;
 use super::error::{Error, Result};
+use super::settings::{QueueSettings, lua_number};
 use super::stats::{Histogram, QueueStats};
 
 /// Defaults of `auto`: the bounds and the margin over p99.
@@ -336,6 +340,191 @@ pub fn keep_recent(snapshots: &mut Vec<Snapshot>, now_ms: i64, stabilization: Du
         .unwrap_or(snapshots.len());
     let drop = first_inside.saturating_sub(1);
     snapshots.drain(..drop);
+}
+
+/// The `meta` fields of `auto` (clients' records: the scripts read none of them; they
+/// read `visibility_timeout_ms`, which the writer of the moment sets).
+pub mod fields {
+    /// `auto`, or `fixed` (absent: fixed).
+    pub const MODE: &str = "visibility_mode";
+    pub const MIN: &str = "visibility_auto_min_ms";
+    pub const MAX: &str = "visibility_auto_max_ms";
+    pub const MARGIN: &str = "visibility_auto_margin";
+    /// `operator` while the operator tunes the queue; absent: the workers' reapers do.
+    pub const OWNER: &str = "visibility_owner";
+    /// Who set `visibility_timeout_ms` last (`cli`, `operator`, `reaper:<worker>`), when
+    /// (ms since the epoch, Redis time) and why.
+    pub const SET_BY: &str = "visibility_set_by";
+    pub const SET_AT: &str = "visibility_set_at";
+    pub const REASON: &str = "visibility_reason";
+    /// The snapshots of the windows (JSON, see [`super::TuningState`]).
+    pub const STATE: &str = "visibility_auto_state";
+}
+
+/// Who tunes an `auto` queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Owner {
+    Workers,
+    Operator,
+}
+
+/// What `meta` records of the visibility timeout beyond its value.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct VisibilityRecord {
+    /// The bounds when the mode is `auto`; `None`: a fixed value.
+    pub auto: Option<AutoBounds>,
+    pub owner: Owner,
+    pub set_by: Option<String>,
+    pub set_at_ms: Option<i64>,
+    pub reason: Option<String>,
+}
+
+impl VisibilityRecord {
+    /// Read from `meta`; a bound that is not a number takes its default.
+    pub fn from_fields(f: &HashMap<String, String>) -> VisibilityRecord {
+        let num = |name: &str| f.get(name).and_then(|v| lua_number(v));
+        let ms = |name: &str, d: Duration| {
+            num(name)
+                .filter(|v| *v >= 1.0 && *v <= 1e15)
+                .map_or(d, |v| Duration::from_millis(v as u64))
+        };
+        let auto = (f.get(fields::MODE).map(String::as_str) == Some("auto")).then(|| {
+            let d = AutoBounds::default();
+            let b = AutoBounds {
+                min: ms(fields::MIN, d.min),
+                max: ms(fields::MAX, d.max),
+                margin: num(fields::MARGIN).unwrap_or(d.margin),
+            };
+            if b.validate().is_ok() { b } else { d }
+        });
+        VisibilityRecord {
+            auto,
+            owner: if f.get(fields::OWNER).map(String::as_str) == Some("operator") {
+                Owner::Operator
+            } else {
+                Owner::Workers
+            },
+            set_by: f.get(fields::SET_BY).cloned(),
+            set_at_ms: f.get(fields::SET_AT).and_then(|v| v.parse().ok()),
+            reason: f.get(fields::REASON).cloned(),
+        }
+    }
+}
+
+/// The fields that turn `auto` on with `bounds` (the value itself is written apart).
+pub fn auto_fields(bounds: &AutoBounds) -> Vec<(&'static str, String)> {
+    vec![
+        (fields::MODE, "auto".into()),
+        (fields::MIN, bounds.min.as_millis().to_string()),
+        (fields::MAX, bounds.max.as_millis().to_string()),
+        (fields::MARGIN, format!("{}", bounds.margin)),
+    ]
+}
+
+/// The fields recording who set the value, when and why.
+pub fn set_fields(by: &str, at_ms: i64, reason: &str) -> Vec<(&'static str, String)> {
+    vec![
+        (fields::SET_BY, by.to_string()),
+        (fields::SET_AT, at_ms.to_string()),
+        (fields::REASON, reason.to_string()),
+    ]
+}
+
+/// The snapshots kept in `meta` between tuning runs.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TuningState {
+    pub snapshots: Vec<Snapshot>,
+}
+
+/// How often tuning runs and how long a value stands before it is lowered.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timing {
+    pub interval: Duration,
+    pub stabilization: Duration,
+    pub renewal_floor: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            interval: DEFAULT_INTERVAL,
+            stabilization: DEFAULT_STABILIZATION,
+            renewal_floor: RENEWAL_FLOOR,
+        }
+    }
+}
+
+/// One tuning run that took place.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tuned {
+    pub from: Duration,
+    pub decision: Decision,
+    pub at_ms: i64,
+}
+
+impl Tuned {
+    pub fn changed(&self) -> bool {
+        self.decision.changes(self.from)
+    }
+}
+
+/// Tune `queue` once, as `writer` (`operator`, or `reaper:<worker>`), when its mode is
+/// `auto`, the writer is its owner, and no other writer has the tuning turn (taken for
+/// `timing.interval`). `None` when it did not run. The snapshots are written each run;
+/// the value, `visibility_set_by`, `_set_at` and `_reason` only when the value changes.
+pub async fn tune(queue: &Queue, writer: &str, timing: &Timing) -> Result<Option<Tuned>> {
+    let meta = queue.meta_fields().await?;
+    let record = VisibilityRecord::from_fields(&meta);
+    let Some(bounds) = record.auto else {
+        return Ok(None);
+    };
+    let as_operator = writer == "operator";
+    if (record.owner == Owner::Operator) != as_operator {
+        return Ok(None);
+    }
+    if !queue.take_tuning_turn(writer, timing.interval).await? {
+        return Ok(None);
+    }
+    let stats = queue.stats().await?;
+    let now = queue.now_ms().await?;
+    let current = QueueSettings::from_fields(&meta).visibility_timeout;
+    let mut state: TuningState = meta
+        .get(fields::STATE)
+        .and_then(|s| serde_json::from_str(s).ok())
+        .unwrap_or_default();
+    state.snapshots.retain(|s| s.at_ms <= now);
+    state.snapshots.push(Snapshot::of(&stats, now));
+    keep_recent(&mut state.snapshots, now, timing.stabilization);
+    let recent = windows(&state.snapshots);
+    let since_change = record.set_at_ms.map_or(Duration::MAX, |at| {
+        Duration::from_millis(now.saturating_sub(at).max(0) as u64)
+    });
+    let decision = decide(&Inputs {
+        current,
+        bounds,
+        renewal_floor: timing.renewal_floor,
+        recent: &recent,
+        since_change,
+        stabilization: timing.stabilization,
+    });
+    let mut write = vec![(
+        fields::STATE,
+        serde_json::to_string(&state).unwrap_or_default(),
+    )];
+    if decision.changes(current) {
+        write.push((
+            "visibility_timeout_ms",
+            decision.value.as_millis().to_string(),
+        ));
+        write.extend(set_fields(writer, now, &decision.reason.to_string()));
+    }
+    queue.write_meta(&write).await?;
+    Ok(Some(Tuned {
+        from: current,
+        decision,
+        at_ms: now,
+    }))
 }
 
 #[cfg(test)]
