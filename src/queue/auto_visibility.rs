@@ -702,6 +702,71 @@ mod tests {
         assert_eq!(windows(&kept).len(), 1);
     }
 
+    /// The benchmark's workload, time as the rule sees it (one window per 30 s run): 2 s
+    /// jobs for 5 min, 20 s jobs for 5 min, 2 s jobs for 20.5 min, a worker killed in each
+    /// phase (one expired lease). The decisions, run by run, through real histograms.
+    #[test]
+    fn a_shifting_workload_is_followed_phase_by_phase() {
+        let phases: [(u64, usize); 3] = [(2_000, 10), (20_000, 10), (2_000, 41)];
+        let mut snapshots = vec![Snapshot::default()];
+        let mut current = Duration::from_secs(30);
+        let mut changed_at = 0u64;
+        let mut log: Vec<(usize, Duration, Reason)> = Vec::new();
+        let mut run = 0;
+        for (ms, runs) in phases {
+            for i in 0..runs {
+                run += 1;
+                let now = run as u64 * 30_000;
+                let mut next = snapshots.last().unwrap().clone();
+                next.at_ms = now as i64;
+                let bucket = 63 - ms.leading_zeros();
+                *next.buckets.entry(bucket).or_default() += 100;
+                next.reaped += u64::from(i == 2);
+                snapshots.push(next);
+                keep_recent(&mut snapshots, now as i64, DEFAULT_STABILIZATION);
+                let recent = windows(&snapshots);
+                let d = decide(&Inputs {
+                    current,
+                    bounds: AutoBounds::default(),
+                    renewal_floor: RENEWAL_FLOOR,
+                    recent: &recent,
+                    since_change: Duration::from_millis(now - changed_at),
+                    stabilization: DEFAULT_STABILIZATION,
+                });
+                if d.changes(current) {
+                    log.push((run, d.value, d.reason.clone()));
+                    current = d.value;
+                    changed_at = now;
+                }
+            }
+        }
+        let secs = |d: Duration| (d.as_secs_f64() * 10.0).round() / 10.0;
+        let steps: Vec<(usize, f64)> = log.iter().map(|(r, v, _)| (*r, secs(*v))).collect();
+        // phase 1: the 30 s start is lowered once its 5 min have passed (2 s × 2 is
+        // below the 5 s min: halved to 15 s); phase 2: raised at once on its first run to
+        // p99 (32.6 s, the top of the 16-32 s bucket) × 2; phase 3: lowered by half every
+        // 5 min once the last window of 20 s jobs has left the period, down to the 5 s
+        // min; the killed workers' expired leases change nothing.
+        assert_eq!(
+            steps,
+            [
+                (10, 15.0),
+                (11, 65.2),
+                (31, 32.6),
+                (41, 16.3),
+                (51, 8.2),
+                (61, 5.0)
+            ],
+            "{log:?}"
+        );
+        assert!(matches!(log[1].2, Reason::Followed { .. }), "{log:?}");
+        assert!(
+            log[2..]
+                .iter()
+                .all(|(_, _, r)| matches!(r, Reason::Lowered { .. }))
+        );
+    }
+
     fn arb_window() -> impl Strategy<Value = Window> {
         (proptest::option::of(1u64..2_000_000), 0u64..3, 0u64..3).prop_map(
             |(p99, expired, stale)| Window {
