@@ -338,9 +338,15 @@ pub fn keep_recent(snapshots: &mut Vec<Snapshot>, now_ms: i64, stabilization: Du
         .iter()
         .position(|s| s.at_ms >= since)
         .unwrap_or(snapshots.len());
-    let drop = first_inside.saturating_sub(1);
+    let drop = first_inside
+        .saturating_sub(1)
+        .max(snapshots.len().saturating_sub(MAX_SNAPSHOTS));
     snapshots.drain(..drop);
 }
+
+/// The most snapshots kept (runs closer together than the interval, with a short
+/// interval and a long stabilization period, would otherwise pile up in `meta`).
+pub const MAX_SNAPSHOTS: usize = 64;
 
 /// The `meta` fields of `auto` (clients' records: the scripts read none of them; they
 /// read `visibility_timeout_ms`, which the writer of the moment sets).
@@ -700,6 +706,10 @@ mod tests {
             [30_000, 60_000]
         );
         assert_eq!(windows(&kept).len(), 1);
+        let mut many: Vec<Snapshot> = (0..100).map(|at_ms| Snapshot { at_ms, ..a.clone() }).collect();
+        keep_recent(&mut many, 100, S(3600));
+        assert_eq!(many.len(), MAX_SNAPSHOTS);
+        assert_eq!(many[0].at_ms, 100 - MAX_SNAPSHOTS as i64);
     }
 
     /// The benchmark's workload, time as the rule sees it (one window per 30 s run): 2 s
