@@ -256,6 +256,10 @@ const ROWS: &[Row] = &[
     writes(with_stdin(b"nul\x00byte\n\xff\xfe\n", row("stdin-binary", &["enqueue", "--redis", "{url}", "--tag", "wr", "--stdin"], 0, "warning: stdin is not text (line 1 holds a NUL byte): each line of it becomes one job"))),
     writes(with_stdin(b"text\n\xff\xfe\n", row("stdin-binary-count", &["enqueue", "--redis", "{url}", "--tag", "wr", "--stdin"], 0, "warning: enqueued 2 jobs from lines of binary input (--file FILE sends a file as one job)"))),
     row("reap-json-unknown-tag", &["reap", "--redis", "{url}", "--tag", "bj", "--json"], 0, "no queue exists at jq:{bj}"),
+    row("configure-auto-bound-fixed", &["configure", "--redis", "{url}", "--tag", "bi", "--auto-max", "10m"], 2, "--auto-max applies to --visibility-timeout auto"),
+    row("configure-auto-margin", &["configure", "--redis", "{url}", "--tag", "bi", "--visibility-timeout", "auto", "--auto-margin", "0.5"], 2, "auto margin: must be a number from 1 to 100"),
+    row("configure-auto-max-below-min", &["configure", "--redis", "{url}", "--tag", "bi", "--visibility-timeout", "auto", "--auto-min", "2m", "--auto-max", "1m"], 2, "auto max: must not be below auto min"),
+    row("configure-visibility-word", &["configure", "--redis", "{url}", "--tag", "bi", "--visibility-timeout", "sometimes"], 2, "or auto: set from the queue's processing times"),
 ];
 
 /// Rows of the library and the protocol (no process, no exit code: the doc says `-`):

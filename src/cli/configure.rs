@@ -85,7 +85,7 @@ fn parse_visibility(text: &str) -> Result<Visibility, String> {
     }
     duration::parse(text)
         .map(Visibility::Fixed)
-        .map_err(|e| format!("{e}; or `auto`"))
+        .map_err(|e| format!("{e} (or auto: set from the queue's processing times)"))
 }
 
 impl ConfigureArgs {
@@ -447,7 +447,13 @@ mod tests {
             None
         );
         let wrong = Wrap::try_parse_from(["x", "--tag", "t", "--visibility-timeout", "sometimes"]);
-        assert!(wrong.err().unwrap().to_string().contains("or `auto`"));
+        assert!(
+            wrong
+                .err()
+                .unwrap()
+                .to_string()
+                .contains("(or auto: set from")
+        );
     }
 
     #[test]

@@ -706,7 +706,9 @@ mod tests {
             [30_000, 60_000]
         );
         assert_eq!(windows(&kept).len(), 1);
-        let mut many: Vec<Snapshot> = (0..100).map(|at_ms| Snapshot { at_ms, ..a.clone() }).collect();
+        let mut many: Vec<Snapshot> = (0..100)
+            .map(|at_ms| Snapshot { at_ms, ..a.clone() })
+            .collect();
         keep_recent(&mut many, 100, S(3600));
         assert_eq!(many.len(), MAX_SNAPSHOTS);
         assert_eq!(many[0].at_ms, 100 - MAX_SNAPSHOTS as i64);
