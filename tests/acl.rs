@@ -328,6 +328,8 @@ fn each_roles_acl_grants_what_its_scripts_call_and_nothing_more() {
                 &s.ack,
                 &s.fail,
                 &s.reap,
+                // tuning an `auto` visibility timeout
+                &s.stats,
             ],
             &[
                 "ping",
@@ -340,6 +342,9 @@ fn each_roles_acl_grants_what_its_scripts_call_and_nothing_more() {
                 "exists",
                 "hgetall",
                 "zrange",
+                // tuning an `auto` visibility timeout: its turn, its records in meta
+                "set",
+                "hset",
             ],
         ),
         (
@@ -354,6 +359,8 @@ fn each_roles_acl_grants_what_its_scripts_call_and_nothing_more() {
                 "hgetall",
                 "hset",
                 "zrange",
+                // the tuning turn of an `auto` visibility timeout
+                "set",
             ],
         ),
     ];
