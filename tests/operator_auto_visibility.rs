@@ -111,4 +111,21 @@ async fn the_operator_tunes_an_auto_queue_and_says_so_in_status_and_events() {
     assert!(seen.events.is_empty() && seen.statuses.is_empty());
     let again: u64 = meta(&redis, &q)["visibility_timeout_ms"].parse().unwrap();
     assert_eq!(again, ms);
+
+    // Back to a duration in the spec: the upkeep writes it, and meta says auto has ended.
+    clock.advance(10);
+    let jq = jq.edit(|s| s.visibility_timeout = "45s".into());
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::StatusPatch)
+        .run(&ctx, &mut api)
+        .await;
+    result.unwrap();
+    assert_eq!(seen.statuses[0].visibility, None);
+    let m = meta(&redis, &q);
+    assert_eq!(m["visibility_timeout_ms"], "45000");
+    assert_eq!(m.get(fields::MODE).map(String::as_str), Some("fixed"));
+    assert_eq!(
+        m.get(fields::REASON).map(String::as_str),
+        Some("spec.visibilityTimeout is a duration again")
+    );
 }

@@ -556,9 +556,13 @@ async fn observe(
         .await;
     let mut reaped = ReapOutcome::default();
     let mut parts = Vec::with_capacity(queues.len());
-    for ((_, tag, draining), done) in queues.iter().zip(done) {
+    for ((queue, tag, draining), done) in queues.iter().zip(done) {
         let done = done.map_err(|e| classify(&e))?;
         reaped += done.reaped;
+        if plan.auto.is_none() && done.auto_owner == Some(Owner::Operator) {
+            // The spec went back to a duration (written by the upkeep): auto has ended.
+            end_auto(queue).await.map_err(|e| classify(&e))?;
+        }
         parts.push(PartitionObservation {
             tag: tag.to_string(),
             draining: *draining,
@@ -591,6 +595,19 @@ async fn observe(
         desired_partitions: plan.partitions,
         partitions: parts,
     })
+}
+
+/// The spec's visibility timeout is a duration again: `meta` says so (`fixed`, set by the
+/// operator), so neither the reapers nor a reader take the queue for `auto`.
+async fn end_auto(queue: &Queue) -> crate::queue::Result<()> {
+    let now = queue.now_ms().await?;
+    let mut write = vec![(auto_visibility::fields::MODE, "fixed".to_string())];
+    write.extend(auto_visibility::set_fields(
+        "operator",
+        now,
+        "spec.visibilityTimeout is a duration again",
+    ));
+    queue.write_meta(&write).await
 }
 
 /// `visibilityTimeout: auto`: the operator takes the queue's tuning (its bounds and

@@ -1374,7 +1374,10 @@ impl Queue {
             stats = self.stats().await?;
             round_trips += 1;
         }
+        let record = super::auto_visibility::VisibilityRecord::from_fields(&meta);
+        let auto_owner = record.auto.map(|_| record.owner);
         Ok(Maintenance {
+            auto_owner,
             configured,
             reaped,
             stats,

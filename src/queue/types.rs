@@ -439,6 +439,9 @@ pub struct Maintenance {
     pub stats: super::QueueStats,
     /// Round trips to Redis the pass took: 1 when there was nothing to write.
     pub round_trips: u32,
+    /// The tuner of an `auto` visibility timeout recorded in `meta` before the pass
+    /// (`visibility_owner`, see [`super::auto_visibility`]) while its mode was `auto`.
+    pub auto_owner: Option<super::auto_visibility::Owner>,
 }
 
 /// Which dead jobs `redrive` and `purge` act on.
