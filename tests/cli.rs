@@ -1623,6 +1623,24 @@ async fn configure_turns_auto_on_and_stats_shows_the_value_and_why() {
     assert_eq!(json["visibility"]["set_by"], "cli");
     assert_eq!(json["visibility"]["auto"]["margin"], 3.0);
 
+    // A partitioned queue is not tuned: auto is refused by name.
+    run(
+        &server,
+        "pv",
+        &[
+            "configure",
+            "--create",
+            "--partitions",
+            "2",
+            "--visibility-timeout",
+            "auto",
+        ],
+    )
+    .fails(
+        2,
+        &["--visibility-timeout auto is for a queue of one partition"],
+    );
+
     // A fixed value again: the mode and the record say so.
     run(&server, "av", &["configure", "--visibility-timeout", "1m"]).ok();
     let out = run(&server, "av", &["stats", "--json"]).ok();

@@ -193,6 +193,14 @@ pub async fn run(args: ConfigureArgs) -> anyhow::Result<()> {
     let bounds = args.auto_bounds(&record)?;
     if let Some(b) = &bounds {
         b.validate()?;
+        if queues.len() > 1 && record.auto.is_none() {
+            return Err(UsageError(
+                "--visibility-timeout auto is for a queue of one partition: a partitioned \
+                 queue takes a duration"
+                    .into(),
+            )
+            .into());
+        }
     }
     // `auto` turned on or its bounds changed: the value starts from the current one,
     // brought inside the bounds.
