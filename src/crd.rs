@@ -48,6 +48,12 @@ const POSITIVE: &str = concat!(
     go_duration!(),
     "') && duration(self) > duration('0s')"
 );
+/// A positive duration, or `auto`.
+const POSITIVE_OR_AUTO: &str = concat!(
+    "self == 'auto' || (self.matches('",
+    go_duration!(),
+    "') && duration(self) > duration('0s'))"
+);
 const NON_NEGATIVE: &str = concat!(
     "self.matches('",
     go_duration!(),
@@ -170,11 +176,18 @@ pub struct JobQueueSpec {
     pub key_prefix: String,
 
     /// How long a claimed job stays invisible to other workers before the reaper puts it
-    /// back (a Go duration, e.g. `60s`).
+    /// back (a Go duration, e.g. `60s`), or `auto`: the operator sets it from the queue's
+    /// recent processing times (p99 × margin within `visibilityAuto`'s bounds), raises it
+    /// at once when leases are taken from running jobs, and lowers it slowly; the value
+    /// and why are in `status.visibility`. `auto` is for a queue of one partition.
     #[serde(default = "default_visibility_timeout")]
-    #[x_kube(validation = Rule::new(POSITIVE).message("visibilityTimeout must be a positive duration"))]
+    #[x_kube(validation = Rule::new(POSITIVE_OR_AUTO).message("visibilityTimeout must be a positive duration or auto"))]
     #[schemars(length(max = 32))]
     pub visibility_timeout: String,
+
+    /// The bounds and margin of `visibilityTimeout: auto` (defaults 5s, 15m, 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub visibility_auto: Option<VisibilityAutoSpec>,
 
     /// Claims after which a failing or expiring job goes to the dead-letter set.
     #[serde(default = "default_max_attempts")]
@@ -457,6 +470,53 @@ pub struct DeadLetterSpec {
     #[serde(default = "default_dead_max_length")]
     #[schemars(range(max = 9_007_199_254_740_992_u64))]
     pub max_length: u64,
+}
+
+/// `spec.visibilityAuto`: the bounds and margin of `visibilityTimeout: auto`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct VisibilityAutoSpec {
+    /// The least value (never below the 1s renewals need).
+    #[serde(default = "default_auto_min")]
+    #[x_kube(validation = Rule::new(POSITIVE).message("visibilityAuto.min must be a positive duration"))]
+    #[schemars(length(max = 32))]
+    pub min: String,
+    /// The largest value.
+    #[serde(default = "default_auto_max")]
+    #[x_kube(validation = Rule::new(POSITIVE).message("visibilityAuto.max must be a positive duration"))]
+    #[schemars(length(max = 32))]
+    pub max: String,
+    /// The value aimed at is p99 × margin (1 to 100).
+    #[serde(default = "default_auto_margin")]
+    #[schemars(range(min = 1.0, max = 100.0))]
+    pub margin: f64,
+}
+
+fn default_auto_min() -> String {
+    "5s".into()
+}
+fn default_auto_max() -> String {
+    "15m".into()
+}
+fn default_auto_margin() -> f64 {
+    2.0
+}
+
+/// `status.visibility`: the visibility timeout in force under `auto`, and why.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct VisibilityStatus {
+    /// The value in force, e.g. `30s`.
+    pub current: String,
+    /// Why it is what it is.
+    #[serde(default)]
+    pub reason: String,
+    /// When it was set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Time>,
+    /// Who set it: `operator`, `cli`, `reaper:<worker>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_by: Option<String>,
 }
 
 /// The reaper: expired leases go back to pending (or to the dead-letter set once out of
@@ -745,6 +805,10 @@ pub struct JobQueueStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original_replicas: Option<OriginalReplicas>,
 
+    /// Under `visibilityTimeout: auto`: the value in force, why, since when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub visibility: Option<VisibilityStatus>,
+
     /// The partitions of a partitioned queue (`spec.partitions` above 1, or partitions
     /// of an earlier layout still draining): what the counts above are the sum of.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -857,6 +921,7 @@ impl JobQueueSpec {
             hash_tag: hash_tag.into(),
             key_prefix: default_key_prefix(),
             visibility_timeout: default_visibility_timeout(),
+            visibility_auto: None,
             max_attempts: default_max_attempts(),
             retry: RetrySpec::default(),
             completed_retention: default_completed_retention(),

@@ -328,6 +328,8 @@ fn each_roles_acl_grants_what_its_scripts_call_and_nothing_more() {
                 &s.ack,
                 &s.fail,
                 &s.reap,
+                // tuning an `auto` visibility timeout
+                &s.stats,
             ],
             &[
                 "ping",
@@ -341,6 +343,9 @@ fn each_roles_acl_grants_what_its_scripts_call_and_nothing_more() {
                 "hgetall",
                 "hmget",
                 "zrange",
+                // tuning an `auto` visibility timeout: its turn, its records in meta
+                "set",
+                "hset",
             ],
         ),
         (
@@ -357,6 +362,8 @@ fn each_roles_acl_grants_what_its_scripts_call_and_nothing_more() {
                 "hset",
                 "hdel",
                 "zrange",
+                // the tuning turn of an `auto` visibility timeout
+                "set",
             ],
         ),
     ];

@@ -271,6 +271,10 @@ const ROWS: &[Row] = &[
     row("enqueue-at-no-offset", &["enqueue", "--redis", "{url}", "--tag", "bi", "--at", "2026-12-24T08:00:00", "x"], 2, "failed to find offset component"),
     row("enqueue-at-and-delay", &["enqueue", "--redis", "{url}", "--tag", "bi", "--at", "2026-12-24T08:00:00Z", "--delay", "5s", "x"], 2, "the argument '--at <TIME>' cannot be used with '--delay <DELAY>'"),
     row("enqueue-backoff-max-below-initial", &["enqueue", "--redis", "{url}", "--tag", "bi", "--backoff-initial", "10s", "--backoff-max", "1s", "x"], 2, "invalid backoff max: 1s is below the initial backoff 10s"),
+    row("configure-auto-bound-fixed", &["configure", "--redis", "{url}", "--tag", "bi", "--auto-max", "10m"], 2, "--auto-max applies to --visibility-timeout auto"),
+    row("configure-auto-margin", &["configure", "--redis", "{url}", "--tag", "bi", "--visibility-timeout", "auto", "--auto-margin", "0.5"], 2, "auto margin: must be a number from 1 to 100"),
+    row("configure-auto-max-below-min", &["configure", "--redis", "{url}", "--tag", "bi", "--visibility-timeout", "auto", "--auto-min", "2m", "--auto-max", "1m"], 2, "auto max: must not be below auto min"),
+    row("configure-visibility-word", &["configure", "--redis", "{url}", "--tag", "bi", "--visibility-timeout", "sometimes"], 2, "or auto: set from the queue's processing times"),
 ];
 
 /// Rows of the library and the protocol (no process, no exit code: the doc says `-`):

@@ -1520,3 +1520,132 @@ fn error_usage_lines_leave_out_flags_set_by_their_variable() {
         .into();
     assert!(out.stderr.contains("--redis <REDIS>"), "{}", out.stderr);
 }
+
+// ---- visibility timeout auto ----
+
+#[tokio::test]
+async fn configure_turns_auto_on_and_stats_shows_the_value_and_why() {
+    let server = RedisServer::start();
+    let queue = server.queue("av").await;
+    let mut conn = server.conn();
+    run(
+        &server,
+        "av",
+        &["configure", "--create", "--visibility-timeout", "2s"],
+    )
+    .ok();
+
+    // Bounds for a fixed value are refused by name, nothing written.
+    run(&server, "av", &["configure", "--auto-max", "10m"])
+        .fails(2, &["--auto-max applies to --visibility-timeout auto"]);
+    run(
+        &server,
+        "av",
+        &[
+            "configure",
+            "--visibility-timeout",
+            "auto",
+            "--auto-margin",
+            "0.5",
+        ],
+    )
+    .fails(2, &["auto margin", "from 1 to 100"]);
+    run(
+        &server,
+        "av",
+        &[
+            "configure",
+            "--visibility-timeout",
+            "auto",
+            "--auto-min",
+            "2m",
+            "--auto-max",
+            "1m",
+        ],
+    )
+    .fails(2, &["auto max", "below auto min"]);
+    let meta: std::collections::HashMap<String, String> = conn.hgetall(&queue.keys().meta).unwrap();
+    assert_eq!(
+        meta.get("visibility_mode").map(String::as_str),
+        Some("fixed"),
+        "refused, nothing written: {meta:?}"
+    );
+
+    // auto: the value starts from the current one, brought inside the bounds.
+    let out = run(
+        &server,
+        "av",
+        &[
+            "configure",
+            "--visibility-timeout",
+            "auto",
+            "--auto-min",
+            "5s",
+            "--auto-max",
+            "15m",
+            "--auto-margin",
+            "3",
+        ],
+    )
+    .ok();
+    assert_eq!(out.value("visibility timeout"), "5s");
+    assert!(
+        out.value("visibility mode")
+            .starts_with("auto: p99 × 3 within [5s, 15m]"),
+        "{}",
+        out.stdout
+    );
+    let meta: std::collections::HashMap<String, String> = conn.hgetall(&queue.keys().meta).unwrap();
+    for (field, value) in [
+        ("visibility_mode", "auto"),
+        ("visibility_auto_min_ms", "5000"),
+        ("visibility_auto_max_ms", "900000"),
+        ("visibility_auto_margin", "3"),
+        ("visibility_timeout_ms", "5000"),
+        ("visibility_set_by", "cli"),
+    ] {
+        assert_eq!(meta.get(field).map(String::as_str), Some(value), "{field}");
+    }
+    assert!(meta["visibility_set_at"].parse::<i64>().unwrap() > 0);
+
+    let out = run(&server, "av", &["stats"]).ok();
+    assert_eq!(out.value("current"), "5s");
+    assert!(
+        out.value("visibility reason")
+            .starts_with("auto turned on by jobqueue configure: starts from 5s"),
+        "{}",
+        out.stdout
+    );
+    let out = run(&server, "av", &["stats", "--json"]).ok();
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(json["visibility"]["current_ms"], 5000);
+    assert_eq!(json["visibility"]["mode"], "auto");
+    assert_eq!(json["visibility"]["set_by"], "cli");
+    assert_eq!(json["visibility"]["auto"]["margin"], 3.0);
+
+    // A partitioned queue is not tuned: auto is refused by name.
+    run(
+        &server,
+        "pv",
+        &[
+            "configure",
+            "--create",
+            "--partitions",
+            "2",
+            "--visibility-timeout",
+            "auto",
+        ],
+    )
+    .fails(
+        2,
+        &["--visibility-timeout auto is for a queue of one partition"],
+    );
+
+    // A fixed value again: the mode and the record say so.
+    run(&server, "av", &["configure", "--visibility-timeout", "1m"]).ok();
+    let out = run(&server, "av", &["stats", "--json"]).ok();
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(json["visibility"]["current_ms"], 60000);
+    assert_eq!(json["visibility"]["mode"], "fixed");
+    assert_eq!(json["visibility"]["reason"], "set by jobqueue configure");
+}

@@ -238,6 +238,33 @@ fn a_malformed_duration_is_refused() {
 }
 
 #[test]
+fn the_visibility_timeout_is_a_duration_or_auto_with_its_bounds() {
+    let mut spec = minimal();
+    spec["visibilityTimeout"] = json!("auto");
+    spec["visibilityAuto"] = json!({"min": "10s", "max": "5m", "margin": 3});
+    assert_eq!(cel(&object(spec), None), Ok(()));
+    let mut spec = minimal();
+    spec["visibilityTimeout"] = json!("automatic");
+    let errors = cel(&object(spec), None).expect_err("not a duration, not auto");
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("visibilityTimeout must be a positive duration or auto")),
+        "{errors:?}"
+    );
+    let mut spec = minimal();
+    spec["visibilityTimeout"] = json!("auto");
+    spec["visibilityAuto"] = json!({"min": "soon"});
+    let errors = cel(&object(spec), None).expect_err("a bound that is not a duration");
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("visibilityAuto.min must be a positive duration")),
+        "{errors:?}"
+    );
+}
+
+#[test]
 fn the_hash_tag_is_immutable() {
     let old = object(minimal());
     let mut spec = minimal();

@@ -124,6 +124,7 @@ fn is_numeric(arg: &Arg) -> bool {
         TypeId::of::<usize>(),
         TypeId::of::<i64>(),
         TypeId::of::<Duration>(),
+        TypeId::of::<super::configure::Visibility>(),
     ]
     .into_iter()
     .any(|t| id == t)

@@ -8,6 +8,7 @@ use clap::Args;
 use super::ConnectArgs;
 use super::common::{UsageError, absent_note, open_target};
 use crate::duration;
+use crate::queue::auto_visibility::{self, AutoBounds, VisibilityRecord};
 use crate::queue::{PartitionRecord, QueueSettings, partition_tags};
 
 pub const EXAMPLES: &str = "\
@@ -18,6 +19,8 @@ Examples:
   jobqueue configure --tag emails --backoff-initial 5s --backoff-max 1h --backoff-multiplier 3
   jobqueue configure --tag emails --completed-retention 1h   # keep done jobs (dedup window)
   jobqueue configure --tag emails --partitions 6   # record the count (docs/partitions.md)
+  jobqueue configure --tag emails --visibility-timeout auto   # the workers' reapers tune it
+  jobqueue configure --tag emails --visibility-timeout auto --auto-min 5s --auto-max 15m --auto-margin 2
 
 Settings not given keep their current value. Under the operator, the JobQueue resource
 owns these settings and rewrites them on every reconcile.";
@@ -26,9 +29,20 @@ owns these settings and rewrites them on every reconcile.";
 pub struct ConfigureArgs {
     #[command(flatten)]
     pub connect: ConnectArgs,
-    /// How long a claimed job is leased before the reaper may take it back.
+    /// How long a claimed job is leased before the reaper may take it back, or `auto`:
+    /// set from the queue's recent processing times (p99 × margin within the auto
+    /// bounds), raised at once when leases are taken from running jobs.
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_visibility)]
+    pub visibility_timeout: Option<Visibility>,
+    /// With `--visibility-timeout auto`: the least value (default 5s).
     #[arg(long, allow_hyphen_values = true, value_parser = duration::parse)]
-    pub visibility_timeout: Option<Duration>,
+    pub auto_min: Option<Duration>,
+    /// With `--visibility-timeout auto`: the largest value (default 15m).
+    #[arg(long, allow_hyphen_values = true, value_parser = duration::parse)]
+    pub auto_max: Option<Duration>,
+    /// With `--visibility-timeout auto`: the value aimed at is p99 × this (default 2).
+    #[arg(long, allow_hyphen_values = true)]
+    pub auto_margin: Option<f64>,
     /// Claims before a failing (or abandoned) job goes to the dead-letter set.
     #[arg(long, allow_hyphen_values = true)]
     pub max_attempts: Option<u32>,
@@ -59,13 +73,69 @@ pub struct ConfigureArgs {
     pub json: bool,
 }
 
+/// `--visibility-timeout`: a duration or `auto`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Visibility {
+    Fixed(Duration),
+    Auto,
+}
+
+fn parse_visibility(text: &str) -> Result<Visibility, String> {
+    if text.trim().eq_ignore_ascii_case("auto") {
+        return Ok(Visibility::Auto);
+    }
+    duration::parse(text)
+        .map(Visibility::Fixed)
+        .map_err(|e| format!("{e} (or auto: set from the queue's processing times)"))
+}
+
 impl ConfigureArgs {
+    /// The auto bounds to record: the queue's (or the defaults) with the given flags;
+    /// `None` when the queue is not to be `auto`. A bound flag for a queue that stays
+    /// fixed is refused.
+    fn auto_bounds(&self, record: &VisibilityRecord) -> Result<Option<AutoBounds>, UsageError> {
+        let flags =
+            self.auto_min.is_some() || self.auto_max.is_some() || self.auto_margin.is_some();
+        let auto = match self.visibility_timeout {
+            Some(Visibility::Auto) => true,
+            Some(Visibility::Fixed(_)) => false,
+            None => record.auto.is_some(),
+        };
+        if !auto {
+            if flags {
+                let flag = if self.auto_min.is_some() {
+                    "--auto-min"
+                } else if self.auto_max.is_some() {
+                    "--auto-max"
+                } else {
+                    "--auto-margin"
+                };
+                return Err(UsageError(format!(
+                    "{flag} applies to --visibility-timeout auto, and the queue's visibility \
+                     timeout is fixed: add --visibility-timeout auto"
+                )));
+            }
+            return Ok(None);
+        }
+        let mut b = record.auto.unwrap_or_default();
+        if let Some(v) = self.auto_min {
+            b.min = v;
+        }
+        if let Some(v) = self.auto_max {
+            b.max = v;
+        }
+        if let Some(v) = self.auto_margin {
+            b.margin = v;
+        }
+        Ok(Some(b))
+    }
+
     /// `settings` with every given flag applied; `None` when no flag was given.
     fn apply(&self, settings: &QueueSettings) -> Option<QueueSettings> {
         let mut s = settings.clone();
         let mut changed = false;
         let mut set = |given: bool| changed |= given;
-        if let Some(v) = self.visibility_timeout {
+        if let Some(Visibility::Fixed(v)) = self.visibility_timeout {
             s.visibility_timeout = v;
             set(true);
         }
@@ -223,7 +293,31 @@ pub async fn run(args: ConfigureArgs) -> anyhow::Result<()> {
              a setting: the queue runs with the default ({default})"
         );
     }
-    let (settings, written) = match args.apply(&current) {
+    let record = VisibilityRecord::from_fields(&fields);
+    let bounds = args.auto_bounds(&record)?;
+    if let Some(b) = &bounds {
+        b.validate()?;
+        if queues.len() > 1 && record.auto.is_none() {
+            return Err(UsageError(
+                "--visibility-timeout auto is for a queue of one partition: a partitioned \
+                 queue takes a duration"
+                    .into(),
+            )
+            .into());
+        }
+    }
+    // `auto` turned on or its bounds changed: the value starts from the current one,
+    // brought inside the bounds.
+    let auto_change = bounds.filter(|b| record.auto != Some(*b));
+    let mut apply = args.apply(&current);
+    if let Some(b) = auto_change {
+        let mut s = apply.clone().unwrap_or_else(|| current.clone());
+        s.visibility_timeout = s
+            .visibility_timeout
+            .clamp(b.floor(auto_visibility::RENEWAL_FLOOR), b.max);
+        apply = Some(s);
+    }
+    let (settings, written) = match apply {
         Some(new) => {
             // Only --backoff-initial given, above the queue's backoff max: the flag given
             // is what is wrong, not the backoff max the user did not name.
@@ -248,8 +342,30 @@ pub async fn run(args: ConfigureArgs) -> anyhow::Result<()> {
                 ))
                 .into());
             }
+            let now = queues[0].now_ms().await?;
+            let mut extra = Vec::new();
+            if let Some(b) = auto_change {
+                extra.extend(auto_visibility::auto_fields(&b));
+                let reason = format!(
+                    "auto turned on by jobqueue configure: starts from {} (p99 × {} within [{}, {}] once acks are seen)",
+                    duration::format(new.visibility_timeout),
+                    b.margin,
+                    duration::format(b.floor(auto_visibility::RENEWAL_FLOOR)),
+                    duration::format(b.max)
+                );
+                extra.extend(auto_visibility::set_fields("cli", now, &reason));
+                extra.push((auto_visibility::fields::STATE, "{}".to_string()));
+            } else if let Some(Visibility::Fixed(_)) = args.visibility_timeout {
+                extra.push((auto_visibility::fields::MODE, "fixed".to_string()));
+                extra.extend(auto_visibility::set_fields(
+                    "cli",
+                    now,
+                    "set by jobqueue configure",
+                ));
+            }
             for queue in &queues {
                 queue.configure(&new).await?;
+                queue.write_meta(&extra).await?;
             }
             (new, true)
         }
@@ -260,6 +376,8 @@ pub async fn run(args: ConfigureArgs) -> anyhow::Result<()> {
             (current, false)
         }
     };
+    let fields = queues[0].meta_fields().await?;
+    let record = VisibilityRecord::from_fields(&fields);
     let mut out = std::io::stdout().lock();
     if args.json {
         let fields: serde_json::Map<String, serde_json::Value> = settings
@@ -281,6 +399,7 @@ pub async fn run(args: ConfigureArgs) -> anyhow::Result<()> {
                 fields.insert("drain_partitions".into(), d.into());
             }
         }
+        fields.insert("visibility".into(), visibility_json(&record));
         writeln!(out, "{}", serde_json::Value::Object(fields))?;
         return Ok(());
     }
@@ -299,7 +418,54 @@ pub async fn run(args: ConfigureArgs) -> anyhow::Result<()> {
         };
         writeln!(out, "  {:<22}{count} ({state})", "partitions")?;
     }
+    write!(out, "{}", visibility_lines(&record))?;
     Ok(())
+}
+
+/// The visibility record as JSON: `mode`, the auto bounds, who set the value, when, why.
+pub fn visibility_json(r: &VisibilityRecord) -> serde_json::Value {
+    let mut v = serde_json::json!({
+        "mode": if r.auto.is_some() { "auto" } else { "fixed" },
+        "set_by": r.set_by,
+        "set_at_ms": r.set_at_ms,
+        "reason": r.reason,
+    });
+    if let Some(b) = r.auto {
+        v["auto"] = serde_json::json!({
+            "min_ms": b.min.as_millis() as u64,
+            "max_ms": b.max.as_millis() as u64,
+            "margin": b.margin,
+            "tuned_by": r.owner,
+        });
+    }
+    v
+}
+
+/// Lines under a settings or stats table: `auto` and its bounds, and why the value is
+/// what it is.
+pub fn visibility_lines(r: &VisibilityRecord) -> String {
+    let mut out = String::new();
+    if let Some(b) = r.auto {
+        let by = match r.owner {
+            auto_visibility::Owner::Operator => "the operator",
+            auto_visibility::Owner::Workers => "the workers' reapers",
+        };
+        out.push_str(&format!(
+            "  {:<22}auto: p99 × {} within [{}, {}], tuned by {by}\n",
+            "visibility mode",
+            b.margin,
+            duration::format(b.min),
+            duration::format(b.max)
+        ));
+    }
+    if let Some(reason) = &r.reason {
+        let by = r.set_by.as_deref().unwrap_or("?");
+        out.push_str(&format!(
+            "  {:<22}{reason} (set by {by})\n",
+            "visibility reason"
+        ));
+    }
+    out
 }
 
 /// The settings for reading, with what zero means where it means something.
@@ -367,6 +533,57 @@ mod tests {
         assert_eq!(new.dead_max_len, 0);
         assert_eq!(new.max_attempts, base.max_attempts);
         assert_eq!(new.backoff_initial, base.backoff_initial);
+    }
+
+    #[test]
+    fn auto_and_its_bounds_are_read_from_the_flags() {
+        let fixed = VisibilityRecord::from_fields(&Default::default());
+        let a = args(&["--visibility-timeout", "auto", "--auto-max", "10m"]);
+        assert_eq!(a.visibility_timeout, Some(Visibility::Auto));
+        assert_eq!(
+            a.apply(&QueueSettings::default()),
+            None,
+            "the value comes from the rule"
+        );
+        let b = a.auto_bounds(&fixed).unwrap().unwrap();
+        assert_eq!(
+            (b.min, b.max, b.margin),
+            (Duration::from_secs(5), Duration::from_secs(600), 2.0)
+        );
+        let err = args(&["--auto-margin", "3"])
+            .auto_bounds(&fixed)
+            .unwrap_err();
+        assert!(
+            err.0
+                .contains("--auto-margin applies to --visibility-timeout auto"),
+            "{}",
+            err.0
+        );
+        let auto = VisibilityRecord::from_fields(
+            &auto_visibility::auto_fields(&b)
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+        );
+        let kept = args(&["--auto-margin", "3"])
+            .auto_bounds(&auto)
+            .unwrap()
+            .unwrap();
+        assert_eq!((kept.max, kept.margin), (Duration::from_secs(600), 3.0));
+        assert_eq!(
+            args(&["--visibility-timeout", "1m"])
+                .auto_bounds(&auto)
+                .unwrap(),
+            None
+        );
+        let wrong = Wrap::try_parse_from(["x", "--tag", "t", "--visibility-timeout", "sometimes"]);
+        assert!(
+            wrong
+                .err()
+                .unwrap()
+                .to_string()
+                .contains("(or auto: set from")
+        );
     }
 
     #[test]

@@ -8,7 +8,9 @@ use clap::Args;
 use super::ConnectArgs;
 use super::common::{Target, UsageError, note_if_target_absent, open_target, stop_signal};
 use super::format::{count, format_latency};
-use crate::queue::{PartitionedStats, Queue, QueueStats};
+use crate::queue::auto_visibility::VisibilityRecord;
+use crate::queue::{PartitionedStats, Queue, QueueSettings, QueueStats};
+use std::collections::HashMap;
 
 pub const EXAMPLES: &str = "\
 Examples:
@@ -86,10 +88,24 @@ pub async fn run(args: StatsArgs) -> anyhow::Result<()> {
 /// One reading: the queue's stats, or the partitions' totals and each partition's.
 async fn read_and_render(target: &Target, json: bool, all: bool) -> crate::queue::Result<String> {
     match target {
-        Target::One(queue) => Ok(render(queue, &queue.stats().await?, json, all)),
+        Target::One(queue) => {
+            let stats = queue.stats().await?;
+            let meta = queue.meta_fields().await?;
+            Ok(with_visibility(
+                render(queue, &stats, json, all),
+                &meta,
+                json,
+            ))
+        }
         Target::All(queue) => {
             let stats = queue.stats().await?;
-            Ok(render_partitioned(queue, &stats, json, all))
+            // every partition is configured alike: the first one's
+            let meta = queue.partitions()[0].meta_fields().await?;
+            Ok(with_visibility(
+                render_partitioned(queue, &stats, json, all),
+                &meta,
+                json,
+            ))
         }
     }
 }
@@ -150,6 +166,31 @@ fn render_partitioned(
             s.acked
         ));
     }
+    out
+}
+
+/// The visibility timeout in force and why: a `visibility` section of the table, or a
+/// `visibility` object in the JSON (`current_ms`, `mode`, `reason`, `set_by`, ...).
+fn with_visibility(rendered: String, meta: &HashMap<String, String>, json: bool) -> String {
+    let current = QueueSettings::from_fields(meta).visibility_timeout;
+    let record = VisibilityRecord::from_fields(meta);
+    if json {
+        let Ok(mut value) = serde_json::from_str::<serde_json::Value>(&rendered) else {
+            return rendered;
+        };
+        let mut vis = super::configure::visibility_json(&record);
+        vis["current_ms"] = (current.as_millis() as u64).into();
+        value["visibility"] = vis;
+        return format!("{value}\n");
+    }
+    let mut out = rendered;
+    out.push_str("visibility\n");
+    out.push_str(&format!(
+        "  {:<22}{}\n",
+        "current",
+        crate::duration::format(current)
+    ));
+    out.push_str(&super::configure::visibility_lines(&record));
     out
 }
 

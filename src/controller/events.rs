@@ -90,6 +90,9 @@ pub fn scaling_events(prev: Option<&JobQueueStatus>, decision: &Decision) -> Vec
 /// The reason of the Event that says a pause was lifted.
 pub const RESUMED: &str = "ScalingResumed";
 
+/// The reason of the Event for each change of an `auto` visibility timeout.
+pub const VISIBILITY_CHANGED: &str = "VisibilityTimeoutChanged";
+
 /// The Events a successful reconcile raises, from the previous status and the new one.
 pub fn success_events(
     prev: Option<&JobQueueStatus>,
@@ -97,6 +100,20 @@ pub fn success_events(
     obs: &Observation,
 ) -> Vec<EventSpec> {
     let mut events = Vec::new();
+    // Each change the operator made to an `auto` visibility timeout, with its reason.
+    if let Some(v) = &obs.visibility
+        && let Some(from) = v.changed_from
+    {
+        events.push(EventSpec::normal(
+            VISIBILITY_CHANGED,
+            format!(
+                "visibility timeout {} -> {}: {}",
+                crate::duration::format(from),
+                crate::duration::format(v.current),
+                v.reason
+            ),
+        ));
+    }
     // Once, as ids start sitting in the orphans set, on first sight too (a live count,
     // not a total); the `JobsOrphaned` condition says while it lasts.
     let was_orphaned = prev
@@ -213,6 +230,44 @@ mod tests {
         // A status only ever written by failures is no baseline.
         let never_counted = status::failed(None, Some(1), &down, now);
         assert_eq!(reasons(Some(&never_counted), &obs(7)), vec!["Recovered"]);
+    }
+
+    #[test]
+    fn each_change_of_an_auto_visibility_timeout_is_an_event() {
+        use k8s_openapi::jiff::Timestamp;
+        let now = Timestamp::from_second(1_700_000_000).unwrap();
+        let obs = |changed_from: Option<u64>| Observation {
+            queue: "jq:{a}".into(),
+            visibility: Some(status::VisibilityObserved {
+                current: std::time::Duration::from_secs(40),
+                reason: "raised to p99 20s × margin 2".into(),
+                set_by: Some("operator".into()),
+                set_at_ms: Some(1_700_000_000_000),
+                changed_from: changed_from.map(std::time::Duration::from_secs),
+            }),
+            ..Observation::default()
+        };
+        let o = obs(Some(10));
+        let new = status::observed(None, Some(1), &o, now);
+        let events = success_events(None, &new, &o);
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].reason, VISIBILITY_CHANGED);
+        assert_eq!(
+            events[0].note,
+            "visibility timeout 10s -> 40s: raised to p99 20s × margin 2"
+        );
+        let v = new.visibility.unwrap();
+        assert_eq!(
+            (v.current.as_str(), v.set_by.as_deref()),
+            ("40s", Some("operator"))
+        );
+        assert_eq!(
+            v.since,
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now))
+        );
+        let held = obs(None);
+        let again = status::observed(None, Some(1), &held, now);
+        assert!(success_events(None, &again, &held).is_empty());
     }
 
     #[test]

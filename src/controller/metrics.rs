@@ -87,6 +87,8 @@ pub struct Metrics {
     /// How long the oldest job ready to run has waited (the queue's latency); no series
     /// while it is not known (the next job was enqueued by an earlier release).
     pub oldest_pending: Family<QueueLabels, Gauge<f64, AtomicU64>>,
+    /// The visibility timeout in force (under `auto`, the value the operator set last).
+    pub visibility_timeout: Family<QueueLabels, Gauge<f64, AtomicU64>>,
     /// Acks, extends and fails refused since the queue began (Redis's `stale` counter,
     /// mirrored: it resets only when the queue's stats do).
     pub stale_acks: Family<QueueLabels, Counter>,
@@ -139,6 +141,7 @@ impl Default for Metrics {
             orphaned: Family::default(),
             processing_time: Family::default(),
             oldest_pending: Family::default(),
+            visibility_timeout: Family::default(),
             stale_acks: Family::default(),
             unknown_acks: Family::default(),
             queue_ready: Family::default(),
@@ -205,6 +208,11 @@ impl Metrics {
             "processing_time_seconds",
             "Processing time of acked jobs (claim to ack) at a quantile, from the queue's histogram",
             self.processing_time.clone(),
+        );
+        r.register(
+            "visibility_timeout_seconds",
+            "The visibility timeout in force (under visibilityTimeout: auto, the value set last)",
+            self.visibility_timeout.clone(),
         );
         r.register(
             "stale_acks",
@@ -358,6 +366,13 @@ impl Metrics {
                 error: error.to_string(),
             })
             .inc();
+    }
+
+    /// Publish the visibility timeout in force.
+    pub fn visibility(&self, queue: &QueueLabels, value: std::time::Duration) {
+        self.visibility_timeout
+            .get_or_create(queue)
+            .set(value.as_secs_f64());
     }
 
     /// Publish one reconcile's counts and reaper work.
@@ -541,6 +556,7 @@ impl Metrics {
         }
         self.oldest_pending.remove(queue);
         self.partitions(queue, None);
+        self.visibility_timeout.remove(queue);
         for family in [
             &self.stale_acks,
             &self.unknown_acks,
@@ -766,6 +782,7 @@ mod tests {
         };
         stats.histogram.buckets.insert(9, 10);
         metrics.observed(q, &stats, &ReapOutcome::default());
+        metrics.visibility(q, std::time::Duration::from_secs(30));
         metrics.replicas(q, Some(2), Some(1));
         let record = PartitionsStatus {
             desired: 2,

@@ -51,13 +51,14 @@ use super::failures::{classify, kube_reason};
 use super::metrics::QueueLabels;
 use super::partitions::{self, PartitionObservation};
 use super::scaling::{self, Backlog, Decision, Hold, ScalePolicy, TargetRef, TargetState};
-use super::status::{self, Failure, Observation, SpecVerdict, reasons};
+use super::status::{self, Failure, Observation, SpecVerdict, VisibilityObserved, reasons};
 use super::validate::{self, InvalidSpec, QueuePlan};
 use super::{
     Context, Error, FIELD_MANAGER, Result, caches, cluster_reads, lifecycle, ownership, pause,
 };
 use crate::crd::{API_VERSION, JobQueue, JobQueueStatus, OnDelete, OriginalReplicas, WorkersSpec};
-use crate::queue::{Queue, QueueStats, ReapOutcome};
+use crate::queue::auto_visibility::{self, AutoBounds, Owner, VisibilityRecord};
+use crate::queue::{Queue, QueueSettings, QueueStats, ReapOutcome};
 
 /// Reconcile one JobQueue: through the finalizer [`lifecycle::FINALIZER`], the pipeline
 /// (`apply`) while the queue exists, the cleanup once it is deleted.
@@ -308,6 +309,7 @@ async fn apply(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
         ctx.status_written(&jq, q.now);
     }
     ctx.metrics.observed(&q.labels, &obs.stats, &obs.reaped);
+    ctx.metrics.visibility(&q.labels, obs.visibility_timeout);
     ctx.metrics.partitions(&q.labels, new.partitions.as_ref());
     ctx.metrics.replicas(
         &q.labels,
@@ -523,10 +525,28 @@ async fn observe(
     // Queue::maintain), the partitions' in parallel on the shared connection.
     let (batch, budget) = (plan.batch, ctx.settings.reap_budget);
     // Owned futures (the stream holds no borrowing closure, so the reconcile stays Send).
+    // auto: the layout's one partition keeps the value the tuner set (read first).
+    let mut first_settings = plan.settings.clone();
+    let auto_meta = match (plan.auto, queues.first()) {
+        (Some(bounds), Some((queue, _, _))) => {
+            let meta = queue.meta_fields().await.map_err(|e| classify(&e))?;
+            first_settings.visibility_timeout = QueueSettings::from_fields(&meta)
+                .visibility_timeout
+                .clamp(bounds.floor(auto_visibility::RENEWAL_FLOOR), bounds.max);
+            Some((bounds, meta))
+        }
+        _ => None,
+    };
     let upkeep: Vec<_> = queues
         .iter()
-        .map(|(queue, _, _)| {
-            let (queue, settings, paused) = (queue.clone(), plan.settings.clone(), plan.paused);
+        .enumerate()
+        .map(|(i, (queue, _, _))| {
+            let settings = if i == 0 {
+                first_settings.clone()
+            } else {
+                plan.settings.clone()
+            };
+            let (queue, paused) = (queue.clone(), plan.paused);
             async move {
                 let mut done = queue.maintain(&settings, batch, budget).await?;
                 // spec.paused, when set, holds the queue's pause (as meta holds the settings)
@@ -559,6 +579,10 @@ async fn observe(
         if *tag == plan.tag {
             recorded = Some((queue, done.recorded_partitions.clone()));
         }
+        if plan.auto.is_none() && done.auto_owner == Some(Owner::Operator) {
+            // The spec went back to a duration (written by the upkeep): auto has ended.
+            end_auto(queue).await.map_err(|e| classify(&e))?;
+        }
         parts.push(PartitionObservation {
             tag: tag.to_string(),
             draining: *draining,
@@ -582,6 +606,14 @@ async fn observe(
                 .map_err(|e| classify(&e))?;
         }
     }
+    let visibility = match auto_meta {
+        Some((bounds, meta)) => Some(
+            tune_visibility(&queues[0].0, bounds, &meta, plan.interval)
+                .await
+                .map_err(|e| classify(&e))?,
+        ),
+        None => None,
+    };
     // The draining partitions are the PartitionsDrained condition's to name.
     let name = match layout.tags.len() {
         1 => queues[0].0.name().to_string(),
@@ -593,9 +625,67 @@ async fn observe(
         queue: name,
         reaped,
         stats: partitions::total(&parts),
-        visibility_timeout: plan.settings.visibility_timeout,
+        visibility_timeout: visibility
+            .as_ref()
+            .map_or(plan.settings.visibility_timeout, |v| v.current),
+        visibility,
         desired_partitions: plan.partitions,
         partitions: parts,
+    })
+}
+
+/// The spec's visibility timeout is a duration again: `meta` says so (`fixed`, set by the
+/// operator), so neither the reapers nor a reader take the queue for `auto`.
+async fn end_auto(queue: &Queue) -> crate::queue::Result<()> {
+    let now = queue.now_ms().await?;
+    let mut write = vec![(auto_visibility::fields::MODE, "fixed".to_string())];
+    write.extend(auto_visibility::set_fields(
+        "operator",
+        now,
+        "spec.visibilityTimeout is a duration again",
+    ));
+    queue.write_meta(&write).await
+}
+
+/// `visibilityTimeout: auto`: the operator takes the queue's tuning (its bounds and
+/// `visibility_owner: operator` in `meta`, so the workers' reapers defer), then runs the
+/// rule once (see [`auto_visibility::tune`]) and reads back what is in force.
+async fn tune_visibility(
+    queue: &Queue,
+    bounds: AutoBounds,
+    meta: &std::collections::HashMap<String, String>,
+    interval: std::time::Duration,
+) -> crate::queue::Result<VisibilityObserved> {
+    let record = VisibilityRecord::from_fields(meta);
+    if record.auto != Some(bounds) || record.owner != Owner::Operator {
+        let mut write = auto_visibility::auto_fields(&bounds);
+        write.push((auto_visibility::fields::OWNER, "operator".to_string()));
+        if record.auto.is_none() {
+            let now = queue.now_ms().await?;
+            let current = QueueSettings::from_fields(meta).visibility_timeout;
+            let start = current.clamp(bounds.floor(auto_visibility::RENEWAL_FLOOR), bounds.max);
+            let reason = format!(
+                "auto turned on by the operator: starts from {}",
+                crate::duration::format(start)
+            );
+            write.extend(auto_visibility::set_fields("operator", now, &reason));
+            write.push((auto_visibility::fields::STATE, "{}".to_string()));
+        }
+        queue.write_meta(&write).await?;
+    }
+    let timing = auto_visibility::Timing {
+        interval,
+        ..Default::default()
+    };
+    let tuned = auto_visibility::tune(queue, "operator", &timing).await?;
+    let after = queue.meta_fields().await?;
+    let record = VisibilityRecord::from_fields(&after);
+    Ok(VisibilityObserved {
+        current: QueueSettings::from_fields(&after).visibility_timeout,
+        reason: record.reason.unwrap_or_default(),
+        set_by: record.set_by,
+        set_at_ms: record.set_at_ms,
+        changed_from: tuned.filter(|t| t.changed()).map(|t| t.from),
     })
 }
 

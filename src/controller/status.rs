@@ -12,7 +12,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::partitions::{self, PartitionObservation};
 use super::scaling::{Decision, Reason};
-use crate::crd::JobQueueStatus;
+use crate::crd::{JobQueueStatus, VisibilityStatus};
 use crate::queue::{Histogram, QueueStats, ReapOutcome};
 
 /// Condition types.
@@ -184,11 +184,24 @@ pub struct Observation {
     pub stats: QueueStats,
     /// The queue's visibility timeout, for the stale-ack message.
     pub visibility_timeout: Duration,
+    /// Under `visibilityTimeout: auto`: the value in force and its record.
+    pub visibility: Option<VisibilityObserved>,
     /// `spec.partitions` in force (0 reads as 1).
     pub desired_partitions: usize,
     /// Each partition maintained: the layout's, then those of earlier layouts still
     /// draining (empty reads as the one unpartitioned queue).
     pub partitions: Vec<PartitionObservation>,
+}
+
+/// The visibility timeout under `auto`, as this reconcile left it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VisibilityObserved {
+    pub current: Duration,
+    pub reason: String,
+    pub set_by: Option<String>,
+    pub set_at_ms: Option<i64>,
+    /// The value before, when this reconcile changed it.
+    pub changed_from: Option<Duration>,
 }
 
 /// Whether `status` holds counts a reconcile observed (a status written only by failed
@@ -240,6 +253,16 @@ pub fn observed(
     if stale_grew {
         status.last_stale_ack_time = Some(Time(now));
     }
+    status.visibility = obs.visibility.as_ref().map(|v| VisibilityStatus {
+        current: crate::duration::format(v.current),
+        reason: v.reason.clone(),
+        since: v
+            .set_at_ms
+            // whole seconds, as the API server keeps a time (else every status differs)
+            .and_then(|ms| Timestamp::from_second(ms.div_euclid(1000)).ok())
+            .map(Time),
+        set_by: v.set_by.clone(),
+    });
 
     let kind = if obs.cluster {
         "Redis Cluster"
@@ -760,6 +783,7 @@ mod tests {
                 ..QueueStats::default()
             },
             visibility_timeout: Duration::from_secs(30),
+            visibility: None,
             ..Observation::default()
         }
     }

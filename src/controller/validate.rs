@@ -21,6 +21,7 @@ use crate::crd::{
     DurabilityMode, DurabilitySpec, JobQueueSpec, MAX_SPEC_PARTITIONS, RedisSpec, ScaleUpRules,
     ScalingPolicyType, SecretKeySelector, SelectPolicy, WorkersSpec,
 };
+use crate::queue::auto_visibility::AutoBounds;
 use crate::queue::{Durability, MAX_BATCH, QueueSettings};
 
 /// A spec the controller cannot act on, and why.
@@ -113,6 +114,9 @@ pub struct QueuePlan {
     /// Why `spec.workers` cannot be acted on, when it cannot: then `workers` is `None`
     /// and the operator does not scale, but the rest of the plan is in force.
     pub invalid_workers: Option<InvalidSpec>,
+    /// `spec.visibilityTimeout: auto`: the bounds the operator tunes the value within
+    /// (`settings.visibility_timeout` is then only where it starts).
+    pub auto: Option<AutoBounds>,
 }
 
 fn invalid(field: &'static str, reason: impl Into<String>) -> InvalidSpec {
@@ -175,6 +179,7 @@ pub fn plan(spec: &JobQueueSpec) -> Result<QueuePlan, InvalidSpec> {
     let (interval, batch) = reaper(spec)?;
     let durability = durability(spec.durability.as_ref())?;
     let partitions = partitions(spec)?;
+    let auto = auto_bounds(spec)?;
     // The client's own check, so the plan never holds settings `configure` would refuse.
     settings
         .validate()
@@ -197,7 +202,47 @@ pub fn plan(spec: &JobQueueSpec) -> Result<QueuePlan, InvalidSpec> {
         paused: spec.paused,
         workers,
         invalid_workers,
+        auto,
     })
+}
+
+/// `spec.visibilityTimeout: auto` and `spec.visibilityAuto`: the bounds, checked.
+fn auto_bounds(spec: &JobQueueSpec) -> Result<Option<AutoBounds>, InvalidSpec> {
+    if spec.visibility_timeout != "auto" {
+        if spec.visibility_auto.is_some() {
+            return Err(invalid(
+                "spec.visibilityAuto",
+                "applies to visibilityTimeout: auto only",
+            ));
+        }
+        return Ok(None);
+    }
+    if spec.partitions > 1 {
+        return Err(invalid(
+            "spec.visibilityTimeout",
+            "auto is for a queue of one partition (spec.partitions is above 1): give a duration",
+        ));
+    }
+    let bounds = match &spec.visibility_auto {
+        None => AutoBounds::default(),
+        Some(a) => AutoBounds {
+            min: parse_duration("spec.visibilityAuto.min", &a.min, true)?,
+            max: parse_duration("spec.visibilityAuto.max", &a.max, true)?,
+            margin: a.margin,
+        },
+    };
+    bounds.validate().map_err(|e| {
+        let text = e.to_string();
+        let field = if text.contains("margin") {
+            "spec.visibilityAuto.margin"
+        } else if text.contains("min") && !text.contains("auto max") {
+            "spec.visibilityAuto.min"
+        } else {
+            "spec.visibilityAuto.max"
+        };
+        invalid(field, text)
+    })?;
+    Ok(Some(bounds))
 }
 
 /// `spec.partitions`: 1 to 256, and a tag found for each partition (each partition's
@@ -411,8 +456,12 @@ fn durability(spec: Option<&DurabilitySpec>) -> Result<Durability, InvalidSpec> 
 /// What goes into the queue's `meta` hash: the lease, the retries and the retention.
 /// Each field checked on its own; [`plan`] runs the client's check on the whole.
 fn queue_settings(spec: &JobQueueSpec) -> Result<QueueSettings, InvalidSpec> {
-    let visibility_timeout =
-        parse_duration("spec.visibilityTimeout", &spec.visibility_timeout, true)?;
+    // auto: the value starts from the default and is the operator's to set after
+    let visibility_timeout = if spec.visibility_timeout == "auto" {
+        QueueSettings::default().visibility_timeout
+    } else {
+        parse_duration("spec.visibilityTimeout", &spec.visibility_timeout, true)?
+    };
     if spec.max_attempts < 1 {
         return Err(invalid("spec.maxAttempts", "must be at least 1"));
     }
@@ -646,6 +695,56 @@ mod tests {
             UrlSource::Inline("redis://redis:6379".into())
         );
         assert!(!plan.endpoint.tls);
+    }
+
+    #[test]
+    fn visibility_auto_takes_its_bounds_and_names_a_bad_one() {
+        let mut s = spec();
+        assert_eq!(plan(&s).unwrap().auto, None);
+        s.visibility_timeout = "auto".into();
+        let p = plan(&s).unwrap();
+        assert_eq!(p.auto, Some(AutoBounds::default()));
+        s.visibility_auto = Some(crate::crd::VisibilityAutoSpec {
+            min: "10s".into(),
+            max: "5m".into(),
+            margin: 3.0,
+        });
+        let b = plan(&s).unwrap().auto.unwrap();
+        assert_eq!(
+            (b.min, b.max, b.margin),
+            (Duration::from_secs(10), Duration::from_secs(300), 3.0)
+        );
+        let refused = |f: &dyn Fn(&mut JobQueueSpec)| {
+            let mut s = spec();
+            s.visibility_timeout = "auto".into();
+            s.visibility_auto = Some(crate::crd::VisibilityAutoSpec {
+                min: "5s".into(),
+                max: "15m".into(),
+                margin: 2.0,
+            });
+            f(&mut s);
+            plan(&s).unwrap_err().to_string()
+        };
+        let err = refused(&|s| s.visibility_auto.as_mut().unwrap().margin = 0.5);
+        assert!(err.starts_with("spec.visibilityAuto.margin: "), "{err}");
+        let err = refused(&|s| s.visibility_auto.as_mut().unwrap().max = "1s".into());
+        assert!(err.starts_with("spec.visibilityAuto.max: "), "{err}");
+        assert!(err.contains("below auto min"), "{err}");
+        let err = refused(&|s| s.visibility_auto.as_mut().unwrap().min = "soon".into());
+        assert!(
+            err.starts_with("spec.visibilityAuto.min: \"soon\""),
+            "{err}"
+        );
+        let err = refused(&|s| s.partitions = 4);
+        assert!(
+            err.starts_with("spec.visibilityTimeout: auto is for a queue of one partition"),
+            "{err}"
+        );
+        let err = refused(&|s| s.visibility_timeout = "30s".into());
+        assert!(
+            err.starts_with("spec.visibilityAuto: applies to visibilityTimeout: auto only"),
+            "{err}"
+        );
     }
 
     #[test]

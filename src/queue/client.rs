@@ -1237,6 +1237,39 @@ impl Queue {
         Ok(())
     }
 
+    /// Write fields of `meta` the scripts do not read (the records of `auto`, see
+    /// [`super::auto_visibility`]) or `visibility_timeout_ms` with them.
+    pub async fn write_meta(&self, fields: &[(&str, String)]) -> Result<()> {
+        if fields.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.redis.clone();
+        let _: Value = redis::cmd("HSET")
+            .arg(&self.keys.meta)
+            .arg(fields)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err_on("HSET meta", &self.keys.meta, e))?;
+        Ok(())
+    }
+
+    /// Take the queue's tuning turn for `hold`: `SET <queue>:tuning <holder> NX PX`, in
+    /// the queue's slot. True when taken: no other writer tunes the queue until it ends.
+    pub async fn take_tuning_turn(&self, holder: &str, hold: Duration) -> Result<bool> {
+        let key = format!("{}:tuning", self.keys.name);
+        let mut conn = self.redis.clone();
+        let reply: Value = redis::cmd("SET")
+            .arg(&key)
+            .arg(holder)
+            .arg("NX")
+            .arg("PX")
+            .arg(hold.as_millis().max(1) as u64)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err_on("SET tuning", &key, e))?;
+        Ok(!matches!(reply, Value::Nil))
+    }
+
     /// The `durability` field of `meta` for this handle's durability: absent for
     /// `primary` (what a worker without the field assumes).
     fn published(&self) -> Option<String> {
@@ -1494,9 +1527,12 @@ impl Queue {
             stats = self.stats().await?;
             round_trips += 1;
         }
+        let record = super::auto_visibility::VisibilityRecord::from_fields(&meta);
+        let auto_owner = record.auto.map(|_| record.owner);
         Ok(Maintenance {
             recorded_partitions: [PARTITIONS_FIELD, DRAIN_PARTITIONS_FIELD]
                 .map(|field| meta.get(field).cloned()),
+            auto_owner,
             configured,
             reaped,
             stats,

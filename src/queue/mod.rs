@@ -13,6 +13,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod auto_visibility;
 mod client;
 mod connection;
 pub(crate) use connection::url_has_password;

@@ -597,6 +597,9 @@ pub struct Maintenance {
     /// The partition record's fields of `meta` as read (`partitions`,
     /// `drain_partitions`; see [`PartitionRecord`](super::PartitionRecord)).
     pub recorded_partitions: [Option<String>; 2],
+    /// The tuner of an `auto` visibility timeout recorded in `meta` before the pass
+    /// (`visibility_owner`, see [`super::auto_visibility`]) while its mode was `auto`.
+    pub auto_owner: Option<super::auto_visibility::Owner>,
 }
 
 /// Which dead jobs `redrive` and `purge` act on.

@@ -302,6 +302,9 @@ pub struct WorkerConfig {
     pub reaper: bool,
     /// The longest an idle worker waits for a wake marker before claiming again.
     pub poll_interval: Duration,
+    /// How the reaper tunes a queue whose visibility timeout is `auto` (see
+    /// [`WorkerBuilder::auto_visibility_timing`]).
+    pub tuning: crate::queue::auto_visibility::Timing,
 }
 
 /// Builds a [`Worker`].
@@ -403,6 +406,15 @@ impl WorkerBuilder {
         self
     }
 
+    /// With the reaper on and the queue's visibility timeout `auto` (and not tuned by the
+    /// operator), the reaper reconsiders the value every `timing.interval` (one reaper
+    /// of the fleet at a time); a lower value waits `timing.stabilization` (defaults
+    /// 30 s and 5 min). Shorter timings are for tests and benchmarks.
+    pub fn auto_visibility_timing(mut self, timing: crate::queue::auto_visibility::Timing) -> Self {
+        self.config.tuning = timing;
+        self
+    }
+
     pub fn build(self) -> Result<Worker> {
         let c = &self.config;
         let bad = |what: &'static str, reason: String| Error::InvalidArgument { what, reason };
@@ -479,6 +491,7 @@ impl Worker {
                 retry_max: Duration::from_secs(10),
                 reaper: true,
                 poll_interval: Duration::from_secs(1),
+                tuning: Default::default(),
             },
             shutdown: None,
         }

@@ -28,9 +28,10 @@ use super::lease::{self, Step};
 use super::source::{JobSource, PartitionWake};
 use super::{Counters, JobContext, JobError, MAX_ERROR_TEXT, RetryDelay, Worker, WorkerStats};
 use crate::duration;
+use crate::queue::auto_visibility::{self, Timing};
 use crate::queue::{
-    Dedicated, Error, FailMode, FailOutcome, JobId, Lease, LeaseRef, MAX_BATCH, Result, Settle,
-    Settled, Unconfirmed, new_token, within_window,
+    Dedicated, Error, FailMode, FailOutcome, JobId, Lease, LeaseRef, MAX_BATCH, Queue, Result,
+    Settle, Settled, Unconfirmed, new_token, within_window,
 };
 use crate::shutdown::Signals;
 
@@ -437,7 +438,7 @@ where
     let watcher = tokio::spawn(watch_deadlines(shared.clone(), stop_renewing.clone()));
     let reaper = config
         .reaper
-        .then(|| tokio::spawn(reap_now_and_then(shared.clone())));
+        .then(|| tokio::spawn(reap_now_and_then(shared.clone(), config.tuning)));
 
     let slots = Arc::new(Semaphore::new(config.concurrency));
     let max_claim = config.max_claim.min(config.concurrency);
@@ -1257,14 +1258,18 @@ async fn watch_deadlines(shared: Arc<Shared>, stop: CancellationToken) {
 /// failed pass is logged and tried again at the next one. The first pass comes at a
 /// random point of the first interval, so a fleet started at once does not reap in step,
 /// and a worker restarted after a crash soon frees the jobs its predecessor held.
-async fn reap_now_and_then(shared: Arc<Shared>) {
+async fn reap_now_and_then(shared: Arc<Shared>, tuning: Timing) {
     let mut wait = reap_interval(shared.lease_len()).mul_f64(rand::random::<f64>());
+    let writer = format!("reaper:{}", shared.worker_id);
     loop {
         tokio::select! {
             _ = shared.shutdown.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
         }
         wait = reap_interval(shared.lease_len());
+        if let JobSource::One(queue) = &shared.queue {
+            tune_visibility(&shared, queue, &writer, &tuning, wait).await;
+        }
         match shared.queue.reap_expired(REAP_BATCH, REAP_CALLS).await {
             Ok(o) => {
                 let reaped = o.requeued + o.dead_lettered;
@@ -1277,6 +1282,31 @@ async fn reap_now_and_then(shared: Arc<Shared>) {
             }
             Err(err) => shared.redis_error("reap", &err, wait),
         }
+    }
+}
+
+/// A queue whose visibility timeout is `auto`: this reaper's turn at setting it, when no
+/// other writer has it. A change is logged; the renewer takes the new value at its next
+/// round, and claims take it from the queue at once.
+async fn tune_visibility(
+    shared: &Shared,
+    queue: &Queue,
+    writer: &str,
+    timing: &Timing,
+    wait: Duration,
+) {
+    match auto_visibility::tune(queue, writer, timing).await {
+        Ok(Some(t)) if t.changed() => {
+            info!(queue = %shared.queue_name, from = %duration::format(t.from),
+                to = %duration::format(t.decision.value), reason = %t.decision.reason,
+                "visibility timeout (auto) changed");
+        }
+        Ok(Some(t)) => {
+            debug!(queue = %shared.queue_name, value = %duration::format(t.from), reason = %t.decision.reason,
+                "visibility timeout (auto) held");
+        }
+        Ok(None) => {}
+        Err(err) => shared.redis_error("visibility tuning", &err, wait),
     }
 }
 
