@@ -8,8 +8,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use jobqueue::queue::auto_visibility::{
-    self, AutoBounds, Reason, Timing, VisibilityRecord, fields, tune,
+    self, AutoBounds, Reason, Timing, VisibilityRecord, fields,
 };
+use jobqueue::queue::tuning::tune;
 use jobqueue::queue::{NewJob, Queue, QueueSettings};
 use jobqueue::worker::Worker;
 use redis::Commands;

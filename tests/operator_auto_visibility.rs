@@ -8,7 +8,7 @@ mod support;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use jobqueue::queue::auto_visibility::{self, Timing, fields};
+use jobqueue::queue::auto_visibility::{Timing, fields};
 use jobqueue::queue::{NewJob, Queue};
 use redis::Commands;
 use support::fixtures::{JobQueueExt, TestClock, queue};
@@ -53,7 +53,7 @@ async fn the_operator_tunes_an_auto_queue_and_says_so_in_status_and_events() {
     let _: i64 = redis.conn().del(&turn).unwrap();
     let timing = Timing::default();
     assert_eq!(
-        auto_visibility::tune(&q, "reaper:w1", &timing)
+        jobqueue::queue::tuning::tune(&q, "reaper:w1", &timing)
             .await
             .unwrap(),
         None

@@ -139,11 +139,16 @@ async fn the_operator_binary_keeps_a_queue_against_a_real_http_api() {
         .within(Duration::from_secs(10))
         .until(async || http_get(&op.metrics, "/readyz").await.map(|r| r.0) == Some(200))
         .await;
-    let metrics = http_get(&op.metrics, "/metrics").await.expect("/metrics").1;
-    assert!(
-        metrics.contains("jobqueue_pending{namespace=\"jobs\",name=\"e2e\"} 5"),
-        "{metrics}"
-    );
+    // The reconcile writes the status before it records its metrics: the scrape that
+    // follows may still be between the two.
+    op.wait_for("/metrics with pending 5")
+        .within(Duration::from_secs(10))
+        .until(async || {
+            http_get(&op.metrics, "/metrics").await.is_some_and(|r| {
+                r.1.contains("jobqueue_pending{namespace=\"jobs\",name=\"e2e\"} 5")
+            })
+        })
+        .await;
 
     // The periodic requeue follows Redis: more work shows up without any API event.
     queue.enqueue(NewJob::new(&b"late"[..])).await.unwrap();

@@ -33,7 +33,7 @@ const MAX_PAGE: usize = 200;
 /// The largest offset a page takes (past it every list is empty anyway).
 const MAX_OFFSET: usize = 1 << 40;
 
-pub fn router(console: Arc<Console>) -> Router {
+pub fn router(console: Arc<Console>, more: Router<Arc<Console>>) -> Router {
     Router::new()
         .route("/", get(page))
         .route("/queue", get(page))
@@ -55,7 +55,7 @@ pub fn router(console: Arc<Console>) -> Router {
         .route("/api/payload", get(payload))
         .route("/api/dead/redrive", axum::routing::post(redrive))
         .route("/api/dead/purge", axum::routing::post(purge))
-        .merge(super::ops::routes())
+        .merge(more)
         .layer(axum::middleware::from_fn_with_state(
             console.clone(),
             guard::guard,

@@ -174,7 +174,7 @@ async fn check(console: &Console, req: Request<Body>, next: Next) -> Response {
             return next.run(req).await;
         }
         // Every write, refused or done, is an audit line.
-        let peer = super::server::peer(&req);
+        let peer = peer(&req);
         let method = req.method().to_string();
         let response = match refused {
             Some(refused) => refused,
@@ -190,6 +190,13 @@ async fn check(console: &Console, req: Request<Body>, next: Next) -> Response {
         return response;
     }
     next.run(req).await
+}
+
+/// The client's address, as the server recorded it (none in unit tests of a router).
+pub fn peer(req: &axum::extract::Request) -> Option<std::net::SocketAddr> {
+    req.extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|axum::extract::ConnectInfo(addr)| *addr)
 }
 
 #[cfg(test)]

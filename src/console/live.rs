@@ -7,10 +7,10 @@
 //! clock it carried; requests compute ages from those at the time they are served, so a
 //! hung Redis shows as counts growing old, not as the last counts still looking fresh.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use super::refresher::{Entry, Sample, Snapshot};
+use super::source::KubeInfo;
 use crate::queue::{Queue, QueueStats};
 
 /// A health note: `warn` or `bad`, and what it means.
@@ -426,6 +426,66 @@ pub async fn probe(queue: &Queue, timeout: Duration) -> RedisHealth {
     }
     out.warnings = redis_warnings(&out);
     out
+}
+
+/// One reading of the counters that rates are made of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sample {
+    /// When it was read (ms since the epoch, this host's clock).
+    pub at_ms: i64,
+    pub enqueued: u64,
+    pub acked: u64,
+    pub failed: u64,
+    pub dead_lettered: u64,
+    pub stale: u64,
+}
+
+impl Sample {
+    pub(super) fn of(at_ms: i64, s: &QueueStats) -> Sample {
+        Sample {
+            at_ms,
+            enqueued: s.enqueued,
+            acked: s.acked,
+            failed: s.failed,
+            dead_lettered: s.dead_lettered,
+            stale: s.stale,
+        }
+    }
+}
+
+/// One queue as last read.
+#[derive(Clone)]
+pub struct Entry {
+    pub id: String,
+    pub queue: Option<Queue>,
+    /// The last `stats` reply; kept through a failed refresh (then `error` says so).
+    pub stats: Option<QueueStats>,
+    pub error: Option<String>,
+    pub kube: Option<KubeInfo>,
+    pub history: VecDeque<Sample>,
+    /// Every partition of a partitioned queue (see `Found::parts`).
+    pub parts: Vec<Queue>,
+    /// When the last `stats` reply arrived (this host's monotonic clock; the reply's
+    /// Redis clock is `stats.time_ms`): the counts' age is measured from it.
+    pub read_at: Option<Instant>,
+}
+
+/// What the refresher last saw.
+#[derive(Clone, Default)]
+pub struct Snapshot {
+    /// How many refreshes have completed (0 before the first).
+    pub seq: u64,
+    /// When the last refresh ended (ms since the epoch).
+    pub at_ms: i64,
+    /// `stats` calls made since start, all queues together.
+    pub stats_calls: u64,
+    /// Why the last listing of queues failed, if it did (the previous list is kept).
+    pub error: Option<String>,
+    pub entries: BTreeMap<String, Entry>,
+    /// The Redis servers as their last probe saw them, by endpoint.
+    pub redis: BTreeMap<String, RedisHealth>,
+    /// When the refresher started.
+    pub started: Option<Instant>,
 }
 
 #[cfg(test)]

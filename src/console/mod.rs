@@ -102,7 +102,8 @@ pub async fn serve(
         client_timeout: console.config.client_timeout,
         max_connections: console.config.max_connections,
     };
-    let app = api::router(console).layer(axum::middleware::from_fn(errors::json_errors));
+    let app =
+        api::router(console, ops::routes()).layer(axum::middleware::from_fn(errors::json_errors));
     let task = tokio::spawn(server::run(listener, app, limits, shutdown));
     Ok((addr, task))
 }

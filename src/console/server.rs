@@ -312,10 +312,3 @@ async fn serve_connection(
         }
     }
 }
-
-/// The client's address, as the server recorded it (none in unit tests of a router).
-pub fn peer(req: &Request<Body>) -> Option<SocketAddr> {
-    req.extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(addr)| *addr)
-}

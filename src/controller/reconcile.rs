@@ -649,7 +649,7 @@ async fn end_auto(queue: &Queue) -> crate::queue::Result<()> {
 
 /// `visibilityTimeout: auto`: the operator takes the queue's tuning (its bounds and
 /// `visibility_owner: operator` in `meta`, so the workers' reapers defer), then runs the
-/// rule once (see [`auto_visibility::tune`]) and reads back what is in force.
+/// rule once (see [`crate::queue::tuning::tune`]) and reads back what is in force.
 async fn tune_visibility(
     queue: &Queue,
     bounds: AutoBounds,
@@ -677,7 +677,7 @@ async fn tune_visibility(
         interval,
         ..Default::default()
     };
-    let tuned = auto_visibility::tune(queue, "operator", &timing).await?;
+    let tuned = crate::queue::tuning::tune(queue, "operator", &timing).await?;
     let after = queue.meta_fields().await?;
     let record = VisibilityRecord::from_fields(&after);
     Ok(VisibilityObserved {

@@ -16,6 +16,7 @@
 pub mod auto_visibility;
 mod client;
 mod connection;
+pub mod tuning;
 pub(crate) use connection::url_has_password;
 mod durability;
 mod error;

@@ -28,7 +28,7 @@ use super::lease::{self, Step};
 use super::source::{JobSource, PartitionWake};
 use super::{Counters, JobContext, JobError, MAX_ERROR_TEXT, RetryDelay, Worker, WorkerStats};
 use crate::duration;
-use crate::queue::auto_visibility::{self, Timing};
+use crate::queue::auto_visibility::Timing;
 use crate::queue::{
     Dedicated, Error, FailMode, FailOutcome, JobId, Lease, LeaseRef, MAX_BATCH, Queue, Result,
     Settle, Settled, Unconfirmed, new_token, within_window,
@@ -1295,7 +1295,7 @@ async fn tune_visibility(
     timing: &Timing,
     wait: Duration,
 ) {
-    match auto_visibility::tune(queue, writer, timing).await {
+    match crate::queue::tuning::tune(queue, writer, timing).await {
         Ok(Some(t)) if t.changed() => {
             info!(queue = %shared.queue_name, from = %duration::format(t.from),
                 to = %duration::format(t.decision.value), reason = %t.decision.reason,
