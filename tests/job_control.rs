@@ -120,6 +120,12 @@ async fn cancel_ends_pending_and_delayed_jobs_keeping_their_hash() {
         "{}",
         text(&out.stdout)
     );
+    let out = jobqueue(&server, "can", &["show", "p"]);
+    assert!(
+        text(&out.stdout).contains("cancelled (kept by completed retention)"),
+        "{}",
+        text(&out.stdout)
+    );
     // Cancelled already, or promoted: nothing changes.
     assert_eq!(
         queue.cancel("p").await.unwrap(),
