@@ -62,7 +62,14 @@ async fn promote_runs_delayed_jobs_now_and_says_why_it_skips_the_others() {
     let out = jobqueue(
         &server,
         "pro",
-        &["promote", "late", "ready", "nope", "--id-hex", "hex:62696eff"],
+        &[
+            "promote",
+            "late",
+            "ready",
+            "nope",
+            "--id-hex",
+            "hex:62696eff",
+        ],
     );
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stdout}{stderr}");
@@ -149,7 +156,8 @@ async fn a_cancelled_leased_exec_job_has_its_process_group_stopped_and_ends_canc
     let queue = retaining(&server, "lcan").await;
     let id = format!("sleeper-{}-{}", std::process::id(), rand::random::<u32>());
     // The command and its sleep (a second process of its group) run until stopped.
-    let handler = ExecHandler::new("sh", ["-c", "sleep 3600 & wait"]).kill_grace(Duration::from_secs(5));
+    let handler =
+        ExecHandler::new("sh", ["-c", "sleep 3600 & wait"]).kill_grace(Duration::from_secs(5));
     let handler = std::sync::Arc::new(handler);
     let worker = Worker::builder(queue.clone())
         .handle_signals(false)
@@ -185,7 +193,14 @@ async fn a_cancelled_leased_exec_job_has_its_process_group_stopped_and_ends_canc
         .await;
     let qs = queue.stats().await.unwrap();
     assert_eq!(
-        (qs.cancelled, qs.processing, qs.pending, qs.dead, qs.acked, qs.failed),
+        (
+            qs.cancelled,
+            qs.processing,
+            qs.pending,
+            qs.dead,
+            qs.acked,
+            qs.failed
+        ),
         (1, 0, 0, 0, 0, 0),
         "{qs:?}"
     );

@@ -9,8 +9,8 @@ use tokio::time::Instant;
 
 use crate::queue::{
     Backoff, Claimed, Durability, FailMode, FailOutcome, Lease, LeaseRef, PartitionWaiter,
-    PartitionedQueue, Queue, QueueSettings, ReapOutcome, Renewal, Result, Settle, Settled, SettledClaim,
-    Unconfirmed,
+    PartitionedQueue, Queue, QueueSettings, ReapOutcome, Renewal, Result, Settle, Settled,
+    SettledClaim, Unconfirmed,
 };
 
 /// One queue or N partitions (see `crate::queue::PartitionedQueue`).
