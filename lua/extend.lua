@@ -15,7 +15,10 @@
   ARGV[3]        n, 1..1000
   ARGV[4..3+2n]  n pairs: id, token
 
-  Returns: an array of n integers, in pair order: the new lease_until, or 0 when stale.
+  Returns: an array of n integers, in pair order: the new lease_until, or 0 when stale,
+  or -1 when the lease was extended but the job's cancellation was asked for (its hash
+  holds `cancel_requested`, see manage.lua `cancel`): the worker stops the job and ends
+  the lease with manage `cancelled`.
 
   A pair is accepted when the job's status is `processing` and its claim_token equals the
   token (an expired lease not reaped yet is still accepted). lease_until = now + ms is
@@ -188,11 +191,12 @@ local res, acc = {}, {}
 local stale, unknown = 0, 0
 for i = 1, n do
   local key = KEYS[7 + i]
-  local h = redis.pcall('HMGET', key, 'claim_token', 'status')
+  local h = redis.pcall('HMGET', key, 'claim_token', 'status', 'cancel_requested')
   e = failure(h, key, 'hash')
   if e then return e end
   if h[2] == 'processing' and h[1] == ARGV[3 + 2 * i] then
     acc[#acc + 1] = i
+    if h[3] then res[i] = -1 end
   else
     res[i] = 0
     -- a job has a payload; only a job enqueued ready lacks a status
@@ -245,7 +249,7 @@ if e then return e end
 for j = 1, na do
   local i = acc[j]
   redis.call('HSET', KEYS[7 + i], 'lease_until', leaseS)
-  res[i] = lease
+  if res[i] ~= -1 then res[i] = lease end
 end
 -- counters use pcall: stats was type-checked before the first write, and a counter
 -- holding a non-number must not fail a call whose changes are already made

@@ -1,23 +1,27 @@
 --[[
   manage: an operator's hand on a queue or one job: pause or resume claims, run a delayed
-  job now, delete one job.
+  job now, delete one job, cancel one job (and the worker's end of a cancelled lease).
 
   KEYS[1] P:{T}:pending      LIST  `run`: the job goes to the front (RPUSH); `delete`: its
                                    id is removed (LREM, O(length of pending)); `resume`:
                                    read (LLEN)
-  KEYS[2] P:{T}:processing   (not touched)
-  KEYS[3] P:{T}:delayed      ZSET  `run` and `delete`: the id is removed
+  KEYS[2] P:{T}:processing   ZSET  `cancelled`: the id is removed
+  KEYS[1]                          `cancel`: a pending id is removed (LREM)
+  KEYS[3] P:{T}:delayed      ZSET  `run`, `delete` and `cancel`: the id is removed
   KEYS[4] P:{T}:dead         ZSET  `delete`: the id is removed
   KEYS[5] P:{T}:meta         HASH  `pause` sets the field `paused` (the ms it was paused),
-                                   `resume` deletes it
-  KEYS[6] P:{T}:stats        HASH  counters run_now, deleted
+                                   `resume` deletes it; `cancel`, `cancelled`: read
+                                   completed_retention_ms
+  KEYS[6] P:{T}:stats        HASH  counters run_now, deleted, cancelled
   KEYS[7] P:{T}:wake         LIST  `run`: one marker; `resume`: one per pending job, at most
                                    1024
-  KEYS[8]                    `run` and `delete` only: the job key (ARGV[1]..id)
+  KEYS[8]                    `run`, `delete`, `cancel`, `cancelled` only: the job key
+                             (ARGV[1]..id)
 
   ARGV[1]  job-key prefix P:{T}:job:
-  ARGV[2]  action: `pause`, `resume`, `run` or `delete`
-  ARGV[3]  `run` and `delete` only: the id, 1..1024 bytes
+  ARGV[2]  action: `pause`, `resume`, `run`, `delete`, `cancel` or `cancelled`
+  ARGV[3]  `run`, `delete`, `cancel`, `cancelled` only: the id, 1..1024 bytes
+  ARGV[4]  `cancelled` only: the claim token of the lease
 
   Returns:
     pause, resume: 1 when the call changed the queue, 0 when it was paused (resumed)
@@ -28,6 +32,17 @@
             deleted (its hash, and its id from that list; counted in `deleted`);
             `processing` and `done` mean it was left alone (a leased job is never
             deleted: its worker holds it); `absent` means no job hash exists.
+    cancel: the job's status as it was. `pending` or `delayed`: the job was cancelled
+            (its id removed from that list, counted in `cancelled`; its hash kept with
+            status `cancelled` for completed_retention_ms, PEXPIRE, or deleted when that
+            is 0). `processing`: the hash gets the field `cancel_requested` (the ms, kept
+            when set already); the worker learns it at its next extend (reply -1) and
+            ends the lease with `cancelled`; a reaper ends such a lease that expires the
+            same way. Anything else (`dead`, `done`, `cancelled`) is left alone; `absent`
+            means no job hash exists.
+    cancelled: 1 when the job is `processing` with that claim token (an expired lease
+            not reaped yet too) and `cancel_requested`: it leaves processing and ends as
+            a cancelled pending job does (counted in `cancelled`); else 0, nothing changed.
 
   While meta holds `paused`, claim and the claim part of settle_claim lease nothing and
   promote nothing (acks, fails, extends, enqueues and reaps go on).
@@ -181,12 +196,17 @@ end
 -- END include/prelude.lua
 
 local action = ARGV[2]
-local job = action == 'run' or action == 'delete'
+local job = action == 'run' or action == 'delete' or action == 'cancel' or action == 'cancelled'
 if not job and action ~= 'pause' and action ~= 'resume' then
-  return bad('action', 'expected "pause", "resume", "run" or "delete", got ' .. shown(action))
+  return bad('action', 'expected "pause", "resume", "run", "delete", "cancel" or "cancelled", got ' ..
+    shown(action))
 end
 if job then
-  if #ARGV ~= 3 then
+  if action == 'cancelled' then
+    if #ARGV ~= 4 then
+      return bad('arguments', 'expected 4 (prefix, cancelled, id, token), got ' .. #ARGV)
+    end
+  elseif #ARGV ~= 3 then
     return bad('arguments', 'expected 3 (prefix, ' .. action .. ', id), got ' .. #ARGV)
   end
   if #ARGV[3] < 1 or #ARGV[3] > 1024 then
@@ -202,7 +222,7 @@ else
   if #KEYS ~= 7 then return bad('keys', 'expected the 7 queue keys, got ' .. #KEYS) end
 end
 
-local K_PENDING, K_DELAYED, K_DEAD = KEYS[1], KEYS[3], KEYS[4]
+local K_PENDING, K_PROCESSING, K_DELAYED, K_DEAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_META, K_STATS, K_WAKE = KEYS[5], KEYS[6], KEYS[7]
 
 effects()
@@ -258,6 +278,66 @@ if action == 'run' then
   redis.call('LTRIM', K_WAKE, '0', '1023')
   redis.pcall('HINCRBY', K_STATS, 'run_now', '1')
   return 1
+end
+
+-- finish(key): a cancelled job's end: its hash kept with status `cancelled` for
+-- completed_retention_ms, or deleted when that is 0; counted in `cancelled`
+local function finish(key)
+  local m = redis.pcall('HGET', K_META, 'completed_retention_ms')
+  local retention = 0
+  if type(m) == 'string' then
+    retention = tonumber(m)
+    if retention == nil or retention ~= retention or retention < 1 then
+      retention = 0
+    elseif retention > MAXMS then
+      retention = MAXMS
+    end
+    retention = math.floor(retention)
+  end
+  if retention > 0 then
+    redis.call('HSET', key, 'status', 'cancelled')
+    redis.call('HDEL', key, 'lease_until')
+    redis.call('PEXPIRE', key, S(retention))
+  else
+    redis.call('DEL', key)
+  end
+  redis.pcall('HINCRBY', K_STATS, 'cancelled', '1')
+end
+
+if action == 'cancelled' then
+  if st ~= 'processing' then return 0 end
+  local t = redis.call('HMGET', key, 'claim_token', 'cancel_requested')
+  if t[1] ~= ARGV[4] or not t[2] then return 0 end
+  e = expect(K_META, 'hash') or expect(K_STATS, 'hash')
+  if e then return e end
+  local z = redis.pcall('ZREM', K_PROCESSING, id)
+  e = failure(z, K_PROCESSING, 'zset')
+  if e then return e end
+  finish(key)
+  return 1
+end
+
+if action == 'cancel' then
+  if not st then
+    if redis.call('EXISTS', key) == 0 then return 'absent' end
+    return 'done'
+  end
+  if st == 'processing' then
+    redis.call('HSETNX', key, 'cancel_requested', nowS)
+    return st
+  end
+  if st ~= 'pending' and st ~= 'delayed' then return st end
+  local from = st == 'pending' and K_PENDING or K_DELAYED
+  e = expect(from, st == 'pending' and 'list' or 'zset') or expect(K_META, 'hash') or
+    expect(K_STATS, 'hash')
+  if e then return e end
+  if st == 'pending' then
+    redis.call('LREM', K_PENDING, '0', id)
+  else
+    redis.call('ZREM', K_DELAYED, id)
+  end
+  finish(key)
+  return st
 end
 
 -- delete

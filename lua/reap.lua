@@ -8,9 +8,11 @@
   KEYS[3] P:{T}:delayed      ZSET  due jobs are read and removed
   KEYS[4] P:{T}:dead         ZSET  dead-lettered jobs (scored now), trimmed
   KEYS[5] P:{T}:meta         HASH  max_attempts (overridden by the job hash's own, its
-                                   per-job option), dead_retention_ms, dead_max_len
+                                   per-job option), dead_retention_ms, dead_max_len,
+                                   completed_retention_ms
   KEYS[6] P:{T}:stats        HASH  counters reaped, dead_lettered, dead_trimmed, orphans,
-                                   promoted, set_aside, restored, restored_purged, wrong_type
+                                   promoted, set_aside, restored, restored_purged, wrong_type,
+                                   cancelled
   KEYS[7] P:{T}:wake         LIST  one marker per job put in pending, trimmed to 1024
   KEYS[8] P:{T}:orphans      ZSET  id -> ms it was set aside (ids whose hash is absent), or
                                    minus the ms purge forgot it (remembered 7 days)
@@ -30,7 +32,10 @@
   `orphans` and `set_aside`, a wrong-typed key in `wrong_type` too, and never touched);
   status not `processing` (a hash without status is a pending job) -> entry removed,
   counted in `orphans`; hash lease_until > now -> entry re-scored to it,
-  nothing else; attempts >= max_attempts (below 1 counts as 1) -> dead with last_error
+  nothing else; the hash holds `cancel_requested` (manage.lua `cancel`) -> the job ends
+  cancelled: hash kept with status `cancelled` for completed_retention_ms (PEXPIRE), or
+  deleted when that is 0, counted in `cancelled` (not in `reaped`; neither retried nor
+  dead); attempts >= max_attempts (below 1 counts as 1) -> dead with last_error
   "lease expired"; otherwise back to the front of pending with a wake marker.
   lease_until is removed from every job whose lease ends (claim_token stays: when and
   by whom the job was last claimed); a dead-lettered job gets died_at = now.
@@ -342,7 +347,8 @@ local now = clock()
 local nowS = S(now)
 
 -- read phase -----------------------------------------------------------------
-local m = redis.pcall('HMGET', K_META, 'max_attempts', 'dead_retention_ms', 'dead_max_len')
+local m = redis.pcall('HMGET', K_META, 'max_attempts', 'dead_retention_ms', 'dead_max_len',
+  'completed_retention_ms')
 local e = failure(m, K_META, 'hash')
 if e then return e end
 local maxAtt = math.floor(num(m[1], 5))
@@ -353,6 +359,10 @@ retention = math.floor(retention)
 local maxLen = num(m[3], 10000)
 if maxLen < 0 then maxLen = 10000 end
 maxLen = math.floor(maxLen)
+local keepDone = num(m[4], 0)
+if keepDone < 1 then keepDone = 0 end
+if keepDone > MAXMS then keepDone = MAXMS end
+keepDone = math.floor(keepDone)
 
 local due = redis.pcall('ZRANGEBYSCORE', K_PROCESSING, '-inf', nowS, 'LIMIT', '0', S(batch))
 e = failure(due, K_PROCESSING, 'zset')
@@ -363,6 +373,7 @@ local rescore = {}         -- score, id pairs
 local requeue, requeueKeys = {}, {}
 local expiredErr = {} -- job key -> { attempts, errors } as read: the attempt's error
 local dead, deadKeys, deadSet = {}, {}, {}
+local cancelKeys = {}      -- expired leases of jobs whose cancellation was asked for
 local orphans = 0
 local aside, asideSet = {}, {}   -- ids whose hash is absent: set aside, never forgotten
 local wrong = 0                  -- of them, the ids whose job key is not a hash
@@ -395,7 +406,8 @@ for i = 1, #due do
   local id = due[i]
   local key = prefix .. id
   moved[id] = true
-  local h = redis.pcall('HMGET', key, 'status', 'lease_until', 'attempts', 'max_attempts', 'errors')
+  local h = redis.pcall('HMGET', key, 'status', 'lease_until', 'attempts', 'max_attempts', 'errors',
+    'cancel_requested')
   local out
   out, e = absent(h, id, key, not h.err and h[1])
   if e then return e end
@@ -412,6 +424,9 @@ for i = 1, #due do
       if lu == math.floor(lu) and lu < 9007199254740992 then lu = S(lu) end
       rescore[#rescore + 1] = lu
       rescore[#rescore + 1] = id
+    elseif h[6] then
+      gone[#gone + 1] = id
+      cancelKeys[#cancelKeys + 1] = key
     elseif num(attS, 0) >= jobMaxAttempts(h[4], maxAtt) then
       gone[#gone + 1] = id
       dead[#dead + 1] = id
@@ -607,7 +622,7 @@ if (nd > 0 or #backDead > 0) and not deadChecked then
   e = expect(K_DEAD, 'zset')
   if e then return e end
 end
-if nr > 0 or nd > 0 or orphans > 0 or #trim > 0 or np > 0 or #back > 0 then
+if nr > 0 or nd > 0 or orphans > 0 or #trim > 0 or np > 0 or #back > 0 or #cancelKeys > 0 then
   e = expect(K_STATS, 'hash')
   if e then return e end
 end
@@ -643,6 +658,15 @@ if nd > 0 then
     local x = expiredErr[deadKeys[i]]
     redis.call('HSET', deadKeys[i], 'status', 'dead', 'last_error', 'lease expired',
       'died_at', nowS, attemptError(x[2], num(x[1], 0), nowS, 'lease expired'))
+  end
+end
+for i = 1, #cancelKeys do
+  if keepDone > 0 then
+    redis.call('HDEL', cancelKeys[i], 'lease_until')
+    redis.call('HSET', cancelKeys[i], 'status', 'cancelled')
+    redis.call('PEXPIRE', cancelKeys[i], S(keepDone))
+  else
+    redis.call('DEL', cancelKeys[i])
   end
 end
 -- every due entry leaves delayed: promoted, set aside or dropped
@@ -693,6 +717,7 @@ end
 -- holding a non-number must not fail a call whose changes are already made
 if nr > 0 then redis.pcall('HINCRBY', K_STATS, 'reaped', S(nr)) end
 if nd > 0 then redis.pcall('HINCRBY', K_STATS, 'dead_lettered', S(nd)) end
+if #cancelKeys > 0 then redis.pcall('HINCRBY', K_STATS, 'cancelled', S(#cancelKeys)) end
 tallyCount('d', nd, now)
 if trimmed > 0 then redis.pcall('HINCRBY', K_STATS, 'dead_trimmed', S(trimmed)) end
 if orphans > 0 then redis.pcall('HINCRBY', K_STATS, 'orphans', S(orphans)) end

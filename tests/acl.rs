@@ -330,6 +330,8 @@ fn each_roles_acl_grants_what_its_scripts_call_and_nothing_more() {
                 &s.reap,
                 // tuning an `auto` visibility timeout
                 &s.stats,
+                // ending the lease of a cancelled job (`cancelled`)
+                &s.manage,
             ],
             &[
                 "ping",

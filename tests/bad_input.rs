@@ -275,6 +275,14 @@ const ROWS: &[Row] = &[
     row("configure-auto-margin", &["configure", "--redis", "{url}", "--tag", "bi", "--visibility-timeout", "auto", "--auto-margin", "0.5"], 2, "auto margin: must be a number from 1 to 100"),
     row("configure-auto-max-below-min", &["configure", "--redis", "{url}", "--tag", "bi", "--visibility-timeout", "auto", "--auto-min", "2m", "--auto-max", "1m"], 2, "auto max: must not be below auto min"),
     row("configure-visibility-word", &["configure", "--redis", "{url}", "--tag", "bi", "--visibility-timeout", "sometimes"], 2, "or auto: set from the queue's processing times"),
+    row("cancel-no-id", &["cancel", "--redis", "{url}", "--tag", "bi"], 2, "the following required arguments were not provided"),
+    row("promote-no-id", &["promote", "--redis", "{url}", "--tag", "bi"], 2, "the following required arguments were not provided"),
+    row("cancel-empty-id", &["cancel", "--redis", "{url}", "--tag", "bi", ""], 2, "invalid job id: \"\" must be 1 to 1024 bytes"),
+    row("promote-bad-hex", &["promote", "--redis", "{url}", "--tag", "bi", "--id-hex", "zz"], 2, "--id-hex: \"zz\" is not hex"),
+    row("promote-pending-id", &["promote", "--redis", "{url}", "--tag", "bi", "p1"], 0, "skipped p1: not delayed (status pending)"),
+    row("promote-unknown-id", &["promote", "--redis", "{url}", "--tag", "bi", "nosuch"], 0, "skipped nosuch: no such job"),
+    row("cancel-dead-id", &["cancel", "--redis", "{url}", "--tag", "bi", "d1"], 0, "skipped d1: status dead, not cancelled"),
+    row("cancel-unknown-id", &["cancel", "--redis", "{url}", "--tag", "bi", "nosuch"], 0, "skipped nosuch: no such job"),
 ];
 
 /// Rows of the library and the protocol (no process, no exit code: the doc says `-`):

@@ -9,6 +9,7 @@ use crate::queue::{ConnectOptions, DEFAULT_PREFIX, Queue, Redis};
 mod argv;
 mod common;
 mod configure;
+mod control;
 mod dead;
 mod demo;
 mod enqueue;
@@ -94,6 +95,12 @@ pub enum Command {
     /// Resume a paused queue: workers claim again.
     #[command(after_help = pause::RESUME_EXAMPLES)]
     Resume(pause::PauseArgs),
+    /// Run delayed jobs now, by id: each goes to the front of pending.
+    #[command(after_help = control::PROMOTE_EXAMPLES)]
+    Promote(control::JobsArgs),
+    /// Cancel jobs by id: pending or delayed ones at once, leased ones stopped by their worker.
+    #[command(after_help = control::CANCEL_EXAMPLES)]
+    Cancel(control::JobsArgs),
     /// Put expired leases back to pending (or dead): once, or every interval.
     #[command(after_help = reap::EXAMPLES)]
     Reap(reap::ReapArgs),
@@ -744,6 +751,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Reap(args) => reap::run(args).await,
         Command::Pause(args) => pause::run(args, true).await,
         Command::Resume(args) => pause::run(args, false).await,
+        Command::Promote(args) => control::promote(args).await,
+        Command::Cancel(args) => control::cancel(args).await,
         Command::Demo(args) => demo::run(args).await,
         Command::Ui(args) => ui::run(args).await,
         Command::DemoWorker(args) => demo::worker::run(args).await,

@@ -298,6 +298,7 @@ pub fn table(name: &str, endpoint: &str, s: &QueueStats, all: bool) -> String {
             ("promoted", s.promoted, false),
             ("run_now", s.run_now, false),
             ("deleted", s.deleted, false),
+            ("cancelled", s.cancelled, s.cancelled > 0),
         ],
     );
     out.push_str("processing time of acked jobs\n");

@@ -43,7 +43,9 @@ unreachable), the command gets SIGTERM when the lease may have ended and SIGKILL
 --kill-grace later, so it never runs on beside the job's next run for longer. With
 --timeout, a command still running after that long gets SIGTERM, then SIGKILL
 --kill-grace later, and its job fails with `timed out after <timeout>` (retried or
-dead-lettered as any failure). On SIGTERM
+dead-lettered as any failure). A job cancelled with `jobqueue cancel` while it runs is
+stopped the same way at the next lease renewal and ends as cancelled (not retried, not
+dead), whatever the command's exit. On SIGTERM
 or Ctrl-C the worker stops claiming, sends SIGTERM to running commands and waits up to
 --shutdown-timeout: a command that exits 0 in time is acked; one that stops otherwise, or
 is still running at the deadline (then killed with SIGKILL), has its job released to run

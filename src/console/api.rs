@@ -573,6 +573,9 @@ async fn job(State(console): State<Arc<Console>>, Query(query): Query<JobQuery>)
         Some(JobStatus::Processing) => "processing: a worker holds its lease",
         Some(JobStatus::Delayed) => "delayed: it moves to pending when due",
         Some(JobStatus::Done) => "done: kept by completed retention",
+        None if view.info.status.as_deref() == Some("cancelled") => {
+            "cancelled: kept by completed retention"
+        }
         None => "in no status the protocol knows",
     };
     if let Some(obj) = row.as_object_mut() {

@@ -153,6 +153,7 @@ fn add(t: &mut QueueStats, s: &QueueStats) {
         replayed,
         run_now,
         deleted,
+        cancelled,
         paused,
         paused_at,
         histogram,
@@ -193,6 +194,7 @@ fn add(t: &mut QueueStats, s: &QueueStats) {
     t.replayed += replayed;
     t.run_now += run_now;
     t.deleted += deleted;
+    t.cancelled += cancelled;
     // a queue with one partition paused is reported paused (since its earliest pause)
     t.paused |= paused;
     t.paused_at = match (t.paused_at, *paused_at) {

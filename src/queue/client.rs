@@ -910,12 +910,31 @@ impl Queue {
         Ok(self.extend_many(&[lease.into()], by).await?.pop().flatten())
     }
 
-    /// Extend many leases in one call per 1000; one result per lease, in order.
+    /// Extend many leases in one call per 1000; one result per lease, in order: the new
+    /// lease_until, or `None` when the lease is stale or its job's cancellation was asked
+    /// for (see [`Queue::renew_many`], which tells the two apart).
     pub async fn extend_many(
         &self,
         leases: &[LeaseRef<'_>],
         by: Option<Duration>,
     ) -> Result<Vec<Option<i64>>> {
+        Ok(self
+            .renew_many(leases, by)
+            .await?
+            .into_iter()
+            .map(|r| match r {
+                Renewal::Extended(until) => Some(until),
+                Renewal::Cancelled | Renewal::Stale => None,
+            })
+            .collect())
+    }
+
+    /// Extend many leases in one call per 1000; one [`Renewal`] per lease, in order.
+    pub async fn renew_many(
+        &self,
+        leases: &[LeaseRef<'_>],
+        by: Option<Duration>,
+    ) -> Result<Vec<Renewal>> {
         let ms = by.map_or(0, |d| d.as_millis().max(1) as u64);
         let mut out = Vec::with_capacity(leases.len());
         for chunk in leases.chunks(MAX_BATCH) {
@@ -928,7 +947,11 @@ impl Queue {
             let reply = self.run(&SCRIPTS.extend, &cmd).await?;
             let until = int_array(&reply).filter(|f| f.len() == chunk.len());
             let until = until.ok_or_else(|| self.protocol("extend", format!("{reply:?}")))?;
-            out.extend(until.into_iter().map(|u| (u > 0).then_some(u)));
+            out.extend(until.into_iter().map(|u| match u {
+                u if u > 0 => Renewal::Extended(u),
+                -1 => Renewal::Cancelled,
+                _ => Renewal::Stale,
+            }));
         }
         Ok(out)
     }
@@ -1135,6 +1158,37 @@ impl Queue {
             "dead" => Deletion::Deleted(JobStatus::Dead),
             _ => Deletion::Kept(status),
         })
+    }
+
+    /// Cancel one job: a pending or delayed job ends at once (status `cancelled`, kept for
+    /// the completed retention); a leased one is marked, and its worker stops it at its
+    /// next renewal. A dead, finished or cancelled job is left alone and named.
+    pub async fn cancel(&self, id: impl AsRef<[u8]>) -> Result<Cancellation> {
+        let id = id.as_ref();
+        check_existing_id(id)?;
+        let mut cmd = self.script_cmd(&SCRIPTS.manage, &[self.keys.job_key(id)]);
+        cmd.arg("cancel").arg(id);
+        let reply = self.run(&SCRIPTS.manage, &cmd).await?;
+        let status = as_str(&reply)
+            .ok_or_else(|| self.protocol("manage", format!("{reply:?}")))?
+            .to_string();
+        Ok(match status.as_str() {
+            "absent" => Cancellation::Absent,
+            "pending" => Cancellation::Cancelled(JobStatus::Pending),
+            "delayed" => Cancellation::Cancelled(JobStatus::Delayed),
+            "processing" => Cancellation::Requested,
+            _ => Cancellation::Kept(status),
+        })
+    }
+
+    /// End a lease whose job's cancellation was asked for ([`Renewal::Cancelled`]): it
+    /// leaves processing as `cancelled`, neither retried nor dead. False (nothing changed)
+    /// when the lease is not the caller's, or no cancellation was asked for.
+    pub async fn end_cancelled<'a>(&self, lease: impl Into<LeaseRef<'a>>) -> Result<bool> {
+        let lease = lease.into();
+        let mut cmd = self.script_cmd(&SCRIPTS.manage, &[self.keys.job_key(lease.id)]);
+        cmd.arg("cancelled").arg(lease.id).arg(lease.token);
+        Ok(self.count_reply(&SCRIPTS.manage, &cmd).await? == 1)
     }
 
     fn parse_stats(&self, reply: &Value) -> Result<QueueStats> {

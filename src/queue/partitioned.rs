@@ -393,6 +393,19 @@ impl PartitionedQueue {
         .await
     }
 
+    /// [`Queue::renew_many`], each lease in its partition; one answer per lease, in order.
+    pub async fn renew_many(
+        &self,
+        leases: &[LeaseRef<'_>],
+        by: Option<Duration>,
+    ) -> Result<Vec<Renewal>> {
+        self.per_partition(
+            leases,
+            |q, refs| async move { q.renew_many(&refs, by).await },
+        )
+        .await
+    }
+
     /// Fail a lease in its partition (a retry stays in that partition).
     pub async fn fail<'a>(
         &self,
@@ -784,6 +797,7 @@ pub fn add_stats(total: &mut QueueStats, s: &QueueStats) {
         replayed,
         run_now,
         deleted,
+        cancelled,
         paused,
         paused_at,
         histogram,
@@ -824,6 +838,7 @@ pub fn add_stats(total: &mut QueueStats, s: &QueueStats) {
     total.replayed += replayed;
     total.run_now += run_now;
     total.deleted += deleted;
+    total.cancelled += cancelled;
     // a queue with one partition paused is reported paused (since its earliest pause)
     total.paused |= paused;
     total.paused_at = match (total.paused_at, *paused_at) {

@@ -107,6 +107,9 @@ pub struct QueueStats {
     pub run_now: u64,
     /// Jobs an operator deleted one by one (pending, delayed or dead).
     pub deleted: u64,
+    /// Jobs cancelled (`jobqueue cancel`): pending or delayed ones at once, leased ones
+    /// when their worker (or a reaper) ended them.
+    pub cancelled: u64,
     /// The queue is paused (`meta` holds `paused`): claims lease nothing.
     pub paused: bool,
     /// When it was paused (ms), when known.
@@ -154,6 +157,7 @@ impl QueueStats {
                 "replayed" => s.replayed = v,
                 "run_now" => s.run_now = v,
                 "deleted" => s.deleted = v,
+                "cancelled" => s.cancelled = v,
                 other => {
                     if let Some(b) = other.strip_prefix("h:").and_then(|b| b.parse::<u32>().ok()) {
                         *s.histogram.buckets.entry(b).or_default() += v;

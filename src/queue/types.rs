@@ -729,6 +729,33 @@ pub enum Deletion {
     Absent,
 }
 
+/// What [`crate::queue::Queue::cancel`] found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cancellation {
+    /// The job was pending or delayed: it is cancelled (its hash kept with status
+    /// `cancelled` for the completed retention, counted in `cancelled`).
+    Cancelled(JobStatus),
+    /// The job is leased: its worker is told at its next lease renewal, stops the job and
+    /// ends it as cancelled (or a reaper does, when the lease expires).
+    Requested,
+    /// The job was left alone: it is dead, done or cancelled already, named here.
+    Kept(String),
+    /// No job hash exists for the id.
+    Absent,
+}
+
+/// One lease's answer to a renewal ([`crate::queue::Queue::renew_many`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    /// Extended until this time (ms).
+    Extended(i64),
+    /// Extended, but the job's cancellation was asked for: stop it and end the lease with
+    /// [`crate::queue::Queue::end_cancelled`].
+    Cancelled,
+    /// The lease is no longer the caller's.
+    Stale,
+}
+
 /// How long `purge --orphans` remembers an id it forgot (reap puts it back if its hash
 /// comes back meanwhile): 7 days, as the reap script holds it.
 pub const PURGED_REMEMBERED_MS: i64 = 7 * 24 * 3600 * 1000;

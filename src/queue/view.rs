@@ -42,6 +42,7 @@ impl JobView {
     pub fn status_text(&self) -> String {
         match (self.status(), self.info.status.as_deref(), &self.aside) {
             (Some(JobStatus::Done), _, _) => "done (kept by completed retention)".into(),
+            (_, Some("cancelled"), _) => "cancelled (kept by completed retention)".into(),
             (_, Some(s), _) => s.to_string(),
             (_, None, Some(a)) if a.purged => "forgotten (purged orphan)".into(),
             (_, None, Some(_)) => "set aside".into(),

@@ -212,6 +212,8 @@ pub struct WorkerStats {
     pub abandoned: u64,
     /// Leases handed back unfinished at shutdown, without charging an attempt.
     pub released: u64,
+    /// Jobs stopped because their cancellation was asked for, and ended as cancelled.
+    pub cancelled: u64,
     /// Renewal calls made (each covers every lease in flight).
     pub renewals: u64,
     /// Redis calls that failed (each followed by a backoff and a retry).
@@ -234,6 +236,7 @@ pub(crate) struct Counters {
     stale: AtomicU64,
     abandoned: AtomicU64,
     released: AtomicU64,
+    cancelled: AtomicU64,
     renewals: AtomicU64,
     redis_errors: AtomicU64,
     reaped: AtomicU64,
@@ -257,6 +260,7 @@ impl Counters {
             stale: get(&self.stale),
             abandoned: get(&self.abandoned),
             released: get(&self.released),
+            cancelled: get(&self.cancelled),
             renewals: get(&self.renewals),
             redis_errors: get(&self.redis_errors),
             reaped: get(&self.reaped),

@@ -30,8 +30,8 @@ use super::{Counters, JobContext, JobError, MAX_ERROR_TEXT, RetryDelay, Worker, 
 use crate::duration;
 use crate::queue::auto_visibility::Timing;
 use crate::queue::{
-    Dedicated, Error, FailMode, FailOutcome, JobId, Lease, LeaseRef, MAX_BATCH, Queue, Result,
-    Settle, Settled, Unconfirmed, new_token, within_window,
+    Dedicated, Error, FailMode, FailOutcome, JobId, Lease, LeaseRef, MAX_BATCH, Queue, Renewal,
+    Result, Settle, Settled, Unconfirmed, new_token, within_window,
 };
 use crate::shutdown::Signals;
 
@@ -58,8 +58,12 @@ struct InFlight {
     abort: Option<AbortHandle>,
     /// The lease's local deadline ([`lease::deadline`]), moved by each renewal.
     deadline: Instant,
-    /// When the handler was cancelled because the lease was lost.
+    /// When the handler was cancelled because the lease was lost, or because the job's
+    /// cancellation was asked for (`jobqueue cancel`).
     lost_at: Option<Instant>,
+    /// The job's cancellation was asked for: it ends as cancelled, whatever its handler
+    /// made of it.
+    cancelled: Arc<AtomicBool>,
     /// The partition the lease is held in (0 unless the queue is partitioned).
     partition: usize,
 }
@@ -342,6 +346,9 @@ enum Outcome {
     Aborted,
     /// Never started: the claim's reply came after the lease's local deadline.
     NotStarted,
+    /// Stopped because its cancellation was asked for (`jobqueue cancel`): the lease
+    /// ends as cancelled, neither retried nor dead.
+    Cancelled,
 }
 
 struct Completion {
@@ -778,6 +785,8 @@ fn start_job<H, F>(
     let cancel = CancellationToken::new();
     let timeout_cancel = cancel.clone();
     let lost = Arc::new(AtomicBool::new(false));
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let cancelled_flag = cancelled.clone();
     let ctx = JobContext {
         cancel: cancel.clone(),
         // A child: a handler cancelling it must not shut the worker down.
@@ -799,6 +808,7 @@ fn start_job<H, F>(
                 abort: Some(abort),
                 deadline,
                 lost_at: None,
+                cancelled,
                 partition: lease.partition,
             },
         );
@@ -824,6 +834,8 @@ fn start_job<H, F>(
         let (ran, timed_out) =
             run_with_limit(run, limit, &timeout_cancel, shared.lease_grace).await;
         let outcome = match (ran, timed_out) {
+            // Its cancellation was asked for: cancelled, whatever the handler did of it.
+            _ if cancelled_flag.load(Ordering::SeqCst) => Outcome::Cancelled,
             // Aborted by the deadline watcher (a lost lease) or the shutdown deadline.
             (Some(Err(_aborted)), _) => Outcome::Aborted,
             // Past its maximum run time: failed (retried or dead by the usual rules),
@@ -911,6 +923,7 @@ async fn complete_jobs(shared: Arc<Shared>, mut done: mpsc::UnboundedReceiver<Co
         let mut acks: Vec<Completion> = Vec::new();
         let mut fails: Vec<(Completion, String, FailMode)> = Vec::new();
         let mut releases: Vec<Completion> = Vec::new();
+        let mut cancels: Vec<Completion> = Vec::new();
         let gate = shared.renew_gate.lock().await;
         let now = Instant::now();
         for c in batch.drain(..) {
@@ -965,6 +978,7 @@ async fn complete_jobs(shared: Arc<Shared>, mut done: mpsc::UnboundedReceiver<Co
                     releases.push(c);
                 }
                 Outcome::NotStarted => releases.push(c),
+                Outcome::Cancelled => cancels.push(c),
             }
         }
         drop(gate);
@@ -978,7 +992,8 @@ async fn complete_jobs(shared: Arc<Shared>, mut done: mpsc::UnboundedReceiver<Co
                 .map(|(c, text, mode)| fail_one(&shared, c, text, mode)),
         );
         let releasing = join_all(releases.into_iter().map(|c| release_one(&shared, c)));
-        tokio::join!(acking, failing, releasing);
+        let cancelling = join_all(cancels.into_iter().map(|c| cancel_one(&shared, c)));
+        tokio::join!(acking, failing, releasing, cancelling);
     }
 }
 
@@ -1050,6 +1065,24 @@ fn note_fail(shared: &Shared, c: &Completion, text: &str, outcome: FailOutcome) 
             warn!(queue = %shared.queue_name, job = %c.lease.id, "fail refused as stale: the lease had been taken away");
         }
     }
+}
+
+/// End the lease of a job stopped because its cancellation was asked for.
+async fn cancel_one(shared: &Shared, c: Completion) {
+    let answer = with_retry(shared, "cancel", || shared.queue.end_cancelled(&c.lease)).await;
+    match answer {
+        Some(true) => {
+            Counters::add(&shared.counters.cancelled, 1);
+            info!(queue = %shared.queue_name, job = %c.lease.id, attempt = c.lease.attempts,
+                "job cancelled (`jobqueue cancel`): stopped, neither retried nor dead-lettered");
+        }
+        Some(false) => {
+            Counters::add(&shared.counters.stale, 1);
+            warn!(queue = %shared.queue_name, job = %c.lease.id, "ending the cancelled job was refused as stale: the lease had been taken away");
+        }
+        None => {}
+    }
+    shared.inflight().remove(&lease_key(&c.lease));
 }
 
 async fn release_one(shared: &Shared, c: Completion) {
@@ -1158,7 +1191,7 @@ async fn renew_leases(shared: Arc<Shared>, mut visibility: Duration, stop: Cance
             .iter()
             .map(|(id, token, _, p)| LeaseRef::from((id, token.as_str())).in_partition(*p))
             .collect();
-        let reply = tokio::time::timeout(budget, shared.queue.extend_many(&refs, Some(lease_len)));
+        let reply = tokio::time::timeout(budget, shared.queue.renew_many(&refs, Some(lease_len)));
         match reply.await {
             Ok(Ok(results)) => {
                 delay.reset();
@@ -1171,9 +1204,18 @@ async fn renew_leases(shared: Arc<Shared>, mut visibility: Duration, stop: Cance
                     let Some(f) = map.get_mut(&(id.clone(), token.clone())) else {
                         continue;
                     };
-                    if until.is_some() {
+                    if until != Renewal::Stale {
                         f.deadline = f.deadline.max(renewed);
-                    } else if !f.completing && f.lost_at.is_none() {
+                    }
+                    if until == Renewal::Cancelled && !f.completing && f.lost_at.is_none() {
+                        // Stopped like a lost lease (cancelled, aborted after the grace),
+                        // but its end is reported: the lease is still this worker's.
+                        f.cancelled.store(true, Ordering::SeqCst);
+                        f.lost_at = Some(now);
+                        f.cancel.cancel();
+                        info!(queue = %shared.queue_name, job = %id,
+                            "the job's cancellation was asked for; stopping it");
+                    } else if until == Renewal::Stale && !f.completing && f.lost_at.is_none() {
                         f.mark_lost(now);
                         warn!(queue = %shared.queue_name, job = %id,
                             "lease renewal came back stale: the lease was taken away; cancelling the job");

@@ -9,8 +9,8 @@ use tokio::time::Instant;
 
 use crate::queue::{
     Backoff, Claimed, Durability, FailMode, FailOutcome, Lease, LeaseRef, PartitionWaiter,
-    PartitionedQueue, Queue, QueueSettings, ReapOutcome, Result, Settle, Settled, SettledClaim,
-    Unconfirmed,
+    PartitionedQueue, Queue, QueueSettings, ReapOutcome, Renewal, Result, Settle, Settled,
+    SettledClaim, Unconfirmed,
 };
 
 /// One queue or N partitions (see `crate::queue::PartitionedQueue`).
@@ -164,15 +164,20 @@ impl JobSource {
         }
     }
 
-    pub(crate) async fn extend_many(
+    pub(crate) async fn renew_many(
         &self,
         leases: &[LeaseRef<'_>],
         by: Option<Duration>,
-    ) -> Result<Vec<Option<i64>>> {
+    ) -> Result<Vec<Renewal>> {
         match self {
-            JobSource::One(q) => q.extend_many(leases, by).await,
-            JobSource::Partitioned(q) => q.extend_many(leases, by).await,
+            JobSource::One(q) => q.renew_many(leases, by).await,
+            JobSource::Partitioned(q) => q.renew_many(leases, by).await,
         }
+    }
+
+    /// End a lease whose job's cancellation was asked for ([`Queue::end_cancelled`]).
+    pub(crate) async fn end_cancelled(&self, lease: &Lease) -> Result<bool> {
+        self.queue_of(lease)?.end_cancelled(lease).await
     }
 
     /// The lease's queue: the one queue, or the partition the lease names.

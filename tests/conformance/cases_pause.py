@@ -102,8 +102,8 @@ def manage_refuses_bad_arguments_naming_them():
     q = fresh('mbad')
     snap = q.snapshot()
     m = err_of(lambda: q.ev('manage', [], 'stop'))
-    assert m.startswith('jobqueue: invalid action: expected "pause", "resume", "run" or '
-                        '"delete", got "stop"'), m
+    assert m.startswith('jobqueue: invalid action: expected "pause", "resume", "run", '
+                        '"delete", "cancel" or "cancelled", got "stop"'), m
     m = err_of(lambda: q.ev('manage', [], 'run', 'x'))
     assert m.startswith('jobqueue: invalid keys: expected 8 keys'), m
     m = err_of(lambda: q.ev('manage', [q.jk('x')], 'delete'))
