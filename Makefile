@@ -19,10 +19,13 @@ browser:
 	@./scripts/ensure-browser.sh
 
 ## Retake the console's screenshots that README and docs/console.md show (docs/images/),
-## with the browser tests that take them.
+## with the browser tests that take them (and the other browser tests of the console).
 screenshots: redis browser
 	JOBQUEUE_SCREENSHOTS=docs/images $(CARGO) test --test console -- browser kubernetes
 	JOBQUEUE_SCREENSHOTS=docs/images $(CARGO) test --test console_cleanup -- browser told_apart
+	JOBQUEUE_SCREENSHOTS=docs/images $(CARGO) test --test console_live -- in_a_browser
+	JOBQUEUE_SCREENSHOTS=docs/images $(CARGO) test --test console_ops -- in_a_browser
+	JOBQUEUE_SCREENSHOTS=docs/images $(CARGO) test --test console_hardening -- 1280_px
 
 ## The full test suite: formatting, lints, the Helm chart checks, unit and integration tests (real Redis,
 ## standalone and a 3-master Cluster, started by the tests themselves), and the web console
