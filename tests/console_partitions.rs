@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 
 use jobqueue::queue::{Backoff, FailMode, NewJob, PartitionRecord, PartitionedQueue, Queue};
 use serde_json::{Value, json};
-use support::console::{Ui, now_ms};
+use support::console::{Ui, drive_with, ensure_browser, now_ms};
 use support::redis::RedisServer;
 
 /// A queue of 3 partitions, its count recorded, with 30 jobs: in each partition two
@@ -216,6 +216,48 @@ async fn redrive_all_covers_every_partition_up_to_the_counted_death() {
         let (_, status) = where_is(&queue, id.as_bytes()).await.unwrap();
         assert_eq!(status.as_deref(), Some("pending"), "{id}");
     }
+}
+
+#[tokio::test]
+async fn in_a_browser_the_dead_letter_page_of_a_partitioned_queue_acts_on_each_partition() {
+    ensure_browser();
+    let server = RedisServer::start();
+    let queue = three_partitions(&server).await;
+    let ui = Ui::start(&server.url(), &["--allow-writes"]);
+    let _ = ui.overview_after(now_ms());
+    let seen = drive_with(&ui, "partitions", "parts", "", None);
+    let rows = seen["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 6, "{seen}");
+    let parts: BTreeSet<&str> = rows.iter().map(|r| r["part"].as_str().unwrap()).collect();
+    assert_eq!(parts, BTreeSet::from(["0", "1", "2"]), "{seen}");
+    for r in rows {
+        let href = r["href"].as_str().unwrap();
+        assert!(
+            href.ends_with(&format!("&part={}", r["part"].as_str().unwrap())),
+            "{href}"
+        );
+    }
+    // The two of partition 2 redriven, and only those.
+    assert_eq!(seen["part2_selected"], 2, "{seen}");
+    assert_eq!(seen["selected_notice"], "redrove 2 dead jobs", "{seen}");
+    let after = seen["rows_after"].as_array().unwrap();
+    assert!(after.iter().all(|r| r["part"] != "2"), "{seen}");
+    for r in rows.iter().filter(|r| r["part"] == "2") {
+        let id = r["job"].as_str().unwrap();
+        let (_, status) = where_is(&queue, id.as_bytes()).await.unwrap();
+        assert_eq!(status.as_deref(), Some("pending"), "{id}");
+    }
+    assert_eq!(seen["job_status"], "dead", "{seen}");
+    assert_eq!(
+        seen["dialogs"],
+        json!([
+            "Redrive 2 dead jobs (selected) back to pending?",
+            "Redrive 4 dead jobs (every match of \"boom\") back to pending?"
+        ]),
+        "{seen}"
+    );
+    assert_eq!(seen["matches_notice"], "redrove 4 dead jobs", "{seen}");
+    assert_eq!(dead_total(&queue).await, 0);
 }
 
 /// A cursor as a query value (`+inf:0,…` holds `+` and `,`).
