@@ -486,7 +486,8 @@ async fn in_a_browser_the_queue_page_shows_health_and_a_job_page_rides_out_an_ou
         .map(|b| b.as_str().unwrap())
         .collect();
     assert!(
-        badges.contains(&"30 dead jobs wait for a redrive or a purge") && !badges.contains(&"healthy"),
+        badges.contains(&"30 dead jobs wait for a redrive or a purge")
+            && !badges.contains(&"healthy"),
         "{seen}"
     );
     assert_eq!(seen["job_status_before"], "pending", "{seen}");
@@ -495,7 +496,10 @@ async fn in_a_browser_the_queue_page_shows_health_and_a_job_page_rides_out_an_ou
         seen["banner"].as_array().is_some_and(|b| !b.is_empty()),
         "{seen}"
     );
-    assert_eq!(seen["job_status_during"], "pending", "kept while Redis is stopped: {seen}");
+    assert_eq!(
+        seen["job_status_during"], "pending",
+        "kept while Redis is stopped: {seen}"
+    );
     assert!(
         seen["age_during"]
             .as_str()
@@ -504,7 +508,10 @@ async fn in_a_browser_the_queue_page_shows_health_and_a_job_page_rides_out_an_ou
         "{seen}"
     );
     assert!(
-        seen["age_after"].as_str().unwrap().starts_with("page updated "),
+        seen["age_after"]
+            .as_str()
+            .unwrap()
+            .starts_with("page updated "),
         "{seen}"
     );
     assert_eq!(seen["job_status_after"], "pending", "{seen}");

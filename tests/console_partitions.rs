@@ -43,7 +43,10 @@ async fn three_partitions(server: &RedisServer) -> PartitionedQueue {
         .unwrap();
     let stats = queue.stats().await.unwrap();
     assert!(
-        stats.partitions.iter().all(|s| s.dead == 2 && s.pending > 0),
+        stats
+            .partitions
+            .iter()
+            .all(|s| s.dead == 2 && s.pending > 0),
         "{stats:?}"
     );
     queue
@@ -68,7 +71,14 @@ fn ids(rows: &Value) -> Vec<String> {
 }
 
 async fn dead_total(queue: &PartitionedQueue) -> u64 {
-    queue.stats().await.unwrap().partitions.iter().map(|s| s.dead).sum()
+    queue
+        .stats()
+        .await
+        .unwrap()
+        .partitions
+        .iter()
+        .map(|s| s.dead)
+        .sum()
 }
 
 async fn paused(parts: &[Queue]) -> Vec<bool> {
@@ -85,7 +95,11 @@ async fn a_partitioned_queues_pages_and_actions_cover_every_partition() {
     let queue = three_partitions(&server).await;
     let ui = Ui::start(&server.url(), &["--allow-writes"]);
     let overview = ui.overview_after(now_ms());
-    assert_eq!(overview["queues"].as_array().unwrap().len(), 1, "{overview}");
+    assert_eq!(
+        overview["queues"].as_array().unwrap().len(),
+        1,
+        "{overview}"
+    );
 
     // The queue page: the pending jobs of every partition, paged as one list, each
     // row naming its partition.
@@ -123,7 +137,10 @@ async fn a_partitioned_queues_pages_and_actions_cover_every_partition() {
         .chain(second["jobs"].as_array().unwrap())
         .cloned()
         .collect();
-    let died: Vec<i64> = rows.iter().map(|j| j["died_at"].as_i64().unwrap()).collect();
+    let died: Vec<i64> = rows
+        .iter()
+        .map(|j| j["died_at"].as_i64().unwrap())
+        .collect();
     assert!(died.windows(2).all(|w| w[0] >= w[1]), "{died:?}");
     let errors: BTreeSet<String> = rows
         .iter()
@@ -264,9 +281,7 @@ async fn in_a_browser_the_dead_letter_page_of_a_partitioned_queue_acts_on_each_p
 fn urlencoding(text: &str) -> String {
     text.bytes()
         .map(|b| match b {
-            b'0'..=b'9' | b'a'..=b'z' | b'A'..=b'Z' | b'-' | b'_' | b'.' => {
-                (b as char).to_string()
-            }
+            b'0'..=b'9' | b'a'..=b'z' | b'A'..=b'Z' | b'-' | b'_' | b'.' => (b as char).to_string(),
             b => format!("%{b:02X}"),
         })
         .collect()

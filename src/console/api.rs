@@ -914,7 +914,11 @@ async fn act(console: &Console, body: DeadAction, action: Action) -> ApiResult {
                     .ok_or_else(|| {
                         ApiError::new(
                             StatusCode::BAD_REQUEST,
-                            format!("part {p}: queue {:?} has {} partitions", e.id, members.len()),
+                            format!(
+                                "part {p}: queue {:?} has {} partitions",
+                                e.id,
+                                members.len()
+                            ),
                         )
                     })?;
                 per_part[k].push(id.clone());
@@ -988,8 +992,7 @@ async fn act(console: &Console, body: DeadAction, action: Action) -> ApiResult {
                 for id in chunk {
                     pipe.cmd("ZSCORE").arg(&q.keys().dead).arg(id);
                 }
-                let scores: Vec<Option<f64>> =
-                    pipe.query_async(&mut conn).await.map_err(failed)?;
+                let scores: Vec<Option<f64>> = pipe.query_async(&mut conn).await.map_err(failed)?;
                 would += scores.iter().filter(|s| s.is_some()).count() as u64;
             }
         }

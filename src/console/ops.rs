@@ -274,7 +274,12 @@ async fn set_paused(console: &Console, q: &str, pause: bool) -> ApiResult {
     // Every partition of a partitioned queue: workers claim from each.
     let mut changed = false;
     for (_, q) in super::api::members(&e, &queue, None)? {
-        changed |= if pause { q.pause().await } else { q.resume().await }.map_err(failed)?;
+        changed |= if pause {
+            q.pause().await
+        } else {
+            q.resume().await
+        }
+        .map_err(failed)?;
     }
     let verb = if pause { "paused" } else { "resumed" };
     tracing::info!(queue = %queue.name(), changed, "console {verb} the queue");
