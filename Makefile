@@ -62,7 +62,9 @@ chaos: redis
 ## 6 partitions on a 3-master Cluster: jobs/s, Redis CPU per node and its spread
 ## (PARTITIONS_BENCH_ARGS: `--quick`). Last, the web console's
 ## Redis cost (`stats` calls per queue per refresh, counted by INFO commandstats) with 1,
-## 10 and 50 API pollers over 200 queues; options through CONSOLE_BENCH_ARGS.
+## 10 and 50 API pollers over 200 queues, and the bytes Redis sends for one queue-page poll
+## of 10 jobs of 4 MiB, now and as before previews (docs/benchmarks.md); options through
+## CONSOLE_BENCH_ARGS.
 PARTITIONS_BENCH_ARGS ?=
 BENCH_ARGS ?=
 SCALE_BENCH_ARGS ?=

@@ -815,9 +815,12 @@ struct DeadAction {
     dry_run: bool,
 }
 
+/// An id's bytes, with the partition that holds it when one is named.
+type NamedId = (Vec<u8>, Option<usize>);
+
 impl DeadAction {
     /// The ids named, as bytes, each with its partition when one is given.
-    fn id_bytes(&self) -> Result<Vec<(Vec<u8>, Option<usize>)>, ApiError> {
+    fn id_bytes(&self) -> Result<Vec<NamedId>, ApiError> {
         if !self.parts.is_empty() && self.parts.len() != self.ids_hex.len() {
             return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
@@ -829,7 +832,7 @@ impl DeadAction {
                 ),
             ));
         }
-        let mut out: Vec<(Vec<u8>, Option<usize>)> = self
+        let mut out: Vec<NamedId> = self
             .ids
             .iter()
             .map(|i| (i.as_bytes().to_vec(), None))
