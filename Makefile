@@ -19,10 +19,13 @@ browser:
 	@./scripts/ensure-browser.sh
 
 ## Retake the console's screenshots that README and docs/console.md show (docs/images/),
-## with the browser tests that take them.
+## with the browser tests that take them (and the other browser tests of the console).
 screenshots: redis browser
 	JOBQUEUE_SCREENSHOTS=docs/images $(CARGO) test --test console -- browser kubernetes
 	JOBQUEUE_SCREENSHOTS=docs/images $(CARGO) test --test console_cleanup -- browser told_apart
+	JOBQUEUE_SCREENSHOTS=docs/images $(CARGO) test --test console_live -- in_a_browser
+	JOBQUEUE_SCREENSHOTS=docs/images $(CARGO) test --test console_ops -- in_a_browser
+	JOBQUEUE_SCREENSHOTS=docs/images $(CARGO) test --test console_hardening -- 1280_px
 
 ## The full test suite: formatting, lints, the Helm chart checks, unit and integration tests (real Redis,
 ## standalone and a 3-master Cluster, started by the tests themselves), and the web console
@@ -59,7 +62,9 @@ chaos: redis
 ## 6 partitions on a 3-master Cluster: jobs/s, Redis CPU per node and its spread
 ## (PARTITIONS_BENCH_ARGS: `--quick`). Last, the web console's
 ## Redis cost (`stats` calls per queue per refresh, counted by INFO commandstats) with 1,
-## 10 and 50 API pollers over 200 queues; options through CONSOLE_BENCH_ARGS.
+## 10 and 50 API pollers over 200 queues, and the bytes Redis sends for one queue-page poll
+## of 10 jobs of 4 MiB, now and as before previews (docs/benchmarks.md); options through
+## CONSOLE_BENCH_ARGS.
 PARTITIONS_BENCH_ARGS ?=
 BENCH_ARGS ?=
 SCALE_BENCH_ARGS ?=

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use jobqueue::queue::{Backoff, FailMode, NewJob, Queue, QueueSettings};
 use serde_json::Value;
-use support::console::{BIN, Drive, Ui, assert_png, ensure_browser, shots_dir};
+use support::console::{BIN, Drive, Ui, assert_png, ensure_browser, now_ms, shots_dir};
 use support::eventually::Wait;
 use support::redis::{RedisServer, redis_now_ms};
 
@@ -435,4 +435,84 @@ async fn in_a_browser_every_page_shows_the_outage_and_recovers() {
     assert_eq!(seen["banner_after"], true, "{seen}");
     assert_eq!(seen["redis_policy"], "noeviction", "{seen}");
     assert_png("console-outage.png");
+}
+
+/// In the browser, a queue page's badges say what is wrong (30 dead jobs), never
+/// "healthy"; a job page shown before Redis stops polls: it shows the outage at its top
+/// and keeps the job marked as old within a bounded wait, then recovers by itself after
+/// SIGCONT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_browser_the_queue_page_shows_health_and_a_job_page_rides_out_an_outage() {
+    ensure_browser();
+    let server = RedisServer::start();
+    let queue = server.queue("sick").await;
+    kill_jobs(&queue, 30).await;
+    queue
+        .enqueue(NewJob::new(vec![b'x'; 1 << 20]).id("big"))
+        .await
+        .unwrap();
+    let ui = Ui::start(&server.url(), &[]);
+    let _ = ui.overview_after(now_ms());
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("job-shown");
+    let marker = dir.path().join("outage-seen");
+    let mut drive = Drive::start(
+        &ui,
+        "detail",
+        "sick",
+        &[
+            ("READY", ready.to_str().unwrap()),
+            ("MARKER", marker.to_str().unwrap()),
+        ],
+        None,
+    );
+    Wait::for_("the browser to show the job page")
+        .within(Duration::from_secs(120))
+        .every(Duration::from_millis(100))
+        .until_blocking(|| ready.exists() || drive.exited());
+    server.pause(true);
+    let resume = Resume(&server);
+    Wait::for_("the browser to see the outage on the job page")
+        .within(Duration::from_secs(180))
+        .every(Duration::from_millis(100))
+        .until_blocking(|| marker.exists() || drive.exited());
+    drop(resume);
+    let seen = drive.finish();
+
+    let badges: Vec<&str> = seen["queue_badges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b.as_str().unwrap())
+        .collect();
+    assert!(
+        badges.contains(&"30 dead jobs wait for a redrive or a purge")
+            && !badges.contains(&"healthy"),
+        "{seen}"
+    );
+    assert_eq!(seen["job_status_before"], "pending", "{seen}");
+    assert!(seen["preview_chars"].as_u64().unwrap() < 1024, "{seen}");
+    assert!(
+        seen["banner"].as_array().is_some_and(|b| !b.is_empty()),
+        "{seen}"
+    );
+    assert_eq!(
+        seen["job_status_during"], "pending",
+        "kept while Redis is stopped: {seen}"
+    );
+    assert!(
+        seen["age_during"]
+            .as_str()
+            .unwrap()
+            .starts_with("Could not refresh: "),
+        "{seen}"
+    );
+    assert!(
+        seen["age_after"]
+            .as_str()
+            .unwrap()
+            .starts_with("page updated "),
+        "{seen}"
+    );
+    assert_eq!(seen["job_status_after"], "pending", "{seen}");
 }

@@ -335,14 +335,71 @@ pub(super) fn entry(console: &Console, id: &str) -> Result<(Entry, Queue), ApiEr
     }
 }
 
+/// The queues a console queue's lists and actions cover, each with its partition's
+/// index (`None` for a queue of one partition): every partition of a partitioned queue
+/// (in the order `jobqueue stats` lists them), or only `part` when it is given.
+pub(super) fn members(
+    e: &Entry,
+    queue: &Queue,
+    part: Option<usize>,
+) -> Result<Vec<(Option<usize>, Queue)>, ApiError> {
+    if e.parts.is_empty() {
+        return match part {
+            None | Some(0) => Ok(vec![(None, queue.clone())]),
+            Some(p) => Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("part {p}: queue {:?} has one partition (part 0)", e.id),
+            )),
+        };
+    }
+    match part {
+        None => Ok(e
+            .parts
+            .iter()
+            .enumerate()
+            .map(|(i, q)| (Some(i), q.clone()))
+            .collect()),
+        Some(p) => match e.parts.get(p) {
+            Some(q) => Ok(vec![(Some(p), q.clone())]),
+            None => Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "part {p}: queue {:?} has {} partitions (part 0 to {})",
+                    e.id,
+                    e.parts.len(),
+                    e.parts.len() - 1
+                ),
+            )),
+        },
+    }
+}
+
+/// The job `id` of a console queue: in partition `part`, or in the first partition
+/// that holds it; with that partition's index and queue.
+pub(super) async fn find_job(
+    e: &Entry,
+    queue: &Queue,
+    part: Option<usize>,
+    id: &[u8],
+) -> Result<Option<(Option<usize>, Queue, JobView)>, ApiError> {
+    for (p, q) in members(e, queue, part)? {
+        if let Some(view) = find(&q, id).await.map_err(failed)? {
+            return Ok(Some((p, q, view)));
+        }
+    }
+    Ok(None)
+}
+
 pub(super) fn failed(e: impl std::fmt::Display) -> ApiError {
     ApiError::new(StatusCode::BAD_GATEWAY, e.to_string())
 }
 
 /// A job for a list: id, status, attempts, times, worker, last error, a payload preview.
-fn job_row(view: &JobView) -> Result<Value, ApiError> {
+/// `part`: the partition that holds it (`None` for a queue of one partition).
+fn job_row(view: &JobView, part: Option<usize>) -> Result<Value, ApiError> {
     let mut v = view.json(Payload::Preview).map_err(failed)?;
     if let Some(obj) = v.as_object_mut() {
+        obj.insert("part".into(), part.into());
         obj.insert("now_ms".into(), view.now.into());
         obj.insert("filed_at".into(), view.filed_at.into());
         add_id_fields(obj, view.info.id.as_bytes());
@@ -366,6 +423,7 @@ fn add_id_fields(obj: &mut serde_json::Map<String, Value>, id: &[u8]) {
 /// and one read of Redis's clock.
 async fn rows(
     queue: &Queue,
+    part: Option<usize>,
     ids: Vec<(Vec<u8>, Option<i64>)>,
     wanted: JobStatus,
 ) -> Result<Vec<Value>, ApiError> {
@@ -393,7 +451,7 @@ async fn rows(
         if view.status() != Some(wanted) {
             continue;
         }
-        out.push(job_row(&view)?);
+        out.push(job_row(&view, part)?);
     }
     Ok(out)
 }
@@ -416,24 +474,50 @@ async fn queue_page(
     let limit = query.limit.clamp(1, MAX_PAGE);
     let offset = query.offset.min(MAX_OFFSET);
     let settings = queue.settings().await.map_err(failed)?;
-    let mut conn = queue.redis().clone();
-    // Next in line is the list's tail: page `offset` counts from there.
-    let start = -((offset + limit) as i64);
-    let stop = -((offset + 1) as i64);
-    let mut pending: Vec<Vec<u8>> = redis::cmd("LRANGE")
-        .arg(&queue.keys().pending)
-        .arg(start)
-        .arg(stop)
-        .query_async(&mut conn)
-        .await
-        .map_err(failed)?;
-    pending.reverse();
-    let pending = pending.into_iter().map(|id| (id, None)).collect();
-    let pending = rows(&queue, pending, JobStatus::Pending).await?;
-    let leases = queue.processing_ids(limit).await.map_err(failed)?;
-    let leases = rows(&queue, scored(leases), JobStatus::Processing).await?;
-    let delayed = queue.delayed_ids(limit).await.map_err(failed)?;
-    let delayed = rows(&queue, scored(delayed), JobStatus::Delayed).await?;
+    // A partitioned queue's pending jobs page as one list, partition after partition
+    // (each next in line first); its leases and delayed jobs are those ending or due
+    // first over all partitions.
+    let mut pending = Vec::new();
+    let mut leases = Vec::new();
+    let mut delayed = Vec::new();
+    let mut skip = offset;
+    for (part, q) in members(&e, &queue, None)? {
+        let mut conn = q.redis().clone();
+        if pending.len() < limit {
+            let len: usize = redis::cmd("LLEN")
+                .arg(&q.keys().pending)
+                .query_async(&mut conn)
+                .await
+                .map_err(failed)?;
+            if skip >= len {
+                skip -= len;
+            } else {
+                // Next in line is the list's tail: page `skip` counts from there.
+                let want = limit - pending.len();
+                let start = -((skip + want) as i64);
+                let stop = -((skip + 1) as i64);
+                skip = 0;
+                let mut ids: Vec<Vec<u8>> = redis::cmd("LRANGE")
+                    .arg(&q.keys().pending)
+                    .arg(start)
+                    .arg(stop)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(failed)?;
+                ids.reverse();
+                let ids = ids.into_iter().map(|id| (id, None)).collect();
+                pending.extend(rows(&q, part, ids, JobStatus::Pending).await?);
+            }
+        }
+        let held = q.processing_ids(limit).await.map_err(failed)?;
+        leases.extend(rows(&q, part, scored(held), JobStatus::Processing).await?);
+        let due = q.delayed_ids(limit).await.map_err(failed)?;
+        delayed.extend(rows(&q, part, scored(due), JobStatus::Delayed).await?);
+    }
+    for list in [&mut leases, &mut delayed] {
+        list.sort_by_key(|row| row["filed_at"].as_i64());
+        list.truncate(limit);
+    }
     let settings: Vec<Value> = settings
         .to_fields()
         .into_iter()
@@ -489,6 +573,9 @@ async fn dead_page(
     let (e, queue) = entry(&console, &query.q)?;
     let limit = query.limit.clamp(1, MAX_PAGE);
     let search = needle(query.search.as_deref());
+    if !e.parts.is_empty() {
+        return dead_page_of_parts(&console, &e, &queue, &query, limit, search).await;
+    }
     let from = match (&query.cursor, query.before_ms) {
         (Some(c), _) if !c.is_empty() => {
             Position::parse(c).map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, m))?
@@ -508,7 +595,7 @@ async fn dead_page(
     let jobs = page
         .jobs
         .iter()
-        .map(job_row)
+        .map(|j| job_row(j, None))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(axum::Json(json!({
         "queue": entry_json(&console, &e),
@@ -523,6 +610,74 @@ async fn dead_page(
     .into_response())
 }
 
+/// `GET /api/dead` of a partitioned queue: each partition's page from its position in
+/// the cursor (one per partition, see `dead::encode_all`), merged newest death first;
+/// each partition goes on after the last of its jobs the page took. A search looks at
+/// `dead::BUDGET` dead jobs over all partitions at most.
+async fn dead_page_of_parts(
+    console: &Console,
+    e: &Entry,
+    queue: &Queue,
+    query: &DeadQuery,
+    limit: usize,
+    search: Option<String>,
+) -> ApiResult {
+    let parts = members(e, queue, None)?;
+    let from: Vec<Option<Position>> = match (&query.cursor, query.before_ms) {
+        (Some(c), _) if !c.is_empty() => dead::parse_all(c, parts.len())
+            .map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, m))?,
+        (_, ms) => vec![Some(Position { score: ms, skip: 0 }); parts.len()],
+    };
+    let budget = (dead::BUDGET / parts.len()).max(limit);
+    let mut next = from.clone();
+    let mut looked_at = 0;
+    // (time of death, partition, index in that partition's page, row)
+    let mut found: Vec<(i64, usize, usize, Value)> = Vec::new();
+    let mut pages = Vec::new();
+    for (i, ((part, q), at)) in parts.iter().zip(&from).enumerate() {
+        let Some(at) = at else {
+            pages.push(None);
+            continue;
+        };
+        let page = dead::page(q, *at, limit, search.as_deref(), budget)
+            .await
+            .map_err(failed)?;
+        looked_at += page.looked_at;
+        for (k, j) in page.jobs.iter().enumerate() {
+            found.push((j.filed_at.unwrap_or(0), i, k, job_row(j, *part)?));
+        }
+        pages.push(Some(page));
+    }
+    found.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    found.truncate(limit);
+    for (i, page) in pages.iter().enumerate() {
+        let Some(page) = page else { continue };
+        let taken = found.iter().filter(|f| f.1 == i).count();
+        next[i] = if taken == page.jobs.len() {
+            // All its jobs shown: on from where its page stopped.
+            page.next
+        } else if taken > 0 {
+            Some(page.after[taken - 1])
+        } else {
+            from[i]
+        };
+    }
+    let more = next.iter().any(Option::is_some);
+    let jobs: Vec<Value> = found.into_iter().map(|f| f.3).collect();
+    Ok(axum::Json(json!({
+        "queue": entry_json(console, e),
+        "writes": console.config.allow_writes,
+        "limit": limit,
+        "search": search,
+        "cursor": dead::encode_all(&from),
+        "next_cursor": more.then(|| dead::encode_all(&next)),
+        "looked_at": looked_at,
+        "parts": parts.len(),
+        "jobs": jobs,
+    }))
+    .into_response())
+}
+
 #[derive(Deserialize)]
 struct JobQuery {
     q: String,
@@ -532,6 +687,10 @@ struct JobQuery {
     /// The id's bytes in hex (what the pages' links carry): any id, exactly.
     #[serde(default)]
     id_hex: Option<String>,
+    /// The partition that holds it (as the lists give it); without it, the first
+    /// partition that holds the id.
+    #[serde(default)]
+    part: Option<usize>,
 }
 
 impl JobQuery {
@@ -544,9 +703,9 @@ impl JobQuery {
 /// `GET /api/job?q=TAG&id=ID`: one job in any status: where it is, its whole hash (the
 /// payload cut to a preview), and what can be done to it.
 async fn job(State(console): State<Arc<Console>>, Query(query): Query<JobQuery>) -> ApiResult {
-    let (_, queue) = entry(&console, &query.q)?;
+    let (e, queue) = entry(&console, &query.q)?;
     let id = query.id()?;
-    let Some(view) = find(&queue, &id).await.map_err(failed)? else {
+    let Some((part, _, view)) = find_job(&e, &queue, query.part, &id).await? else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!(
@@ -557,7 +716,7 @@ async fn job(State(console): State<Arc<Console>>, Query(query): Query<JobQuery>)
             ),
         ));
     };
-    let mut row = job_row(&view)?;
+    let mut row = job_row(&view, part)?;
     let dead = view.status() == Some(JobStatus::Dead);
     let actions: Vec<&str> = if dead && console.config.allow_writes {
         vec!["redrive", "purge"]
@@ -588,9 +747,16 @@ async fn job(State(console): State<Arc<Console>>, Query(query): Query<JobQuery>)
 
 /// `GET /api/payload?q=TAG&id=ID`: the whole payload, byte for byte, as a download.
 async fn payload(State(console): State<Arc<Console>>, Query(query): Query<JobQuery>) -> ApiResult {
-    let (_, queue) = entry(&console, &query.q)?;
+    let (e, queue) = entry(&console, &query.q)?;
     let id = query.id()?;
-    let Some(info) = queue.job(&id).await.map_err(failed)? else {
+    let mut info = None;
+    for (_, q) in members(&e, &queue, query.part)? {
+        info = q.job(&id).await.map_err(failed)?;
+        if info.is_some() {
+            break;
+        }
+    }
+    let Some(info) = info else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("no job {}", dead::shown(&id).0),
@@ -622,8 +788,9 @@ async fn payload(State(console): State<Arc<Console>>, Query(query): Query<JobQue
 }
 
 /// The body of a write: some dead jobs by id (`ids_hex`: their bytes in hex, as the
-/// pages send them; or `ids` as text), every one, or (dry run only) those a search
-/// matches; `dry_run` only counts, and names the exact set a write should then send.
+/// pages send them, each in the partition `parts` gives at the same place; or `ids` as
+/// text), every one, or (dry run only) those a search matches; `dry_run` only counts,
+/// and names the exact set a write should then send.
 #[derive(Deserialize)]
 struct DeadAction {
     q: String,
@@ -631,6 +798,10 @@ struct DeadAction {
     ids: Vec<String>,
     #[serde(default)]
     ids_hex: Vec<String>,
+    /// The partition of each id of `ids_hex` (as the lists and the dry run give it);
+    /// without it an id is looked for in every partition.
+    #[serde(default)]
+    parts: Vec<usize>,
     #[serde(default)]
     all: bool,
     /// With `all`: only the jobs that died at this time (ms) or before, as the dry run
@@ -647,15 +818,34 @@ struct DeadAction {
     dry_run: bool,
 }
 
+/// An id's bytes, with the partition that holds it when one is named.
+type NamedId = (Vec<u8>, Option<usize>);
+
 impl DeadAction {
-    /// The ids named, as bytes.
-    fn id_bytes(&self) -> Result<Vec<Vec<u8>>, ApiError> {
-        let mut out: Vec<Vec<u8>> = self.ids.iter().map(|i| i.as_bytes().to_vec()).collect();
-        for h in &self.ids_hex {
-            out.push(
+    /// The ids named, as bytes, each with its partition when one is given.
+    fn id_bytes(&self) -> Result<Vec<NamedId>, ApiError> {
+        if !self.parts.is_empty() && self.parts.len() != self.ids_hex.len() {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "\"parts\" names {} partitions for {} ids in \"ids_hex\": give one per id, \
+                     or none",
+                    self.parts.len(),
+                    self.ids_hex.len()
+                ),
+            ));
+        }
+        let mut out: Vec<NamedId> = self
+            .ids
+            .iter()
+            .map(|i| (i.as_bytes().to_vec(), None))
+            .collect();
+        for (k, h) in self.ids_hex.iter().enumerate() {
+            out.push((
                 dead::id_of(None, Some(h))
                     .map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, m))?,
-            );
+                self.parts.get(k).copied(),
+            ));
         }
         Ok(out)
     }
@@ -681,11 +871,20 @@ async fn purge(
     act(&console, body, Action::Purge).await
 }
 
-/// Redrive or purge through the protocol's scripts; a dry run says how many would be,
-/// and which: the ids (`ids_hex`) of a search's matches, the time bound (`until_ms`) of
-/// all.
+async fn apply(queue: &Queue, selection: Selection, action: Action) -> Result<u64, ApiError> {
+    match action {
+        Action::Redrive => queue.redrive(&selection).await,
+        Action::Purge => queue.purge(&selection).await,
+    }
+    .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.to_string()))
+}
+
+/// Redrive or purge through the protocol's scripts, in every partition of a
+/// partitioned queue; a dry run says how many would be, and which: the ids (`ids_hex`,
+/// with their partitions in `parts`) of a search's matches, the time bound
+/// (`until_ms`) of all.
 async fn act(console: &Console, body: DeadAction, action: Action) -> ApiResult {
-    let (_, queue) = entry(console, &body.q)?;
+    let (e, queue) = entry(console, &body.q)?;
     let ids = body.id_bytes()?;
     let search = needle(body.search.as_deref());
     let forms = [!ids.is_empty(), body.all, search.is_some()];
@@ -709,84 +908,133 @@ async fn act(console: &Console, body: DeadAction, action: Action) -> ApiResult {
             format!("at most {} ids at once", dead::MAX_SELECTED),
         ));
     }
-    let mut conn = queue.redis().clone();
-    let dead_now: u64 = redis::cmd("ZCARD")
-        .arg(&queue.keys().dead)
-        .query_async(&mut conn)
-        .await
-        .map_err(failed)?;
+    let members = members(&e, &queue, None)?;
+    // Each id's partitions: the one named, or every one.
+    let mut per_part: Vec<Vec<Vec<u8>>> = vec![Vec::new(); members.len()];
+    for (id, part) in &ids {
+        match part {
+            Some(p) => {
+                let k = members
+                    .iter()
+                    .position(|(m, _)| m.unwrap_or(0) == *p)
+                    .ok_or_else(|| {
+                        ApiError::new(
+                            StatusCode::BAD_REQUEST,
+                            format!(
+                                "part {p}: queue {:?} has {} partitions",
+                                e.id,
+                                members.len()
+                            ),
+                        )
+                    })?;
+                per_part[k].push(id.clone());
+            }
+            None => per_part.iter_mut().for_each(|list| list.push(id.clone())),
+        }
+    }
+    let mut dead_each = Vec::new();
+    for (_, q) in &members {
+        let mut conn = q.redis().clone();
+        let n: u64 = redis::cmd("ZCARD")
+            .arg(&q.keys().dead)
+            .query_async(&mut conn)
+            .await
+            .map_err(failed)?;
+        dead_each.push(n);
+    }
+    let dead_now: u64 = dead_each.iter().sum();
     if body.dry_run {
         if let Some(needle) = &search {
-            let matched = dead::all_matches(&queue, needle)
-                .await
-                .map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, m))?;
-            let hexes: Vec<String> = matched.iter().map(hex::encode).collect();
-            return Ok(axum::Json(
-                json!({"would": hexes.len(), "dead": dead_now, "ids_hex": hexes}),
-            )
+            let mut hexes: Vec<String> = Vec::new();
+            let mut parts: Vec<usize> = Vec::new();
+            for (part, q) in &members {
+                let matched = dead::all_matches(q, needle)
+                    .await
+                    .map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, m))?;
+                parts.extend(std::iter::repeat_n(part.unwrap_or(0), matched.len()));
+                hexes.extend(matched.iter().map(hex::encode));
+                if hexes.len() > dead::MAX_SELECTED {
+                    return Err(ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        format!(
+                            "more than {} dead jobs match: narrow the search",
+                            dead::MAX_SELECTED
+                        ),
+                    ));
+                }
+            }
+            return Ok(axum::Json(json!({
+                "would": hexes.len(), "dead": dead_now, "ids_hex": hexes, "parts": parts,
+            }))
             .into_response());
         }
         if body.all {
             // The newest death now: a write bound by it moves none that die later.
-            let newest: Vec<(Vec<u8>, f64)> = redis::cmd("ZREVRANGE")
-                .arg(&queue.keys().dead)
-                .arg(0)
-                .arg(0)
-                .arg("WITHSCORES")
-                .query_async(&mut conn)
-                .await
-                .map_err(failed)?;
-            let until = newest.first().map(|(_, s)| *s as i64);
+            let mut until: Option<i64> = None;
+            for (_, q) in &members {
+                let mut conn = q.redis().clone();
+                let newest: Vec<(Vec<u8>, f64)> = redis::cmd("ZREVRANGE")
+                    .arg(&q.keys().dead)
+                    .arg(0)
+                    .arg(0)
+                    .arg("WITHSCORES")
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(failed)?;
+                if let Some((_, s)) = newest.first() {
+                    until = until.max(Some(*s as i64));
+                }
+            }
             return Ok(
                 axum::Json(json!({"would": dead_now, "dead": dead_now, "until_ms": until}))
                     .into_response(),
             );
         }
         let mut would = 0;
-        for chunk in ids.chunks(MAX_BATCH) {
-            let mut pipe = redis::pipe();
-            for id in chunk {
-                pipe.cmd("ZSCORE").arg(&queue.keys().dead).arg(id);
+        for ((_, q), ids) in members.iter().zip(&per_part) {
+            let mut conn = q.redis().clone();
+            for chunk in ids.chunks(MAX_BATCH) {
+                let mut pipe = redis::pipe();
+                for id in chunk {
+                    pipe.cmd("ZSCORE").arg(&q.keys().dead).arg(id);
+                }
+                let scores: Vec<Option<f64>> = pipe.query_async(&mut conn).await.map_err(failed)?;
+                would += scores.iter().filter(|s| s.is_some()).count() as u64;
             }
-            let scores: Vec<Option<f64>> = pipe.query_async(&mut conn).await.map_err(failed)?;
-            would += scores.iter().filter(|s| s.is_some()).count() as u64;
         }
         return Ok(axum::Json(json!({"would": would, "dead": dead_now})).into_response());
     }
-    let apply = async |selection: Selection| match action {
-        Action::Redrive => queue.redrive(&selection).await,
-        Action::Purge => queue.purge(&selection).await,
-    };
-    let done = if body.all {
-        match body.until_ms {
-            Some(until) => {
-                bounded_all(&queue, until, body.count.unwrap_or(dead_now), action).await?
-            }
-            None => {
-                // As many as are dead now (jobs that die meanwhile wait for the next time).
-                let mut left = dead_now;
-                let mut done = 0;
-                while left > 0 {
-                    let n = left.min(MAX_BATCH as u64);
-                    let moved = apply(Selection::Oldest(n as usize)).await.map_err(failed)?;
+    let mut done = 0;
+    let mut budget = body.count.unwrap_or(dead_now);
+    for (((_, q), ids), dead_here) in members.iter().zip(&per_part).zip(&dead_each) {
+        if body.all {
+            match body.until_ms {
+                Some(until) => {
+                    let moved = bounded_all(q, until, budget, action).await?;
+                    budget = budget.saturating_sub(moved);
                     done += moved;
-                    left -= n;
-                    if moved == 0 {
-                        break;
+                }
+                None => {
+                    // As many as are dead now (jobs that die meanwhile wait for the next
+                    // time).
+                    let mut left = *dead_here;
+                    while left > 0 {
+                        let n = left.min(MAX_BATCH as u64);
+                        let moved = apply(q, Selection::Oldest(n as usize), action).await?;
+                        done += moved;
+                        left -= n;
+                        if moved == 0 {
+                            break;
+                        }
                     }
                 }
-                done
+            }
+        } else {
+            for chunk in ids.chunks(MAX_BATCH) {
+                done += apply(q, Selection::IdBytes(chunk.to_vec()), action).await?;
             }
         }
-    } else {
-        let mut done = 0;
-        for chunk in ids.chunks(MAX_BATCH) {
-            done += apply(Selection::IdBytes(chunk.to_vec()))
-                .await
-                .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.to_string()))?;
-        }
-        done
-    };
+    }
     let verb = match action {
         Action::Redrive => "redrove",
         Action::Purge => "purged",

@@ -70,10 +70,42 @@ impl Position {
     }
 }
 
+/// Where a page of a partitioned queue's dead-letter set starts: one position per
+/// partition (`None`: that partition is read to its end), written as the positions
+/// joined by `,` (`end` for a partition read to its end).
+pub fn encode_all(at: &[Option<Position>]) -> String {
+    at.iter()
+        .map(|p| p.map_or_else(|| "end".to_string(), |p| p.encode()))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A cursor of `parts` partitions, as [`encode_all`] writes it.
+pub fn parse_all(text: &str, parts: usize) -> Result<Vec<Option<Position>>, String> {
+    let at: Vec<Option<Position>> = text
+        .split(',')
+        .map(|p| match p {
+            "end" => Ok(None),
+            p => Position::parse(p).map(Some),
+        })
+        .collect::<Result<_, _>>()?;
+    if at.len() != parts {
+        return Err(format!(
+            "cursor {text:?} has {} positions, the queue {parts} partitions (use the \
+             next_cursor a page gives)",
+            at.len()
+        ));
+    }
+    Ok(at)
+}
+
 /// One page: the jobs (with their time of death), where the next page starts (`None`
 /// at the oldest), and how many dead jobs were looked at.
 pub struct Page {
     pub jobs: Vec<JobView>,
+    /// Where the set goes on after each job of `jobs` (a page of several partitions
+    /// takes a prefix of each partition's page and goes on from its last job).
+    pub after: Vec<Position>,
     pub next: Option<Position>,
     pub looked_at: usize,
 }
@@ -102,6 +134,7 @@ pub async fn page(
     let mut conn = queue.redis().clone();
     let mut at = from;
     let mut jobs = Vec::new();
+    let mut after = Vec::new();
     let mut looked_at = 0;
     let prefix = if needle.is_some() {
         SEARCH_PREFIX
@@ -119,6 +152,7 @@ pub async fn page(
             // The budget is spent: the next request goes on from here.
             return Ok(Page {
                 jobs,
+                after,
                 next: Some(at),
                 looked_at,
             });
@@ -168,9 +202,11 @@ pub async fn page(
                 continue;
             }
             jobs.push(view);
+            after.push(at);
             if jobs.len() == limit {
                 return Ok(Page {
                     jobs,
+                    after,
                     next: Some(at),
                     looked_at,
                 });
@@ -179,6 +215,7 @@ pub async fn page(
         if n < want {
             return Ok(Page {
                 jobs,
+                after,
                 next: None,
                 looked_at,
             });

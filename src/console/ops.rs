@@ -239,6 +239,10 @@ struct OneJob {
     /// The id as text.
     #[serde(default)]
     id: Option<String>,
+    /// The partition that holds it (as the lists give it); without it, the first
+    /// partition that holds the id.
+    #[serde(default)]
+    part: Option<usize>,
 }
 
 impl OneJob {
@@ -266,13 +270,17 @@ async fn resume(
 }
 
 async fn set_paused(console: &Console, q: &str, pause: bool) -> ApiResult {
-    let (_, queue) = entry(console, q)?;
-    let changed = if pause {
-        queue.pause().await
-    } else {
-        queue.resume().await
+    let (e, queue) = entry(console, q)?;
+    // Every partition of a partitioned queue: workers claim from each.
+    let mut changed = false;
+    for (_, q) in super::api::members(&e, &queue, None)? {
+        changed |= if pause {
+            q.pause().await
+        } else {
+            q.resume().await
+        }
+        .map_err(failed)?;
     }
-    .map_err(failed)?;
     let verb = if pause { "paused" } else { "resumed" };
     tracing::info!(queue = %queue.name(), changed, "console {verb} the queue");
     let message = match (pause, changed) {
@@ -292,8 +300,9 @@ async fn run_now(
     State(console): State<Arc<Console>>,
     axum::Json(body): axum::Json<OneJob>,
 ) -> ApiResult {
-    let (_, queue) = entry(&console, &body.q)?;
+    let (e, queue) = entry(&console, &body.q)?;
     let (id, shown) = body.id()?;
+    let queue = holder(&e, &queue, body.part, &id).await?;
     let done = queue
         .run_now(&id)
         .await
@@ -318,8 +327,9 @@ async fn delete(
     State(console): State<Arc<Console>>,
     axum::Json(body): axum::Json<OneJob>,
 ) -> ApiResult {
-    let (_, queue) = entry(&console, &body.q)?;
+    let (e, queue) = entry(&console, &body.q)?;
     let (id, shown) = body.id()?;
+    let queue = holder(&e, &queue, body.part, &id).await?;
     let outcome = queue
         .delete_job(&id)
         .await
@@ -353,4 +363,21 @@ async fn delete(
             format!("no job {:?} in {}", body.id, queue.name()),
         )),
     }
+}
+
+/// The partition of a console queue that holds job `id` (`part` when given; the queue
+/// itself when no partition holds it, so the write reports it absent).
+async fn holder(
+    e: &super::refresher::Entry,
+    queue: &Queue,
+    part: Option<usize>,
+    id: &[u8],
+) -> Result<Queue, ApiError> {
+    Ok(match super::api::find_job(e, queue, part, id).await? {
+        Some((_, q, _)) => q,
+        None => match super::api::members(e, queue, part)?.into_iter().next() {
+            Some((_, q)) => q,
+            None => queue.clone(),
+        },
+    })
 }

@@ -49,13 +49,15 @@ const queueLink = (id) => `/queue?${qs({ q: id })}`;
 const deadLink = (id) => `/dead?${qs({ q: id })}`;
 // A job's link names its id by its bytes in hex, so two ids that look alike never share
 // a page (and an id with control characters or bytes that are not UTF-8 has one).
-const jobLink = (q, idHex) => `/job?${qs({ q, id_hex: idHex })}`;
+// In a partitioned queue it names the partition that holds the job too (`part`).
+const withPart = (o, part) => (part === null || part === undefined ? o : { ...o, part });
+const jobLink = (q, idHex, part) => `/job?${qs(withPart({ q, id_hex: idHex }, part))}`;
 
 // A job's id as shown: its text, or `hex:…` (styled apart) when the text would be
 // ambiguous; the link carries the exact bytes.
 function idLink(q, j) {
   return h("a", {
-    href: jobLink(q, j.id_hex),
+    href: jobLink(q, j.id_hex, j.part),
     class: j.id_plain ? null : "hexid",
     title: j.id_plain ? null : "this id is not plain text: shown as its bytes in hex",
   }, j.id_shown);
@@ -223,7 +225,7 @@ function payloadCell(job) {
   return h("td", {},
     h("pre", { class: "payload" }, job.payload),
     job.payload_truncated
-      ? h("a", { href: `/api/payload?${qs({ q: job.queue_id, id_hex: job.id_hex })}` }, `download all ${job.payload_bytes} bytes`)
+      ? h("a", { href: `/api/payload?${qs(withPart({ q: job.queue_id, id_hex: job.id_hex }, job.part))}` }, `download all ${job.payload_bytes} bytes`)
       : null);
 }
 
@@ -312,7 +314,16 @@ async function deadPage() {
   let cursor = "";            // where this page starts ("" = from `before`)
   const back = [];            // the cursors of the pages before, for "newer"
   let notice = null;
-  const selected = new Set(); // ids by their bytes in hex
+  // The chosen jobs: by their bytes in hex and, in a partitioned queue, the partition
+  // that holds each.
+  const selected = new Map();
+  const key = (j) => (j.part === null || j.part === undefined ? j.id_hex : `${j.part}:${j.id_hex}`);
+  const chosen = () => {
+    const list = [...selected.values()];
+    const body = { ids_hex: list.map((j) => j.id_hex) };
+    if (list.some((j) => j.part !== null && j.part !== undefined)) body.parts = list.map((j) => j.part || 0);
+    return body;
+  };
 
   // A write: the dry run counts the exact set; the write sends that set (the matches'
   // ids, or all that died up to the dry run's newest death), never "whatever is dead".
@@ -329,7 +340,7 @@ async function deadPage() {
       }
       if (!confirm(`${doing} ${dry.would} dead job${dry.would === 1 ? "" : "s"} (${what})${whither}?`)) return;
       let send = body;
-      if (body.search !== undefined) send = { ids_hex: dry.ids_hex };
+      if (body.search !== undefined) send = dry.parts ? { ids_hex: dry.ids_hex, parts: dry.parts } : { ids_hex: dry.ids_hex };
       else if (body.all) send = { all: true, until_ms: dry.until_ms, count: dry.would };
       const done = await post(path, { q: id, ...send });
       notice = `${done.verb} ${done.done} dead job${done.done === 1 ? "" : "s"}`;
@@ -368,8 +379,8 @@ async function deadPage() {
     } }, h("span", { class: "muted" }, "died at or before"), jump, h("button", { type: "submit", id: "dead-jump-go" }, "Go"),
       before !== null ? h("button", { type: "button", onclick: () => { before = null; restart(); } }, "newest") : null);
     const tools = writes ? h("div", { class: "toolbar" },
-      h("button", { class: "primary", id: "redrive-selected", onclick: () => selected.size && act("redrive", { ids_hex: [...selected] }, "selected") }, "Redrive selected"),
-      h("button", { class: "danger", id: "purge-selected", onclick: () => selected.size && act("purge", { ids_hex: [...selected] }, "selected") }, "Purge selected"),
+      h("button", { class: "primary", id: "redrive-selected", onclick: () => selected.size && act("redrive", chosen(), "selected") }, "Redrive selected"),
+      h("button", { class: "danger", id: "purge-selected", onclick: () => selected.size && act("purge", chosen(), "selected") }, "Purge selected"),
       search
         ? [h("button", { class: "primary", id: "redrive-matches", onclick: () => act("redrive", { search }, `every match of "${search}"`) }, "Redrive all matches"),
           h("button", { class: "danger", id: "purge-matches", onclick: () => act("purge", { search }, `every match of "${search}"`) }, "Purge all matches")]
@@ -380,12 +391,12 @@ async function deadPage() {
     const rows = d.jobs.map((j) => {
       j.queue_id = id;
       const box = writes ? h("input", {
-        type: "checkbox", "aria-label": `select ${j.id_shown}`, checked: selected.has(j.id_hex),
+        type: "checkbox", "aria-label": `select ${j.id_shown}`, checked: selected.has(key(j)),
         "data-id-hex": j.id_hex,
-        onchange: (e) => (e.target.checked ? selected.add(j.id_hex) : selected.delete(j.id_hex)),
+        onchange: (e) => (e.target.checked ? selected.set(key(j), j) : selected.delete(key(j))),
       }) : null;
-      if (box) boxes.push(box);
-      return h("tr", { "data-job": j.id_shown, "data-id-hex": j.id_hex },
+      if (box) boxes.push([box, j]);
+      return h("tr", { "data-job": j.id_shown, "data-id-hex": j.id_hex, "data-part": j.part === null || j.part === undefined ? null : String(j.part) },
         writes ? h("td", {}, box) : null,
         h("td", {}, idLink(id, j)),
         h("td", {}, fmtTime(j.died_at)),
@@ -396,11 +407,11 @@ async function deadPage() {
     // Select every job of this page (the search's matches beyond it: "… all matches").
     const all = writes ? h("input", {
       type: "checkbox", id: "select-page", "aria-label": "select every job of this page",
-      checked: boxes.length > 0 && boxes.every((b) => b.checked),
+      checked: boxes.length > 0 && boxes.every(([b]) => b.checked),
       onchange: (e) => {
-        for (const b of boxes) {
+        for (const [b, j] of boxes) {
           b.checked = e.target.checked;
-          if (b.checked) selected.add(b.dataset.idHex); else selected.delete(b.dataset.idHex);
+          if (b.checked) selected.set(key(j), j); else selected.delete(key(j));
         }
       },
     }) : null;
@@ -429,7 +440,8 @@ async function deadPage() {
 async function jobPage() {
   const q = params.get("q");
   // The id by its bytes in hex (the pages' links), or as text (the lookup form).
-  const named = params.has("id_hex") ? { id_hex: params.get("id_hex") } : { id: params.get("id") };
+  const named = withPart(params.has("id_hex") ? { id_hex: params.get("id_hex") } : { id: params.get("id") },
+    params.has("part") ? params.get("part") : null);
   const asked = named.id_hex !== undefined ? `hex:${named.id_hex}` : named.id;
   document.title = `jobqueue: job ${asked}`;
   let notice = null;
@@ -450,7 +462,8 @@ async function jobPage() {
       const what = verb === "redrive" ? "Redrive this job back to pending?" : "Purge this job and its payload for good?";
       if (!confirm(what)) return;
       try {
-        const done = await post(`/api/dead/${verb}`, { q, ids_hex: [j.id_hex] });
+        const done = await post(`/api/dead/${verb}`, j.part === null || j.part === undefined
+          ? { q, ids_hex: [j.id_hex] } : { q, ids_hex: [j.id_hex], parts: [j.part] });
         notice = `${done.verb} ${done.done} dead job${done.done === 1 ? "" : "s"}`;
         await load();
       } catch (err) {
@@ -471,7 +484,7 @@ async function jobPage() {
       ["last error", h("pre", { class: "payload", id: "job-error-text" }, j.last_error || "-")],
       ["payload", h("div", {},
         h("pre", { class: "payload", id: "job-payload" }, j.payload),
-        h("a", { href: `/api/payload?${qs({ q, id_hex: j.id_hex })}`, id: "job-download" },
+        h("a", { href: `/api/payload?${qs(withPart({ q, id_hex: j.id_hex }, j.part))}`, id: "job-download" },
           j.payload_truncated ? `download all ${j.payload_bytes} bytes (preview above)` : `download (${j.payload_bytes} bytes)`))],
     ].filter(Boolean);
     shown = true;
@@ -612,7 +625,7 @@ function jobExtras(q, id, j, done) {
       : "Delete this job and its payload for good?";
     if (!confirm(ask)) return;
     try {
-      const r = await post(`/api/job/${verb}`, { q, id_hex: j.id_hex });
+      const r = await post(`/api/job/${verb}`, withPart({ q, id_hex: j.id_hex }, j.part));
       await done(r.message);
     } catch (err) {
       fail(err);
