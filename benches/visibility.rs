@@ -30,7 +30,6 @@
 //! asserted by `cargo test --lib auto_visibility` (a replay, not timings).
 
 #[path = "../tests/support/redis.rs"]
-#[allow(dead_code)]
 mod common;
 #[path = "../tests/support/runs.rs"]
 #[allow(dead_code)]
@@ -123,10 +122,13 @@ fn opts(args: &[String]) -> Opts {
                 o.phases = val()
                     .split(',')
                     .map(|p| {
-                        let (job, len) = p.split_once(':').unwrap_or_else(|| {
-                            usage(&format!("--phases: {p:?} is not JOB:LEN"))
-                        });
-                        (num(job.into(), "--phases JOB"), num(len.into(), "--phases LEN"))
+                        let (job, len) = p
+                            .split_once(':')
+                            .unwrap_or_else(|| usage(&format!("--phases: {p:?} is not JOB:LEN")));
+                        (
+                            num(job.into(), "--phases JOB"),
+                            num(len.into(), "--phases LEN"),
+                        )
                     })
                     .collect()
             }
@@ -219,9 +221,8 @@ fn child(args: &[String]) {
                         .and_then(|s| s.parse().ok())
                         .unwrap_or(0.0);
                     let rec = |tag: char| {
-                        let mut line =
-                            format!("{tag} {} {} {secs} ", runs::now(), lease.attempts)
-                                .into_bytes();
+                        let mut line = format!("{tag} {} {} {secs} ", runs::now(), lease.attempts)
+                            .into_bytes();
                         line.extend_from_slice(lease.id.as_bytes());
                         line.push(b'\n');
                         file.lock().unwrap().write_all(&line).unwrap();
@@ -316,10 +317,7 @@ fn commandstats(conn: &mut redis::Connection) -> HashMap<String, (u64, u64)> {
 }
 
 /// Calls and µs between two readings of [`commandstats`].
-fn spent(
-    before: &HashMap<String, (u64, u64)>,
-    after: &HashMap<String, (u64, u64)>,
-) -> (u64, u64) {
+fn spent(before: &HashMap<String, (u64, u64)>, after: &HashMap<String, (u64, u64)>) -> (u64, u64) {
     after.iter().fold((0, 0), |(c, u), (name, (calls, usec))| {
         let (c0, u0) = before.get(name).copied().unwrap_or((0, 0));
         (c + calls.saturating_sub(c0), u + usec.saturating_sub(u0))
@@ -508,7 +506,7 @@ async fn scenario(o: Opts, setting: Setting) -> Outcome {
     }
     let mut by_command: Vec<(String, u64)> =
         end_stats.into_iter().map(|(k, (c, _))| (k, c)).collect();
-    by_command.sort_by(|a, b| b.1.cmp(&a.1));
+    by_command.sort_by_key(|c| std::cmp::Reverse(c.1));
     Outcome {
         setting,
         phases: results,
@@ -629,7 +627,11 @@ fn report(o: &Opts, outs: &[Outcome]) {
     }
     for out in outs {
         if out.lost > 0 {
-            println!("{}: {} jobs never ran to their end", out.setting.name(), out.lost);
+            println!(
+                "{}: {} jobs never ran to their end",
+                out.setting.name(),
+                out.lost
+            );
         }
         let j = json!({
             "setting": out.setting.key(),
