@@ -115,7 +115,12 @@ fn opts(args: &[String]) -> Opts {
         };
         match a.as_str() {
             "--bench" => {}
-            "--scale" => o.scale = num(val(), "--scale"),
+            "--scale" => {
+                o.scale = num(val(), "--scale");
+                if !(0.02..=10.0).contains(&o.scale) {
+                    usage("--scale: from 0.02 (leases of 100 ms at least) to 10");
+                }
+            }
             "--kills" => o.kills = num(val(), "--kills") as usize,
             "--workers" => o.workers = (num(val(), "--workers") as usize).max(2),
             "--phases" => {
