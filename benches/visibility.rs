@@ -11,7 +11,9 @@
 //! replaced at once by a new one, as a Deployment would). Then, per phase:
 //!
 //! - jobs run more than once for another reason than their worker's death (a lease lost
-//!   under a running job), from the workers' own records;
+//!   under a running job), from the workers' own records; the runs SIGKILLed with their
+//!   worker, and those that ended on a worker SIGKILLed before it acked them, are
+//!   counted apart;
 //! - the time from a worker's SIGKILL to each of its jobs starting again (p50, p99);
 //! - Redis calls and Redis µs (INFO commandstats, every command but INFO, those scripts
 //!   run included) per job enqueued in the phase, over the phase (not the final drain);
@@ -352,6 +354,8 @@ struct PhaseResult {
     recovery: Vec<f64>,
     /// Killed runs whose job never started again.
     never_rerun: usize,
+    /// Runs that ended on a worker SIGKILLed before it acked them (run again too).
+    unacked_at_kill: usize,
     calls: u64,
     /// µs Redis spent on the calls.
     usec: u64,
@@ -504,7 +508,12 @@ async fn scenario(o: Opts, setting: Setting) -> Outcome {
                     None => p.never_rerun += 1,
                 }
             } else if i + 1 < rs.len() {
-                twice = true;
+                // A run that reached its end on a worker SIGKILLed before it could ack:
+                // the kill's doing, not a lease lost.
+                match killed.get(&r.worker) {
+                    Some(&(kpi, at)) if at >= r.end => results[kpi].unacked_at_kill += 1,
+                    _ => twice = true,
+                }
             }
         }
         results[*pi].twice += usize::from(twice);
@@ -573,11 +582,13 @@ fn report(o: &Opts, outs: &[Outcome]) {
     for pi in 0..o.phases.len() {
         for out in outs {
             let p = &out.phases[pi];
-            let never = if p.never_rerun > 0 {
-                format!(" ({} never)", p.never_rerun)
-            } else {
-                String::new()
-            };
+            let mut never = String::new();
+            if p.unacked_at_kill > 0 {
+                never += &format!(" + {} unacked", p.unacked_at_kill);
+            }
+            if p.never_rerun > 0 {
+                never += &format!(" ({} never)", p.never_rerun);
+            }
             println!(
                 "| {} | {} | {} | {} | {}{never} | {}s | {}s | {:.1} | {:.0} | {:.1}s |",
                 phase_name(o, pi),
@@ -648,6 +659,7 @@ fn report(o: &Opts, outs: &[Outcome]) {
                 "run_twice": p.twice,
                 "killed_runs": p.killed_runs,
                 "never_rerun": p.never_rerun,
+                "unacked_at_kill": p.unacked_at_kill,
                 "recovery_s": p.recovery.iter().map(|x| x / s).collect::<Vec<_>>(),
                 "redis_calls": p.calls,
                 "redis_usec": p.usec,
