@@ -64,16 +64,24 @@ chaos: redis
 ## Redis cost (`stats` calls per queue per refresh, counted by INFO commandstats) with 1,
 ## 10 and 50 API pollers over 200 queues, and the bytes Redis sends for one queue-page poll
 ## of 10 jobs of 4 MiB, now and as before previews (docs/benchmarks.md); options through
-## CONSOLE_BENCH_ARGS.
+## CONSOLE_BENCH_ARGS. Then the
+## visibility timeout's scenario runner: fixed 5 s, fixed 60 s and `auto` side by side (a
+## private redis-server each) on jobs of 2 s, then 20 s, then 2 s, with worker processes
+## SIGKILLed in each phase: jobs run twice, time from a worker's death to its job running
+## again (p50/p99) and Redis calls per job, phase by phase (docs/benchmarks.md). Time is
+## scaled (default `--scale 0.1`: about 3 minutes; `--scale 1` is the workload's real
+## 30 minutes); options through VISIBILITY_BENCH_ARGS, e.g. `--scale 0.5 --kills 5`.
 PARTITIONS_BENCH_ARGS ?=
 BENCH_ARGS ?=
 SCALE_BENCH_ARGS ?=
 CONSOLE_BENCH_ARGS ?=
+VISIBILITY_BENCH_ARGS ?=
 bench: redis
 	$(CARGO) bench --bench throughput -- $(BENCH_ARGS)
 	$(CARGO) bench --bench partitions -- $(PARTITIONS_BENCH_ARGS)
 	$(CARGO) bench --bench operator_scale -- $(SCALE_BENCH_ARGS)
 	$(CARGO) bench --bench console -- $(CONSOLE_BENCH_ARGS)
+	$(CARGO) bench --bench visibility -- $(VISIBILITY_BENCH_ARGS)
 
 ## The instructions redis-server executes per job, counted by valgrind's callgrind (they do
 ## not drift with the machine as wall-clock figures do): claim+ack at batch 1 and 32,
