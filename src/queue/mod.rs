@@ -24,6 +24,7 @@ mod keys;
 mod partitioned;
 pub mod partitions;
 mod pinned;
+pub mod schedule;
 mod scripts;
 mod sentinel;
 mod settings;
@@ -33,6 +34,7 @@ pub mod view;
 
 pub(crate) use client::within_window;
 pub use client::{
+    Fired,
     Consumer, DEFAULT_MAX_PAYLOAD, ID_DRAWS, Queue, REQUEST_RECORD_LIFE, REQUEST_RETRY_WINDOW,
     parse_claim_token, reap_due,
 };
