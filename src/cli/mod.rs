@@ -17,6 +17,7 @@ mod pause;
 mod peek;
 mod progress;
 mod reap;
+mod schedule;
 pub(crate) mod show;
 mod stats;
 pub mod ui;
@@ -94,6 +95,9 @@ pub enum Command {
     /// Resume a paused queue: workers claim again.
     #[command(after_help = pause::RESUME_EXAMPLES)]
     Resume(pause::PauseArgs),
+    /// Recurring jobs: add, ls, show, rm, pause, resume a queue's schedules.
+    #[command(after_help = schedule::EXAMPLES)]
+    Schedule(schedule::ScheduleArgs),
     /// Put expired leases back to pending (or dead): once, or every interval.
     #[command(after_help = reap::EXAMPLES)]
     Reap(reap::ReapArgs),
@@ -742,6 +746,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Show(args) => show::run(args).await,
         Command::Configure(args) => configure::run(args).await,
         Command::Reap(args) => reap::run(args).await,
+        Command::Schedule(args) => schedule::run(args).await,
         Command::Pause(args) => pause::run(args, true).await,
         Command::Resume(args) => pause::run(args, false).await,
         Command::Demo(args) => demo::run(args).await,
