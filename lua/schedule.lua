@@ -483,7 +483,8 @@ for i = 1, n do
   local t
   t, e = rule(q.name)
   if e then return e end
-  local due = redis.call('ZSCORE', K_DUE, q.name)
+  -- ZMSCORE, not ZSCORE: the workers' ACL line allows it (docs/operations.md)
+  local due = redis.call('ZMSCORE', K_DUE, q.name)[1]
   if t and t.paused ~= '1' and due and tonumber(due) == q.tick and q.tick <= now then
     local n1, n2 = q.n1, q.n2
     if t.kind == 'every' then

@@ -2366,11 +2366,11 @@ impl Queue {
     pub async fn schedule(&self, name: &str) -> Result<Option<super::schedule::ScheduleInfo>> {
         super::schedule::validate_name(name)?;
         let mut conn = self.redis.clone();
-        let (json, due): (Option<String>, Option<f64>) = redis::pipe()
+        let (json, due): (Option<String>, Vec<Option<f64>>) = redis::pipe()
             .cmd("HGET")
             .arg(&self.keys.schedules)
             .arg(name)
-            .cmd("ZSCORE")
+            .cmd("ZMSCORE")
             .arg(&self.keys.schedule_due)
             .arg(name)
             .query_async(&mut conn)
@@ -2379,6 +2379,7 @@ impl Queue {
         let Some(json) = json else { return Ok(None) };
         let stored: super::schedule::StoredRule = serde_json::from_str(&json)
             .map_err(|e| self.protocol("schedule", format!("rule of {name}: {e}")))?;
+        let due = due.first().copied().flatten();
         Ok(Some(stored.info(name.to_string(), due.map(|d| d as i64))?))
     }
 
