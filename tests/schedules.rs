@@ -51,9 +51,7 @@ async fn firer(queue: Queue, until: i64, twin: bool) {
         if f.now_ms > until {
             return;
         }
-        let wait = f
-            .next_tick
-            .map_or(1000, |t| (t - f.now_ms).clamp(0, 1000)) as u64
+        let wait = f.next_tick.map_or(1000, |t| (t - f.now_ms).clamp(0, 1000)) as u64
             + rand::random::<u64>() % 20;
         tokio::time::sleep(Duration::from_millis(wait)).await;
     }
@@ -65,10 +63,28 @@ async fn many_firers_make_exactly_one_job_per_tick() {
     let mut conn = server.conn();
     let queue = server.queue("sched").await;
     queue.load_scripts().await.unwrap();
-    assert_eq!(queue.put_schedule(&every_second("s", Missed::Once)).await.unwrap(), 1);
+    assert_eq!(
+        queue
+            .put_schedule(&every_second("s", Missed::Once))
+            .await
+            .unwrap(),
+        1
+    );
     // the same rule again changes nothing (as the operator writes it every pass)
-    assert_eq!(queue.put_schedule(&every_second("s", Missed::Once)).await.unwrap(), 0);
-    let first = queue.schedule("s").await.unwrap().unwrap().next_tick.unwrap();
+    assert_eq!(
+        queue
+            .put_schedule(&every_second("s", Missed::Once))
+            .await
+            .unwrap(),
+        0
+    );
+    let first = queue
+        .schedule("s")
+        .await
+        .unwrap()
+        .unwrap()
+        .next_tick
+        .unwrap();
     let until = first + 10_000;
 
     // three reapers' firers (each with its own connection), one firing twice per look,
@@ -81,7 +97,10 @@ async fn many_firers_make_exactly_one_job_per_tick() {
     let op = server.queue("sched").await;
     let operator = tokio::spawn(async move {
         loop {
-            let m = op.maintain(&QueueSettings::default(), 100, 10).await.unwrap();
+            let m = op
+                .maintain(&QueueSettings::default(), 100, 10)
+                .await
+                .unwrap();
             let now = op.now_ms().await.unwrap();
             if now > until {
                 return m;
@@ -96,7 +115,12 @@ async fn many_firers_make_exactly_one_job_per_tick() {
     let end = redis_now_ms(&mut conn);
 
     let (ticks, ids) = fired_ticks(&mut conn, "sched", "s");
-    assert_eq!(ids, ticks.len(), "a tick was fired twice: {ids} ids for {} ticks", ticks.len());
+    assert_eq!(
+        ids,
+        ticks.len(),
+        "a tick was fired twice: {ids} ids for {} ticks",
+        ticks.len()
+    );
     // every tick from the first up to the last one due is fired (one may be in flight)
     let due = (end - first) / 1000 + 1;
     assert!(
@@ -109,8 +133,9 @@ async fn many_firers_make_exactly_one_job_per_tick() {
         assert_eq!((t - first) % 1000, 0, "tick {t} is not on the interval");
     }
     // each job carries the schedule's payload and options
-    let job: std::collections::HashMap<String, String> =
-        conn.hgetall(format!("jq:{{sched}}:job:sched:s:{first}")).unwrap();
+    let job: std::collections::HashMap<String, String> = conn
+        .hgetall(format!("jq:{{sched}}:job:sched:s:{first}"))
+        .unwrap();
     assert_eq!(job.get("payload").map(String::as_str), Some("tick"));
     assert_eq!(job.get("max_attempts").map(String::as_str), Some("2"));
     assert_eq!(job.get("schedule").map(String::as_str), Some("s"));
@@ -124,10 +149,25 @@ async fn five_missed_ticks_follow_each_policy() {
     let mut conn = server.conn();
     let queue = server.queue("missed").await;
     queue.load_scripts().await.unwrap();
-    queue.put_schedule(&every_second("skip", Missed::Skip)).await.unwrap();
-    queue.put_schedule(&every_second("once", Missed::Once)).await.unwrap();
-    let first = queue.schedule("skip").await.unwrap().unwrap().next_tick.unwrap();
-    assert_eq!(queue.schedule("once").await.unwrap().unwrap().next_tick, Some(first));
+    queue
+        .put_schedule(&every_second("skip", Missed::Skip))
+        .await
+        .unwrap();
+    queue
+        .put_schedule(&every_second("once", Missed::Once))
+        .await
+        .unwrap();
+    let first = queue
+        .schedule("skip")
+        .await
+        .unwrap()
+        .unwrap()
+        .next_tick
+        .unwrap();
+    assert_eq!(
+        queue.schedule("once").await.unwrap().unwrap().next_tick,
+        Some(first)
+    );
 
     // no firer for five ticks
     wait_past(&mut conn, first + 4_000);
@@ -147,7 +187,13 @@ async fn five_missed_ticks_follow_each_policy() {
     assert_eq!((again.fired, again.skipped), (0, 0));
 
     // the next tick, on time, fires under either policy
-    let next = queue.schedule("skip").await.unwrap().unwrap().next_tick.unwrap();
+    let next = queue
+        .schedule("skip")
+        .await
+        .unwrap()
+        .unwrap()
+        .next_tick
+        .unwrap();
     wait_past(&mut conn, next);
     let on_time = eventually("the next tick to fire", async || {
         let f = queue.fire_schedules(None).await.unwrap();
@@ -155,7 +201,10 @@ async fn five_missed_ticks_follow_each_policy() {
     })
     .await;
     assert_eq!(on_time.fired, 2, "{on_time:?}");
-    assert_eq!(fired_ticks(&mut conn, "missed", "skip").0, BTreeSet::from([next]));
+    assert_eq!(
+        fired_ticks(&mut conn, "missed", "skip").0,
+        BTreeSet::from([next])
+    );
 }
 
 #[tokio::test]
@@ -164,9 +213,21 @@ async fn paused_and_removed_schedules_fire_nothing() {
     let mut conn = server.conn();
     let queue = server.queue("paused").await;
     queue.load_scripts().await.unwrap();
-    queue.put_schedule(&every_second("p", Missed::Once)).await.unwrap();
-    queue.put_schedule(&every_second("r", Missed::Once)).await.unwrap();
-    let first = queue.schedule("p").await.unwrap().unwrap().next_tick.unwrap();
+    queue
+        .put_schedule(&every_second("p", Missed::Once))
+        .await
+        .unwrap();
+    queue
+        .put_schedule(&every_second("r", Missed::Once))
+        .await
+        .unwrap();
+    let first = queue
+        .schedule("p")
+        .await
+        .unwrap()
+        .unwrap()
+        .next_tick
+        .unwrap();
     assert_eq!(queue.pause_schedule("p", true).await.unwrap(), Some(true));
     assert_eq!(queue.pause_schedule("p", true).await.unwrap(), Some(false));
     assert!(queue.remove_schedule("r").await.unwrap());
@@ -178,6 +239,12 @@ async fn paused_and_removed_schedules_fire_nothing() {
     assert_eq!(ls.len(), 1);
     assert!(ls[0].paused && ls[0].next_tick.is_none());
     assert_eq!(queue.pause_schedule("p", false).await.unwrap(), Some(true));
-    let resumed = queue.schedule("p").await.unwrap().unwrap().next_tick.unwrap();
+    let resumed = queue
+        .schedule("p")
+        .await
+        .unwrap()
+        .unwrap()
+        .next_tick
+        .unwrap();
     assert!(resumed > first, "ticks while paused are not fired");
 }

@@ -161,7 +161,12 @@ pub async fn run(args: ScheduleArgs) -> anyhow::Result<()> {
                 2 => "changed",
                 _ => "unchanged",
             };
-            writeln!(out, "schedule {} of {}: {what}; next tick {next}", a.name, queue.name())?;
+            writeln!(
+                out,
+                "schedule {} of {}: {what}; next tick {next}",
+                a.name,
+                queue.name()
+            )?;
         }
         ScheduleCommand::Ls(a) => {
             let queue = one_queue(&a.connect).await?;
@@ -173,7 +178,11 @@ pub async fn run(args: ScheduleArgs) -> anyhow::Result<()> {
             } else if all.is_empty() {
                 writeln!(out, "no schedules on {}", queue.name())?;
             } else {
-                writeln!(out, "{:<24} {:<28} {:<6} {:<24} {:<24}", "NAME", "RULE", "MISSED", "LAST TICK", "NEXT TICK")?;
+                writeln!(
+                    out,
+                    "{:<24} {:<28} {:<6} {:<24} {:<24}",
+                    "NAME", "RULE", "MISSED", "LAST TICK", "NEXT TICK"
+                )?;
                 for s in &all {
                     writeln!(
                         out,

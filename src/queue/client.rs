@@ -2244,6 +2244,9 @@ pub struct Fired {
     pub now_ms: i64,
 }
 
+/// The schedules hash (name, rule) and the due zset (name, tick) as read together.
+type NamedRulesAndTicks = (Vec<(String, String)>, Vec<(String, f64)>);
+
 // Schedules (lua/schedule.lua; docs/protocol.md, Schedules).
 impl Queue {
     fn schedule_cmd(&self, job_keys: &[&str]) -> Cmd {
@@ -2339,7 +2342,7 @@ impl Queue {
     /// Every schedule of the queue, by name.
     pub async fn schedules(&self) -> Result<Vec<super::schedule::ScheduleInfo>> {
         let mut conn = self.redis.clone();
-        let (rules, due): (Vec<(String, String)>, Vec<(String, f64)>) = redis::pipe()
+        let (rules, due): NamedRulesAndTicks = redis::pipe()
             .cmd("HGETALL")
             .arg(&self.keys.schedules)
             .cmd("ZRANGE")
@@ -2459,8 +2462,8 @@ impl Queue {
             cmd.arg(*name).arg(*tick).arg(*n1).arg(*n2);
         }
         let reply = self.run_durable(&SCRIPTS.schedule, &cmd).await?;
-        let flags =
-            int_array(&reply).ok_or_else(|| self.protocol("schedule fire", format!("{reply:?}")))?;
+        let flags = int_array(&reply)
+            .ok_or_else(|| self.protocol("schedule fire", format!("{reply:?}")))?;
         for f in flags {
             match f {
                 1 => out.fired += 1,

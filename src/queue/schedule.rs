@@ -176,7 +176,9 @@ impl CronRule {
         if !(fields == 5 || fields == 6) {
             return Err(bad(
                 "cron",
-                format!("{expr:?} has {fields} fields: expected 5 (minute hour day month weekday) or 6 (second first)"),
+                format!(
+                    "{expr:?} has {fields} fields: expected 5 (minute hour day month weekday) or 6 (second first)"
+                ),
             ));
         }
         let cron = CronParser::builder()
@@ -278,7 +280,9 @@ mod tests {
         assert_eq!(r.after(1_000).unwrap(), 10_000);
         let e = CronRule::parse("0 3 * *", "UTC").unwrap_err().to_string();
         assert!(e.contains("4 fields"), "{e}");
-        let e = CronRule::parse("0 3 * * *", "Mars/Olympus").unwrap_err().to_string();
+        let e = CronRule::parse("0 3 * * *", "Mars/Olympus")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("Mars/Olympus"), "{e}");
         assert!(validate_name("a b").is_err());
     }
