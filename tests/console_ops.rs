@@ -348,6 +348,17 @@ async fn fill_for_browser(q: &Queue) {
     }
     q.claim(1, "pod-api-7f9c-1", None).await.unwrap();
     q.claim(1, "pod-batch-2b1d-0", None).await.unwrap();
+    // a paused schedule, listed on the queue page (paused: it fires nothing meanwhile)
+    q.put_schedule(&jobqueue::queue::schedule::Schedule {
+        name: "digest".into(),
+        rule: jobqueue::queue::schedule::Rule::Every(Duration::from_secs(3600)),
+        payload: b"{}".to_vec(),
+        options: Default::default(),
+        missed: jobqueue::queue::schedule::Missed::Once,
+        paused: true,
+    })
+    .await
+    .unwrap();
 }
 
 #[tokio::test]
@@ -376,6 +387,12 @@ async fn the_console_in_a_browser_pauses_shows_workers_history_and_attempt_error
         "{seen}"
     );
     assert_eq!(seen["banner_resumed"], "claiming", "{seen}");
+    // the schedules of the queue
+    assert_eq!(
+        seen["schedules"],
+        json!([["digest", "every 1h", "once", "-", "paused"]]),
+        "{seen}"
+    );
     assert!(!q.stats().await.unwrap().paused);
     // the history chart: one point per minute of the hour, the counts of the set-up
     assert_eq!(seen["history_points"], 60, "{seen}");
