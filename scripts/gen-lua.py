@@ -33,8 +33,8 @@ REQUIRED = {
     'retry_policy.lua': ['ack.lua', 'fail.lua', 'settle_claim.lua'],
     'request_record.lua': ['ack.lua', 'claim.lua', 'settle_claim.lua'],
     'attempt_errors.lua': ['fail.lua', 'reap.lua', 'settle_claim.lua'],
-    'history.lua': ['ack.lua', 'enqueue.lua', 'fail.lua', 'reap.lua', 'settle_claim.lua'],
-    'job_options.lua': ['enqueue.lua', 'fail.lua', 'reap.lua', 'settle_claim.lua'],
+    'history.lua': ['ack.lua', 'enqueue.lua', 'fail.lua', 'reap.lua', 'schedule.lua', 'settle_claim.lua'],
+    'job_options.lua': ['enqueue.lua', 'fail.lua', 'reap.lua', 'schedule.lua', 'settle_claim.lua'],
 }
 
 

@@ -240,6 +240,71 @@ pub struct JobQueueSpec {
     )]
     #[schemars(range(min = 1, max = 256))]
     pub partitions: u32,
+
+    /// Recurring jobs: each a named rule, `every` an interval or a `cron` expression in a
+    /// `timeZone`, that enqueues one job with `payload` per tick (docs/protocol.md,
+    /// Schedules). The operator writes them into Redis and removes the ones it wrote that
+    /// are no longer listed; schedules added with `jobqueue schedule add` are left alone.
+    /// Not on a partitioned queue.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// (A list map keyed by name: the API server refuses two entries of one name.)
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
+    #[schemars(length(max = 100))]
+    pub schedules: Vec<ScheduleSpec>,
+}
+
+/// One entry of `spec.schedules`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("has(self.every) != has(self.cron)")
+        .message("a schedule has exactly one of every and cron"),
+    validation = Rule::new("!has(self.timeZone) || has(self.cron)")
+        .message("timeZone applies to cron")
+)]
+pub struct ScheduleSpec {
+    /// 1..200 characters of A-Z a-z 0-9 . _ - (part of the jobs' ids).
+    #[x_kube(
+        validation = Rule::new("self.matches('^[A-Za-z0-9._-]{1,200}$')")
+            .message("a schedule name is 1..200 characters of A-Z a-z 0-9 . _ -")
+    )]
+    #[schemars(length(max = 200))]
+    pub name: String,
+    /// Tick every interval (e.g. `30s`, `5m`), at multiples of it since the epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(POSITIVE).message("every must be a positive duration"))]
+    #[schemars(length(max = 32))]
+    pub every: Option<String>,
+    /// A 5-field cron expression (6 with seconds first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub cron: Option<String>,
+    /// The cron expression's IANA time zone; UTC when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub time_zone: Option<String>,
+    /// The payload of every job it enqueues.
+    #[serde(default)]
+    #[schemars(length(max = 65536))]
+    pub payload: String,
+    /// A tick late by its interval or more: `skip` it (the default) or fire `once`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == 'skip' || self == 'once'").message("missed must be skip or once"))]
+    #[schemars(length(max = 8))]
+    pub missed: Option<String>,
+}
+
+/// One schedule of `status.schedules`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduleStatus {
+    pub name: String,
+    /// The last tick fired (or skipped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_tick: Option<Time>,
+    /// The next tick.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_tick: Option<Time>,
 }
 
 /// The most partitions `spec.partitions` allows: a worker waits on one connection per
@@ -814,6 +879,10 @@ pub struct JobQueueStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partitions: Option<PartitionsStatus>,
 
+    /// The schedules of `spec.schedules` as Redis holds them: last and next tick.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub schedules: Vec<ScheduleStatus>,
+
     /// `Ready`, `RedisAvailable`, `LeaseTooShort`, `JobsOrphaned` (and `Scaling` with
     /// workers, `PartitionsDrained` once `spec.partitions` has shrunk).
     #[serde(default)]
@@ -931,6 +1000,7 @@ impl JobQueueSpec {
             paused: None,
             workers: None,
             partitions: default_partitions(),
+            schedules: Vec::new(),
         }
     }
 }

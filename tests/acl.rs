@@ -109,6 +109,16 @@ async fn a_producer_a_worker_and_the_operator_run_under_their_smallest_acl() {
     };
     let done = ops.maintain(&settings, 100, 4).await.unwrap();
     assert!(done.configured, "{done:?}");
+    // spec.schedules: the operator writes a schedule (the worker's reaper fires it too)
+    let every_second = jobqueue::queue::schedule::Schedule {
+        name: "tick".into(),
+        rule: jobqueue::queue::schedule::Rule::Every(Duration::from_secs(1)),
+        payload: b"tick".to_vec(),
+        options: Default::default(),
+        missed: jobqueue::queue::schedule::Missed::Once,
+        paused: false,
+    };
+    assert_eq!(ops.put_schedule(&every_second).await.unwrap(), 1);
 
     let jobs = queue_as(&server, &producer, "pp", "emails").await;
     for payload in ["ok-1", "ok-2", "fail"] {
@@ -177,6 +187,14 @@ async fn a_producer_a_worker_and_the_operator_run_under_their_smallest_acl() {
     let done = ops.maintain(&settings, 100, 4).await.unwrap();
     assert_eq!(done.reaped.requeued, 1, "{done:?}");
     assert_eq!(done.stats.pending, 1, "{done:?}");
+
+    // The schedule, fired by the worker's user and by the operator's upkeep.
+    let tick = ops.schedule("tick").await.unwrap().unwrap();
+    wait_past(&mut admin, tick.next_tick.unwrap());
+    work.fire_schedules(None).await.unwrap();
+    ops.maintain(&settings, 100, 4).await.unwrap();
+    assert!(stat(&mut admin, "emails", "scheduled") >= 1);
+    ops.remove_schedule("tick").await.unwrap();
 
     // Not one command or key was refused along the way.
     assert_eq!(acl_denials(&mut admin), Vec::<String>::new());
@@ -332,6 +350,8 @@ fn each_roles_acl_grants_what_its_scripts_call_and_nothing_more() {
                 &s.stats,
                 // ending the lease of a cancelled job (`cancelled`)
                 &s.manage,
+                // the reaper's schedule firer
+                &s.schedule,
             ],
             &[
                 "ping",
@@ -352,8 +372,8 @@ fn each_roles_acl_grants_what_its_scripts_call_and_nothing_more() {
         ),
         (
             "operator",
-            // manage: the pause of spec.paused
-            vec![&s.reap, &s.stats, &s.manage],
+            // manage: the pause of spec.paused; schedule: spec.schedules and firing
+            vec![&s.reap, &s.stats, &s.manage, &s.schedule],
             &[
                 "ping",
                 "evalsha",

@@ -283,6 +283,16 @@ const ROWS: &[Row] = &[
     row("promote-unknown-id", &["promote", "--redis", "{url}", "--tag", "bi", "nosuch"], 0, "skipped nosuch: no such job"),
     row("cancel-dead-id", &["cancel", "--redis", "{url}", "--tag", "bi", "d1"], 0, "skipped d1: status dead, not cancelled"),
     row("cancel-unknown-id", &["cancel", "--redis", "{url}", "--tag", "bi", "nosuch"], 0, "skipped nosuch: no such job"),
+    row("schedule-cron-fields", &["schedule", "add", "--redis", "{url}", "--tag", "bi", "s", "--cron", "0 3 * *", "x"], 2, "invalid cron: \"0 3 * *\" has 4 fields: expected 5"),
+    row("schedule-cron-syntax", &["schedule", "add", "--redis", "{url}", "--tag", "bi", "s", "--cron", "0 25 * * *", "x"], 2, "invalid cron: \"0 25 * * *\""),
+    row("schedule-tz", &["schedule", "add", "--redis", "{url}", "--tag", "bi", "s", "--cron", "0 3 * * *", "--tz", "Mars/Olympus", "x"], 2, "invalid time zone: \"Mars/Olympus\" is not an IANA time zone"),
+    row("schedule-tz-with-every", &["schedule", "add", "--redis", "{url}", "--tag", "bi", "s", "--every", "1s", "--tz", "UTC", "x"], 2, "--tz applies to --cron"),
+    row("schedule-every-and-cron", &["schedule", "add", "--redis", "{url}", "--tag", "bi", "s", "--every", "1s", "--cron", "* * * * *", "x"], 2, "cannot be used with"),
+    row("schedule-no-rule", &["schedule", "add", "--redis", "{url}", "--tag", "bi", "s", "x"], 2, "the following required arguments were not provided"),
+    row("schedule-every-zero", &["schedule", "add", "--redis", "{url}", "--tag", "bi", "s", "--every", "0s", "x"], 2, "invalid every: expected an interval of 1 ms to 10^15 ms"),
+    row("schedule-missed-word", &["schedule", "add", "--redis", "{url}", "--tag", "bi", "s", "--every", "1s", "--missed", "all", "x"], 2, "[possible values: skip, once]"),
+    row("schedule-name", &["schedule", "add", "--redis", "{url}", "--tag", "bi", "a b", "--every", "1s", "x"], 2, "invalid schedule name: \"a b\": expected 1..200 characters"),
+    row("schedule-absent", &["schedule", "rm", "--redis", "{url}", "--tag", "bi", "nope"], 1, "no schedule nope on jq:{bi}"),
 ];
 
 /// Rows of the library and the protocol (no process, no exit code: the doc says `-`):

@@ -348,6 +348,17 @@ async fn fill_for_browser(q: &Queue) {
     }
     q.claim(1, "pod-api-7f9c-1", None).await.unwrap();
     q.claim(1, "pod-batch-2b1d-0", None).await.unwrap();
+    // a paused schedule, listed on the queue page (paused: it fires nothing meanwhile)
+    q.put_schedule(&jobqueue::queue::schedule::Schedule {
+        name: "digest".into(),
+        rule: jobqueue::queue::schedule::Rule::Every(Duration::from_secs(3600)),
+        payload: b"{}".to_vec(),
+        options: Default::default(),
+        missed: jobqueue::queue::schedule::Missed::Once,
+        paused: true,
+    })
+    .await
+    .unwrap();
 }
 
 #[tokio::test]
@@ -376,6 +387,12 @@ async fn the_console_in_a_browser_pauses_shows_workers_history_and_attempt_error
         "{seen}"
     );
     assert_eq!(seen["banner_resumed"], "claiming", "{seen}");
+    // the schedules of the queue
+    assert_eq!(
+        seen["schedules"],
+        json!([["digest", "every 1h", "once", "-", "paused"]]),
+        "{seen}"
+    );
     assert!(!q.stats().await.unwrap().paused);
     // the history chart: one point per minute of the hour, the counts of the set-up
     assert_eq!(seen["history_points"], 60, "{seen}");
@@ -419,4 +436,54 @@ async fn the_console_in_a_browser_pauses_shows_workers_history_and_attempt_error
     );
     assert_png("console-workers.png");
     assert_png("console-history.png");
+}
+
+#[tokio::test]
+async fn the_queue_page_lists_the_schedules_with_last_and_next_tick() {
+    use jobqueue::queue::JobOptions;
+    use jobqueue::queue::schedule::{Missed, Rule, Schedule};
+    let server = RedisServer::start();
+    let q = server.queue("sch").await;
+    q.enqueue(NewJob::new("one")).await.unwrap();
+    let nightly = Schedule {
+        name: "nightly".into(),
+        rule: Rule::Cron {
+            expr: "0 3 * * *".into(),
+            tz: "Europe/Paris".into(),
+        },
+        payload: b"{}".to_vec(),
+        options: JobOptions::default(),
+        missed: Missed::Once,
+        paused: false,
+    };
+    q.put_schedule(&nightly).await.unwrap();
+    let paused = Schedule {
+        name: "ping".into(),
+        rule: Rule::Every(Duration::from_secs(30)),
+        paused: true,
+        missed: Missed::Skip,
+        ..nightly.clone()
+    };
+    q.put_schedule(&paused).await.unwrap();
+    let next = q
+        .schedule("nightly")
+        .await
+        .unwrap()
+        .unwrap()
+        .next_tick
+        .unwrap();
+    let ui = Ui::start(&server.url(), &[]);
+    listed(&ui, "sch");
+    let page = ui.get_json("/api/queue?q=sch");
+    assert_eq!(
+        page["schedules"],
+        json!([
+            {"name": "nightly", "rule": "cron 0 3 * * * (Europe/Paris)", "missed": "once",
+             "paused": false, "last_tick": null, "next_tick": next, "last_job": null},
+            {"name": "ping", "rule": "every 30s", "missed": "skip", "paused": true,
+             "last_tick": null, "next_tick": null, "last_job": null},
+        ]),
+        "{page}"
+    );
+    assert!(page["schedules_error"].is_null(), "{page}");
 }

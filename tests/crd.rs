@@ -219,6 +219,30 @@ fn bad_specs_are_refused_with_their_message() {
             json!({"partitions": 257}),
             "partitions must be between 1 and 256",
         ),
+        (
+            json!({"schedules": [{"name": "s", "every": "1m", "cron": "* * * * *"}]}),
+            "a schedule has exactly one of every and cron",
+        ),
+        (
+            json!({"schedules": [{"name": "s"}]}),
+            "a schedule has exactly one of every and cron",
+        ),
+        (
+            json!({"schedules": [{"name": "s", "every": "1m", "timeZone": "UTC"}]}),
+            "timeZone applies to cron",
+        ),
+        (
+            json!({"schedules": [{"name": "a b", "every": "1m"}]}),
+            "a schedule name is 1..200 characters",
+        ),
+        (
+            json!({"schedules": [{"name": "s", "every": "0s"}]}),
+            "every must be a positive duration",
+        ),
+        (
+            json!({"schedules": [{"name": "s", "every": "1m", "missed": "all"}]}),
+            "missed must be skip or once",
+        ),
     ];
     for (patch, message) in cases {
         let obj = with(patch.clone());

@@ -18,6 +18,7 @@ mod pause;
 mod peek;
 mod progress;
 mod reap;
+mod schedule;
 pub(crate) mod show;
 mod stats;
 pub mod ui;
@@ -101,6 +102,9 @@ pub enum Command {
     /// Cancel jobs by id: pending or delayed ones at once, leased ones stopped by their worker.
     #[command(after_help = control::CANCEL_EXAMPLES)]
     Cancel(control::JobsArgs),
+    /// Recurring jobs: add, ls, show, rm, pause, resume a queue's schedules.
+    #[command(after_help = schedule::EXAMPLES)]
+    Schedule(schedule::ScheduleArgs),
     /// Put expired leases back to pending (or dead): once, or every interval.
     #[command(after_help = reap::EXAMPLES)]
     Reap(reap::ReapArgs),
@@ -749,6 +753,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Show(args) => show::run(args).await,
         Command::Configure(args) => configure::run(args).await,
         Command::Reap(args) => reap::run(args).await,
+        Command::Schedule(args) => schedule::run(args).await,
         Command::Pause(args) => pause::run(args, true).await,
         Command::Resume(args) => pause::run(args, false).await,
         Command::Promote(args) => control::promote(args).await,

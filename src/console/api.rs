@@ -518,6 +518,10 @@ async fn queue_page(
         list.sort_by_key(|row| row["filed_at"].as_i64());
         list.truncate(limit);
     }
+    let (schedules, schedules_error) = match queue.schedules().await {
+        Ok(all) => (all.iter().map(schedule_json).collect::<Vec<_>>(), None),
+        Err(e) => (Vec::new(), Some(e.to_string())),
+    };
     let settings: Vec<Value> = settings
         .to_fields()
         .into_iter()
@@ -532,8 +536,28 @@ async fn queue_page(
         "pending": pending,
         "leases": leases,
         "delayed": delayed,
+        "schedules": schedules,
+        "schedules_error": schedules_error,
     }))
     .into_response())
+}
+
+/// A schedule as the queue page lists it: its rule in words and its last and next tick.
+fn schedule_json(s: &crate::queue::schedule::ScheduleInfo) -> Value {
+    use crate::queue::schedule::Rule;
+    let rule = match &s.rule {
+        Rule::Every(d) => format!("every {}", crate::duration::format(*d)),
+        Rule::Cron { expr, tz } => format!("cron {expr} ({tz})"),
+    };
+    json!({
+        "name": s.name,
+        "rule": rule,
+        "missed": s.missed.as_str(),
+        "paused": s.paused,
+        "last_tick": s.last_tick,
+        "next_tick": s.next_tick,
+        "last_job": s.last_job,
+    })
 }
 
 #[derive(Deserialize)]

@@ -614,6 +614,14 @@ async fn observe(
         ),
         None => None,
     };
+    // spec.schedules, on an unpartitioned queue (validate refuses them otherwise)
+    let schedules = if queues.len() == 1 {
+        reconcile_schedules(&queues[0].0, &plan.schedules, prev)
+            .await
+            .map_err(|e| classify(&e))?
+    } else {
+        Vec::new()
+    };
     // The draining partitions are the PartitionsDrained condition's to name.
     let name = match layout.tags.len() {
         1 => queues[0].0.name().to_string(),
@@ -631,7 +639,33 @@ async fn observe(
         visibility,
         desired_partitions: plan.partitions,
         partitions: parts,
+        schedules,
     })
+}
+
+/// `spec.schedules` into Redis: each written (an unchanged rule is left as it is, with
+/// its ticks), and the ones the last status listed that the spec no longer has removed
+/// (schedules added by `jobqueue schedule add` are not the operator's: left alone).
+/// Returns the spec's schedules as Redis holds them, for the status.
+async fn reconcile_schedules(
+    queue: &Queue,
+    wanted: &[crate::queue::schedule::Schedule],
+    prev: Option<&JobQueueStatus>,
+) -> crate::queue::Result<Vec<crate::queue::schedule::ScheduleInfo>> {
+    for s in wanted {
+        queue.put_schedule(s).await?;
+    }
+    for old in prev.map(|p| p.schedules.as_slice()).unwrap_or_default() {
+        if !wanted.iter().any(|s| s.name == old.name) {
+            queue.remove_schedule(&old.name).await?;
+        }
+    }
+    if wanted.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut all = queue.schedules().await?;
+    all.retain(|i| wanted.iter().any(|s| s.name == i.name));
+    Ok(all)
 }
 
 /// The spec's visibility timeout is a duration again: `meta` says so (`fixed`, set by the

@@ -191,6 +191,8 @@ pub struct Observation {
     /// Each partition maintained: the layout's, then those of earlier layouts still
     /// draining (empty reads as the one unpartitioned queue).
     pub partitions: Vec<PartitionObservation>,
+    /// `spec.schedules` as Redis holds them.
+    pub schedules: Vec<crate::queue::schedule::ScheduleInfo>,
 }
 
 /// The visibility timeout under `auto`, as this reconcile left it.
@@ -263,6 +265,21 @@ pub fn observed(
             .map(Time),
         set_by: v.set_by.clone(),
     });
+
+    // whole seconds, as the API server keeps a time
+    let tick = |ms: Option<i64>| {
+        ms.and_then(|ms| Timestamp::from_second(ms.div_euclid(1000)).ok())
+            .map(Time)
+    };
+    status.schedules = obs
+        .schedules
+        .iter()
+        .map(|s| crate::crd::ScheduleStatus {
+            name: s.name.clone(),
+            last_tick: tick(s.last_tick),
+            next_tick: tick(s.next_tick),
+        })
+        .collect();
 
     let kind = if obs.cluster {
         "Redis Cluster"

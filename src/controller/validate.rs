@@ -117,6 +117,8 @@ pub struct QueuePlan {
     /// `spec.visibilityTimeout: auto`: the bounds the operator tunes the value within
     /// (`settings.visibility_timeout` is then only where it starts).
     pub auto: Option<AutoBounds>,
+    /// `spec.schedules`, checked (cron expression and time zone parsed).
+    pub schedules: Vec<crate::queue::schedule::Schedule>,
 }
 
 fn invalid(field: &'static str, reason: impl Into<String>) -> InvalidSpec {
@@ -203,7 +205,50 @@ pub fn plan(spec: &JobQueueSpec) -> Result<QueuePlan, InvalidSpec> {
         workers,
         invalid_workers,
         auto,
+        schedules: schedules(spec)?,
     })
+}
+
+/// `spec.schedules` as the queue's schedules: a bad rule names its schedule and field.
+fn schedules(spec: &JobQueueSpec) -> Result<Vec<crate::queue::schedule::Schedule>, InvalidSpec> {
+    use crate::queue::schedule::{Missed, Rule, Schedule, validate_name};
+    if !spec.schedules.is_empty() && spec.partitions > 1 {
+        return Err(invalid(
+            "spec.schedules",
+            "a partitioned queue has no schedules (a schedule lives on one queue)",
+        ));
+    }
+    let mut out = Vec::with_capacity(spec.schedules.len());
+    for s in &spec.schedules {
+        let bad = |e: crate::queue::Error| invalid("spec.schedules", format!("{}: {e}", s.name));
+        validate_name(&s.name).map_err(bad)?;
+        let rule = match (&s.every, &s.cron) {
+            (Some(every), None) => Rule::Every(
+                crate::duration::parse(every)
+                    .map_err(|e| invalid("spec.schedules", format!("{}: every: {e}", s.name)))?,
+            ),
+            (None, Some(cron)) => Rule::Cron {
+                expr: cron.clone(),
+                tz: s.time_zone.clone().unwrap_or_else(|| "UTC".into()),
+            },
+            _ => {
+                return Err(invalid(
+                    "spec.schedules",
+                    format!("{}: exactly one of every and cron", s.name),
+                ));
+            }
+        };
+        rule.validate().map_err(bad)?;
+        out.push(Schedule {
+            name: s.name.clone(),
+            rule,
+            payload: s.payload.clone().into_bytes(),
+            options: Default::default(),
+            missed: Missed::parse(s.missed.as_deref().unwrap_or("skip")).map_err(bad)?,
+            paused: false,
+        });
+    }
+    Ok(out)
 }
 
 /// `spec.visibilityTimeout: auto` and `spec.visibilityAuto`: the bounds, checked.

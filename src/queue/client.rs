@@ -1517,6 +1517,11 @@ impl Queue {
             .arg("WITHSCORES");
         pipe.cmd("TIME");
         pipe.add_command(self.script_cmd(&SCRIPTS.stats, std::slice::from_ref(&self.keys.orphans)));
+        pipe.cmd("ZRANGE")
+            .arg(&self.keys.schedule_due)
+            .arg(0)
+            .arg(0)
+            .arg("WITHSCORES");
         let mut conn = self.redis.clone();
         let replies: Vec<Value> = pipe
             .query_async(&mut conn)
@@ -1556,6 +1561,16 @@ impl Queue {
             Some(v) => self.parse_stats(&v)?,
             None => return Err(self.protocol("maintain", "fewer replies than commands")),
         };
+        // The earliest schedule tick: fired below when it is due (a wrong-typed key is
+        // reported by the fire call).
+        let first_tick = match replies.next() {
+            Some(Value::Array(v)) => v.get(1).and_then(|t| match t {
+                Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse::<f64>().ok(),
+                Value::Double(d) => Some(*d),
+                _ => None,
+            }),
+            _ => Some(f64::MIN),
+        };
 
         set_paused(&mut stats, meta.get(PAUSED_FIELD).map(String::as_str));
         let configured = !meta_holds(&meta, settings);
@@ -1581,6 +1596,11 @@ impl Queue {
             stats = self.stats().await?;
             round_trips += 1;
         }
+        let mut fired = Fired::default();
+        if first_tick.is_some_and(|t| t as i64 <= now_ms) {
+            fired = self.fire_schedules(Some(now_ms)).await?;
+            round_trips += 3;
+        }
         let record = super::auto_visibility::VisibilityRecord::from_fields(&meta);
         let auto_owner = record.auto.map(|_| record.owner);
         Ok(Maintenance {
@@ -1591,6 +1611,7 @@ impl Queue {
             reaped,
             stats,
             round_trips,
+            fired,
         })
     }
 
@@ -2259,5 +2280,261 @@ mod tests {
         assert_eq!(parse_lease(Value::Nil).unwrap_err().lease, None);
         let no_token = Value::Array(vec![bulk(b"j3"), bulk(b"p"), Value::Int(1)]);
         assert_eq!(parse_lease(no_token).unwrap_err().lease, None);
+    }
+}
+
+/// What one [`Queue::fire_schedules`] call did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Fired {
+    /// Jobs enqueued for ticks.
+    pub fired: u64,
+    /// Missed ticks passed over under `skip`.
+    pub skipped: u64,
+    /// Ticks whose job existed already (fired before, by a twin or an earlier try).
+    pub existing: u64,
+    /// The earliest next tick (ms, Redis clock) after the call, when a schedule runs.
+    pub next_tick: Option<i64>,
+    /// The Redis clock the call fired against (ms).
+    pub now_ms: i64,
+}
+
+/// The schedules hash (name, rule) and the due zset (name, tick) as read together.
+type NamedRulesAndTicks = (Vec<(String, String)>, Vec<(String, f64)>);
+
+// Schedules (lua/schedule.lua; docs/protocol.md, Schedules).
+impl Queue {
+    fn schedule_cmd(&self, job_keys: &[&str]) -> Cmd {
+        let mut keys: Vec<&str> = vec![&self.keys.schedules, &self.keys.schedule_due];
+        keys.extend_from_slice(job_keys);
+        self.script_cmd(&SCRIPTS.schedule, &keys)
+    }
+
+    /// Write schedule `s` (create it or replace its rule): 1 created, 2 changed, 0 the
+    /// same rule was there already (its next and last tick are kept).
+    pub async fn put_schedule(&self, s: &super::schedule::Schedule) -> Result<i64> {
+        use super::schedule::{MAX_SCHEDULE_PAYLOAD, Rule, validate_name};
+        validate_name(&s.name)?;
+        s.rule.validate()?;
+        s.options.validate()?;
+        if s.payload.len() > MAX_SCHEDULE_PAYLOAD {
+            return Err(Error::InvalidArgument {
+                what: "payload",
+                reason: format!(
+                    "{} bytes: a schedule's payload is at most {MAX_SCHEDULE_PAYLOAD} bytes",
+                    s.payload.len()
+                ),
+            });
+        }
+        let (kind, spec, tz, first) = match &s.rule {
+            Rule::Every(d) => ("every", d.as_millis().to_string(), String::new(), 0),
+            Rule::Cron { expr, tz } => {
+                let now = self.now_ms().await?;
+                ("cron", expr.clone(), tz.clone(), s.rule.after(now)?)
+            }
+        };
+        let mut cmd = self.schedule_cmd(&[]);
+        cmd.arg("put")
+            .arg(&s.name)
+            .arg(kind)
+            .arg(spec)
+            .arg(tz)
+            .arg(s.missed.as_str())
+            .arg(if s.paused { "1" } else { "0" })
+            .arg(&s.payload[..])
+            .arg(first);
+        let options = s.options.to_fields();
+        if !options.is_empty() {
+            cmd.arg("options");
+            for (name, value) in options {
+                cmd.arg(name).arg(value);
+            }
+        }
+        let reply = self.run(&SCRIPTS.schedule, &cmd).await?;
+        match reply {
+            Value::Int(n) => Ok(n),
+            other => Err(self.protocol("schedule put", format!("{other:?}"))),
+        }
+    }
+
+    /// Remove schedule `name`; false when there was none. Jobs it fired stay.
+    pub async fn remove_schedule(&self, name: &str) -> Result<bool> {
+        super::schedule::validate_name(name)?;
+        let mut cmd = self.schedule_cmd(&[]);
+        cmd.arg("rm").arg(name);
+        match self.run(&SCRIPTS.schedule, &cmd).await? {
+            Value::Int(n) => Ok(n == 1),
+            other => Err(self.protocol("schedule rm", format!("{other:?}"))),
+        }
+    }
+
+    /// Pause (`pause` true) or resume schedule `name`: `None` when there is no such
+    /// schedule, else whether the call changed it. A resumed schedule's next tick is the
+    /// first after now: ticks while it was paused are not fired.
+    pub async fn pause_schedule(&self, name: &str, pause: bool) -> Result<Option<bool>> {
+        let mut first = 0;
+        if !pause {
+            let Some(info) = self.schedule(name).await? else {
+                return Ok(None);
+            };
+            if let super::schedule::Rule::Cron { .. } = info.rule {
+                first = info.rule.after(self.now_ms().await?)?;
+            }
+        }
+        super::schedule::validate_name(name)?;
+        let mut cmd = self.schedule_cmd(&[]);
+        cmd.arg(if pause { "pause" } else { "resume" }).arg(name);
+        if !pause {
+            cmd.arg(first);
+        }
+        match self.run(&SCRIPTS.schedule, &cmd).await? {
+            Value::Int(-1) => Ok(None),
+            Value::Int(n) => Ok(Some(n == 1)),
+            other => Err(self.protocol("schedule pause", format!("{other:?}"))),
+        }
+    }
+
+    /// Every schedule of the queue, by name.
+    pub async fn schedules(&self) -> Result<Vec<super::schedule::ScheduleInfo>> {
+        let mut conn = self.redis.clone();
+        let (rules, due): NamedRulesAndTicks = redis::pipe()
+            .cmd("HGETALL")
+            .arg(&self.keys.schedules)
+            .cmd("ZRANGE")
+            .arg(&self.keys.schedule_due)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err("schedules", e))?;
+        let due: HashMap<String, i64> = due.into_iter().map(|(n, s)| (n, s as i64)).collect();
+        let mut out = Vec::with_capacity(rules.len());
+        for (name, json) in rules {
+            let stored: super::schedule::StoredRule = serde_json::from_str(&json)
+                .map_err(|e| self.protocol("schedules", format!("rule of {name}: {e}")))?;
+            let next = due.get(&name).copied();
+            out.push(stored.info(name, next)?);
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// Schedule `name`, `None` when there is none.
+    pub async fn schedule(&self, name: &str) -> Result<Option<super::schedule::ScheduleInfo>> {
+        super::schedule::validate_name(name)?;
+        let mut conn = self.redis.clone();
+        let (json, due): (Option<String>, Vec<Option<f64>>) = redis::pipe()
+            .cmd("HGET")
+            .arg(&self.keys.schedules)
+            .arg(name)
+            .cmd("ZMSCORE")
+            .arg(&self.keys.schedule_due)
+            .arg(name)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err("schedule", e))?;
+        let Some(json) = json else { return Ok(None) };
+        let stored: super::schedule::StoredRule = serde_json::from_str(&json)
+            .map_err(|e| self.protocol("schedule", format!("rule of {name}: {e}")))?;
+        let due = due.first().copied().flatten();
+        Ok(Some(stored.info(name.to_string(), due.map(|d| d as i64))?))
+    }
+
+    /// Fire the schedules whose tick is due (at most [`FIRE_BATCH`] per call): one job per
+    /// tick, whoever fires it (a twin's call for the same tick changes nothing). `now_ms`:
+    /// the Redis clock when the caller just read it, else it is read here.
+    ///
+    /// [`FIRE_BATCH`]: super::schedule::FIRE_BATCH
+    pub async fn fire_schedules(&self, now_ms: Option<i64>) -> Result<Fired> {
+        use super::schedule::{FIRE_BATCH, StoredRule, tick_job_id};
+        let now = match now_ms {
+            Some(n) => n,
+            None => self.now_ms().await?,
+        };
+        let mut conn = self.redis.clone();
+        let due: Vec<(String, f64)> = redis::cmd("ZRANGE")
+            .arg(&self.keys.schedule_due)
+            .arg(0)
+            .arg(FIRE_BATCH - 1)
+            .arg("WITHSCORES")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err_on("schedules", &self.keys.schedule_due, e))?;
+        let mut out = Fired {
+            next_tick: due.first().map(|(_, t)| *t as i64),
+            now_ms: now,
+            ..Fired::default()
+        };
+        let due: Vec<(String, i64)> = due
+            .into_iter()
+            .map(|(n, t)| (n, t as i64))
+            .filter(|(_, t)| *t <= now)
+            .collect();
+        if due.is_empty() {
+            return Ok(out);
+        }
+        let names: Vec<&str> = due.iter().map(|(n, _)| n.as_str()).collect();
+        let rules: Vec<Option<String>> = redis::cmd("HMGET")
+            .arg(&self.keys.schedules)
+            .arg(&names)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err_on("schedules", &self.keys.schedules, e))?;
+        let mut quads = Vec::new();
+        for ((name, tick), json) in due.iter().zip(rules) {
+            if super::schedule::validate_name(name).is_err() {
+                continue;
+            }
+            // every: the script computes both ticks; cron: computed here from the rule
+            let (n1, n2) = match json.as_deref().map(serde_json::from_str::<StoredRule>) {
+                Some(Ok(r)) if r.kind == "cron" => {
+                    let rule = r.rule()?;
+                    match (rule.after(*tick), rule.after(now)) {
+                        (Ok(a), Ok(b)) => (a, b),
+                        (Err(e), _) | (_, Err(e)) => {
+                            tracing::warn!(queue = %self.keys.name, schedule = %name, error = %e,
+                                "schedule has no next tick; not fired");
+                            continue;
+                        }
+                    }
+                }
+                _ => (0, 0),
+            };
+            quads.push((name.as_str(), *tick, n1, n2));
+        }
+        if quads.is_empty() {
+            return Ok(out);
+        }
+        let job_keys: Vec<String> = quads
+            .iter()
+            .map(|(name, tick, _, _)| self.keys.job(&tick_job_id(name, *tick)))
+            .collect();
+        let key_refs: Vec<&str> = job_keys.iter().map(String::as_str).collect();
+        let mut cmd = self.schedule_cmd(&key_refs);
+        cmd.arg("fire").arg(quads.len());
+        for (name, tick, n1, n2) in &quads {
+            cmd.arg(*name).arg(*tick).arg(*n1).arg(*n2);
+        }
+        let reply = self.run_durable(&SCRIPTS.schedule, &cmd).await?;
+        let flags = int_array(&reply)
+            .ok_or_else(|| self.protocol("schedule fire", format!("{reply:?}")))?;
+        for f in flags {
+            match f {
+                1 => out.fired += 1,
+                2 => out.skipped += 1,
+                3 => out.existing += 1,
+                _ => {}
+            }
+        }
+        let first: Vec<(String, f64)> = redis::cmd("ZRANGE")
+            .arg(&self.keys.schedule_due)
+            .arg(0)
+            .arg(0)
+            .arg("WITHSCORES")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err("schedules", e))?;
+        out.next_tick = first.first().map(|(_, t)| *t as i64);
+        Ok(out)
     }
 }

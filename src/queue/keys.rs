@@ -23,6 +23,10 @@ pub struct QueueKeys {
     /// Ids set aside because their job hash was absent (a Cluster slot migration): KEYS[8]
     /// of claim, reap, stats and purge's `orphans` form.
     pub orphans: String,
+    /// `PREFIX:{tag}:schedules` (name -> rule) and `PREFIX:{tag}:schedule_due` (name -> next
+    /// tick): KEYS[8] and KEYS[9] of schedule.
+    pub schedules: String,
+    pub schedule_due: String,
     /// `PREFIX:{tag}:job:`, ARGV[1] of every script.
     pub job_prefix: String,
 }
@@ -43,6 +47,8 @@ impl QueueKeys {
             stats: key("stats"),
             wake: key("wake"),
             orphans: key("orphans"),
+            schedules: key("schedules"),
+            schedule_due: key("schedule_due"),
             job_prefix: key("job:"),
             name,
         })

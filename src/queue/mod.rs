@@ -25,6 +25,7 @@ mod keys;
 mod partitioned;
 pub mod partitions;
 mod pinned;
+pub mod schedule;
 mod scripts;
 mod sentinel;
 mod settings;
@@ -34,8 +35,8 @@ pub mod view;
 
 pub(crate) use client::within_window;
 pub use client::{
-    Consumer, DEFAULT_MAX_PAYLOAD, ID_DRAWS, Queue, REQUEST_RECORD_LIFE, REQUEST_RETRY_WINDOW,
-    parse_claim_token, reap_due,
+    Consumer, DEFAULT_MAX_PAYLOAD, Fired, ID_DRAWS, Queue, REQUEST_RECORD_LIFE,
+    REQUEST_RETRY_WINDOW, parse_claim_token, reap_due,
 };
 pub use connection::{
     ClientPairProblem, ConnectOptions, Dedicated, Redis, check_client_pair, pem_blocks, redact_url,

@@ -61,10 +61,11 @@ pub struct Scripts {
     pub purge: Script,
     pub preview: Script,
     pub manage: Script,
+    pub schedule: Script,
 }
 
 impl Scripts {
-    pub fn all(&self) -> [&Script; 12] {
+    pub fn all(&self) -> [&Script; 13] {
         [
             &self.enqueue,
             &self.claim,
@@ -78,6 +79,7 @@ impl Scripts {
             &self.purge,
             &self.preview,
             &self.manage,
+            &self.schedule,
         ]
     }
 }
@@ -95,4 +97,5 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     purge: Script::new("purge", include_str!("../../lua/purge.lua")),
     preview: Script::new("preview", include_str!("../../lua/preview.lua")),
     manage: Script::new("manage", include_str!("../../lua/manage.lua")),
+    schedule: Script::new("schedule", include_str!("../../lua/schedule.lua")),
 });

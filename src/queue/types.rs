@@ -600,6 +600,8 @@ pub struct Maintenance {
     /// The tuner of an `auto` visibility timeout recorded in `meta` before the pass
     /// (`visibility_owner`, see [`super::auto_visibility`]) while its mode was `auto`.
     pub auto_owner: Option<super::auto_visibility::Owner>,
+    /// The schedules fired (docs/protocol.md, Schedules).
+    pub fired: super::Fired,
 }
 
 /// Which dead jobs `redrive` and `purge` act on.

@@ -1303,6 +1303,7 @@ async fn watch_deadlines(shared: Arc<Shared>, stop: CancellationToken) {
 async fn reap_now_and_then(shared: Arc<Shared>, tuning: Timing) {
     let mut wait = reap_interval(shared.lease_len()).mul_f64(rand::random::<f64>());
     let writer = format!("reaper:{}", shared.worker_id);
+    let _firer = AbortOnDrop(tokio::spawn(fire_schedules_on_time(shared.clone())));
     loop {
         tokio::select! {
             _ = shared.shutdown.cancelled() => return,
@@ -1323,6 +1324,52 @@ async fn reap_now_and_then(shared: Arc<Shared>, tuning: Timing) {
                 debug!(queue = %shared.queue_name, promoted = o.promoted, restored = o.restored, more = o.more, "reap pass");
             }
             Err(err) => shared.redis_error("reap", &err, wait),
+        }
+    }
+}
+
+/// The longest the reaper's schedule firer waits between looks at the queue's schedules
+/// (a schedule added meanwhile is seen within it).
+const SCHEDULE_POLL: Duration = Duration::from_secs(1);
+
+/// Aborts its task when dropped: the reaper's schedule firer ends with the reaper.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The reaper's schedule firer (docs/protocol.md, Schedules): fires the queue's due
+/// schedules at their tick (plus up to 20 ms, so a fleet's firers do not all race for
+/// it), looking again at least every [`SCHEDULE_POLL`]. Twins firing one tick make one
+/// job. Not on a partitioned queue.
+async fn fire_schedules_on_time(shared: Arc<Shared>) {
+    let JobSource::One(queue) = &shared.queue else {
+        return;
+    };
+    loop {
+        let wait = match queue.fire_schedules(None).await {
+            Ok(f) => {
+                if f.fired + f.skipped > 0 {
+                    debug!(queue = %shared.queue_name, fired = f.fired, skipped = f.skipped,
+                        "fired schedules");
+                }
+                let until = f
+                    .next_tick
+                    .map(|t| Duration::from_millis(t.saturating_sub(f.now_ms).max(0) as u64))
+                    .unwrap_or(SCHEDULE_POLL);
+                until.min(SCHEDULE_POLL) + Duration::from_millis(rand::random::<u64>() % 20)
+            }
+            Err(err) => {
+                shared.redis_error("fire schedules", &err, SCHEDULE_POLL);
+                SCHEDULE_POLL
+            }
+        };
+        tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
         }
     }
 }

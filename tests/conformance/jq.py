@@ -9,7 +9,7 @@ import redis
 
 LUA = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'lua')
 NAMES = ['enqueue', 'claim', 'settle_claim', 'ack', 'extend', 'fail', 'reap', 'stats', 'redrive',
-         'purge', 'preview', 'manage']
+         'purge', 'preview', 'manage', 'schedule']
 
 
 def _start_server():

@@ -291,6 +291,17 @@ async function queuePage() {
           h("td", {}, `${fmtTime(j.run_at)} (${j.due_in_ms >= 0 ? "in " + fmtDur(j.due_in_ms) : "due"})`),
           h("td", { class: "num" }, String(j.attempts)),
           payloadCell(j))))),
+      h("h2", {}, "Schedules"),
+      d.schedules_error ? h("p", { class: "error" }, d.schedules_error) : null,
+      d.schedules.length === 0 ? h("p", { class: "muted" }, "none (jobqueue schedule add)") :
+        h("table", { id: "schedules" },
+          h("thead", {}, h("tr", {}, h("th", {}, "name"), h("th", {}, "rule"), h("th", {}, "missed"), h("th", {}, "last tick"), h("th", {}, "next tick"))),
+          h("tbody", {}, d.schedules.map((s) => h("tr", {},
+            h("td", {}, s.name),
+            h("td", {}, s.rule),
+            h("td", {}, s.missed),
+            h("td", {}, s.last_tick == null ? "-" : fmtTime(s.last_tick)),
+            h("td", {}, s.paused ? "paused" : fmtTime(s.next_tick)))))),
       h("h2", {}, "Settings (meta)"),
       h("dl", { class: "kv", id: "settings" }, d.settings.map((s) => [h("dt", {}, s.name), h("dd", {}, s.value)])));
   };

@@ -10,6 +10,8 @@ export async function run(page, ctx) {
   await page.goto(`${url}/queue?q=${q}`);
   await page.waitForSelector("#paused-banner");
   seen.banner_before = await text("#paused-banner");
+  seen.schedules = await page.$$eval("#schedules tbody tr", (rs) =>
+    rs.map((r) => [...r.querySelectorAll("td")].map((td) => td.textContent.trim())));
   await page.click("#queue-pause");
   await page.waitForFunction(() => /^paused/.test(document.querySelector("#paused-banner")?.textContent || ""));
   seen.banner_paused = await text("#paused-banner");
