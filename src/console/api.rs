@@ -481,14 +481,22 @@ async fn queue_page(
     let mut leases = Vec::new();
     let mut delayed = Vec::new();
     let mut skip = offset;
-    for (part, q) in members(&e, &queue, None)? {
+    let members = members(&e, &queue, None)?;
+    let many = members.len() > 1;
+    for (part, q) in members {
         let mut conn = q.redis().clone();
         if pending.len() < limit {
-            let len: usize = redis::cmd("LLEN")
-                .arg(&q.keys().pending)
-                .query_async(&mut conn)
-                .await
-                .map_err(failed)?;
+            // Where a page starts across partitions needs each one's length; one queue's
+            // page is one LRANGE (a page past its end is empty).
+            let len: usize = if many {
+                redis::cmd("LLEN")
+                    .arg(&q.keys().pending)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(failed)?
+            } else {
+                usize::MAX
+            };
             if skip >= len {
                 skip -= len;
             } else {
