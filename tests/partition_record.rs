@@ -9,7 +9,6 @@
 
 mod support;
 
-use std::io::Write;
 use std::process::{Command, Stdio};
 
 use jobqueue::queue::{NewJob, PartitionedQueue, partition_tags};
@@ -32,21 +31,8 @@ fn jq(url: &str, args: &[&str], input: &str) -> Out {
             cmd.env_remove(name);
         }
     }
-    let mut child = cmd
-        .args(args)
-        .args(["--redis", url])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out =
+        support::procs::output_with_stdin(cmd.args(args).args(["--redis", url]), input.as_bytes());
     Out {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),

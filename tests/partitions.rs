@@ -904,21 +904,7 @@ async fn three_partitions_shrunk_to_one_with_claim_replies_lost_and_workers_sigk
 
 /// `jobqueue` with `args`, stdin `input`; returns stdout, failing the test on a non-zero exit.
 fn cli(args: &[&str], input: &str) -> String {
-    use std::io::Write;
-    let mut child = Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = support::procs::output_with_stdin(Command::new(BIN).args(args), input.as_bytes());
     assert!(
         out.status.success(),
         "jobqueue {args:?}: {}",
