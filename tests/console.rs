@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use jobqueue::crd::{JobQueue, JobQueueSpec, JobQueueStatus};
-use jobqueue::queue::{Backoff, FailMode, NewJob, Queue, QueueSettings};
+use jobqueue::queue::{Backoff, FailMode, NewJob, Queue};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::Value;
 use support::console::{
@@ -37,13 +37,7 @@ struct Shop {
 }
 
 async fn fill(queue: &Queue) -> Shop {
-    queue
-        .configure(&QueueSettings {
-            max_attempts: 1,
-            ..QueueSettings::default()
-        })
-        .await
-        .unwrap();
+    support::console::one_attempt(queue).await;
     for i in 0..8 {
         queue
             .enqueue(NewJob::new(format!("{{\"order\":{i}}}")))

@@ -6,7 +6,7 @@
 
 mod support;
 
-use jobqueue::queue::{FailMode, NewJob, Queue, QueueSettings};
+use jobqueue::queue::{FailMode, NewJob, Queue};
 use serde_json::json;
 use support::console::{Ui, drive_with, ensure_browser, now_ms, root, shots_dir};
 use support::redis::{RedisServer, redis_now_ms, wait_past};
@@ -58,13 +58,7 @@ async fn status(queue: &Queue, id: &[u8]) -> Option<String> {
 /// A queue `tag` with one setting written, so that a scan finds it before its first job.
 async fn configured(server: &RedisServer, tag: &str) -> Queue {
     let queue = server.queue(tag).await;
-    queue
-        .configure(&QueueSettings {
-            max_attempts: 1,
-            ..QueueSettings::default()
-        })
-        .await
-        .unwrap();
+    support::console::one_attempt(&queue).await;
     queue
 }
 

@@ -10,7 +10,7 @@ mod support;
 use std::process::Command;
 use std::time::Duration;
 
-use jobqueue::queue::{Backoff, FailMode, NewJob, Queue, QueueSettings};
+use jobqueue::queue::{Backoff, FailMode, NewJob, Queue};
 use serde_json::Value;
 use support::console::{BIN, Drive, Ui, assert_png, ensure_browser, now_ms, shots_dir};
 use support::eventually::Wait;
@@ -41,13 +41,7 @@ async fn queues_with_one_job(server: &RedisServer, queues: usize, dead: usize) {
 
 /// Enqueue `n` jobs (`dead-0`, …) and fail each to the dead-letter set.
 async fn kill_jobs(queue: &Queue, n: usize) {
-    queue
-        .configure(&QueueSettings {
-            max_attempts: 1,
-            ..QueueSettings::default()
-        })
-        .await
-        .unwrap();
+    support::console::one_attempt(queue).await;
     for i in 0..n {
         queue
             .enqueue(NewJob::new(format!("doomed {i}")).id(format!("dead-{i}")))

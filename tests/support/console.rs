@@ -405,3 +405,14 @@ pub fn assert_png(name: &str) {
         path.display()
     );
 }
+
+/// Configure `queue` so that a job dies at its first failure (the dead-letter pages' set-ups).
+pub async fn one_attempt(queue: &jobqueue::queue::Queue) {
+    queue
+        .configure(&jobqueue::queue::QueueSettings {
+            max_attempts: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+}
