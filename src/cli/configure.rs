@@ -9,7 +9,7 @@ use super::ConnectArgs;
 use super::common::{UsageError, absent_note, open_target};
 use crate::duration;
 use crate::queue::auto_visibility::{self, AutoBounds, VisibilityRecord};
-use crate::queue::{PartitionRecord, QueueSettings, partition_tags};
+use crate::queue::{PartitionRecord, PriorityMode, QueueSettings, partition_tags};
 
 pub const EXAMPLES: &str = "\
 Examples:
@@ -20,6 +20,7 @@ Examples:
   jobqueue configure --tag emails --completed-retention 1h   # keep done jobs (dedup window)
   jobqueue configure --tag emails --partitions 6   # record the count (docs/partitions.md)
   jobqueue configure --tag emails --visibility-timeout auto   # the workers' reapers tune it
+  jobqueue configure --tag emails --priority-mode weighted   # low priorities get a share
   jobqueue configure --tag emails --visibility-timeout auto --auto-min 5s --auto-max 15m --auto-margin 2
 
 Settings not given keep their current value. Under the operator, the JobQueue resource
@@ -64,6 +65,11 @@ pub struct ConfigureArgs {
     /// The reaper keeps at most this many dead jobs; 0: no limit.
     #[arg(long, allow_hyphen_values = true)]
     pub dead_max_len: Option<u64>,
+    /// How claims choose among priorities: `strict` (the highest priority with a ready
+    /// job first, always) or `weighted` (priority p gets a share of the claims weighing
+    /// 2^p, so low priorities never starve). Not written by the operator.
+    #[arg(long, value_name = "MODE", value_parser = PriorityMode::parse)]
+    pub priority_mode: Option<PriorityMode>,
     /// Write the settings of a queue none of whose keys are in Redis yet (without it, a
     /// mistyped --tag is refused instead of making a queue nobody uses).
     #[arg(long)]
@@ -376,8 +382,26 @@ pub async fn run(args: ConfigureArgs) -> anyhow::Result<()> {
             (current, false)
         }
     };
+    if let Some(mode) = args.priority_mode {
+        if let Some(note) = &absent
+            && !args.create
+        {
+            return Err(UsageError(format!(
+                "{note}; to make a new queue with this priority mode, add --create"
+            ))
+            .into());
+        }
+        for queue in &queues {
+            queue.set_priority_mode(mode).await?;
+        }
+    }
     let fields = queues[0].meta_fields().await?;
     let record = VisibilityRecord::from_fields(&fields);
+    let priority_mode = PriorityMode::from_field(
+        fields
+            .get(crate::queue::PRIORITY_MODE_FIELD)
+            .map(String::as_str),
+    );
     let mut out = std::io::stdout().lock();
     if args.json {
         let fields: serde_json::Map<String, serde_json::Value> = settings
@@ -400,6 +424,7 @@ pub async fn run(args: ConfigureArgs) -> anyhow::Result<()> {
             }
         }
         fields.insert("visibility".into(), visibility_json(&record));
+        fields.insert("priority_mode".into(), priority_mode.as_str().into());
         writeln!(out, "{}", serde_json::Value::Object(fields))?;
         return Ok(());
     }
@@ -419,6 +444,16 @@ pub async fn run(args: ConfigureArgs) -> anyhow::Result<()> {
         writeln!(out, "  {:<22}{count} ({state})", "partitions")?;
     }
     write!(out, "{}", visibility_lines(&record))?;
+    let weights = match priority_mode {
+        PriorityMode::Strict => "the highest priority ready first",
+        PriorityMode::Weighted => "priority p gets a share weighing 2^p",
+    };
+    writeln!(
+        out,
+        "  {:<22}{} ({weights})",
+        "priority mode",
+        priority_mode.as_str()
+    )?;
     Ok(())
 }
 

@@ -21,6 +21,7 @@ Examples:
   jobqueue enqueue --tag emails --file job.json
   jobqueue enqueue --tag emails --id-hex 626164ff --file job.json   # an id of any bytes
   jobqueue enqueue --tag emails --stdin < jobs.ndjson     # one payload per line
+  jobqueue enqueue --tag emails --priority 9 '{\"to\":\"ceo@example.com\"}'   # claimed first
   jobqueue enqueue --tag emails --partitions 6 --partition-key ada@example.com '{...}'
 
 Prints the job id (one per line with --stdin --print-ids, else a count). With --id, an
@@ -85,6 +86,11 @@ pub struct EnqueueArgs {
         help_heading = "This job's own retry policy (instead of the queue's)"
     )]
     pub backoff_multiplier: Option<f64>,
+    /// The job's priority, 0 (the default, lowest) to 9: a higher priority is claimed
+    /// first, jobs of one priority in their order (`jobqueue configure --priority-mode`
+    /// says how strictly).
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = parse_priority)]
+    pub priority: Option<u8>,
     /// With --stdin: print each new job's id instead of a count.
     #[arg(long, requires = "stdin")]
     pub print_ids: bool,
@@ -97,6 +103,17 @@ pub struct EnqueueArgs {
     /// (refused on a queue of one partition).
     #[arg(long, value_name = "KEY", conflicts_with = "partition")]
     pub partition_key: Option<String>,
+}
+
+/// `--priority`: a whole number 0 to 9.
+fn parse_priority(text: &str) -> Result<u8, String> {
+    match text.parse::<u8>() {
+        Ok(p) if p <= crate::queue::MAX_PRIORITY => Ok(p),
+        _ => Err(format!(
+            "{text:?} is not a priority: a whole number from 0 (the default, lowest) to {} (highest)",
+            crate::queue::MAX_PRIORITY
+        )),
+    }
 }
 
 /// `--at`: an RFC 3339 time with its offset.
@@ -130,6 +147,7 @@ impl EnqueueArgs {
             backoff_initial: self.backoff_initial,
             backoff_max: self.backoff_max,
             backoff_multiplier: self.backoff_multiplier,
+            priority: self.priority,
         }
     }
 }

@@ -1,4 +1,5 @@
-//! `jobqueue peek`: the jobs next in line, without claiming them; or the delayed jobs
+//! `jobqueue peek`: the jobs next in line (every priority's, the highest first, as a
+//! strict claim takes them), without claiming them; or the delayed jobs
 //! next due, or the claimed jobs whose leases end first. Read-only. The AGE of a job is
 //! since its `enqueued_at` (or its redrive); `-` for a job enqueued ready by a release
 //! that wrote no `enqueued_at` (docs/protocol.md, job hash).
@@ -86,8 +87,8 @@ async fn peek(queue: &Queue, args: &PeekArgs) -> anyhow::Result<()> {
             )?;
             writeln!(
                 out,
-                "{:>4}  {:<24}  {:>8}  {:>5}  PAYLOAD",
-                "#", "ID", "ATTEMPTS", "AGE"
+                "{:>4}  {:<24}  {:>8}  {:>8}  {:>5}  PAYLOAD",
+                "#", "ID", "PRIORITY", "ATTEMPTS", "AGE"
             )?;
         }
     }
@@ -106,9 +107,10 @@ async fn peek(queue: &Queue, args: &PeekArgs) -> anyhow::Result<()> {
             .map_or_else(|| "-".into(), |t| format_age(now, t));
         writeln!(
             out,
-            "{:>4}  {:<24}  {:>8}  {:>5}  {}",
+            "{:>4}  {:<24}  {:>8}  {:>8}  {:>5}  {}",
             i + 1,
             id,
+            info.priority,
             info.attempts,
             age,
             preview(&info.payload, args.width)

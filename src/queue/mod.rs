@@ -43,7 +43,7 @@ pub use connection::{
 };
 pub use durability::{DEFAULT_WAIT_TIMEOUT, Durability, Unconfirmed};
 pub use error::{Error, Result, TlsProblem};
-pub use keys::{DEFAULT_PREFIX, MAX_ID_LEN, QueueKeys, validate_id, validate_tag};
+pub use keys::{DEFAULT_PREFIX, MAX_ID_LEN, MAX_PRIORITY, QueueKeys, validate_id, validate_tag};
 pub use partitioned::{
     PartitionWaiter, PartitionedConsumer, PartitionedQueue, PartitionedStats, add_stats,
 };
@@ -53,7 +53,7 @@ pub use partitions::{
 };
 pub use scripts::{SCRIPTS, Script, Scripts};
 pub use sentinel::SentinelOptions;
-pub use settings::QueueSettings;
+pub use settings::{PRIORITY_MODE_FIELD, PriorityMode, QueueSettings};
 pub use stats::{Histogram, QueueStats};
 pub use types::{
     AttemptError, Backoff, Cancellation, Claimed, Deletion, ERROR_BYTES, ERRORS_KEPT, Enqueued,
