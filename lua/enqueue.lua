@@ -368,8 +368,16 @@ end
 -- of ids kept within a list; then readyMark. Lists and meta are checked by the caller.
 local function readyPush(cmd, ids, prios)
   if #ids == 0 then return end
+  -- each command by name (the ACL lines of docs/operations.md list what scripts call)
+  local function push(key, g)
+    if cmd == 'RPUSH' then
+      redis.call('RPUSH', key, unpack(g))
+    else
+      redis.call('LPUSH', key, unpack(g))
+    end
+  end
   if not prios then
-    redis.call(cmd, KEYS[1], unpack(ids))
+    push(KEYS[1], ids)
     return
   end
   local groups, ps = {}, {}
@@ -383,7 +391,7 @@ local function readyPush(cmd, ids, prios)
     g[#g + 1] = ids[i]
   end
   for p = 0, 9 do
-    if groups[p] then redis.call(cmd, readyKey(p), unpack(groups[p])) end
+    if groups[p] then push(readyKey(p), groups[p]) end
   end
   readyMark(ps)
 end

@@ -34,6 +34,20 @@ const REQUIRED: &[(&str, Option<&[&str]>)] = &[
             "settle_claim.lua",
         ]),
     ),
+    (
+        "priority.lua",
+        Some(&[
+            "claim.lua",
+            "enqueue.lua",
+            "fail.lua",
+            "manage.lua",
+            "reap.lua",
+            "redrive.lua",
+            "schedule.lua",
+            "settle_claim.lua",
+            "stats.lua",
+        ]),
+    ),
 ];
 
 const BEGIN: &str = "-- BEGIN include/";
