@@ -293,6 +293,11 @@ const ROWS: &[Row] = &[
     row("schedule-missed-word", &["schedule", "add", "--redis", "{url}", "--tag", "bi", "s", "--every", "1s", "--missed", "all", "x"], 2, "[possible values: skip, once]"),
     row("schedule-name", &["schedule", "add", "--redis", "{url}", "--tag", "bi", "a b", "--every", "1s", "x"], 2, "invalid schedule name: \"a b\": expected 1..200 characters"),
     row("schedule-absent", &["schedule", "rm", "--redis", "{url}", "--tag", "bi", "nope"], 1, "no schedule nope on jq:{bi}"),
+    // Priorities
+    row("enqueue-priority-ten", &["enqueue", "--redis", "{url}", "--tag", "bi", "--priority", "10", "x"], 2, "invalid value '10' for '--priority <N>': \"10\" is not a priority: a whole number from 0 (the default, lowest) to 9 (highest)"),
+    row("enqueue-priority-negative", &["enqueue", "--redis", "{url}", "--tag", "bi", "--priority", "-1", "x"], 2, "invalid value '-1' for '--priority <N>': must not be negative"),
+    row("enqueue-priority-text", &["enqueue", "--redis", "{url}", "--tag", "bi", "--priority", "high", "x"], 2, "invalid value 'high' for '--priority <N>': \"high\" is not a priority"),
+    row("configure-priority-mode-word", &["configure", "--redis", "{url}", "--tag", "bi", "--priority-mode", "fair"], 2, "invalid value 'fair' for '--priority-mode <MODE>': \"fair\" is not a priority mode: strict or weighted"),
 ];
 
 /// Rows of the library and the protocol (no process, no exit code: the doc says `-`):
@@ -310,6 +315,17 @@ const LIB_ROWS: &[(&str, &str, bool)] = &[
     (
         "script-id-long",
         "jobqueue: invalid id: triple 1: expected an id of 1..1024 bytes, got 1025 bytes",
+        true,
+    ),
+    ("lib-priority-ten", "invalid priority: 10 is not between 0 and 9", true),
+    (
+        "script-priority-ten",
+        "jobqueue: invalid priority: expected an integer 0..9, got \"10\"",
+        true,
+    ),
+    (
+        "script-priority-text",
+        "jobqueue: invalid priority: expected an integer 0..9, got \"high\"",
         true,
     ),
 ];
@@ -390,6 +406,18 @@ async fn lib_case(id: &str, server: &RedisServer, lease: &jobqueue::queue::Lease
                 SCRIPTS.enqueue.source,
                 &[&key],
                 &["jq:{lb}:job:", "1", &id, "x", "0"],
+            )
+        }
+        "lib-priority-ten" => match queue.enqueue(NewJob::new(&b"x"[..]).priority(10)).await {
+            Ok(v) => format!("{v:?}"),
+            Err(e) => e.to_string(),
+        },
+        "script-priority-ten" | "script-priority-text" => {
+            let p = if id == "script-priority-ten" { "10" } else { "high" };
+            script(
+                SCRIPTS.enqueue.source,
+                &["jq:{lb}:job:n1"],
+                &["jq:{lb}:job:", "1", "n1", "x", "0", "options", "priority", p],
             )
         }
         other => panic!("no case for {other}"),
