@@ -135,7 +135,7 @@ fn entry_json(console: &Console, e: &Entry) -> Value {
         json!({
             "pending": s.pending, "due": s.due, "processing": s.processing,
             "expired": s.expired, "delayed": s.delayed, "dead": s.dead,
-            "orphaned": s.orphaned,
+            "orphaned": s.orphaned, "pending_by_priority": s.pending_by_priority,
         })
     });
     let paused = s.map(|s| json!({"paused": s.paused, "paused_at": s.paused_at}));
