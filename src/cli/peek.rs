@@ -73,6 +73,9 @@ async fn peek(queue: &Queue, args: &PeekArgs) -> anyhow::Result<()> {
     let stats = queue.stats().await?;
     let ids = queue.pending_ids(args.count as usize).await?;
     let now = queue.now_ms().await?;
+    // a PRIORITY column while jobs of a priority above 0 wait
+    let prioritized = stats.pending_by_priority[1..].iter().any(|&n| n > 0);
+    let priority = |p: String| if prioritized { format!("  {p:>8}") } else { String::new() };
     let mut out = std::io::stdout().lock();
     if !args.json {
         if stats.pending == 0 {
@@ -87,8 +90,12 @@ async fn peek(queue: &Queue, args: &PeekArgs) -> anyhow::Result<()> {
             )?;
             writeln!(
                 out,
-                "{:>4}  {:<24}  {:>8}  {:>8}  {:>5}  PAYLOAD",
-                "#", "ID", "PRIORITY", "ATTEMPTS", "AGE"
+                "{:>4}  {:<24}{}  {:>8}  {:>5}  PAYLOAD",
+                "#",
+                "ID",
+                priority("PRIORITY".into()),
+                "ATTEMPTS",
+                "AGE"
             )?;
         }
     }
@@ -107,10 +114,10 @@ async fn peek(queue: &Queue, args: &PeekArgs) -> anyhow::Result<()> {
             .map_or_else(|| "-".into(), |t| format_age(now, t));
         writeln!(
             out,
-            "{:>4}  {:<24}  {:>8}  {:>8}  {:>5}  {}",
+            "{:>4}  {:<24}{}  {:>8}  {:>5}  {}",
             i + 1,
             id,
-            info.priority,
+            priority(info.priority.to_string()),
             info.attempts,
             age,
             preview(&info.payload, args.width)
