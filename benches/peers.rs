@@ -352,7 +352,13 @@ impl Bull {
 
     /// With `priorities`: the backlog added as [`Bull::enqueue_with`] adds it, in batches
     /// of [`PRIORITY_BATCH`].
-    fn process_with(&self, s: &mut Server, jobs: usize, concurrency: usize, priorities: bool) -> Run {
+    fn process_with(
+        &self,
+        s: &mut Server,
+        jobs: usize,
+        concurrency: usize,
+        priorities: bool,
+    ) -> Run {
         if priorities {
             self.enqueue_with(s, jobs, PRIORITY_BATCH, true);
         } else {

@@ -317,7 +317,11 @@ const LIB_ROWS: &[(&str, &str, bool)] = &[
         "jobqueue: invalid id: triple 1: expected an id of 1..1024 bytes, got 1025 bytes",
         true,
     ),
-    ("lib-priority-ten", "invalid priority: 10 is not between 0 and 9", true),
+    (
+        "lib-priority-ten",
+        "invalid priority: 10 is not between 0 and 9",
+        true,
+    ),
     (
         "script-priority-ten",
         "jobqueue: invalid priority: expected an integer 0..9, got \"10\"",
@@ -413,11 +417,24 @@ async fn lib_case(id: &str, server: &RedisServer, lease: &jobqueue::queue::Lease
             Err(e) => e.to_string(),
         },
         "script-priority-ten" | "script-priority-text" => {
-            let p = if id == "script-priority-ten" { "10" } else { "high" };
+            let p = if id == "script-priority-ten" {
+                "10"
+            } else {
+                "high"
+            };
             script(
                 SCRIPTS.enqueue.source,
                 &["jq:{lb}:job:n1"],
-                &["jq:{lb}:job:", "1", "n1", "x", "0", "options", "priority", p],
+                &[
+                    "jq:{lb}:job:",
+                    "1",
+                    "n1",
+                    "x",
+                    "0",
+                    "options",
+                    "priority",
+                    p,
+                ],
             )
         }
         other => panic!("no case for {other}"),

@@ -8,9 +8,7 @@ mod support;
 
 use std::time::Duration;
 
-use jobqueue::queue::{
-    Backoff, FailMode, NewJob, PriorityMode, Queue, QueueSettings, Selection,
-};
+use jobqueue::queue::{Backoff, FailMode, NewJob, PriorityMode, Queue, QueueSettings, Selection};
 use redis::Commands;
 use support::redis::{RedisCluster, RedisServer, wait_past};
 
@@ -59,7 +57,10 @@ async fn ten_high_priority_jobs_pass_a_thousand_low_ones_at_the_cost_of_a_batch(
     enqueue(&queue, "low", 1, 1000).await;
     enqueue(&queue, "high", 9, 10).await;
     let mut conn = server.conn();
-    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut conn).unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut conn)
+        .unwrap();
     assert_eq!(claim(&queue, 10).await, named("high", 0..10));
     // one pop of the high list and one job read per job: nothing scales with the 1000
     let commands = commands_run(&mut conn);
@@ -188,7 +189,10 @@ async fn every_path_back_in_line_returns_a_job_to_its_own_priority() {
     // reap: its expired lease at the front; the promoted retry at the back
     assert_eq!(list(6), ["retry", "release", "reap"]);
     assert_eq!(
-        queue.redrive(&Selection::Ids(vec!["dead".into()])).await.unwrap(),
+        queue
+            .redrive(&Selection::Ids(vec!["dead".into()]))
+            .await
+            .unwrap(),
         1
     );
     assert_eq!(list(6), ["dead", "retry", "release", "reap"]);
@@ -235,7 +239,9 @@ async fn stats_peek_and_the_operators_backlog_count_every_priority() {
     let (page, total) = queue.pending_page(2, 3).await.unwrap();
     assert_eq!(total, 6);
     assert_eq!(
-        page.iter().map(|id| id.as_str().unwrap()).collect::<Vec<_>>(),
+        page.iter()
+            .map(|id| id.as_str().unwrap())
+            .collect::<Vec<_>>(),
         ["five1", "zero0", "zero1"]
     );
     // the operator's upkeep pass: the backlog it scales on is these stats' pending
@@ -274,4 +280,53 @@ async fn a_priority_above_nine_is_refused_before_sending() {
         .unwrap_err();
     assert!(err.to_string().contains("priority"), "{err}");
     assert!(queue.job("j").await.unwrap().is_none(), "nothing written");
+}
+
+/// `jobqueue ARGS --redis URL --tag TAG`: its stdout, after checking it exited 0.
+fn cli(server: &RedisServer, tag: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_jobqueue"))
+        .args(args)
+        .args(["--redis", &server.url(), "--tag", tag])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run jobqueue");
+    assert!(
+        out.status.success(),
+        "jobqueue {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test]
+async fn the_cli_enqueues_with_a_priority_and_shows_it() {
+    let server = RedisServer::start();
+    let queue = server.queue("cli").await;
+    cli(&server, "cli", &["enqueue", "--id", "plain", "x"]);
+    cli(
+        &server,
+        "cli",
+        &["enqueue", "--id", "urgent", "--priority", "7", "x"],
+    );
+    assert_eq!(queue.job("urgent").await.unwrap().unwrap().priority, 7);
+    let peek = cli(&server, "cli", &["peek"]);
+    // `#  ID  PRIORITY  ATTEMPTS  AGE  PAYLOAD`, the priority 7 job first
+    let rows: Vec<Vec<&str>> = peek
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with('#'))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows[0][2], "PRIORITY", "{peek}");
+    assert_eq!((rows[1][1], rows[1][2]), ("urgent", "7"), "{peek}");
+    assert_eq!((rows[2][1], rows[2][2]), ("plain", "0"), "{peek}");
+    let stats = cli(&server, "cli", &["stats"]);
+    assert!(stats.contains("by priority     p7 1, p0 1"), "{stats}");
+
+    let shown = cli(
+        &server,
+        "cli",
+        &["configure", "--priority-mode", "weighted"],
+    );
+    assert!(shown.contains("priority mode         weighted"), "{shown}");
+    assert_eq!(queue.priority_mode().await.unwrap(), PriorityMode::Weighted);
 }

@@ -75,7 +75,13 @@ async fn peek(queue: &Queue, args: &PeekArgs) -> anyhow::Result<()> {
     let now = queue.now_ms().await?;
     // a PRIORITY column while jobs of a priority above 0 wait
     let prioritized = stats.pending_by_priority[1..].iter().any(|&n| n > 0);
-    let priority = |p: String| if prioritized { format!("  {p:>8}") } else { String::new() };
+    let priority = |p: String| {
+        if prioritized {
+            format!("  {p:>8}")
+        } else {
+            String::new()
+        }
+    };
     let mut out = std::io::stdout().lock();
     if !args.json {
         if stats.pending == 0 {

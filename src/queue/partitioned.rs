@@ -804,7 +804,11 @@ pub fn add_stats(total: &mut QueueStats, s: &QueueStats) {
         histogram,
     } = s;
     total.pending += pending;
-    for (t, p) in total.pending_by_priority.iter_mut().zip(pending_by_priority) {
+    for (t, p) in total
+        .pending_by_priority
+        .iter_mut()
+        .zip(pending_by_priority)
+    {
         *t += p;
     }
     total.processing += processing;

@@ -40,7 +40,9 @@ impl PriorityMode {
         match text {
             "strict" => Ok(PriorityMode::Strict),
             "weighted" => Ok(PriorityMode::Weighted),
-            _ => Err(format!("{text:?} is not a priority mode: strict or weighted")),
+            _ => Err(format!(
+                "{text:?} is not a priority mode: strict or weighted"
+            )),
         }
     }
 
