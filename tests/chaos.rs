@@ -22,8 +22,7 @@ mod support;
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -31,6 +30,7 @@ use std::time::Duration;
 use jobqueue::queue::{ConnectOptions, NewJob, Queue, QueueSettings, Redis};
 use rand::Rng;
 use support::eventually::Wait;
+use support::fleet::{Fleet, TAG};
 use support::procs;
 use support::proxy::Proxy;
 use support::redis::{RedisCluster, RedisServer, enqueue_raw};
@@ -40,10 +40,6 @@ use support::sentinel::{MASTER, SentinelSetup};
 use support::slot_migration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-
-const BIN: &str = env!("CARGO_BIN_EXE_jobqueue");
-const TAG: &str = "chaos";
-const VISIBILITY: &str = "1s";
 
 /// The overlap bound of the suite: every worker runs with `--kill-grace 1s` (or less),
 /// so two runs of one job may overlap by at most this (docs/reliability.md, "The lease's
@@ -130,194 +126,6 @@ async fn connect(url: &str, cluster: bool) -> Queue {
     .await
     .expect("connect");
     Queue::new(redis, "jq", TAG).unwrap()
-}
-
-/// Worker processes, killed and restarted at will.
-struct Fleet {
-    url: String,
-    cluster: bool,
-    dir: PathBuf,
-    procs: Vec<Option<Child>>,
-    /// The worker id of each slot's current process.
-    ids: Vec<String>,
-    generation: usize,
-    /// Names the log files (`NAME-i.log`) and the worker ids (`NAMEi-gN`): unique per
-    /// scenario, since scenarios run at once and processes are found by worker id.
-    name: &'static str,
-    /// The handler's command (tests/support/runs.rs).
-    command: Vec<String>,
-    extra: Vec<String>,
-}
-
-impl Fleet {
-    fn start(url: &str, cluster: bool, dir: &Path, count: usize) -> Fleet {
-        Fleet::start_with(url, cluster, dir, count, "w", Work::Sleep, &[])
-    }
-
-    fn start_with(
-        url: &str,
-        cluster: bool,
-        dir: &Path,
-        count: usize,
-        name: &'static str,
-        work: Work,
-        extra: &[&str],
-    ) -> Fleet {
-        let mut fleet = Fleet {
-            url: url.to_string(),
-            cluster,
-            dir: dir.to_path_buf(),
-            procs: (0..count).map(|_| None).collect(),
-            ids: vec![String::new(); count],
-            generation: 0,
-            name,
-            command: runs::command(work),
-            extra: extra.iter().map(|s| s.to_string()).collect(),
-        };
-        for i in 0..count {
-            fleet.spawn(i);
-        }
-        fleet
-    }
-
-    fn spawn(&mut self, i: usize) {
-        self.generation += 1;
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join(self.log_name(i)))
-            .unwrap();
-        // The test process's pid keeps the ids (and the processes found by them) apart
-        // from those of another run of the same scenario on the machine.
-        self.ids[i] = format!(
-            "{}{i}-g{}-p{}",
-            self.name,
-            self.generation,
-            std::process::id()
-        );
-        let mut cmd = Command::new(BIN);
-        cmd.arg("worker");
-        // A scenario behind Sentinel names the Sentinels instead (both are refused).
-        if !self.extra.iter().any(|a| a == "--sentinel") {
-            cmd.args(["--redis", &self.url]);
-        }
-        cmd.args(["--tag", TAG])
-            .args(["--concurrency", "4", "--shutdown-timeout", "3s"])
-            .args(["--worker-id", &self.ids[i]])
-            .args(&self.extra);
-        // Leases of VISIBILITY unless the scenario asks for its own.
-        if !self.extra.iter().any(|a| a == "--visibility") {
-            cmd.args(["--visibility", VISIBILITY]);
-        }
-        // A lost lease's command gets SIGTERM, then SIGKILL a grace later: GRACE unless
-        // the scenario asks for less.
-        if !self.extra.iter().any(|a| a == "--kill-grace") {
-            cmd.args(["--kill-grace", "1s"]);
-        }
-        if self.cluster {
-            cmd.arg("--cluster");
-        }
-        let child = cmd
-            .arg("--exec")
-            .args(&self.command)
-            .env(runs::RUNS_ENV, &self.dir)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("run jobqueue worker");
-        self.procs[i] = Some(child);
-    }
-
-    fn log_name(&self, i: usize) -> String {
-        if self.name == "w" {
-            format!("worker-{i}.log")
-        } else {
-            format!("{}-{i}.log", self.name)
-        }
-    }
-
-    /// SIGKILL one running worker; returns its slot.
-    fn kill_random(&mut self) -> Option<usize> {
-        let running: Vec<usize> = (0..self.procs.len())
-            .filter(|&i| self.procs[i].is_some())
-            .collect();
-        if running.is_empty() {
-            return None;
-        }
-        let i = running[rand::rng().random_range(0..running.len())];
-        let mut child = self.procs[i].take().unwrap();
-        runs::note_kill(&self.dir, &self.ids[i]);
-        let _ = child.kill();
-        let _ = child.wait();
-        Some(i)
-    }
-
-    /// Workers that exited without being killed by the test.
-    fn crashed(&mut self) -> Vec<String> {
-        self.procs
-            .iter_mut()
-            .enumerate()
-            .filter_map(|(i, p)| {
-                let status = p.as_mut()?.try_wait().ok()??;
-                Some(format!("worker {i} exited: {status}"))
-            })
-            .collect()
-    }
-
-    /// SIGTERM everyone and wait; returns how many exited cleanly.
-    fn stop(&mut self) -> usize {
-        let mut clean = 0;
-        for child in self.procs.iter_mut().flatten() {
-            // SAFETY: kill has no memory effects.
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        }
-        for mut child in self.procs.iter_mut().filter_map(Option::take) {
-            if child.wait().map(|s| s.success()).unwrap_or(false) {
-                clean += 1;
-            }
-        }
-        clean
-    }
-
-    /// Worker processes alive (as far as the test knows).
-    fn running(&self) -> usize {
-        self.procs.iter().filter(|p| p.is_some()).count()
-    }
-
-    /// One more worker process, as a new pod would be.
-    fn grow(&mut self) {
-        self.procs.push(None);
-        self.ids.push(String::new());
-        self.spawn(self.procs.len() - 1);
-    }
-
-    /// SIGTERM the newest running worker and wait for it, as a scale-down would.
-    fn shrink(&mut self) {
-        if let Some(slot) = self.procs.iter_mut().rev().find(|p| p.is_some()) {
-            let mut child = slot.take().unwrap();
-            // SAFETY: kill has no memory effects.
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-            let _ = child.wait();
-        }
-    }
-
-    fn logs(&self) -> String {
-        (0..self.procs.len())
-            .map(|i| std::fs::read_to_string(self.dir.join(self.log_name(i))).unwrap_or_default())
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-}
-
-impl Drop for Fleet {
-    fn drop(&mut self) {
-        for mut child in self.procs.iter_mut().filter_map(Option::take) {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }
 
 /// Reapers (each on its own connection) that keep going through Redis failures.
