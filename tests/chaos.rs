@@ -7,7 +7,8 @@
 //! migrated between Cluster nodes under load; and behind Sentinel, the primary
 //! SIGKILLed under load and a manual failover while workers hold leases; `replicated`
 //! durability whose `WAIT` times out (no replica, a replica SIGSTOPped); ids of 1024
-//! bytes and ids that are not UTF-8 through the exec worker. At the end every job is
+//! bytes and ids that are not UTF-8 through the exec worker; schedules fired by the
+//! workers through their SIGKILLs and Redis restarts with an AOF (every tick one job). At the end every job is
 //! acked or dead and none is lost; every job run more than once is explained by an
 //! expired lease. Runs are counted from each worker process's own records
 //! (tests/support/runs.rs): no job is dead-lettered without having run
@@ -243,7 +244,7 @@ impl std::fmt::Display for Tally {
     }
 }
 
-fn report(tally: &Tally) {
+fn report(tally: &impl std::fmt::Display) {
     println!("{tally}");
     if let Ok(path) = std::env::var("JOBQUEUE_CHAOS_REPORT") {
         let mut f = std::fs::OpenOptions::new()
@@ -2010,4 +2011,159 @@ async fn o_long_and_byte_ids_through_exec_workers_sigkilled() {
     )
     .await;
     assert!(kills > 0 && tally.acked > 0);
+}
+
+/// (p)'s figures: ticks due while the workers fired, jobs fired for them, ticks with no
+/// job (`lost`) and jobs beyond one per tick (`doubled`).
+#[derive(Debug, Default)]
+struct ScheduleTally {
+    scenario: &'static str,
+    ticks: usize,
+    fired: usize,
+    lost: usize,
+    doubled: u64,
+    worker_kills: usize,
+    redis_restarts: usize,
+}
+
+impl std::fmt::Display for ScheduleTally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "chaos {}: ticks={} fired={} lost={} doubled={} | faults={} (worker_kills={} \
+             redis_restarts={})",
+            self.scenario,
+            self.ticks,
+            self.fired,
+            self.lost,
+            self.doubled,
+            self.worker_kills + self.redis_restarts,
+            self.worker_kills,
+            self.redis_restarts,
+        )
+    }
+}
+
+/// (p): two `every 1s` schedules (`skip` and `once`) fired by three worker processes
+/// only, through worker SIGKILLs and Redis SIGKILLed and restarted with an AOF
+/// (`appendfsync always`): every tick from the first to the last before the schedules
+/// are paused has exactly one job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p_schedules_fire_each_tick_once_through_worker_kills_and_redis_restarts() {
+    use jobqueue::queue::schedule::{Missed, Rule, Schedule};
+    use support::firers::{fired_ticks, gaps, scheduled};
+
+    let scale = scale();
+    let mut server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let queue = connect(&url, false).await;
+    queue.configure(&settings()).await.unwrap();
+    let names = ["p-skip", "p-once"];
+    for (name, missed) in names.into_iter().zip([Missed::Skip, Missed::Once]) {
+        let s = Schedule {
+            name: name.into(),
+            rule: Rule::Every(Duration::from_secs(1)),
+            payload: b"ok 0.050\n".to_vec(),
+            options: Default::default(),
+            missed,
+            paused: false,
+        };
+        queue.put_schedule(&s).await.unwrap();
+    }
+    let first = queue
+        .schedule(names[0])
+        .await
+        .unwrap()
+        .unwrap()
+        .next_tick
+        .unwrap();
+    assert_eq!(
+        queue.schedule(names[1]).await.unwrap().unwrap().next_tick,
+        Some(first)
+    );
+    let mut fleet = Fleet::start_with(&url, false, dir.path(), 3, "sch", Work::Sleep, &[]);
+
+    // 12 s (× scale) of faults every 400–900 ms: a worker SIGKILLed and restarted
+    // 100–300 ms later, every third fault Redis SIGKILLed and restarted 50–300 ms later.
+    let until = first + 12_000 * scale as i64;
+    let (mut worker_kills, mut redis_restarts) = (0, 0);
+    let observer = connect(&url, false).await;
+    loop {
+        tokio::time::sleep(Duration::from_millis(rand::rng().random_range(400..900))).await;
+        let Ok(now) = observer.now_ms().await else {
+            continue;
+        };
+        if now > until {
+            break;
+        }
+        if (worker_kills + redis_restarts) % 3 == 2 {
+            tokio::task::block_in_place(|| {
+                server.kill();
+                std::thread::sleep(Duration::from_millis(rand::rng().random_range(50..300)));
+                server.restart();
+            });
+            redis_restarts += 1;
+        } else if let Some(i) = fleet.kill_random() {
+            worker_kills += 1;
+            tokio::time::sleep(Duration::from_millis(rand::rng().random_range(100..300))).await;
+            fleet.spawn(i);
+        }
+    }
+    // The schedules stop; the last tick each fired is the end of its run.
+    let mut tally = ScheduleTally {
+        scenario: "(p) schedules through worker SIGKILLs and Redis restarts, AOF always",
+        worker_kills,
+        redis_restarts,
+        ..ScheduleTally::default()
+    };
+    // A new connection: the old one may have seen the last restart.
+    let queue = connect(&url, false).await;
+    let mut conn = server.conn();
+    let mut problems = Vec::new();
+    for name in names {
+        assert_eq!(queue.pause_schedule(name, true).await.unwrap(), Some(true));
+        let last = queue
+            .schedule(name)
+            .await
+            .unwrap()
+            .unwrap()
+            .last_tick
+            .unwrap();
+        let now = queue.now_ms().await.unwrap();
+        assert!(
+            last >= now - 2_000,
+            "{name}: the last tick fired, {last}, is a tick before the pause at {now}\n{}",
+            fleet.logs()
+        );
+        let ticks = fired_ticks(&mut conn, TAG, name);
+        let due = ((last - first) / 1000 + 1) as usize;
+        tally.ticks += due;
+        tally.fired += ticks.len();
+        tally.lost += due - ticks.len().min(due);
+        if ticks.first() != Some(&first) || ticks.last() != Some(&last) {
+            problems.push(format!(
+                "{name}: ticks from {first} to {last}, fired {ticks:?}"
+            ));
+        }
+        for (a, b) in gaps(&ticks, 1000) {
+            problems.push(format!("{name}: no job for the ticks between {a} and {b}"));
+        }
+    }
+    tally.doubled = scheduled(&mut conn, TAG).saturating_sub(tally.fired as u64);
+    let crashed = fleet.crashed();
+    assert!(
+        crashed.is_empty(),
+        "workers must survive Redis restarts: {crashed:?}"
+    );
+    fleet.stop();
+    report(&tally);
+    assert!(
+        problems.is_empty(),
+        "{}\n{}",
+        problems.join("\n"),
+        fleet.logs()
+    );
+    assert_eq!((tally.lost, tally.doubled), (0, 0), "{tally}");
+    assert!(worker_kills > 0 && redis_restarts > 0, "{tally}");
 }
