@@ -11,7 +11,6 @@
 
 use std::any::Any;
 use std::collections::HashMap;
-use std::ops::RangeInclusive;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -1351,10 +1350,6 @@ async fn reap_now_and_then(shared: Arc<Shared>, tuning: Timing) {
 /// while one runs (a schedule added meanwhile is seen within it).
 const SCHEDULE_POLL: Duration = Duration::from_secs(1);
 
-/// How soon the schedule firer looks again after a failed look: well within a tick, so
-/// a Redis restart shorter than an interval costs no tick.
-const SCHEDULE_RETRY: RangeInclusive<u64> = 100..=250;
-
 /// Aborts its task when dropped: the reaper's schedule firer ends with the reaper.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
@@ -1387,9 +1382,8 @@ async fn fire_schedules_on_time(shared: Arc<Shared>, seen: Arc<tokio::sync::Noti
                 })
             }
             Err(err) => {
-                let retry = Duration::from_millis(rand::random_range(SCHEDULE_RETRY));
-                shared.redis_error("fire schedules", &err, retry);
-                Some(retry)
+                shared.redis_error("fire schedules", &err, SCHEDULE_POLL);
+                Some(SCHEDULE_POLL)
             }
         };
         match wait {
