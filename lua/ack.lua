@@ -30,6 +30,10 @@
   P:{T}:claimreq:<request> where claim_token ends with :<request>, is deleted (its call
   was answered: the caller holds the token); see docs/protocol.md, Request records.
 
+  Unique keys: an acked job whose hash holds unique_key (and unique_mode not
+  until-started or debounce, which released it at the claim) deletes
+  P:{T}:unique:<unique_key> when it still names the id (GET, then DEL).
+
   History: counts the jobs acked (kind a) in P:{T}:hist:<kind>:<hour> (a hash per kind and hour since the
   epoch, the field the minute of the hour; the key built from ARGV[1] with `job:` replaced
   by `hist:`), expiring 25 h after its hour began (PEXPIREAT when a field is created),
@@ -181,6 +185,20 @@ local function wakeEarlier(kWake, before, at)
     redis.call('LPUSH', kWake, '1')
     redis.call('LTRIM', kWake, '0', '1023')
   end
+end
+-- Unique keys (docs/protocol.md, Unique keys): a job enqueued with one records it in its
+-- hash (`unique_key`, `unique_mode`); the lock P:{T}:unique:<key> names the job's id.
+-- atClaim(mode): true when the lock is released at the job's claim (until-started,
+-- debounce), false when at its end (until-done, and any other stored value)
+local function atClaim(mode)
+  return mode == 'until-started' or mode == 'debounce'
+end
+-- unlock(k, id): the lock of unique key k deleted when it still names job id
+-- (compare-and-delete): a lock taken since by another job, or whose window ran out, is
+-- left alone, and so is a wrong-typed key. The key is built from ARGV[1], the job-key prefix
+local function unlock(k, id)
+  local lk = string.sub(ARGV[1], 1, -5) .. 'unique:' .. k
+  if redis.pcall('GET', lk) == id then redis.call('DEL', lk) end
 end
 -- END include/prelude.lua
 
@@ -350,9 +368,10 @@ local done = {}
 local buckets, blist = {}, {}
 local starts = {}            -- token -> the claimed_at it carries
 local stale, unknown = 0, 0
+local unlocks = nil          -- {unique key, id} of the acked jobs that hold one until done
 for i = 1, n do
   local key = KEYS[7 + i]
-  local h = redis.pcall('HMGET', key, 'claim_token', 'status')
+  local h = redis.pcall('HMGET', key, 'claim_token', 'status', 'unique_key', 'unique_mode')
   if h.err then return failure(h, key, 'hash') end -- HMGET always replies with a table
   local token = ARGV[2 + 2 * i]
   if h[2] == 'processing' and h[1] == token and not done[key] then
@@ -360,6 +379,10 @@ for i = 1, n do
     res[i] = 1
     ids[#ids + 1] = ARGV[1 + 2 * i]
     keys[#keys + 1] = key
+    if h[3] and not atClaim(h[4]) then
+      unlocks = unlocks or {}
+      unlocks[#unlocks + 1] = { h[3], ARGV[1 + 2 * i] }
+    end
     local at = starts[token]
     if not at then
       at = claimedAt(token, key, now)
@@ -448,6 +471,10 @@ for i = 1, #blist do
   tallyTime(b, c, now)
 end
 tallyCount('a', na, now)
+-- the acked jobs are done: the unique keys they held until then are released
+if unlocks then
+  for i = 1, #unlocks do unlock(unlocks[i][1], unlocks[i][2]) end
+end
 if stale > 0 then redis.pcall('HINCRBY', K_STATS, 'stale', S(stale)) end
 if unknown > 0 then redis.pcall('HINCRBY', K_STATS, 'unknown', S(unknown)) end
 -- the records of the calls that made the leases acked: answered, no longer needed

@@ -46,6 +46,10 @@
   by `hist:`), expiring 25 h after its hour began (PEXPIREAT when a field is created);
   a wrong-typed key is left as it is.
 
+  Unique keys: a job that goes to dead releases its unique key when it holds it until
+  done (hash field unique_mode not until-started or debounce): P:{T}:unique:<unique_key>
+  is deleted when it still names the id (GET, then DEL).
+
   Attempt errors: a fail in mode retry or dead keeps the attempt's error in the job hash: `errors` + 1 and
   error:<errors mod 5 + 1> = <attempt>:<now ms>:<text, its first 1024 bytes> (the last 5
   failed attempts' errors), in the same HSET.
@@ -195,6 +199,20 @@ local function wakeEarlier(kWake, before, at)
     redis.call('LPUSH', kWake, '1')
     redis.call('LTRIM', kWake, '0', '1023')
   end
+end
+-- Unique keys (docs/protocol.md, Unique keys): a job enqueued with one records it in its
+-- hash (`unique_key`, `unique_mode`); the lock P:{T}:unique:<key> names the job's id.
+-- atClaim(mode): true when the lock is released at the job's claim (until-started,
+-- debounce), false when at its end (until-done, and any other stored value)
+local function atClaim(mode)
+  return mode == 'until-started' or mode == 'debounce'
+end
+-- unlock(k, id): the lock of unique key k deleted when it still names job id
+-- (compare-and-delete): a lock taken since by another job, or whose window ran out, is
+-- left alone, and so is a wrong-typed key. The key is built from ARGV[1], the job-key prefix
+local function unlock(k, id)
+  local lk = string.sub(ARGV[1], 1, -5) .. 'unique:' .. k
+  if redis.pcall('GET', lk) == id then redis.call('DEL', lk) end
 end
 -- END include/prelude.lua
 
@@ -391,7 +409,8 @@ local now, nowS = clock()
 
 -- read phase -----------------------------------------------------------------
 local h = redis.pcall('HMGET', key, 'claim_token', 'status', 'attempts', 'max_attempts',
-  'backoff_initial_ms', 'backoff_max_ms', 'backoff_multiplier', 'errors')
+  'backoff_initial_ms', 'backoff_max_ms', 'backoff_multiplier', 'errors', 'unique_key',
+  'unique_mode')
 local e = failure(h, key, 'hash')
 if e then return e end
 if not (h[2] == 'processing' and h[1] == token) then
@@ -489,5 +508,7 @@ else
   redis.call('ZADD', K_DEAD, S(now), id)
   redis.pcall('HINCRBY', K_STATS, 'dead_lettered', 1)
   tallyCount('d', 1, now)
+  -- a dead job ends: an until-done unique key is released
+  if h[9] and not atClaim(h[10]) then unlock(h[9], id) end
 end
 return outcome

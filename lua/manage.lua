@@ -44,6 +44,12 @@
             not reaped yet too) and `cancel_requested`: it leaves processing and ends as
             a cancelled pending job does (counted in `cancelled`); else 0, nothing changed.
 
+  Unique keys: a job that `delete` deletes or `cancel` cancels while pending or delayed
+  releases its unique key (hash field unique_key), whatever its mode; a lease ended by
+  `cancelled` releases it when the job holds it until done (unique_mode not
+  until-started or debounce). Released: P:{T}:unique:<unique_key> is deleted when it
+  still names the id (GET, then DEL).
+
   While meta holds `paused`, claim and the claim part of settle_claim lease nothing and
   promote nothing (acks, fails, extends, enqueues and reaps go on).
 ]]
@@ -193,6 +199,20 @@ local function wakeEarlier(kWake, before, at)
     redis.call('LTRIM', kWake, '0', '1023')
   end
 end
+-- Unique keys (docs/protocol.md, Unique keys): a job enqueued with one records it in its
+-- hash (`unique_key`, `unique_mode`); the lock P:{T}:unique:<key> names the job's id.
+-- atClaim(mode): true when the lock is released at the job's claim (until-started,
+-- debounce), false when at its end (until-done, and any other stored value)
+local function atClaim(mode)
+  return mode == 'until-started' or mode == 'debounce'
+end
+-- unlock(k, id): the lock of unique key k deleted when it still names job id
+-- (compare-and-delete): a lock taken since by another job, or whose window ran out, is
+-- left alone, and so is a wrong-typed key. The key is built from ARGV[1], the job-key prefix
+local function unlock(k, id)
+  local lk = string.sub(ARGV[1], 1, -5) .. 'unique:' .. k
+  if redis.pcall('GET', lk) == id then redis.call('DEL', lk) end
+end
 -- END include/prelude.lua
 
 local action = ARGV[2]
@@ -255,7 +275,7 @@ if action == 'resume' then
 end
 
 local id, key = ARGV[3], KEYS[8]
-local h = redis.pcall('HMGET', key, 'status', 'payload')
+local h = redis.pcall('HMGET', key, 'status', 'payload', 'unique_key', 'unique_mode')
 e = failure(h, key, 'hash')
 if e then return e end
 local st = h[1]
@@ -314,6 +334,8 @@ if action == 'cancelled' then
   e = failure(z, K_PROCESSING, 'zset')
   if e then return e end
   finish(key)
+  -- the lease ends the job: a unique key held until done is released
+  if h[3] and not atClaim(h[4]) then unlock(h[3], id) end
   return 1
 end
 
@@ -337,6 +359,8 @@ if action == 'cancel' then
     redis.call('ZREM', K_DELAYED, id)
   end
   finish(key)
+  -- a job that never ran releases its unique key, whatever its mode
+  if h[3] then unlock(h[3], id) end
   return st
 end
 
@@ -356,5 +380,6 @@ else
   redis.call('ZREM', list[st], id)
 end
 redis.call('DEL', key)
+if h[3] then unlock(h[3], id) end
 redis.pcall('HINCRBY', K_STATS, 'deleted', '1')
 return st
