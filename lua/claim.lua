@@ -69,6 +69,9 @@
   Paused queue: while meta (KEYS[5]) holds the field `paused` (see manage.lua), the call
   leases and promotes nothing (one HEXISTS of meta per call), empties wake and answers
   no job with more 0.
+  Unique keys: a leased job whose hash holds unique_key with unique_mode until-started or
+  debounce releases it: P:{T}:unique:<unique_key> is deleted when it still names the id
+  (GET, then DEL; docs/protocol.md, Unique keys).
   Workers: every call (paused or not, whether it leased anything) scores the worker now
   in P:{T}:workers (ZSET, the key built from ARGV[1] with `job:` replaced by `workers`;
   reap forgets workers unseen for an hour; a wrong-typed key is left as it is).

@@ -76,6 +76,10 @@
   Paused queue: while meta (KEYS[5]) holds the field `paused` (see manage.lua), its claim
   part leases and promotes nothing (one HEXISTS of meta per call), empties wake and answers
   no job with more 0; its acks and fails are applied as ever.
+  Unique keys: an acked or dead-lettered job that holds its unique key until done (hash
+  field unique_key, unique_mode not until-started or debounce) releases it, and the claim
+  part releases the keys of the jobs it leases that hold theirs until started, as claim:
+  P:{T}:unique:<unique_key> is deleted when it still names the id (GET, then DEL).
   Workers: every call (paused or not, whether it leased anything) scores the worker now
   in P:{T}:workers (ZSET, the key built from ARGV[1] with `job:` replaced by `workers`;
   reap forgets workers unseen for an hour; a wrong-typed key is left as it is).
