@@ -63,6 +63,10 @@ async fn until_done_is_released_by_ack() {
         first.id.as_str().map(String::from)
     );
 
+    let info = queue.job(first.id.as_bytes()).await.unwrap().unwrap();
+    assert_eq!(info.unique_key, Some(JobId::from("report:42")));
+    assert_eq!(info.unique_mode.as_deref(), Some("until-done"));
+
     let lease = queue.claim(1, "w", None).await.unwrap().remove(0);
     // held while the job runs
     let second = queue.enqueue(keyed("two", "report:42")).await.unwrap();
@@ -443,4 +447,13 @@ async fn the_cli_names_the_key_and_the_holder_and_exits_7() {
     let queue = server.queue("cli").await;
     let info = queue.job(id.as_bytes()).await.unwrap().unwrap();
     assert_eq!(&info.payload[..], b"three");
+    let show = Command::new(BIN)
+        .args(["show", "--redis", &server.url(), "--tag", "cli", &id])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&show.stdout);
+    assert!(
+        text.contains("unique key    report:42 (until-done)"),
+        "{text}"
+    );
 }

@@ -2039,6 +2039,8 @@ fn info_from_fields(id: &[u8], fields: &HashMap<String, Vec<u8>>) -> JobInfo {
         last_error: text("last_error"),
         worker: text("worker").or(lease.map(|l| l.1)),
         errors: AttemptError::from_fields(fields),
+        unique_key: fields.get("unique_key").map(|k| JobId::from(&k[..])),
+        unique_mode: text("unique_mode"),
     }
 }
 

@@ -111,7 +111,7 @@ impl Unique {
             );
         }
         if let Some(w) = self.window
-            && (w.is_zero() || w.as_millis() > super::settings::MAX_MS)
+            && (w.as_millis() == 0 || w.as_millis() > super::settings::MAX_MS)
         {
             return bad(
                 "unique window",
@@ -824,6 +824,12 @@ pub struct JobInfo {
     /// The errors of the job's last failed attempts (at most [`ERRORS_KEPT`], each cut to
     /// [`ERROR_BYTES`]), oldest first.
     pub errors: Vec<AttemptError>,
+    /// The job's unique key (shown as an id is) and its mode, when it was enqueued with
+    /// one; kept after the key is released.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unique_key: Option<JobId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unique_mode: Option<String>,
 }
 
 /// How many failed attempts' errors a job keeps (`error:1` .. `error:5` of its hash).
