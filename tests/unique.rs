@@ -11,8 +11,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use jobqueue::queue::{
-    Backoff, Cancellation, Enqueued, FailMode, FailOutcome, JobId, NewJob, Queue, QueueSettings,
-    Selection, Settle, Settled, UniqueMode, UniqueOutcome,
+    Backoff, Cancellation, Enqueued, FailMode, FailOutcome, JobId, NewJob, PartitionedQueue, Queue,
+    QueueSettings, Selection, Settle, Settled, UniqueMode, UniqueOutcome,
 };
 use support::eventually::eventually;
 use support::redis::{RedisCluster, RedisServer, redis_now_ms, wait_past};
@@ -393,6 +393,27 @@ async fn without_unique_keys_enqueue_claim_and_ack_cost_what_they_did() {
         .sum();
     assert_eq!(inner, 33, "{calls:?}");
     assert!(!calls.contains_key("get"), "{calls:?}");
+}
+
+#[tokio::test]
+async fn a_partitioned_queue_holds_each_key_in_its_keys_partition() {
+    let server = RedisServer::start();
+    let queue = PartitionedQueue::new(server.redis().await, "jq", "parts", 6).unwrap();
+    // ids of their own, which would route the jobs to different partitions
+    let out = queue
+        .enqueue_many(
+            (0..6)
+                .map(|i| keyed("x", "one-key").id(format!("job-{i}")))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    assert!(out[0].created, "{out:?}");
+    for dup in &out[1..] {
+        assert_eq!(refused_by(dup), Some(&out[0].id), "{out:?}");
+    }
+    let part = &queue.partitions()[queue.partition_for(b"one-key")];
+    assert!(part.job(b"job-0").await.unwrap().is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
