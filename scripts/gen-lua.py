@@ -35,6 +35,7 @@ REQUIRED = {
     'attempt_errors.lua': ['fail.lua', 'reap.lua', 'settle_claim.lua'],
     'history.lua': ['ack.lua', 'enqueue.lua', 'fail.lua', 'reap.lua', 'schedule.lua', 'settle_claim.lua'],
     'job_options.lua': ['enqueue.lua', 'fail.lua', 'reap.lua', 'schedule.lua', 'settle_claim.lua'],
+    'outcomes.lua': ['ack.lua', 'extend.lua', 'fail.lua', 'manage.lua', 'reap.lua', 'settle_claim.lua'],
 }
 
 
