@@ -222,7 +222,7 @@ end
 -- writes them; fail, settle_claim and reap read them where they read meta's.
 local JOB_OPTIONS = { max_attempts = true, backoff_initial_ms = true, backoff_max_ms = true,
   backoff_multiplier = true }
--- outcomes: `notify` (ms, 1..10^15): the job's end is published on P:{T}:done and its hash
+-- outcomes: `notify` (ms, 1..10^15): the job's end is appended to P:{T}:done and its hash
 -- kept at least that long after it ends (docs/protocol.md, Outcomes)
 JOB_OPTIONS.notify = true
 -- jobOptions(at): the options block of enqueue's ARGV from ARGV[at] on: absent (nil, 0)

@@ -1,6 +1,7 @@
 -- Outcomes (docs/protocol.md, Outcomes): what a job reports and how its end is announced.
 -- A job enqueued with the option `notify` (ms) keeps its hash at least that long after it
--- ends and has its end published on P:{T}:done (SPUBLISH, the job id), read by waiters.
+-- ends, and its final end (acked, dead, cancelled) is appended to the capped stream
+-- P:{T}:done (XADD MAXLEN ~ 1000, field id), which waiters follow with XREAD BLOCK.
 -- A queue whose meta holds events_max_len N > 0 appends every end to the capped stream
 -- P:{T}:events (XADD MAXLEN ~ N). Both keys are built from ARGV[1], P:{T}:job:, so they
 -- share the queue's hash tag. Neither costs a command when unused: `notify` is read by
@@ -8,6 +9,7 @@
 local MAX_RESULT = 65536       -- bytes of a result (ack, settle_claim)
 local MAX_PROGRESS_TEXT = 256  -- bytes of a progress message (extend)
 local MAX_EVENT_ERROR = 256    -- bytes of an error text copied into an event
+local DONE_MAX_LEN = '1000'    -- entries P:{T}:done keeps (about: MAXLEN ~)
 -- outcomeKey(name): P:{T}:<name> from the job-key prefix P:{T}:job:
 local function outcomeKey(name)
   return string.sub(ARGV[1], 1, -5) .. name
@@ -28,11 +30,12 @@ local function eventsCap(v)
   return S(math.floor(x))
 end
 -- announce(id, kind, notify, cap, err): the end of job id (kind acked, failed, dead or
--- cancelled): published on P:{T}:done when the job carries `notify` (only final ends are
--- given one), appended to P:{T}:events when cap (eventsCap) is set. A wrong-typed events
--- key never fails a call
+-- cancelled): appended to P:{T}:done when the job carries `notify` (final ends only), and
+-- to P:{T}:events when cap (eventsCap) is set. A wrong-typed stream key never fails a call
 local function announce(id, kind, notify, cap, err)
-  if notify and kind ~= 'failed' then redis.call('SPUBLISH', outcomeKey('done'), id) end
+  if notify and kind ~= 'failed' then
+    redis.pcall('XADD', outcomeKey('done'), 'MAXLEN', '~', DONE_MAX_LEN, '*', 'id', id)
+  end
   if cap then
     if err then
       if #err > MAX_EVENT_ERROR then err = string.sub(err, 1, MAX_EVENT_ERROR) end
