@@ -35,7 +35,8 @@ pub mod view;
 
 pub(crate) use client::within_window;
 pub use client::{
-    Consumer, DEFAULT_MAX_PAYLOAD, Fired, ID_DRAWS, NOTIFY_MARGIN, Queue, REQUEST_RECORD_LIFE,
+    Consumer, DEFAULT_MAX_PAYLOAD, EVENTS_FIELD, Fired, ID_DRAWS, MAX_EVENTS_LEN, NOTIFY_MARGIN,
+    Queue, REQUEST_RECORD_LIFE,
     REQUEST_RETRY_WINDOW, WAIT_RECHECK, parse_claim_token, parse_stream_id, reap_due,
 };
 pub use connection::{

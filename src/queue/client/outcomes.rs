@@ -22,10 +22,29 @@ pub const WAIT_RECHECK: Duration = Duration::from_secs(2);
 /// completed jobs.
 pub const NOTIFY_MARGIN: Duration = Duration::from_secs(60);
 
+/// The meta field that turns the events stream on: its cap, about how many entries it
+/// keeps (XADD MAXLEN ~); absent or 0: off.
+pub const EVENTS_FIELD: &str = "events_max_len";
+
+/// The largest events cap (the scripts read a larger one as this).
+pub const MAX_EVENTS_LEN: u64 = 1_000_000_000;
+
 /// Entries of the `done` stream read per XREAD.
 const DONE_READ: usize = 100;
 
 impl Queue {
+    /// Keep about `n` completion events in the queue's events stream (`events_max_len` in
+    /// meta); 0 turns events off.
+    pub async fn set_events(&self, n: u64) -> Result<()> {
+        if n > MAX_EVENTS_LEN {
+            return Err(Error::InvalidArgument {
+                what: "events",
+                reason: format!("{n} is more than {MAX_EVENTS_LEN}"),
+            });
+        }
+        self.write_meta(&[(EVENTS_FIELD, n.to_string())]).await
+    }
+
     /// `P:{T}:done`: the capped stream of the final ends of jobs enqueued with `notify`.
     pub fn done_key(&self) -> String {
         format!("{}:done", self.keys.name)
