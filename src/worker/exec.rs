@@ -375,10 +375,10 @@ impl ExecHandler {
         let result = match (result, stdout) {
             (Ok(()), Some(reader)) => {
                 match tokio::time::timeout(Duration::from_millis(500), reader).await {
-                    Ok(Ok((out, total))) if total > self.result_limit => Err(JobError::Retry(
+                    Ok(Ok((_, total))) if total > self.result_limit => Err(JobError::Retry(
                         format!(
-                            "the command's stdout is {}{total} bytes, more than the result                              limit of {} (--result-limit)",
-                            if total > out.len() { "at least " } else { "" },
+                            "the command's stdout is {total} bytes, more than the result limit of {} \
+                             (--result-limit)",
                             self.result_limit
                         ),
                     )),

@@ -6,7 +6,8 @@
 //! way a partition does (`proxy`) or lose the replies of chosen requests
 //! (`reply_dropper`), moving a Cluster slot between nodes key by key (`slot_migration`),
 //! the web console and its browser scenarios (`console`),
-//! the process table (`procs`), and the workers' own records of the runs of jobs that
+//! the outcomes scenarios: exec and library workers that report progress and results
+//! (`outcomes`), the process table (`procs`), and the workers' own records of the runs of jobs that
 //! the chaos tallies count (`runs`).
 //! Every test binary includes it with `mod support;` and uses a part.
 #![allow(dead_code)]
@@ -16,6 +17,7 @@ pub mod console;
 pub mod eventually;
 pub mod fixtures;
 pub mod mock_api;
+pub mod outcomes;
 pub mod procs;
 pub mod proxy;
 pub mod redis;
