@@ -213,7 +213,7 @@ pub fn parse_stream_id(s: &str) -> Result<String> {
         None if ok(s) => Ok(format!("{s}-0")),
         _ => Err(Error::InvalidArgument {
             what: "from",
-            reason: format!("expected a stream id <ms>-<seq>, <ms>, or `now`, got {s:?}"),
+            reason: format!("expected a stream id <ms>-<seq>, <ms>, or now, got {s:?}"),
         }),
     }
 }
