@@ -358,3 +358,31 @@ async fn a_library_worker_reports_progress_and_a_result_waited_for_on_a_cluster(
     assert_eq!(events[0].event, "acked");
     assert_eq!(events[0].id, enqueued.id);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_consoles_job_page_reads_progress_and_the_result() {
+    let server = RedisServer::start();
+    let queue = server.queue("ui").await;
+    queue.enqueue(notify(NewJob::new("x").id("j"))).await.unwrap();
+    let lease = queue.claim_one("w", None).await.unwrap().unwrap();
+    let progress = Progress::new(70, "resizing").unwrap();
+    let renewed = queue
+        .renew_many(&[lease.lease_ref().with_progress(&progress)], None)
+        .await
+        .unwrap();
+    assert!(matches!(renewed[0], jobqueue::queue::Renewal::Extended(_)));
+    let ui = support::console::Ui::start(&server.url(), &[]);
+    let shown = ui.get_json("/api/job?q=ui&id=j");
+    assert_eq!(shown["progress"]["percent"], 70, "{shown}");
+    assert_eq!(shown["progress"]["message"], "resizing", "{shown}");
+    assert_eq!(shown["result"], serde_json::Value::Null, "{shown}");
+    let ok = queue
+        .ack_many(&[lease.lease_ref().with_result(b"800x600")])
+        .await
+        .unwrap();
+    assert_eq!(ok, vec![true]);
+    let shown = ui.get_json("/api/job?q=ui&id=j");
+    assert_eq!(shown["result"], "800x600", "{shown}");
+    assert_eq!(shown["status"], "done", "{shown}");
+    ui.stop();
+}
