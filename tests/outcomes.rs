@@ -217,6 +217,31 @@ async fn a_result_over_the_bound_fails_the_job_clearly() {
 }
 
 #[tokio::test]
+async fn a_handlers_result_over_the_bound_fails_its_job_though_the_handler_succeeds() {
+    let server = RedisServer::start();
+    let queue = server.queue("r3").await;
+    queue
+        .configure(&jobqueue::queue::QueueSettings {
+            max_attempts: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let worker = LibraryWorker::start(&queue);
+    let (_, end) = queue
+        .enqueue_and_wait(NewJob::new("big"), Duration::from_secs(30))
+        .await
+        .unwrap();
+    worker.stop().await;
+    assert_eq!(
+        end,
+        Some(JobEnd::Dead(
+            "the job's result is 65537 bytes, more than the 65536 a result may hold".into()
+        ))
+    );
+}
+
+#[tokio::test]
 async fn events_follow_acked_failed_dead_and_cancelled_in_order() {
     let server = RedisServer::start();
     let queue = server.queue("e1").await;
@@ -372,6 +397,10 @@ async fn the_consoles_job_page_reads_progress_and_the_result() {
         .unwrap();
     assert!(matches!(renewed[0], jobqueue::queue::Renewal::Extended(_)));
     let ui = support::console::Ui::start(&server.url(), &[]);
+    // The console finds the queue at its first scan.
+    Wait::for_("the console to know the queue")
+        .within(Duration::from_secs(10))
+        .until_blocking(|| ui.get("/api/job?q=ui&id=j").0 == 200);
     let shown = ui.get_json("/api/job?q=ui&id=j");
     assert_eq!(shown["progress"]["percent"], 70, "{shown}");
     assert_eq!(shown["progress"]["message"], "resizing", "{shown}");

@@ -69,7 +69,8 @@ pub fn cli_spawn(args: &[&str]) -> Child {
 }
 
 /// A library worker on `queue` whose handler reports progress 50 and stores the payload
-/// with `done:` before it as the result; stopped when dropped.
+/// with `done:` before it as the result (for the payload `big`, a result one byte over
+/// the bound, whose refusal it ignores, succeeding); stopped when dropped.
 pub struct LibraryWorker {
     shutdown: CancellationToken,
     task: Option<JoinHandle<()>>,
@@ -89,6 +90,10 @@ impl LibraryWorker {
             worker
                 .run(|lease, ctx: JobContext| async move {
                     ctx.progress(50, "half way")?;
+                    if &lease.payload[..] == b"big" {
+                        let _ = ctx.set_result(vec![b'x'; jobqueue::queue::MAX_RESULT + 1]);
+                        return Ok(());
+                    }
                     let mut result = b"done:".to_vec();
                     result.extend_from_slice(&lease.payload);
                     ctx.set_result(result)?;
