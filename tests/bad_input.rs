@@ -319,8 +319,16 @@ const LIB_ROWS: &[(&str, &str, bool)] = &[
         true,
     ),
     // Outcomes
-    ("lib-result-huge", "65537 bytes is more than the 65536", true),
-    ("lib-progress-percent", "101 is not a percent from 0 to 100", true),
+    (
+        "lib-result-huge",
+        "65537 bytes is more than the 65536",
+        true,
+    ),
+    (
+        "lib-progress-percent",
+        "101 is not a percent from 0 to 100",
+        true,
+    ),
     (
         "script-result-huge",
         "jobqueue: invalid result: expected at most 65536 bytes for pair 1, got 65537 bytes",
@@ -444,13 +452,32 @@ async fn lib_case(id: &str, server: &RedisServer, lease: &jobqueue::queue::Lease
             script(
                 SCRIPTS.extend.source,
                 &[&key],
-                &["jq:{lb}:job:", "0", "1", id, &lease.token, "progress", "1", "101", "x"],
+                &[
+                    "jq:{lb}:job:",
+                    "0",
+                    "1",
+                    id,
+                    &lease.token,
+                    "progress",
+                    "1",
+                    "101",
+                    "x",
+                ],
             )
         }
         "script-notify-zero" => script(
             SCRIPTS.enqueue.source,
             &["jq:{lb}:job:n2"],
-            &["jq:{lb}:job:", "1", "n2", "x", "0", "options", "notify", "0"],
+            &[
+                "jq:{lb}:job:",
+                "1",
+                "n2",
+                "x",
+                "0",
+                "options",
+                "notify",
+                "0",
+            ],
         ),
         other => panic!("no case for {other}"),
     }

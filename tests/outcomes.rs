@@ -34,7 +34,19 @@ async fn enqueue_wait_prints_the_exec_commands_stdout() {
     let url = server.url();
     let _worker = ExecProcess::start(&url, "w1", dir.path(), &[], "printf 'got:'; cat");
     let out = tokio::task::spawn_blocking(move || {
-        cli(&["enqueue", "--redis", &url, "--tag", "w1", "--id", "j1", "--wait", "--timeout", "30s", "hello"])
+        cli(&[
+            "enqueue",
+            "--redis",
+            &url,
+            "--tag",
+            "w1",
+            "--id",
+            "j1",
+            "--wait",
+            "--timeout",
+            "30s",
+            "hello",
+        ])
     })
     .await
     .unwrap();
@@ -59,23 +71,50 @@ async fn a_dying_jobs_wait_prints_its_last_error_and_fails() {
         "echo 'disk on fire' >&2; exit 3",
     );
     let out = tokio::task::spawn_blocking(move || {
-        cli(&["enqueue", "--redis", &url, "--tag", "w2", "--wait", "--timeout", "30s", "x"])
+        cli(&[
+            "enqueue",
+            "--redis",
+            &url,
+            "--tag",
+            "w2",
+            "--wait",
+            "--timeout",
+            "30s",
+            "x",
+        ])
     })
     .await
     .unwrap();
     assert!(!out.status.success());
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
-    assert!(err.contains("died") && err.contains("disk on fire"), "{err}");
+    assert!(
+        err.contains("died") && err.contains("disk on fire"),
+        "{err}"
+    );
     assert!(out.stdout.is_empty());
 }
 
 #[tokio::test]
 async fn a_wait_that_times_out_says_so_and_fails() {
     let server = RedisServer::start();
-    let out = cli(&["enqueue", "--redis", &server.url(), "--tag", "w3", "--wait", "--timeout", "300ms", "x"]);
+    let out = cli(&[
+        "enqueue",
+        "--redis",
+        &server.url(),
+        "--tag",
+        "w3",
+        "--wait",
+        "--timeout",
+        "300ms",
+        "x",
+    ]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("did not end within 300ms"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("did not end within 300ms"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 /// The end of a job whose `done` entry the waiter never sees: announced before the wait
@@ -84,7 +123,10 @@ async fn a_wait_that_times_out_says_so_and_fails() {
 async fn a_missed_notification_still_ends_the_wait() {
     let server = RedisServer::start();
     let queue = server.queue("m1").await;
-    queue.enqueue(notify(NewJob::new("a").id("a"))).await.unwrap();
+    queue
+        .enqueue(notify(NewJob::new("a").id("a")))
+        .await
+        .unwrap();
     let lease = queue.claim_one("w", None).await.unwrap().unwrap();
     let ok = queue
         .ack_many(&[lease.lease_ref().with_result(b"result of a")])
@@ -93,12 +135,18 @@ async fn a_missed_notification_still_ends_the_wait() {
     assert_eq!(ok, vec![true]);
     // The notification is lost: the stream is gone before anyone waits.
     let mut conn = server.conn();
-    let _: () = redis::cmd("DEL").arg(queue.done_key()).query(&mut conn).unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(queue.done_key())
+        .query(&mut conn)
+        .unwrap();
     let end = queue.wait_for("a", Duration::from_secs(10)).await.unwrap();
     assert_eq!(end, Some(JobEnd::Done("result of a".into())));
 
     // Ended while the waiter blocks, with no entry: its timer reads the hash again.
-    queue.enqueue(notify(NewJob::new("b").id("b"))).await.unwrap();
+    queue
+        .enqueue(notify(NewJob::new("b").id("b")))
+        .await
+        .unwrap();
     let waiter = {
         let queue = queue.clone();
         tokio::spawn(async move { queue.wait_for("b", Duration::from_secs(20)).await })
@@ -135,14 +183,19 @@ async fn progress_from_exec_stdout_shows_while_the_job_runs_and_stays_out_of_the
         script,
     );
     let queue = server.queue("p1").await;
-    queue.enqueue(notify(NewJob::new("x").id("p"))).await.unwrap();
+    queue
+        .enqueue(notify(NewJob::new("x").id("p")))
+        .await
+        .unwrap();
     let url = server.url();
     let shown = Wait::for_("the progress in jobqueue show")
         .within(Duration::from_secs(20))
         .until(async || {
             let out = cli(&["show", "--redis", &url, "--tag", "p1", "p"]);
             let shown = text(&out.stdout);
-            shown.contains("progress      40% copying files").then_some(shown)
+            shown
+                .contains("progress      40% copying files")
+                .then_some(shown)
         })
         .await;
     assert!(shown.contains("processing"), "{shown}");
@@ -170,8 +223,14 @@ async fn a_result_over_the_bound_fails_the_job_clearly() {
         &["--result-limit", "10"],
         "echo 0123456789abcdef",
     );
-    queue.enqueue(notify(NewJob::new("x").id("big"))).await.unwrap();
-    let end = queue.wait_for("big", Duration::from_secs(20)).await.unwrap();
+    queue
+        .enqueue(notify(NewJob::new("x").id("big")))
+        .await
+        .unwrap();
+    let end = queue
+        .wait_for("big", Duration::from_secs(20))
+        .await
+        .unwrap();
     let Some(JobEnd::Dead(error)) = end else {
         panic!("expected the job dead, got {end:?}");
     };
@@ -190,7 +249,11 @@ async fn a_result_over_the_bound_fails_the_job_clearly() {
         .ack_many(&[lease.lease_ref().with_result(&big)])
         .await
         .unwrap_err();
-    assert!(err.to_string().contains("65537 bytes is more than the 65536"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("65537 bytes is more than the 65536"),
+        "{err}"
+    );
     // ...and so does the script, changing nothing.
     let mut conn = server.conn();
     let keys = queue.keys();
@@ -208,12 +271,22 @@ async fn a_result_over_the_bound_fails_the_job_clearly() {
         .arg(&big)
         .query(&mut conn);
     let err = reply.unwrap_err().to_string();
-    assert!(err.contains("invalid result: expected at most 65536 bytes for pair 1, got 65537 bytes"), "{err}");
-    let status: Option<String> = redis::cmd("HGET").arg(keys.job("lib")).arg("status").query(&mut conn).unwrap();
+    assert!(
+        err.contains("invalid result: expected at most 65536 bytes for pair 1, got 65537 bytes"),
+        "{err}"
+    );
+    let status: Option<String> = redis::cmd("HGET")
+        .arg(keys.job("lib"))
+        .arg("status")
+        .query(&mut conn)
+        .unwrap();
     assert_eq!(status.as_deref(), Some("processing"));
     // A worker's handler: set_result refuses it, and the job fails with that error.
     let ctx_err = Progress::new(101, "x").unwrap_err();
-    assert!(ctx_err.to_string().contains("101 is not a percent"), "{ctx_err}");
+    assert!(
+        ctx_err.to_string().contains("101 is not a percent"),
+        "{ctx_err}"
+    );
 }
 
 #[tokio::test]
@@ -253,12 +326,28 @@ async fn events_follow_acked_failed_dead_and_cancelled_in_order() {
     let a = queue.claim_one("w", None).await.unwrap().unwrap();
     assert!(queue.ack(&a).await.unwrap());
     let b = queue.claim_one("w", None).await.unwrap().unwrap();
-    queue.fail(&b, "flaky", FailMode::Retry, Backoff::Immediate).await.unwrap();
+    queue
+        .fail(&b, "flaky", FailMode::Retry, Backoff::Immediate)
+        .await
+        .unwrap();
     let b = queue.claim_one("w", None).await.unwrap().unwrap();
-    queue.fail(&b, "broken", FailMode::Dead, Backoff::Policy).await.unwrap();
+    queue
+        .fail(&b, "broken", FailMode::Dead, Backoff::Policy)
+        .await
+        .unwrap();
     queue.enqueue(NewJob::new("3").id("c")).await.unwrap();
     queue.cancel("c").await.unwrap();
-    let out = cli(&["events", "--redis", &server.url(), "--tag", "e1", "--from", "0", "--count", "4"]);
+    let out = cli(&[
+        "events",
+        "--redis",
+        &server.url(),
+        "--tag",
+        "e1",
+        "--from",
+        "0",
+        "--count",
+        "4",
+    ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let lines: Vec<Vec<String>> = text(&out.stdout)
         .lines()
@@ -276,7 +365,15 @@ async fn events_follow_acked_failed_dead_and_cancelled_in_order() {
     assert_eq!(lines, want);
 
     // --from now: only what comes next.
-    let follower = cli_spawn(&["events", "--redis", &server.url(), "--tag", "e1", "--count", "1"]);
+    let follower = cli_spawn(&[
+        "events",
+        "--redis",
+        &server.url(),
+        "--tag",
+        "e1",
+        "--count",
+        "1",
+    ]);
     // The follower starts at the stream's end; a job acked after it started is its line.
     let mut conn = server.conn();
     Wait::for_("the follower's blocking read")
@@ -292,7 +389,10 @@ async fn events_follow_acked_failed_dead_and_cancelled_in_order() {
         .await
         .unwrap();
     let line = text(&out.stdout);
-    assert!(line.ends_with(" acked d\n") && line.lines().count() == 1, "{line}");
+    assert!(
+        line.ends_with(" acked d\n") && line.lines().count() == 1,
+        "{line}"
+    );
 }
 
 #[tokio::test]
@@ -301,14 +401,19 @@ async fn the_events_stream_is_capped() {
     let queue = server.queue("e2").await;
     queue.set_events(10).await.unwrap();
     for round in 0..5 {
-        let jobs = (0..100).map(|i| NewJob::new("x").id(format!("{round}-{i}"))).collect();
+        let jobs = (0..100)
+            .map(|i| NewJob::new("x").id(format!("{round}-{i}")))
+            .collect();
         queue.enqueue_many(jobs).await.unwrap();
         let leases = queue.claim(100, "w", None).await.unwrap();
         let refs: Vec<LeaseRef<'_>> = leases.iter().map(|l| l.lease_ref()).collect();
         queue.ack_many(&refs).await.unwrap();
     }
     let mut conn = server.conn();
-    let len: u64 = redis::cmd("XLEN").arg(queue.events_key()).query(&mut conn).unwrap();
+    let len: u64 = redis::cmd("XLEN")
+        .arg(queue.events_key())
+        .query(&mut conn)
+        .unwrap();
     // MAXLEN ~ trims whole stream nodes (100 entries by default): about 10 are kept.
     assert!((10..=110).contains(&len), "{len} events kept of 500");
 }
@@ -325,7 +430,12 @@ async fn claim_and_ack_cost_no_extra_commands_when_outcomes_are_unused() {
     let l = queue.claim_one("w", None).await.unwrap().unwrap();
     queue.ack(&l).await.unwrap();
 
-    async fn measure(queue: &Queue, conn: &mut redis::Connection, job: NewJob, result: Option<&[u8]>) -> HashMap<String, u64> {
+    async fn measure(
+        queue: &Queue,
+        conn: &mut redis::Connection,
+        job: NewJob,
+        result: Option<&[u8]>,
+    ) -> HashMap<String, u64> {
         queue.enqueue(job).await.unwrap();
         let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(conn).unwrap();
         let lease = queue.claim_one("w", None).await.unwrap().unwrap();
@@ -339,7 +449,12 @@ async fn claim_and_ack_cost_no_extra_commands_when_outcomes_are_unused() {
         info.lines()
             .filter_map(|l| {
                 let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
-                let calls = rest.strip_prefix("calls=")?.split(',').next()?.parse().ok()?;
+                let calls = rest
+                    .strip_prefix("calls=")?
+                    .split(',')
+                    .next()?
+                    .parse()
+                    .ok()?;
                 // pexpireat: a history hash's first field of the minute, not every call
                 let counted = !matches!(name, "evalsha" | "eval" | "info" | "pexpireat")
                     && !name.starts_with("config");
@@ -356,7 +471,13 @@ async fn claim_and_ack_cost_no_extra_commands_when_outcomes_are_unused() {
 
     // Used: a result rides on ack's HSET; notify adds one XADD (done), events one more.
     queue.set_events(100).await.unwrap();
-    let used = measure(&queue, &mut conn, notify(NewJob::new("u").id("used")), Some(b"r")).await;
+    let used = measure(
+        &queue,
+        &mut conn,
+        notify(NewJob::new("u").id("used")),
+        Some(b"r"),
+    )
+    .await;
     assert_eq!(used.get("xadd"), Some(&2), "{used:?}");
     let total_used: u64 = used.values().sum();
     // and the kept hash: HSET, HDEL lease_until and PEXPIRE in place of one DEL
@@ -377,7 +498,11 @@ async fn a_library_worker_reports_progress_and_a_result_waited_for_on_a_cluster(
     let info = queue.job(enqueued.id.as_bytes()).await.unwrap().unwrap();
     assert_eq!(info.result.as_deref(), Some(&b"done:payload"[..]));
     worker.stop().await;
-    let mut conn = queue.redis().dedicated(Duration::from_secs(1)).await.unwrap();
+    let mut conn = queue
+        .redis()
+        .dedicated(Duration::from_secs(1))
+        .await
+        .unwrap();
     let events = queue.read_events(&mut conn, "0-0", 10, None).await.unwrap();
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].event, "acked");
@@ -388,7 +513,10 @@ async fn a_library_worker_reports_progress_and_a_result_waited_for_on_a_cluster(
 async fn the_consoles_job_page_reads_progress_and_the_result() {
     let server = RedisServer::start();
     let queue = server.queue("ui").await;
-    queue.enqueue(notify(NewJob::new("x").id("j"))).await.unwrap();
+    queue
+        .enqueue(notify(NewJob::new("x").id("j")))
+        .await
+        .unwrap();
     let lease = queue.claim_one("w", None).await.unwrap().unwrap();
     let progress = Progress::new(70, "resizing").unwrap();
     let renewed = queue

@@ -130,9 +130,9 @@ pub fn write_text(view: &JobView, out: &mut impl Write, payload: Payload) -> std
     ));
     // Outcomes: the progress its worker last reported
     if let Some(p) = &info.progress {
-        let at = p
-            .at
-            .map_or_else(String::new, |at| format!(" (at {} UTC)", format_epoch_ms(at)));
+        let at = p.at.map_or_else(String::new, |at| {
+            format!(" (at {} UTC)", format_epoch_ms(at))
+        });
         rows.push((
             "progress",
             format!("{}% {}{at}", p.percent, escape(p.message.as_bytes(), false)),

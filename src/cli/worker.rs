@@ -37,6 +37,11 @@ What the command gets and how its exit is read:
                         memory limit): retried as a failure; for every job (not found,
                         not executable): the worker stops and the job runs again
   stderr                passed through; its last 2 KiB become the job's last_error
+  stdout                the job's result, stored with the ack (at most --result-limit,
+                        64 KiB: a longer one fails the job; --result-limit 0 stores none
+                        and passes stdout through)
+  jobqueue:progress P M a stdout line reporting progress: P percent (0-100), message M
+                        (jobqueue show prints it); not part of the result
 
 The lease is renewed while the command runs; if it cannot be renewed in time (Redis
 unreachable), the command gets SIGTERM when the lease may have ended and SIGKILL

@@ -20,9 +20,7 @@ use super::stats::QueueStats;
 use super::types::*;
 
 mod outcomes;
-pub use outcomes::{
-    EVENTS_FIELD, MAX_EVENTS_LEN, NOTIFY_MARGIN, WAIT_RECHECK, parse_stream_id,
-};
+pub use outcomes::{EVENTS_FIELD, MAX_EVENTS_LEN, NOTIFY_MARGIN, WAIT_RECHECK, parse_stream_id};
 
 /// How many claim calls `Queue::claim` makes at most while each comes back empty with
 /// `more`: each takes 100 or more orphans out of pending.

@@ -36,8 +36,8 @@ pub mod view;
 pub(crate) use client::within_window;
 pub use client::{
     Consumer, DEFAULT_MAX_PAYLOAD, EVENTS_FIELD, Fired, ID_DRAWS, MAX_EVENTS_LEN, NOTIFY_MARGIN,
-    Queue, REQUEST_RECORD_LIFE,
-    REQUEST_RETRY_WINDOW, WAIT_RECHECK, parse_claim_token, parse_stream_id, reap_due,
+    Queue, REQUEST_RECORD_LIFE, REQUEST_RETRY_WINDOW, WAIT_RECHECK, parse_claim_token,
+    parse_stream_id, reap_due,
 };
 pub use connection::{
     ClientPairProblem, ConnectOptions, Dedicated, Redis, check_client_pair, pem_blocks, redact_url,
@@ -59,8 +59,9 @@ pub use stats::{Histogram, QueueStats};
 pub use types::{
     AttemptError, Backoff, Cancellation, Claimed, Deletion, ERROR_BYTES, ERRORS_KEPT, Enqueued,
     FailMode, FailOutcome, HEX_PREFIX, JobEnd, JobEvent, JobId, JobInfo, JobOptions, JobStatus,
-    Lease, LeaseRef, MAX_JOB_ATTEMPTS, MAX_PROGRESS_TEXT, MAX_RESULT, Maintenance, Progress, NewJob, PURGED_REMEMBERED_MS, ReapOutcome, Renewal, Selection,
-    SetAside, Settle, Settled, SettledClaim, new_job_id, new_token,
+    Lease, LeaseRef, MAX_JOB_ATTEMPTS, MAX_PROGRESS_TEXT, MAX_RESULT, Maintenance, NewJob,
+    PURGED_REMEMBERED_MS, Progress, ReapOutcome, Renewal, Selection, SetAside, Settle, Settled,
+    SettledClaim, new_job_id, new_token,
 };
 
 /// The most items one script call takes (the protocol's bound on every count).

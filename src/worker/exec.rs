@@ -1,8 +1,9 @@
 //! A handler that runs a command per job, so a worker can be written in any language.
 //!
 //! The child gets the payload on stdin and `JOBQUEUE_JOB_ID`, `JOBQUEUE_ATTEMPT`,
-//! `JOBQUEUE_QUEUE` and `JOBQUEUE_WORKER_ID` in its environment; its stdout and stderr
-//! pass through to the worker's. Its exit decides the job:
+//! `JOBQUEUE_QUEUE` and `JOBQUEUE_WORKER_ID` in its environment; its stderr passes
+//! through to the worker's, its stdout is the job's result (below). Its exit decides the
+//! job:
 //!
 //! | child | job |
 //! | --- | --- |
@@ -375,13 +376,13 @@ impl ExecHandler {
         let result = match (result, stdout) {
             (Ok(()), Some(reader)) => {
                 match tokio::time::timeout(Duration::from_millis(500), reader).await {
-                    Ok(Ok((_, total))) if total > self.result_limit => Err(JobError::Retry(
-                        format!(
+                    Ok(Ok((_, total))) if total > self.result_limit => {
+                        Err(JobError::Retry(format!(
                             "the command's stdout is {total} bytes, more than the result limit of {} \
                              (--result-limit)",
                             self.result_limit
-                        ),
-                    )),
+                        )))
+                    }
                     Ok(Ok((out, _))) => ctx.set_result(out),
                     _ => Err(JobError::Retry(
                         "the command's stdout could not be read to its end".to_string(),

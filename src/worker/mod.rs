@@ -178,9 +178,17 @@ impl JobContext {
     /// (at most [`PROGRESS_DELAY`] later), which writes it into the job's hash
     /// (`progress`, `progress_msg`, `progress_at`); a later report replaces one not yet
     /// sent. Refused, changing nothing, when either is out of bounds.
-    pub fn progress(&self, percent: u8, message: impl Into<String>) -> std::result::Result<(), JobError> {
+    pub fn progress(
+        &self,
+        percent: u8,
+        message: impl Into<String>,
+    ) -> std::result::Result<(), JobError> {
         let p = crate::queue::Progress::new(percent, message).map_err(JobError::permanent)?;
-        *self.outcome.progress.lock().unwrap_or_else(|e| e.into_inner()) = Some((p, true));
+        *self
+            .outcome
+            .progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some((p, true));
         self.outcome.reported.notify_one();
         Ok(())
     }
@@ -192,7 +200,11 @@ impl JobContext {
     /// result is never cut short.
     pub fn set_result(&self, result: impl Into<Vec<u8>>) -> std::result::Result<(), JobError> {
         let result = result.into();
-        let mut slot = self.outcome.result.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = self
+            .outcome
+            .result
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         if result.len() > crate::queue::MAX_RESULT {
             *slot = Some(Err(result.len()));
             return Err(JobError::retry(result_too_large(result.len())));

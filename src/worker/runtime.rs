@@ -1226,7 +1226,13 @@ async fn renew_leases(shared: Arc<Shared>, mut visibility: Duration, stop: Cance
         let sent = Instant::now();
         // Leases past their deadline are the watcher's: a reply cannot save them.
         #[allow(clippy::type_complexity)]
-        let held: Vec<(JobId, String, Instant, usize, Option<crate::queue::Progress>)> = shared
+        let held: Vec<(
+            JobId,
+            String,
+            Instant,
+            usize,
+            Option<crate::queue::Progress>,
+        )> = shared
             .inflight()
             .iter()
             .filter(|(_, f)| !f.completing && !f.is_lost(sent))
@@ -1237,7 +1243,13 @@ async fn renew_leases(shared: Arc<Shared>, mut visibility: Duration, stop: Cance
                     Some((p, true)) => Some(p.clone()),
                     _ => None,
                 };
-                (f.id.clone(), token.clone(), f.deadline, f.partition, progress)
+                (
+                    f.id.clone(),
+                    token.clone(),
+                    f.deadline,
+                    f.partition,
+                    progress,
+                )
             })
             .collect();
         let Some(budget) = lease::extend_timeout(sent, held.iter().map(|h| h.2)) else {

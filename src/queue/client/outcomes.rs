@@ -80,7 +80,11 @@ impl Queue {
     /// queue's `done` stream at a time, and the job's hash read at the start, at each entry
     /// naming the job and at least every [`WAIT_RECHECK`]: an end announced before the
     /// wait began, or never (a job enqueued without `notify`), is found all the same.
-    pub async fn wait_for(&self, id: impl AsRef<[u8]>, timeout: Duration) -> Result<Option<JobEnd>> {
+    pub async fn wait_for(
+        &self,
+        id: impl AsRef<[u8]>,
+        timeout: Duration,
+    ) -> Result<Option<JobEnd>> {
         let from = self.stream_tail(&self.done_key()).await?;
         self.wait_since(id.as_ref(), timeout, from).await
     }
@@ -198,7 +202,9 @@ impl Queue {
                 event: field(&fields, "event")
                     .map(|v| String::from_utf8_lossy(v).into_owned())
                     .unwrap_or_default(),
-                id: field(&fields, "id").map(|v| v.as_slice().into()).unwrap_or_default(),
+                id: field(&fields, "id")
+                    .map(|v| v.as_slice().into())
+                    .unwrap_or_default(),
                 error: field(&fields, "error").map(|v| String::from_utf8_lossy(v).into_owned()),
             })
             .collect())
