@@ -796,6 +796,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_progress_line_gives_a_percent_and_a_bounded_message() {
+        assert_eq!(
+            parse_progress(b"40 copying files\n"),
+            Some((40, "copying files".to_string()))
+        );
+        assert_eq!(parse_progress(b"100\r\n"), Some((100, String::new())));
+        assert_eq!(parse_progress(b"101 too far\n"), None);
+        assert_eq!(parse_progress(b"-1 x\n"), None);
+        assert_eq!(parse_progress(b"forty x\n"), None);
+        // cut to 256 bytes, at a character boundary
+        let long = format!("5 {}", "é".repeat(200));
+        let (p, m) = parse_progress(long.as_bytes()).unwrap();
+        assert_eq!(p, 5);
+        assert_eq!(m.len(), 256);
+        assert!(m.chars().all(|c| c == 'é'));
+    }
+
+    #[test]
     fn the_job_id_reaches_the_child_as_its_bytes() {
         use std::os::unix::ffi::OsStrExt;
         let id = JobId::from(b"a\xff b".to_vec());

@@ -293,3 +293,37 @@ fn entries_of(v: &Value) -> Vec<Entry> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stream_id_is_ms_and_seq_or_ms() {
+        assert_eq!(
+            parse_stream_id("1764641234567-3").unwrap(),
+            "1764641234567-3"
+        );
+        assert_eq!(parse_stream_id("0").unwrap(), "0-0");
+        for bad in ["", "-", "now-1", "1-", "-1", "1-2-3", "yesterday", "1.5"] {
+            assert!(parse_stream_id(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn stream_entries_are_read_from_either_protocol() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let entry = Value::Array(vec![
+            bulk("5-0"),
+            Value::Array(vec![bulk("id"), bulk("j1"), bulk("event"), bulk("acked")]),
+        ]);
+        let got = entries_of(&Value::Array(vec![entry]));
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].0, "5-0");
+        assert_eq!(
+            field(&got[0].1, "event").map(Vec::as_slice),
+            Some(&b"acked"[..])
+        );
+        assert!(entries_of(&Value::Nil).is_empty());
+    }
+}
