@@ -47,12 +47,12 @@ impl Queue {
 
     /// `P:{T}:done`: the capped stream of the final ends of jobs enqueued with `notify`.
     pub fn done_key(&self) -> String {
-        format!("{}:done", self.keys.name)
+        self.keys.done.clone()
     }
 
     /// `P:{T}:events`: the capped stream of every end, while meta's `events_max_len` is set.
     pub fn events_key(&self) -> String {
-        format!("{}:events", self.keys.name)
+        self.keys.events.clone()
     }
 
     /// Enqueue `job` and wait up to `timeout` for its end: `Ok((enqueued, None))` when it
