@@ -38,6 +38,7 @@ REQUIRED = {
     'job_options.lua': ['enqueue.lua', 'fail.lua', 'reap.lua', 'schedule.lua', 'settle_claim.lua'],
     'unique.lua': ['ack.lua', 'claim.lua', 'fail.lua', 'manage.lua', 'purge.lua', 'reap.lua',
                    'settle_claim.lua'],
+    'outcomes.lua': ['ack.lua', 'extend.lua', 'fail.lua', 'manage.lua', 'reap.lua', 'settle_claim.lua'],
 }
 
 

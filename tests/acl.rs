@@ -109,6 +109,8 @@ async fn a_producer_a_worker_and_the_operator_run_under_their_smallest_acl() {
     };
     let done = ops.maintain(&settings, 100, 4).await.unwrap();
     assert!(done.configured, "{done:?}");
+    // The queue keeps its completion events: every script that ends a job XADDs.
+    ops.set_events(100).await.unwrap();
 
     let jobs = queue_as(&server, &producer, "pp", "emails").await;
     for payload in ["ok-1", "ok-2", "fail"] {
@@ -171,6 +173,27 @@ async fn a_producer_a_worker_and_the_operator_run_under_their_smallest_acl() {
         .unwrap()
         .expect("the lease is held");
     assert!(work.claim(1, "lib", None).await.unwrap().is_empty());
+
+    // A producer waits for a job's end as its user; the worker acks it with a result.
+    let waiting = {
+        let jobs = jobs.clone();
+        tokio::spawn(async move {
+            jobs.enqueue_and_wait(NewJob::new(&b"waited"[..]), Duration::from_secs(20))
+                .await
+        })
+    };
+    let waited = consumer
+        .next_job(Duration::from_secs(5))
+        .await
+        .unwrap()
+        .expect("the waited job");
+    let acked = work
+        .ack_many(&[waited.lease_ref().with_result(b"r")])
+        .await
+        .unwrap();
+    assert_eq!(acked, vec![true]);
+    let (_, end) = waiting.await.unwrap().unwrap();
+    assert_eq!(end, Some(jobqueue::queue::JobEnd::Done("r".into())));
 
     // The operator's reaper, as its user, takes the expired lease back.
     wait_past(&mut admin, until);
@@ -337,7 +360,16 @@ fn each_roles_acl_grants_what_its_scripts_call_and_nothing_more() {
         (
             "producer",
             vec![&s.enqueue],
-            &["ping", "evalsha", "script|load", "type", "hmget"],
+            // xrevrange, xread: waiting for a job's end (enqueue --wait)
+            &[
+                "ping",
+                "evalsha",
+                "script|load",
+                "type",
+                "hmget",
+                "xrevrange",
+                "xread",
+            ],
         ),
         (
             "worker",

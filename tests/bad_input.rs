@@ -300,6 +300,12 @@ const ROWS: &[Row] = &[
     row("enqueue-unique-key-empty", &["enqueue", "--redis", "{url}", "--tag", "bi", "--unique-key", "", "x"], 2, "invalid unique key: 0 bytes: must be 1 to 1024 bytes"),
     row("enqueue-unique-for-zero", &["enqueue", "--redis", "{url}", "--tag", "bi", "--unique-key", "k", "--unique-for", "0", "x"], 2, "invalid unique window: 0s must be from 1 ms to 10^15 ms"),
     row("enqueue-unique-held", &["enqueue", "--redis", "{url}", "--tag", "ubi", "--unique-key", "held", "x"], 7, "unique key \"held\" is held by job u1 in jq:{ubi}: nothing enqueued"),
+    // Outcomes
+    row("wait-timeout-without-wait", &["enqueue", "--redis", "{url}", "--tag", "bi", "--timeout", "5s", "x"], 2, "--wait"),
+    row("wait-with-stdin", &["enqueue", "--redis", "{url}", "--tag", "bi", "--wait", "--stdin"], 2, "the argument '--wait' cannot be used with '--stdin'"),
+    row("result-limit-huge", &["worker", "--redis", "{url}", "--tag", "bi", "--result-limit", "70000", "--exec", "true"], 2, "\"70000\" is not a number of bytes from 0 to 65536"),
+    row("events-from-bad", &["events", "--redis", "{url}", "--tag", "bi", "--from", "yesterday"], 2, "expected a stream id <ms>-<seq>, <ms>, or now, got \"yesterday\""),
+    row("configure-events-huge", &["configure", "--redis", "{url}", "--tag", "bi", "--events", "2000000000"], 2, "is not a number of events from 0 (off) to 1000000000"),
 ];
 
 /// Rows of the library and the protocol (no process, no exit code: the doc says `-`):
@@ -332,6 +338,32 @@ const LIB_ROWS: &[(&str, &str, bool)] = &[
     (
         "script-unique-mode",
         "jobqueue: invalid unique_mode: expected \"until-started\", \"until-done\" or \"debounce\", got \"forever\"",
+        true,
+    ),
+    // Outcomes
+    (
+        "lib-result-huge",
+        "65537 bytes is more than the 65536",
+        true,
+    ),
+    (
+        "lib-progress-percent",
+        "101 is not a percent from 0 to 100",
+        true,
+    ),
+    (
+        "script-result-huge",
+        "jobqueue: invalid result: expected at most 65536 bytes for pair 1, got 65537 bytes",
+        true,
+    ),
+    (
+        "script-progress-percent",
+        "jobqueue: invalid progress: expected a percent 0..100 for pair 1, got \"101\"",
+        true,
+    ),
+    (
+        "script-notify-zero",
+        "jobqueue: invalid notify: expected an integer 1..10^15 ms, got \"0\"",
         true,
     ),
 ];
@@ -421,6 +453,14 @@ async fn lib_case(id: &str, server: &RedisServer, lease: &jobqueue::queue::Lease
                 Err(e) => e.to_string(),
             }
         }
+        // Outcomes
+        "lib-result-huge" => {
+            let big = vec![b'x'; jobqueue::queue::MAX_RESULT + 1];
+            match queue.ack_many(&[lease.lease_ref().with_result(&big)]).await {
+                Ok(v) => format!("{v:?}"),
+                Err(e) => e.to_string(),
+            }
+        }
         "script-unique-key-long" => {
             let key = "k".repeat(1025);
             script(
@@ -452,6 +492,53 @@ async fn lib_case(id: &str, server: &RedisServer, lease: &jobqueue::queue::Lease
                 "forever",
                 "0",
                 "k",
+            ],
+        ),
+        "lib-progress-percent" => match jobqueue::queue::Progress::new(101, "x") {
+            Ok(v) => format!("{v:?}"),
+            Err(e) => e.to_string(),
+        },
+        "script-result-huge" => {
+            let big = "x".repeat(65537);
+            let id = std::str::from_utf8(lease.id.as_bytes()).unwrap();
+            let key = format!("jq:{{lb}}:job:{id}");
+            script(
+                SCRIPTS.ack.source,
+                &[&key],
+                &["jq:{lb}:job:", "1", id, &lease.token, "results", "1", &big],
+            )
+        }
+        "script-progress-percent" => {
+            let id = std::str::from_utf8(lease.id.as_bytes()).unwrap();
+            let key = format!("jq:{{lb}}:job:{id}");
+            script(
+                SCRIPTS.extend.source,
+                &[&key],
+                &[
+                    "jq:{lb}:job:",
+                    "0",
+                    "1",
+                    id,
+                    &lease.token,
+                    "progress",
+                    "1",
+                    "101",
+                    "x",
+                ],
+            )
+        }
+        "script-notify-zero" => script(
+            SCRIPTS.enqueue.source,
+            &["jq:{lb}:job:n2"],
+            &[
+                "jq:{lb}:job:",
+                "1",
+                "n2",
+                "x",
+                "0",
+                "options",
+                "notify",
+                "0",
             ],
         ),
         other => panic!("no case for {other}"),

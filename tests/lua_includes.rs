@@ -46,6 +46,17 @@ const REQUIRED: &[(&str, Option<&[&str]>)] = &[
             "settle_claim.lua",
         ]),
     ),
+    (
+        "outcomes.lua",
+        Some(&[
+            "ack.lua",
+            "extend.lua",
+            "fail.lua",
+            "manage.lua",
+            "reap.lua",
+            "settle_claim.lua",
+        ]),
+    ),
 ];
 
 const BEGIN: &str = "-- BEGIN include/";

@@ -64,6 +64,10 @@ pub struct ConfigureArgs {
     /// The reaper keeps at most this many dead jobs; 0: no limit.
     #[arg(long, allow_hyphen_values = true)]
     pub dead_max_len: Option<u64>,
+    /// Keep the queue's completion events (acked, failed, dead, cancelled) in a stream of
+    /// about this many entries, for `jobqueue events`; 0 turns them off (the default).
+    #[arg(long, value_name = "N", value_parser = events_len)]
+    pub events: Option<u64>,
     /// Write the settings of a queue none of whose keys are in Redis yet (without it, a
     /// mistyped --tag is refused instead of making a queue nobody uses).
     #[arg(long)]
@@ -71,6 +75,17 @@ pub struct ConfigureArgs {
     /// Print JSON (the `meta` fields).
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--events`: 0 (off) to [`crate::queue::MAX_EVENTS_LEN`].
+fn events_len(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(n) if n <= crate::queue::MAX_EVENTS_LEN => Ok(n),
+        _ => Err(format!(
+            "{text:?} is not a number of events from 0 (off) to {}",
+            crate::queue::MAX_EVENTS_LEN
+        )),
+    }
 }
 
 /// `--visibility-timeout`: a duration or `auto`.
@@ -376,7 +391,25 @@ pub async fn run(args: ConfigureArgs) -> anyhow::Result<()> {
             (current, false)
         }
     };
+    // Outcomes: the events stream's cap, a meta field of its own (events_max_len)
+    if let Some(n) = args.events {
+        if let Some(note) = &absent
+            && !args.create
+        {
+            return Err(UsageError(format!(
+                "{note}; to make a new queue with these settings, add --create"
+            ))
+            .into());
+        }
+        for queue in &queues {
+            queue.set_events(n).await?;
+        }
+    }
     let fields = queues[0].meta_fields().await?;
+    let events = fields
+        .get(crate::queue::EVENTS_FIELD)
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0);
     let record = VisibilityRecord::from_fields(&fields);
     let mut out = std::io::stdout().lock();
     if args.json {
@@ -400,12 +433,18 @@ pub async fn run(args: ConfigureArgs) -> anyhow::Result<()> {
             }
         }
         fields.insert("visibility".into(), visibility_json(&record));
+        fields.insert(crate::queue::EVENTS_FIELD.into(), events.into());
         writeln!(out, "{}", serde_json::Value::Object(fields))?;
         return Ok(());
     }
     let state = if written { "written" } else { "unchanged" };
     writeln!(out, "settings of {} ({state})", target.name())?;
     write!(out, "{}", table(&settings))?;
+    let events = match events {
+        0 => "off".to_string(),
+        n => format!("about {n} kept (jobqueue events)"),
+    };
+    writeln!(out, "  {:<22}{events}", "events")?;
     if let Some((record, written)) = recorded {
         let state = if written { "recorded now" } else { "recorded" };
         let count = match record.drain {

@@ -123,6 +123,15 @@ pub struct EnqueueArgs {
     /// (refused on a queue of one partition).
     #[arg(long, value_name = "KEY", conflicts_with = "partition")]
     pub partition_key: Option<String>,
+
+    /// Wait for the job's end and print its result (the exec command's stdout); a job that
+    /// dies prints the error of its last attempt and exits 1 (docs/protocol.md, Outcomes).
+    #[arg(long, conflicts_with = "stdin")]
+    pub wait: bool,
+
+    /// With --wait: how long to wait (exit 1 when the job has not ended by then).
+    #[arg(long, requires = "wait", value_parser = crate::duration::parse, default_value = "30s")]
+    pub timeout: Duration,
 }
 
 /// `--unique-mode`: one of the three words.
@@ -176,6 +185,7 @@ impl EnqueueArgs {
             backoff_initial: self.backoff_initial,
             backoff_max: self.backoff_max,
             backoff_multiplier: self.backoff_multiplier,
+            ..Default::default()
         }
     }
 }
@@ -298,6 +308,9 @@ pub async fn run(args: EnqueueArgs) -> anyhow::Result<()> {
     // happens after the job may have been written.
     let id: JobId = given.map_or_else(|| crate::queue::new_job_id().into(), JobId::from);
     let job = args.job(payload).id(id.clone());
+    if args.wait {
+        return wait_for_job(&queue, job, args.timeout).await;
+    }
     let size = job.payload.len();
     let out = match queue.send(vec![job]).await {
         Ok(mut out) => out.pop().context("an enqueue reply without its job")?,
@@ -358,6 +371,42 @@ fn held(
             );
             Ok(())
         }
+    }
+}
+/// `--wait`: enqueue with `notify` and wait for the job's end: its result on stdout and
+/// exit 0 when acked; the error of its last attempt and exit 1 when it died (or was
+/// cancelled, or is gone, or the wait timed out).
+async fn wait_for_job(queue: &Producer, job: NewJob, timeout: Duration) -> anyhow::Result<()> {
+    let target = match (queue.only, &queue.key) {
+        (Some(p), _) => &queue.queue.partitions()[p],
+        (None, Some(key)) => &queue.queue.partitions()[queue.queue.partition_for(key)],
+        (None, None) => {
+            let id = job.id.as_ref().map_or(&b""[..], |i| i.as_bytes());
+            &queue.queue.partitions()[queue.queue.partition_for(id)]
+        }
+    };
+    let (enqueued, end) = target.enqueue_and_wait(job, timeout).await?;
+    eprintln!("job {}", enqueued.id);
+    match end {
+        Some(crate::queue::JobEnd::Done(result)) => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(&result)?;
+            out.flush()?;
+            Ok(())
+        }
+        Some(crate::queue::JobEnd::Dead(error)) => {
+            anyhow::bail!("job {} died: {error}", enqueued.id)
+        }
+        Some(crate::queue::JobEnd::Cancelled) => anyhow::bail!("job {} was cancelled", enqueued.id),
+        Some(crate::queue::JobEnd::Gone) => anyhow::bail!(
+            "job {} is gone (deleted or purged) before its end could be read",
+            enqueued.id
+        ),
+        None => anyhow::bail!(
+            "job {} did not end within {} (it is still in the queue)",
+            enqueued.id,
+            crate::duration::format(timeout)
+        ),
     }
 }
 

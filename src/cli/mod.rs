@@ -13,6 +13,7 @@ mod control;
 mod dead;
 mod demo;
 mod enqueue;
+mod events;
 pub mod format;
 mod pause;
 mod peek;
@@ -90,6 +91,9 @@ pub enum Command {
     /// Show one job in any status: where it is, attempts, timing, last error, payload.
     #[command(after_help = show::EXAMPLES, mut_arg("durability", read_only))]
     Show(show::ShowArgs),
+    /// Follow a queue's completion events (acked, failed, dead, cancelled), one per line.
+    #[command(after_help = events::EXAMPLES, mut_arg("durability", read_only))]
+    Events(events::EventsArgs),
     /// Show or change a queue's settings (visibility timeout, retries, retention).
     #[command(after_help = configure::EXAMPLES)]
     Configure(configure::ConfigureArgs),
@@ -757,6 +761,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Dead(args) => dead::run(args).await,
         Command::Peek(args) => peek::run(args).await,
         Command::Show(args) => show::run(args).await,
+        Command::Events(args) => events::run(args).await,
         Command::Configure(args) => configure::run(args).await,
         Command::Reap(args) => reap::run(args).await,
         Command::Schedule(args) => schedule::run(args).await,

@@ -37,6 +37,11 @@ What the command gets and how its exit is read:
                         memory limit): retried as a failure; for every job (not found,
                         not executable): the worker stops and the job runs again
   stderr                passed through; its last 2 KiB become the job's last_error
+  stdout                the job's result, stored with the ack (at most --result-limit,
+                        64 KiB: a longer one fails the job; --result-limit 0 stores none
+                        and passes stdout through)
+  jobqueue:progress P M a stdout line reporting progress: P percent (0-100), message M
+                        (jobqueue show prints it); not part of the result
 
 The lease is renewed while the command runs; if it cannot be renewed in time (Redis
 unreachable), the command gets SIGTERM when the lease may have ended and SIGKILL
@@ -98,6 +103,11 @@ pub struct WorkerArgs {
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_STDERR_TAIL, value_parser = super::argv::stderr_tail)]
     pub stderr_tail: usize,
 
+    /// Bytes of the command's stdout stored as the job's result (at most 65536); a longer
+    /// stdout fails the job. 0 stores none (stdout goes to the worker's stdout).
+    #[arg(long, value_name = "BYTES", default_value_t = crate::queue::MAX_RESULT, value_parser = result_limit)]
+    pub result_limit: usize,
+
     /// Do not reap the queue from this worker. By default every worker reaps now and
     /// then (expired leases of crashed workers back in line, due delayed jobs promoted,
     /// the dead set trimmed), so a queue heals without the operator or `jobqueue reap`.
@@ -146,6 +156,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     let handler = ExecHandler::new(program, rest)
         .dead_exit_code(args.dead_exit_code)
         .stderr_tail(args.stderr_tail)
+        .result_limit(args.result_limit)
         .kill_grace(args.kill_grace)
         .keep_credentials(args.exec_keep_credentials)
         .supervisor(supervisor);
@@ -273,5 +284,16 @@ async fn reap_strays_on_sigchld() {
         while sigchld.recv().await.is_some() {
             crate::worker::exec::reap_strays();
         }
+    }
+}
+
+/// `--result-limit`: 0 to 65536 bytes.
+fn result_limit(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if n <= crate::queue::MAX_RESULT => Ok(n),
+        _ => Err(format!(
+            "{text:?} is not a number of bytes from 0 to {}",
+            crate::queue::MAX_RESULT
+        )),
     }
 }

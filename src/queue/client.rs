@@ -19,6 +19,9 @@ use super::settings::{DURABILITY_FIELD, QueueSettings};
 use super::stats::QueueStats;
 use super::types::*;
 
+mod outcomes;
+pub use outcomes::{EVENTS_FIELD, MAX_EVENTS_LEN, NOTIFY_MARGIN, WAIT_RECHECK, parse_stream_id};
+
 /// How many claim calls `Queue::claim` makes at most while each comes back empty with
 /// `more`: each takes 100 or more orphans out of pending.
 const CLAIM_ROUNDS: usize = 10;
@@ -678,6 +681,7 @@ impl Queue {
                 Settle::Ack(_) => unreachable!("acks are listed apart"),
             };
         }
+        results_block(&mut cmd, acks.iter().map(|&i| settles[i].lease().result))?;
         let mut wait = CLAIM_RETRY_WAIT;
         let mut retries = 0;
         let (reply, unconfirmed) = loop {
@@ -860,7 +864,7 @@ impl Queue {
         let lease = LeaseRef {
             id: id.as_bytes(),
             token: &token,
-            partition: 0,
+            ..Default::default()
         };
         let ended = self
             .end_lease(
@@ -918,6 +922,7 @@ impl Queue {
             for lease in chunk {
                 cmd.arg(lease.id).arg(lease.token);
             }
+            results_block(&mut cmd, chunk.iter().map(|l| l.result))?;
             let (reply, unconfirmed) = self.run_replicated(&SCRIPTS.ack, &cmd).await?;
             short = Unconfirmed::worst(short, unconfirmed);
             let flags = int_array(&reply).filter(|f| f.len() == chunk.len());
@@ -970,6 +975,16 @@ impl Queue {
             cmd.arg(ms).arg(chunk.len());
             for lease in chunk {
                 cmd.arg(lease.id).arg(lease.token);
+            }
+            // The progress of the leases that carry one: `progress`, then i, percent,
+            // message per lease (i counts from 1 in this call).
+            if chunk.iter().any(|l| l.progress.is_some()) {
+                cmd.arg("progress");
+                for (i, lease) in chunk.iter().enumerate() {
+                    if let Some(p) = lease.progress {
+                        cmd.arg(i + 1).arg(p.percent).arg(&p.message);
+                    }
+                }
             }
             let reply = self.run(&SCRIPTS.extend, &cmd).await?;
             let until = int_array(&reply).filter(|f| f.len() == chunk.len());
@@ -2118,6 +2133,12 @@ fn info_from_fields(id: &[u8], fields: &HashMap<String, Vec<u8>>) -> JobInfo {
         errors: AttemptError::from_fields(fields),
         unique_key: fields.get("unique_key").map(|k| JobId::from(&k[..])),
         unique_mode: text("unique_mode"),
+        progress: int("progress").map(|p| Progress {
+            percent: p.clamp(0, 100) as u8,
+            message: text("progress_msg").unwrap_or_default(),
+            at: int("progress_at"),
+        }),
+        result: fields.get("result").map(|r| Bytes::from(r.clone())),
     }
 }
 
@@ -2148,6 +2169,34 @@ pub fn parse_claim_token(token: &[u8]) -> Option<(i64, String)> {
         claimed_at,
         String::from_utf8_lossy(&rest[..len]).into_owned(),
     ))
+}
+
+/// The `results` block of ack and settle_claim: the word, then i, result for each ack
+/// (i from 1, in the call's ack order) that carries one; nothing when none does. A result
+/// over [`MAX_RESULT`] bytes is refused before anything is sent.
+fn results_block<'a>(
+    cmd: &mut redis::Cmd,
+    results: impl Iterator<Item = Option<&'a [u8]>>,
+) -> Result<()> {
+    let mut first = true;
+    for (i, r) in results.enumerate() {
+        let Some(r) = r else { continue };
+        if r.len() > MAX_RESULT {
+            return Err(Error::InvalidArgument {
+                what: "result",
+                reason: format!(
+                    "{} bytes is more than the {MAX_RESULT} a job's result may hold",
+                    r.len()
+                ),
+            });
+        }
+        if first {
+            cmd.arg("results");
+            first = false;
+        }
+        cmd.arg(i + 1).arg(r);
+    }
+    Ok(())
 }
 
 fn as_str(v: &Value) -> Option<&str> {

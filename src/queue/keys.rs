@@ -27,6 +27,11 @@ pub struct QueueKeys {
     /// tick): KEYS[8] and KEYS[9] of schedule.
     pub schedules: String,
     pub schedule_due: String,
+    /// `PREFIX:{tag}:done` (the final ends of jobs enqueued with `notify`) and
+    /// `PREFIX:{tag}:events` (every end, while meta's `events_max_len` is set): streams the
+    /// scripts build from ARGV[1] (docs/protocol.md, Outcomes).
+    pub done: String,
+    pub events: String,
     /// `PREFIX:{tag}:job:`, ARGV[1] of every script.
     pub job_prefix: String,
 }
@@ -49,6 +54,8 @@ impl QueueKeys {
             orphans: key("orphans"),
             schedules: key("schedules"),
             schedule_due: key("schedule_due"),
+            done: key("done"),
+            events: key("events"),
             job_prefix: key("job:"),
             name,
         })

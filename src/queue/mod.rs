@@ -35,8 +35,9 @@ pub mod view;
 
 pub(crate) use client::within_window;
 pub use client::{
-    Consumer, DEFAULT_MAX_PAYLOAD, Fired, ID_DRAWS, Queue, REQUEST_RECORD_LIFE,
-    REQUEST_RETRY_WINDOW, parse_claim_token, reap_due,
+    Consumer, DEFAULT_MAX_PAYLOAD, EVENTS_FIELD, Fired, ID_DRAWS, MAX_EVENTS_LEN, NOTIFY_MARGIN,
+    Queue, REQUEST_RECORD_LIFE, REQUEST_RETRY_WINDOW, WAIT_RECHECK, parse_claim_token,
+    parse_stream_id, reap_due,
 };
 pub use connection::{
     ClientPairProblem, ConnectOptions, Dedicated, Redis, check_client_pair, pem_blocks, redact_url,
@@ -59,10 +60,7 @@ pub use settings::QueueSettings;
 pub use stats::{Histogram, QueueStats};
 pub use types::{
     AttemptError, Backoff, Cancellation, Claimed, Deletion, ERROR_BYTES, ERRORS_KEPT, Enqueued,
-    FailMode, FailOutcome, HEX_PREFIX, JobId, JobInfo, JobOptions, JobStatus, Lease, LeaseRef,
-    MAX_JOB_ATTEMPTS, Maintenance, NewJob, PURGED_REMEMBERED_MS, ReapOutcome, Renewal, Selection,
-    SetAside, Settle, Settled, SettledClaim, Unique, UniqueMode, UniqueOutcome, new_job_id,
-    new_token,
+    FailMode, FailOutcome, HEX_PREFIX, JobId, JobInfo, JobOptions, JobStatus, Lease, LeaseRef, MAX_JOB_ATTEMPTS, Maintenance, NewJob, PURGED_REMEMBERED_MS, ReapOutcome, Renewal, Selection, SetAside, Settle, Settled, SettledClaim, Unique, UniqueMode, UniqueOutcome, new_job_id, new_token, JobEnd, JobEvent, MAX_PROGRESS_TEXT, MAX_RESULT, Progress,
 };
 
 /// The most items one script call takes (the protocol's bound on every count).

@@ -149,6 +149,9 @@ pub struct JobOptions {
     pub backoff_max: Option<Duration>,
     /// Each retry's delay is the previous one's times this (1 to 1000).
     pub backoff_multiplier: Option<f64>,
+    /// Announce the job's end on the queue's `done` stream and keep its hash at least this
+    /// long after it ends, for a waiter ([`crate::queue::Queue::wait_for`]); 1 ms to 10^15 ms.
+    pub notify: Option<Duration>,
 }
 
 // The multiplier is a finite number (validate refuses NaN before it is used).
@@ -193,6 +196,11 @@ impl JobOptions {
                 return bad(what, "must be at most 10^15 ms".to_string());
             }
         }
+        if let Some(d) = self.notify
+            && (d.is_zero() || d.as_millis() > super::settings::MAX_MS)
+        {
+            return bad("notify", "must be 1 ms to 10^15 ms".to_string());
+        }
         if let (Some(initial), Some(max)) = (self.backoff_initial, self.backoff_max)
             && max < initial
         {
@@ -222,6 +230,9 @@ impl JobOptions {
         }
         if let Some(m) = self.backoff_multiplier {
             out.push(("backoff_multiplier", super::settings::format_multiplier(m)));
+        }
+        if let Some(d) = self.notify {
+            out.push(("notify", d.as_millis().max(1).to_string()));
         }
         out
     }
@@ -552,26 +563,114 @@ impl Lease {
             id: self.id.as_bytes(),
             token: &self.token,
             partition: self.partition,
+            ..Default::default()
         }
     }
 }
 
 /// Id and token (and the partition of a partitioned queue): all that acking, extending
 /// or failing a lease needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LeaseRef<'a> {
     pub id: &'a [u8],
     pub token: &'a str,
     /// See [`Lease::partition`]; a plain `Queue` ignores it.
     pub partition: usize,
+    /// The job's result, stored by its ack (at most [`MAX_RESULT`] bytes); other calls
+    /// ignore it.
+    pub result: Option<&'a [u8]>,
+    /// The job's progress, written by its next extend; other calls ignore it.
+    pub progress: Option<&'a Progress>,
 }
 
-impl LeaseRef<'_> {
+impl<'a> LeaseRef<'a> {
     /// The same lease, held in partition `partition` of a partitioned queue.
     pub fn in_partition(mut self, partition: usize) -> Self {
         self.partition = partition;
         self
     }
+
+    /// The same lease, acked with `result` (see [`MAX_RESULT`]).
+    pub fn with_result(mut self, result: &'a [u8]) -> Self {
+        self.result = Some(result);
+        self
+    }
+
+    /// The same lease, extended with `progress`.
+    pub fn with_progress(mut self, progress: &'a Progress) -> Self {
+        self.progress = Some(progress);
+        self
+    }
+}
+
+/// The most bytes of a job's result (ack's and settle_claim's `results` block).
+pub const MAX_RESULT: usize = 65536;
+/// The most bytes of a progress message (extend's `progress` block).
+pub const MAX_PROGRESS_TEXT: usize = 256;
+
+/// How far a running job is: a percent and a short message, sent with its lease's next
+/// extend and kept in its hash (`progress`, `progress_msg`, `progress_at`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+pub struct Progress {
+    /// 0 to 100.
+    pub percent: u8,
+    /// At most [`MAX_PROGRESS_TEXT`] bytes.
+    pub message: String,
+    /// When it was written (ms, the Redis clock); `None` in a progress not yet sent.
+    pub at: Option<i64>,
+}
+
+impl Progress {
+    /// A progress report, refused (naming what is wrong) when the percent is over 100 or
+    /// the message over [`MAX_PROGRESS_TEXT`] bytes.
+    pub fn new(percent: u8, message: impl Into<String>) -> super::Result<Progress> {
+        let message = message.into();
+        if percent > 100 {
+            return Err(super::Error::InvalidArgument {
+                what: "progress",
+                reason: format!("{percent} is not a percent from 0 to 100"),
+            });
+        }
+        if message.len() > MAX_PROGRESS_TEXT {
+            return Err(super::Error::InvalidArgument {
+                what: "progress",
+                reason: format!(
+                    "the message is {} bytes, more than {MAX_PROGRESS_TEXT}",
+                    message.len()
+                ),
+            });
+        }
+        Ok(Progress {
+            percent,
+            message,
+            at: None,
+        })
+    }
+}
+
+/// How a job ended, as a waiter learns it ([`crate::queue::Queue::wait_for`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobEnd {
+    /// Acked, with its result (empty when it stored none).
+    Done(Bytes),
+    /// Dead-lettered, with the error of its last attempt.
+    Dead(String),
+    /// Cancelled.
+    Cancelled,
+    /// Its hash is gone (deleted or purged, or kept for less than the wait lasted).
+    Gone,
+}
+
+/// One entry of a queue's events stream (`P:{T}:events`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct JobEvent {
+    /// The stream entry's id (`<ms>-<seq>`).
+    pub stream_id: String,
+    /// `acked`, `failed`, `dead` or `cancelled`.
+    pub event: String,
+    pub id: JobId,
+    /// The attempt's error, for `failed` and `dead` (its first 256 bytes).
+    pub error: Option<String>,
 }
 
 impl<'a> From<&'a Lease> for LeaseRef<'a> {
@@ -585,7 +684,7 @@ impl<'a> From<(&'a str, &'a str)> for LeaseRef<'a> {
         LeaseRef {
             id: id.as_bytes(),
             token,
-            partition: 0,
+            ..Default::default()
         }
     }
 }
@@ -595,7 +694,7 @@ impl<'a> From<(&'a JobId, &'a str)> for LeaseRef<'a> {
         LeaseRef {
             id: id.as_bytes(),
             token,
-            partition: 0,
+            ..Default::default()
         }
     }
 }
@@ -830,6 +929,12 @@ pub struct JobInfo {
     pub unique_key: Option<JobId>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unique_mode: Option<String>,
+    /// The last progress its worker reported (fields `progress`, `progress_msg`,
+    /// `progress_at`).
+    pub progress: Option<Progress>,
+    /// The result its ack stored (field `result`).
+    #[serde(serialize_with = "serialize_opt_payload")]
+    pub result: Option<Bytes>,
 }
 
 /// How many failed attempts' errors a job keeps (`error:1` .. `error:5` of its hash).
@@ -962,6 +1067,16 @@ impl SetAside {
 
 fn serialize_payload<S: serde::Serializer>(payload: &Bytes, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&String::from_utf8_lossy(payload))
+}
+
+fn serialize_opt_payload<S: serde::Serializer>(
+    payload: &Option<Bytes>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match payload {
+        Some(p) => s.serialize_some(&String::from_utf8_lossy(p)),
+        None => s.serialize_none(),
+    }
 }
 
 const ID_ALPHABET: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";

@@ -173,6 +173,8 @@ pub async fn find(queue: &Queue, id: &[u8]) -> Result<Option<JobView>> {
             errors: Vec::new(),
             unique_key: None,
             unique_mode: None,
+            progress: None,
+            result: None,
         },
         (Ok(None), None) => return Ok(None),
         (Err(e), _) => return Err(e),

@@ -26,7 +26,10 @@ use tracing::{debug, error, info, warn};
 
 use super::lease::{self, Step};
 use super::source::{JobSource, PartitionWake};
-use super::{Counters, JobContext, JobError, MAX_ERROR_TEXT, RetryDelay, Worker, WorkerStats};
+use super::{
+    Counters, JobContext, JobError, JobOutcome, MAX_ERROR_TEXT, PROGRESS_DELAY, RetryDelay, Worker,
+    WorkerStats,
+};
 use crate::duration;
 use crate::queue::auto_visibility::Timing;
 use crate::queue::{
@@ -66,6 +69,8 @@ struct InFlight {
     cancelled: Arc<AtomicBool>,
     /// The partition the lease is held in (0 unless the queue is partitioned).
     partition: usize,
+    /// The handler's progress and result.
+    outcome: Arc<JobOutcome>,
 }
 
 impl InFlight {
@@ -122,6 +127,8 @@ struct Shared {
     endings: Mutex<Endings>,
     /// Poked when `endings` gets something.
     endings_ready: Notify,
+    /// Poked when a handler reports progress: the renewer sends it soon.
+    progress_reported: Arc<Notify>,
     /// Cancelled once shutdown begins.
     shutdown: CancellationToken,
     /// Cancelled at the shutdown deadline: stop retrying, abandon what is left.
@@ -317,7 +324,10 @@ impl Ending {
     fn settle(&self, backoff: crate::queue::Backoff) -> Settle<'_> {
         let lease = self.c.lease.lease_ref();
         match &self.kind {
-            EndKind::Ack => Settle::Ack(lease),
+            EndKind::Ack => Settle::Ack(match &self.c.result {
+                Some(r) => lease.with_result(r),
+                None => lease,
+            }),
             EndKind::Fail(text, mode) => Settle::Fail {
                 lease,
                 error: text,
@@ -356,6 +366,8 @@ struct Completion {
     outcome: Outcome,
     /// How long the handler ran, for the per-job log line.
     took: Duration,
+    /// The result its ack stores ([`JobContext::set_result`]).
+    result: Option<Vec<u8>>,
     _permit: OwnedSemaphorePermit,
 }
 
@@ -405,6 +417,7 @@ where
             items: Vec::new(),
         }),
         endings_ready: Notify::new(),
+        progress_reported: Arc::new(Notify::new()),
         shutdown,
         hard_stop: CancellationToken::new(),
         quiet_until: Mutex::new(None),
@@ -778,6 +791,7 @@ fn start_job<H, F>(
             lease,
             outcome: Outcome::NotStarted,
             took: Duration::ZERO,
+            result: None,
             _permit: permit,
         });
         return;
@@ -787,7 +801,13 @@ fn start_job<H, F>(
     let lost = Arc::new(AtomicBool::new(false));
     let cancelled = Arc::new(AtomicBool::new(false));
     let cancelled_flag = cancelled.clone();
+    let outcome = Arc::new(JobOutcome {
+        reported: shared.progress_reported.clone(),
+        ..Default::default()
+    });
+    let reported = outcome.clone();
     let ctx = JobContext {
+        outcome: outcome.clone(),
         cancel: cancel.clone(),
         // A child: a handler cancelling it must not shut the worker down.
         shutdown: shared.shutdown.child_token(),
@@ -810,6 +830,7 @@ fn start_job<H, F>(
                 lost_at: None,
                 cancelled,
                 partition: lease.partition,
+                outcome,
             },
         );
         let next = *shared.watch_next.lock().unwrap_or_else(|p| p.into_inner());
@@ -848,10 +869,24 @@ fn start_job<H, F>(
             (Some(Ok(Err(panic))), None) => Outcome::Panicked(panic_text(panic)),
             (None, None) => Outcome::Aborted,
         };
+        // The result the handler set: a refused one (over the bound) fails the job.
+        let result = reported
+            .result
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let (outcome, result) = match (outcome, result) {
+            (Outcome::Finished(Ok(())), Some(Err(len))) => (
+                Outcome::Finished(Err(JobError::retry(super::result_too_large(len)))),
+                None,
+            ),
+            (outcome, result) => (outcome, result.and_then(|r| r.ok())),
+        };
         let c = Completion {
             lease,
             outcome,
             took: started.elapsed(),
+            result,
             _permit: permit,
         };
         if let Some(c) = hand_success_to_claimer(&shared, c) {
@@ -1001,7 +1036,13 @@ async fn ack_all(shared: &Shared, acks: Vec<Completion>) {
     if acks.is_empty() {
         return;
     }
-    let refs: Vec<LeaseRef<'_>> = acks.iter().map(|c| c.lease.lease_ref()).collect();
+    let refs: Vec<LeaseRef<'_>> = acks
+        .iter()
+        .map(|c| match &c.result {
+            Some(r) => c.lease.lease_ref().with_result(r),
+            None => c.lease.lease_ref(),
+        })
+        .collect();
     let answer = with_retry(shared, "ack", || shared.queue.ack_many(&refs)).await;
     if let Some((_, Some(short))) = &answer {
         shared.note_unconfirmed(&format!("{} ack(s)", acks.len()), *short);
@@ -1158,9 +1199,16 @@ async fn renew_leases(shared: Arc<Shared>, mut visibility: Duration, stop: Cance
     let mut delay = shared.delay();
     let mut wait = visibility / 3;
     loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(wait) => {}
+        // A reported progress moves the next renewal to within PROGRESS_DELAY.
+        let mut due = Instant::now() + wait;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep_until(due) => break,
+                _ = shared.progress_reported.notified() => {
+                    due = due.min(Instant::now() + PROGRESS_DELAY);
+                }
+            }
         }
         let interval = (visibility / 3).max(Duration::from_millis(10));
         if shared.visibility.is_none()
@@ -1177,11 +1225,32 @@ async fn renew_leases(shared: Arc<Shared>, mut visibility: Duration, stop: Cance
         let _gate = shared.renew_gate.lock().await;
         let sent = Instant::now();
         // Leases past their deadline are the watcher's: a reply cannot save them.
-        let held: Vec<(JobId, String, Instant, usize)> = shared
+        #[allow(clippy::type_complexity)]
+        let held: Vec<(
+            JobId,
+            String,
+            Instant,
+            usize,
+            Option<crate::queue::Progress>,
+        )> = shared
             .inflight()
             .iter()
             .filter(|(_, f)| !f.completing && !f.is_lost(sent))
-            .map(|((_, token), f)| (f.id.clone(), token.clone(), f.deadline, f.partition))
+            .map(|((_, token), f)| {
+                // the progress not sent yet, if any
+                let progress = match &*f.outcome.progress.lock().unwrap_or_else(|e| e.into_inner())
+                {
+                    Some((p, true)) => Some(p.clone()),
+                    _ => None,
+                };
+                (
+                    f.id.clone(),
+                    token.clone(),
+                    f.deadline,
+                    f.partition,
+                    progress,
+                )
+            })
             .collect();
         let Some(budget) = lease::extend_timeout(sent, held.iter().map(|h| h.2)) else {
             wait = interval;
@@ -1189,7 +1258,13 @@ async fn renew_leases(shared: Arc<Shared>, mut visibility: Duration, stop: Cance
         };
         let refs: Vec<LeaseRef<'_>> = held
             .iter()
-            .map(|(id, token, _, p)| LeaseRef::from((id, token.as_str())).in_partition(*p))
+            .map(|(id, token, _, p, progress)| {
+                let r = LeaseRef::from((id, token.as_str())).in_partition(*p);
+                match progress {
+                    Some(progress) => r.with_progress(progress),
+                    None => r,
+                }
+            })
             .collect();
         let reply = tokio::time::timeout(budget, shared.queue.renew_many(&refs, Some(lease_len)));
         match reply.await {
@@ -1200,10 +1275,19 @@ async fn renew_leases(shared: Arc<Shared>, mut visibility: Duration, stop: Cance
                 let renewed = lease::deadline(sent, lease_len);
                 let now = Instant::now();
                 let mut map = shared.inflight();
-                for ((id, token, _, _), until) in held.iter().zip(results) {
+                for ((id, token, _, _, sent_progress), until) in held.iter().zip(results) {
                     let Some(f) = map.get_mut(&(id.clone(), token.clone())) else {
                         continue;
                     };
+                    // The progress sent is written: not sent again unless replaced.
+                    if let Some(sent_progress) = sent_progress {
+                        let mut p = f.outcome.progress.lock().unwrap_or_else(|e| e.into_inner());
+                        if let Some((latest, unsent)) = p.as_mut()
+                            && latest == sent_progress
+                        {
+                            *unsent = false;
+                        }
+                    }
                     if until != Renewal::Stale {
                         f.deadline = f.deadline.max(renewed);
                     }

@@ -7,8 +7,10 @@
 //! (`reply_dropper`), moving a Cluster slot between nodes key by key (`slot_migration`),
 //! the web console and its browser scenarios (`console`), worker processes killed and
 //! restarted at will (`fleet`), every process that fires schedules, workers and
-//! operators, stopped and started together (`firers`), the process table (`procs`), and
-//! the workers' own records of the runs of jobs that the chaos tallies count (`runs`).
+//! operators, stopped and started together (`firers`), the outcomes scenarios: exec and
+//! library workers that report progress and results (`outcomes`), the process table
+//! (`procs`), and the workers' own records of the runs of jobs that the chaos tallies
+//! count (`runs`).
 //! Every test binary includes it with `mod support;` and uses a part.
 #![allow(dead_code)]
 
@@ -19,6 +21,7 @@ pub mod firers;
 pub mod fixtures;
 pub mod fleet;
 pub mod mock_api;
+pub mod outcomes;
 pub mod procs;
 pub mod proxy;
 pub mod redis;
