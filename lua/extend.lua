@@ -5,7 +5,8 @@
   KEYS[2] P:{T}:processing   ZSET  id -> new lease_until
   KEYS[3] P:{T}:delayed      (not touched)
   KEYS[4] P:{T}:dead         (not touched)
-  KEYS[5] P:{T}:meta         HASH  visibility_timeout_ms (read when ARGV[2] is 0)
+  KEYS[5] P:{T}:meta         HASH  visibility_timeout_ms (read when ARGV[2] is 0 and an
+                                   accepted job has no visibility_timeout_ms of its own)
   KEYS[6] P:{T}:stats        HASH  counters stale, unknown
   KEYS[7] P:{T}:wake         (not touched)
   KEYS[7+i]                  job key of the i-th pair (ARGV[1]..id), i = 1..n
@@ -22,7 +23,10 @@
 
   A pair is accepted when the job's status is `processing` and its claim_token equals the
   token (an expired lease not reaped yet is still accepted). lease_until = now + ms is
-  written both as the processing score and the hash's lease_until. Anything else changes
+  written both as the processing score and the hash's lease_until; for a job whose hash
+  holds its own visibility_timeout_ms (per-job options, an integer 1..10^15; another
+  value counts as absent) lease_until = now + that, whatever ms (read by the same HMGET
+  as the token: no command of its own). Anything else changes
   nothing but a counter: `unknown` when the job hash does not exist, `stale` otherwise.
 ]]
 
@@ -188,15 +192,25 @@ local now = clock()
 
 -- read phase -----------------------------------------------------------------
 local res, acc = {}, {}
+local own = nil -- by position in acc: the job's own visibility, when it has one
+local ownAll = true -- every accepted pair has its own: meta is not read
 local stale, unknown = 0, 0
 for i = 1, n do
   local key = KEYS[7 + i]
-  local h = redis.pcall('HMGET', key, 'claim_token', 'status', 'cancel_requested')
+  local h = redis.pcall('HMGET', key, 'claim_token', 'status', 'cancel_requested',
+    'visibility_timeout_ms')
   e = failure(h, key, 'hash')
   if e then return e end
   if h[2] == 'processing' and h[1] == ARGV[3 + 2 * i] then
     acc[#acc + 1] = i
     if h[3] then res[i] = -1 end
+    local v = h[4] and int(h[4], 1, MAXMS)
+    if v then
+      own = own or {}
+      own[#acc] = v
+    else
+      ownAll = false
+    end
   else
     res[i] = 0
     -- a job has a payload; only a job enqueued ready lacks a status
@@ -220,7 +234,7 @@ if na == 0 then
   return res
 end
 
-if ms == 0 then
+if ms == 0 and not ownAll then
   local m = redis.pcall('HMGET', K_META, 'visibility_timeout_ms')
   e = failure(m, K_META, 'hash')
   if e then return e end
@@ -238,9 +252,19 @@ if stale > 0 or unknown > 0 then
 end
 
 -- write phase (the first write reveals a wrong-typed processing key) -------------
+-- a job with its own visibility_timeout_ms is extended by that, whatever ms
+local upto, uptoS = {}, {}
+for j = 1, na do
+  if own and own[j] then
+    upto[j] = now + own[j]
+    uptoS[j] = S(upto[j])
+  else
+    upto[j], uptoS[j] = lease, leaseS
+  end
+end
 local z = {}
 for j = 1, na do
-  z[2 * j - 1] = leaseS
+  z[2 * j - 1] = uptoS[j]
   z[2 * j] = ARGV[2 + 2 * acc[j]]
 end
 local r = redis.pcall('ZADD', K_PROCESSING, unpack(z))
@@ -248,8 +272,8 @@ e = failure(r, K_PROCESSING, 'zset')
 if e then return e end
 for j = 1, na do
   local i = acc[j]
-  redis.call('HSET', KEYS[7 + i], 'lease_until', leaseS)
-  if res[i] ~= -1 then res[i] = lease end
+  redis.call('HSET', KEYS[7 + i], 'lease_until', uptoS[j])
+  if res[i] ~= -1 then res[i] = upto[j] end
 end
 -- counters use pcall: stats was type-checked before the first write, and a counter
 -- holding a non-number must not fail a call whose changes are already made
