@@ -28,6 +28,9 @@ id that already exists is left unchanged and reported on stderr.
 
 --max-attempts and --backoff-* set this job's own retry policy, each instead of the
 queue's setting (`jobqueue configure`) for this job alone; they are kept in its hash.
+--timeout caps one run of this job (instead of the worker's --timeout), and --visibility
+sets the length of its leases (instead of the queue's visibility timeout), e.g.
+  jobqueue enqueue --tag reports --timeout 2m --visibility 30s '{\"report\":7}'
 
 Ids: any 1 to 1024 bytes. Output shows an id as it is when it is UTF-8 text without
 control characters, else as hex:<its bytes in hex> (also a text id that begins with hex:);
@@ -85,6 +88,17 @@ pub struct EnqueueArgs {
         help_heading = "This job's own retry policy (instead of the queue's)"
     )]
     pub backoff_multiplier: Option<f64>,
+    /// The longest one run of this job may take (e.g. `2m`): past it, its worker stops it
+    /// (an exec command gets SIGTERM, then SIGKILL after the worker's --kill-grace) and
+    /// fails it with `timed out after <DURATION>`, retried or dead-lettered as any
+    /// failure. Instead of the worker's --timeout.
+    #[arg(long, value_name = "DURATION", value_parser = super::argv::positive_duration, help_heading = "This job's own run limits (instead of the queue's and the worker's)")]
+    pub timeout: Option<Duration>,
+    /// The length of this job's leases (e.g. `30s`): each claim and renewal leases it for
+    /// this long, so a crashed worker's run of it is taken back this soon. Instead of
+    /// the queue's visibility timeout and a worker's --visibility.
+    #[arg(long, value_name = "DURATION", value_parser = super::argv::positive_duration, help_heading = "This job's own run limits (instead of the queue's and the worker's)")]
+    pub visibility: Option<Duration>,
     /// With --stdin: print each new job's id instead of a count.
     #[arg(long, requires = "stdin")]
     pub print_ids: bool,
@@ -130,6 +144,8 @@ impl EnqueueArgs {
             backoff_initial: self.backoff_initial,
             backoff_max: self.backoff_max,
             backoff_multiplier: self.backoff_multiplier,
+            visibility: self.visibility,
+            timeout: self.timeout,
         }
     }
 }

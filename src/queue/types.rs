@@ -24,10 +24,12 @@ pub struct NewJob {
     pub options: JobOptions,
 }
 
-/// A job's own retry settings, overriding its queue's for it alone (docs/protocol.md,
+/// A job's own settings, overriding its queue's for it alone (docs/protocol.md,
 /// *Per-job options*): stored in its hash at enqueue and read by the scripts that retry
-/// or dead-letter it. `None`: the queue's setting. The queue's stats and the operator's
-/// scaling do not look at them.
+/// or dead-letter it (the retry policy), lease it (the visibility), and handed to its
+/// worker with each lease (the visibility and the timeout). `None`: the queue's setting
+/// (for the timeout: the worker's). The queue's stats and the operator's scaling do not
+/// look at them.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct JobOptions {
     /// Claims before a failure dead-letters the job (1 to 1 000 000).
@@ -38,6 +40,13 @@ pub struct JobOptions {
     pub backoff_max: Option<Duration>,
     /// Each retry's delay is the previous one's times this (1 to 1000).
     pub backoff_multiplier: Option<f64>,
+    /// The length of every lease of this job (claim, renewal) instead of the queue's
+    /// visibility timeout and the worker's own (1 ms to 10^15 ms).
+    pub visibility: Option<Duration>,
+    /// The longest one run of this job may take, instead of the worker's `--timeout`:
+    /// past it its worker stops it and fails it with `timed out after …` (1 ms to
+    /// 10^15 ms).
+    pub timeout: Option<Duration>,
 }
 
 // The multiplier is a finite number (validate refuses NaN before it is used).
@@ -82,6 +91,22 @@ impl JobOptions {
                 return bad(what, "must be at most 10^15 ms".to_string());
             }
         }
+        for (what, d) in [("visibility", self.visibility), ("timeout", self.timeout)] {
+            if let Some(d) = d {
+                if d.as_millis() == 0 {
+                    return bad(
+                        what,
+                        format!(
+                            "{} is too short (at least 1ms)",
+                            crate::duration::format(d)
+                        ),
+                    );
+                }
+                if d.as_millis() > super::settings::MAX_MS {
+                    return bad(what, "must be at most 10^15 ms".to_string());
+                }
+            }
+        }
         if let (Some(initial), Some(max)) = (self.backoff_initial, self.backoff_max)
             && max < initial
         {
@@ -111,6 +136,12 @@ impl JobOptions {
         }
         if let Some(m) = self.backoff_multiplier {
             out.push(("backoff_multiplier", super::settings::format_multiplier(m)));
+        }
+        if let Some(d) = self.visibility {
+            out.push(("visibility_timeout_ms", d.as_millis().to_string()));
+        }
+        if let Some(d) = self.timeout {
+            out.push(("timeout_ms", d.as_millis().to_string()));
         }
         out
     }
@@ -173,6 +204,19 @@ impl NewJob {
         self.options.backoff_initial = initial;
         self.options.backoff_max = max;
         self.options.backoff_multiplier = multiplier;
+        self
+    }
+
+    /// This job's own lease length, instead of the queue's visibility timeout (and of
+    /// a worker's own): every claim and renewal of it leases it for this long.
+    pub fn visibility(mut self, visibility: Duration) -> NewJob {
+        self.options.visibility = Some(visibility);
+        self
+    }
+
+    /// The longest one run of this job may take, instead of its worker's timeout.
+    pub fn timeout(mut self, timeout: Duration) -> NewJob {
+        self.options.timeout = Some(timeout);
         self
     }
 
@@ -387,6 +431,12 @@ pub struct Lease {
     /// The partition the job was claimed from (its index in `PartitionedQueue::partitions`),
     /// where its ack, extend and fail must go; 0 for a queue that is not partitioned.
     pub partition: usize,
+    /// The job's own lease length ([`JobOptions::visibility`]), which `lease_until`
+    /// counts and every renewal of it uses whatever length the caller asks for; `None`:
+    /// the claim's (the queue's, or the worker's own).
+    pub visibility: Option<Duration>,
+    /// The job's own maximum run time ([`JobOptions::timeout`]); `None`: the worker's.
+    pub timeout: Option<Duration>,
 }
 
 impl Lease {
