@@ -5,7 +5,8 @@
 //! stand-in API server over real HTTP (`standin`), TCP proxies that cut a connection the
 //! way a partition does (`proxy`) or lose the replies of chosen requests
 //! (`reply_dropper`), moving a Cluster slot between nodes key by key (`slot_migration`),
-//! the web console and its browser scenarios (`console`),
+//! the web console and its browser scenarios (`console`), `jobqueue worker --exec` as a
+//! child process (`exec`),
 //! the process table (`procs`), and the workers' own records of the runs of jobs that
 //! the chaos tallies count (`runs`).
 //! Every test binary includes it with `mod support;` and uses a part.
@@ -14,6 +15,7 @@
 pub mod certs;
 pub mod console;
 pub mod eventually;
+pub mod exec;
 pub mod fixtures;
 pub mod mock_api;
 pub mod procs;
