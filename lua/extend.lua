@@ -175,6 +175,15 @@ local function wakeEarlier(kWake, before, at)
     redis.call('LTRIM', kWake, '0', '1023')
   end
 end
+-- ownRun(tmo, vis): whether a job's stored timeout_ms or visibility_timeout_ms (its
+-- per-job options, docs/protocol.md) is one, an integer 1..10^15 ms. Such a job's leases
+-- and run times are its own: the scripts count its acks' processing times, its expired
+-- leases and its stale calls also apart (own_h:<b>, own_reaped, own_stale), which the
+-- queue's visibility tuning (auto) takes out of what it learns from
+local function ownRun(tmo, vis)
+  if (tmo and int(tmo, 1, MAXMS)) or (vis and int(vis, 1, MAXMS)) then return true end
+  return false
+end
 -- END include/prelude.lua
 
 -- arguments ------------------------------------------------------------------
@@ -195,10 +204,11 @@ local res, acc = {}, {}
 local own = nil -- by position in acc: the job's own visibility, when it has one
 local ownAll = true -- every accepted pair has its own: meta is not read
 local stale, unknown = 0, 0
+local ownStale = 0 -- of them, those of jobs with their own options
 for i = 1, n do
   local key = KEYS[7 + i]
   local h = redis.pcall('HMGET', key, 'claim_token', 'status', 'cancel_requested',
-    'visibility_timeout_ms')
+    'visibility_timeout_ms', 'timeout_ms')
   e = failure(h, key, 'hash')
   if e then return e end
   if h[2] == 'processing' and h[1] == ARGV[3 + 2 * i] then
@@ -216,6 +226,7 @@ for i = 1, n do
     -- a job has a payload; only a job enqueued ready lacks a status
     if h[2] or redis.call('EXISTS', key) == 1 then
       stale = stale + 1
+      if (h[4] or h[5]) and ownRun(h[5], h[4]) then ownStale = ownStale + 1 end
     else
       unknown = unknown + 1
     end
@@ -231,6 +242,7 @@ if na == 0 then
     return wrongtype(K_STATS, 'hash')
   end
   if stale > 0 and unknown > 0 then redis.pcall('HINCRBY', K_STATS, 'unknown', S(unknown)) end
+  if ownStale > 0 then redis.pcall('HINCRBY', K_STATS, 'own_stale', S(ownStale)) end
   return res
 end
 
@@ -279,4 +291,5 @@ end
 -- holding a non-number must not fail a call whose changes are already made
 if stale > 0 then redis.pcall('HINCRBY', K_STATS, 'stale', S(stale)) end
 if unknown > 0 then redis.pcall('HINCRBY', K_STATS, 'unknown', S(unknown)) end
+if ownStale > 0 then redis.pcall('HINCRBY', K_STATS, 'own_stale', S(ownStale)) end
 return res

@@ -182,8 +182,10 @@ def reap_ends_a_lease_by_its_own_visibility():
 
 @test
 def options_cost_no_command_on_the_claim_and_ack_path():
-    # claim then ack of one job, with and without options: the same commands (a job with
-    # its own visibility even spares the read of meta's)
+    # claim then ack of one job: options add no command to read them; an ack of a job
+    # with options counts its processing time also in own_h:<b> (one HINCRBY), and a job
+    # with its own visibility spares claim's read of meta's. A plain job costs what it
+    # did before options existed (26 commands here).
     counts = []
     for tag, options in [('jt9a', ()), ('jt9b', ('timeout_ms', '5000')),
                          ('jt9c', ('timeout_ms', '5000', 'visibility_timeout_ms', '4000'))]:
@@ -197,4 +199,40 @@ def options_cost_no_command_on_the_claim_and_ack_path():
         [job] = q.claim(1)
         assert q.ack([('j', job[3])]) == [1]
         counts.append(commands_run())
-    assert counts[0] == counts[1] == counts[2] + 1, counts
+    assert counts[1] == counts[0] + 1 and counts[2] == counts[0], counts
+
+
+@test
+def jobs_with_their_own_options_are_also_counted_apart():
+    # what the queue's visibility tuning (auto) leaves out: own_h:<b>, own_reaped, own_stale
+    q = fresh('jt10')
+    minute(q)
+    r.hset(q.meta, 'completed_retention_ms', 60000)  # acked hashes stay: later calls are stale
+    q.enqueue([('plain', 'p', 0)])
+    enqueue_with(q, [('own', 'p', 0)], 'timeout_ms', '5000')
+    enqueue_with(q, [('vis', 'p', 0)], 'visibility_timeout_ms', '30')
+    enqueue_with(q, [('s1', 'p', 0), ('s2', 'p', 0)], 'timeout_ms', '5000')
+    tok = {j[0].decode(): j[3] for j in q.claim(5)}
+    assert q.ack([('plain', tok['plain']), ('own', tok['own'])]) == [1, 1]
+    st = q.stats()
+    assert st['h:0'] == 2 and st['own_h:0'] == 1, st
+    # stale calls of such jobs: ack, extend, fail, settle_claim's ack and fail
+    assert q.ack([('own', tok['own'])]) == [0]
+    assert q.extend(0, [('own', tok['own'])]) == [0]
+    assert q.fail('own', tok['own']) == b'stale'
+    assert q.ack([('plain', tok['plain'])]) == [0]
+    flat = q.settle_claim_flat(1, acks=[('own', tok['own'])],
+                               fails=[('own', tok['own'], 'e', 'retry', -1)])
+    assert flat[2:4] == [0, b'stale'], flat
+    st = q.stats()
+    assert (st['stale'], st['own_stale']) == (6, 5), st
+    # settle_claim's acks of such jobs
+    flat = q.settle_claim_flat(1, acks=[('s1', tok['s1']), ('s2', tok['s2'])])
+    assert flat[2:4] == [1, 1], flat
+    st = q.stats()
+    assert (st['h:0'], st['own_h:0']) == (4, 3), st
+    # an expired lease of such a job
+    wait_ms(40)
+    assert q.reap()[0] == 1
+    st = q.stats()
+    assert (st['reaped'], st['own_reaped']) == (1, 1), st
