@@ -6,7 +6,10 @@
   KEYS[3] P:{T}:delayed      (not touched)
   KEYS[4] P:{T}:dead         (not touched)
   KEYS[5] P:{T}:meta         HASH  completed_retention_ms (default 0 = delete the hash)
-  KEYS[6] P:{T}:stats        HASH  counters acked, stale, unknown and histogram buckets h:<b>
+  KEYS[6] P:{T}:stats        HASH  counters acked, stale, unknown and histogram buckets h:<b>;
+                                   for jobs with their own timeout_ms or visibility_timeout_ms
+                                   also own_stale and own_h:<b> (the visibility tuning leaves
+                                   them out; read with the token, no command of their own)
   KEYS[7] P:{T}:wake         (not touched)
   KEYS[7+i]                  job key of the i-th pair (ARGV[1]..id), i = 1..n
 

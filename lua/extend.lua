@@ -7,7 +7,8 @@
   KEYS[4] P:{T}:dead         (not touched)
   KEYS[5] P:{T}:meta         HASH  visibility_timeout_ms (read when ARGV[2] is 0 and an
                                    accepted job has no visibility_timeout_ms of its own)
-  KEYS[6] P:{T}:stats        HASH  counters stale, unknown
+  KEYS[6] P:{T}:stats        HASH  counters stale, unknown; own_stale for the stale pairs
+                                   of jobs with their own timeout_ms or visibility_timeout_ms
   KEYS[7] P:{T}:wake         (not touched)
   KEYS[7+i]                  job key of the i-th pair (ARGV[1]..id), i = 1..n
 

@@ -12,6 +12,8 @@
                                    backoff_multiplier (each overridden by the job hash's
                                    field of the same name, its per-job option)
   KEYS[6] P:{T}:stats        HASH  counters failed, retried, dead_lettered, released, stale
+                                   (and own_stale for a job with its own timeout_ms or
+                                   visibility_timeout_ms)
   KEYS[7] P:{T}:wake         LIST  one marker when the job goes straight back to pending, or
                                    goes to delayed and runs before every job there
                                    (or delayed was empty)

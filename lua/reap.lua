@@ -12,7 +12,8 @@
                                    completed_retention_ms
   KEYS[6] P:{T}:stats        HASH  counters reaped, dead_lettered, dead_trimmed, orphans,
                                    promoted, set_aside, restored, restored_purged, wrong_type,
-                                   cancelled
+                                   cancelled; own_reaped (of reaped, jobs with their own
+                                   timeout_ms or visibility_timeout_ms)
   KEYS[7] P:{T}:wake         LIST  one marker per job put in pending, trimmed to 1024
   KEYS[8] P:{T}:orphans      ZSET  id -> ms it was set aside (ids whose hash is absent), or
                                    minus the ms purge forgot it (remembered 7 days)

@@ -12,7 +12,8 @@
                                    completed_retention_ms, max_attempts, backoff_* (the
                                    last two overridden by the job hash's fields of the
                                    same names, its per-job options)
-  KEYS[6] P:{T}:stats        HASH  the counters of claim, ack and fail
+  KEYS[6] P:{T}:stats        HASH  the counters of claim, ack and fail (own_h:<b>, own_stale
+                                   included)
   KEYS[7] P:{T}:wake         LIST  trimmed as by claim; markers as by fail
   KEYS[8] P:{T}:orphans      ZSET  id -> ms it was set aside
   KEYS[9] P:{T}:claimreq:<request>  STRING  the answer of this request, for its retries:

@@ -293,6 +293,11 @@ const ROWS: &[Row] = &[
     row("schedule-missed-word", &["schedule", "add", "--redis", "{url}", "--tag", "bi", "s", "--every", "1s", "--missed", "all", "x"], 2, "[possible values: skip, once]"),
     row("schedule-name", &["schedule", "add", "--redis", "{url}", "--tag", "bi", "a b", "--every", "1s", "x"], 2, "invalid schedule name: \"a b\": expected 1..200 characters"),
     row("schedule-absent", &["schedule", "rm", "--redis", "{url}", "--tag", "bi", "nope"], 1, "no schedule nope on jq:{bi}"),
+    // A job's own timeout and visibility
+    row("enqueue-timeout-zero", &["enqueue", "--redis", "{url}", "--tag", "bi", "--timeout", "0s", "x"], 2, "invalid value '0s' for '--timeout <DURATION>': must be more than 0"),
+    row("enqueue-visibility-zero", &["enqueue", "--redis", "{url}", "--tag", "bi", "--visibility", "0", "x"], 2, "invalid value '0' for '--visibility <DURATION>': must be more than 0"),
+    row("enqueue-visibility-sub-ms", &["enqueue", "--redis", "{url}", "--tag", "bi", "--visibility", "500us", "x"], 2, "invalid visibility: 500µs is too short (at least 1ms)"),
+    row("enqueue-timeout-huge", &["enqueue", "--redis", "{url}", "--tag", "bi", "--timeout", "300000000h", "x"], 2, "is too long (the longest is 213503d)"),
 ];
 
 /// Rows of the library and the protocol (no process, no exit code: the doc says `-`):
@@ -310,6 +315,21 @@ const LIB_ROWS: &[(&str, &str, bool)] = &[
     (
         "script-id-long",
         "jobqueue: invalid id: triple 1: expected an id of 1..1024 bytes, got 1025 bytes",
+        true,
+    ),
+    (
+        "lib-job-timeout-zero",
+        "invalid timeout: 0s is too short (at least 1ms)",
+        true,
+    ),
+    (
+        "script-timeout-zero",
+        "jobqueue: invalid timeout_ms: expected an integer 1..10^15 ms, got \"0\"",
+        true,
+    ),
+    (
+        "script-visibility-exponent",
+        "jobqueue: invalid visibility_timeout_ms: expected an integer 1..10^15 ms, got \"1e3\"",
         true,
     ),
 ];
@@ -390,6 +410,26 @@ async fn lib_case(id: &str, server: &RedisServer, lease: &jobqueue::queue::Lease
                 SCRIPTS.enqueue.source,
                 &[&key],
                 &["jq:{lb}:job:", "1", &id, "x", "0"],
+            )
+        }
+        "lib-job-timeout-zero" => {
+            match queue
+                .enqueue(NewJob::new(&b"x"[..]).timeout(Duration::ZERO))
+                .await
+            {
+                Ok(v) => format!("{v:?}"),
+                Err(e) => e.to_string(),
+            }
+        }
+        "script-timeout-zero" | "script-visibility-exponent" => {
+            let (name, value) = match id {
+                "script-timeout-zero" => ("timeout_ms", "0"),
+                _ => ("visibility_timeout_ms", "1e3"),
+            };
+            script(
+                SCRIPTS.enqueue.source,
+                &["jq:{lb}:job:o1"],
+                &["jq:{lb}:job:", "1", "o1", "x", "0", "options", name, value],
             )
         }
         other => panic!("no case for {other}"),
