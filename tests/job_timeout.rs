@@ -10,8 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use jobqueue::queue::{
-    Backoff, JobOptions, Lease, NewJob, Queue, QueueSettings, Settle, new_token,
-    parse_claim_token,
+    Backoff, JobOptions, Lease, NewJob, Queue, QueueSettings, Settle, new_token, parse_claim_token,
 };
 use jobqueue::worker::{JobError, Worker};
 use redis::Commands;
@@ -102,9 +101,16 @@ async fn an_exec_job_past_its_own_timeout_is_stopped_and_fails() {
             })
             .await;
         worker.assert_running();
-        assert!(out.path().join(format!("{id}.started")).exists(), "{id} ran");
+        assert!(
+            out.path().join(format!("{id}.started")).exists(),
+            "{id} ran"
+        );
         let job = queue.job(id.as_str()).await.unwrap().unwrap();
-        assert_eq!(job.last_error.as_deref(), Some("timed out after 1s"), "{id}");
+        assert_eq!(
+            job.last_error.as_deref(),
+            Some("timed out after 1s"),
+            "{id}"
+        );
         assert_eq!(job.attempts, 1, "{id}");
         Wait::for_(format!("every process of {id} gone"))
             .within(Duration::from_secs(5))
@@ -127,9 +133,16 @@ async fn a_jobs_own_visibility_is_the_length_of_its_leases() {
     let server = RedisServer::start();
     let queue = server.queue("vis").await;
     minute_queue(&queue, 5).await;
-    enqueue_cli(&server, "vis", &["--id", "short", "--visibility", "2s", "x"]).unwrap();
+    enqueue_cli(
+        &server,
+        "vis",
+        &["--id", "short", "--visibility", "2s", "x"],
+    )
+    .unwrap();
     let mut conn = server.conn();
-    let stored: Option<String> = conn.hget("jq:{vis}:job:short", "visibility_timeout_ms").unwrap();
+    let stored: Option<String> = conn
+        .hget("jq:{vis}:job:short", "visibility_timeout_ms")
+        .unwrap();
     assert_eq!(stored.as_deref(), Some("2000"));
 
     // Claimed with the queue's 60 s, or with a caller's own 45 s: its own 2 s.
@@ -138,7 +151,10 @@ async fn a_jobs_own_visibility_is_the_length_of_its_leases() {
     assert_eq!(lease.visibility, Some(Duration::from_secs(2)));
     assert_eq!(lease.timeout, None);
     let score: f64 = conn.zscore("jq:{vis}:processing", "short").unwrap();
-    assert_eq!(score as i64, lease.lease_until, "processing is scored the same");
+    assert_eq!(
+        score as i64, lease.lease_until,
+        "processing is scored the same"
+    );
 
     // Extended by the queue's value or by a caller's own: its own 2 s from now.
     for by in [None, Some(Duration::from_secs(45))] {
@@ -158,7 +174,11 @@ async fn a_jobs_own_visibility_is_the_length_of_its_leases() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(lease_length(&lease), 45_000, "a job without its own: the caller's");
+    assert_eq!(
+        lease_length(&lease),
+        45_000,
+        "a job without its own: the caller's"
+    );
     assert_eq!((lease.visibility, lease.timeout), (None, None));
 }
 
@@ -205,7 +225,11 @@ async fn batch_claims_with_mixed_options_keep_each_jobs_own() {
     let enqueue_all = async |round: u32| {
         let new: Vec<NewJob> = jobs
             .iter()
-            .map(|(id, o)| NewJob::new("x").id(format!("{id}{round}")).options(o.clone()))
+            .map(|(id, o)| {
+                NewJob::new("x")
+                    .id(format!("{id}{round}"))
+                    .options(o.clone())
+            })
             .collect();
         queue.enqueue_many(new).await.unwrap();
     };
@@ -275,7 +299,10 @@ async fn batch_claims_with_mixed_options_keep_each_jobs_own() {
 }
 
 /// A library worker running `handler`, shut down when the test ends.
-fn start_worker<F, Fut>(queue: &Queue, handler: F) -> (CancellationToken, tokio::task::JoinHandle<()>)
+fn start_worker<F, Fut>(
+    queue: &Queue,
+    handler: F,
+) -> (CancellationToken, tokio::task::JoinHandle<()>)
 where
     F: Fn(Lease, jobqueue::worker::JobContext) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = Result<(), JobError>> + Send + 'static,
@@ -316,11 +343,19 @@ async fn the_library_handler_is_cancelled_at_its_jobs_timeout() {
         }
     });
     queue
-        .enqueue(NewJob::new("slow").id("slow").timeout(Duration::from_millis(300)))
+        .enqueue(
+            NewJob::new("slow")
+                .id("slow")
+                .timeout(Duration::from_millis(300)),
+        )
         .await
         .unwrap();
     queue
-        .enqueue(NewJob::new("quick").id("quick").timeout(Duration::from_millis(300)))
+        .enqueue(
+            NewJob::new("quick")
+                .id("quick")
+                .timeout(Duration::from_millis(300)),
+        )
         .await
         .unwrap();
     let job = eventually("the slow job failed", async || {
@@ -331,7 +366,10 @@ async fn the_library_handler_is_cancelled_at_its_jobs_timeout() {
             .filter(|j| j.status.as_deref() == Some("delayed"))
     })
     .await;
-    assert!(saw_cancel.load(Ordering::SeqCst), "the handler's context was cancelled");
+    assert!(
+        saw_cancel.load(Ordering::SeqCst),
+        "the handler's context was cancelled"
+    );
     assert_eq!(job.last_error.as_deref(), Some("timed out after 300ms"));
     assert_eq!(job.attempts, 1);
     eventually("the quick job acked", async || {
@@ -359,7 +397,11 @@ async fn a_live_worker_renews_a_short_own_lease_and_a_dead_one_loses_it() {
         }
     });
     queue
-        .enqueue(NewJob::new("x").id("long").visibility(Duration::from_secs(2)))
+        .enqueue(
+            NewJob::new("x")
+                .id("long")
+                .visibility(Duration::from_secs(2)),
+        )
         .await
         .unwrap();
     let mut conn = server.conn();
@@ -377,11 +419,18 @@ async fn a_live_worker_renews_a_short_own_lease_and_a_dead_one_loses_it() {
         .every(Duration::from_millis(100))
         .until(async || {
             let reaped = queue.reap(100).await.unwrap();
-            assert_eq!(reaped.requeued + reaped.dead_lettered, 0, "reaped while renewed");
+            assert_eq!(
+                reaped.requeued + reaped.dead_lettered,
+                0,
+                "reaped while renewed"
+            );
             let now = redis_now_ms(&mut conn);
             let until: f64 = conn.zscore("jq:{renew}:processing", "long").unwrap();
             let until = until as i64;
-            assert!(until - now <= 2000, "a lease of its own 2 s: {until} at {now}");
+            assert!(
+                until - now <= 2000,
+                "a lease of its own 2 s: {until} at {now}"
+            );
             if until > last_until {
                 renewed += 1;
                 last_until = until;
@@ -404,7 +453,12 @@ async fn a_live_worker_renews_a_short_own_lease_and_a_dead_one_loses_it() {
     // Its worker SIGKILLed mid-job: the lease ends by its own 2 s, not the queue's 60 s.
     let out = tempfile::tempdir().unwrap();
     let worker = ExecWorker::start(&server, "renew", out.path(), &[], "sleep 3600");
-    enqueue_cli(&server, "renew", &["--id", "killed", "--visibility", "2s", "x"]).unwrap();
+    enqueue_cli(
+        &server,
+        "renew",
+        &["--id", "killed", "--visibility", "2s", "x"],
+    )
+    .unwrap();
     let until = eventually("the job claimed", async || {
         queue.job("killed").await.unwrap()?.lease_until
     })
@@ -443,12 +497,22 @@ async fn a_jobs_own_options_work_the_same_on_a_cluster() {
     let leases = queue.claim(2, "w", None).await.unwrap();
     let got: Vec<_> = leases
         .iter()
-        .map(|l| (l.id.as_str().unwrap(), lease_length(l), l.visibility, l.timeout))
+        .map(|l| {
+            (
+                l.id.as_str().unwrap(),
+                lease_length(l),
+                l.visibility,
+                l.timeout,
+            )
+        })
         .collect();
     let s = Duration::from_secs;
     assert_eq!(
         got,
-        [("c1", 2000, Some(s(2)), Some(s(5))), ("c2", 60_000, None, None)]
+        [
+            ("c1", 2000, Some(s(2)), Some(s(5))),
+            ("c2", 60_000, None, None)
+        ]
     );
     let until = queue.extend(&leases[0], None).await.unwrap().unwrap();
     let now = queue.now_ms().await.unwrap();

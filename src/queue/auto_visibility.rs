@@ -643,7 +643,11 @@ mod tests {
             ("own_reaped", 4),
             ("own_stale", 1),
         ]);
-        assert_eq!(stats.histogram.buckets.get(&20), Some(&3), "stats unchanged");
+        assert_eq!(
+            stats.histogram.buckets.get(&20),
+            Some(&3),
+            "stats unchanged"
+        );
         let snap = Snapshot::of(&stats, 7);
         assert_eq!(
             snap,

@@ -96,10 +96,7 @@ impl JobOptions {
                 if d.as_millis() == 0 {
                     return bad(
                         what,
-                        format!(
-                            "{} is too short (at least 1ms)",
-                            crate::duration::format(d)
-                        ),
+                        format!("{} is too short (at least 1ms)", crate::duration::format(d)),
                     );
                 }
                 if d.as_millis() > super::settings::MAX_MS {

@@ -16,7 +16,13 @@ pub struct ExecWorker {
 }
 
 impl ExecWorker {
-    pub fn start(server: &RedisServer, tag: &str, out: &Path, flags: &[&str], script: &str) -> Self {
+    pub fn start(
+        server: &RedisServer,
+        tag: &str,
+        out: &Path,
+        flags: &[&str],
+        script: &str,
+    ) -> Self {
         Self::start_with_env(server, tag, out, flags, &[], script)
     }
 
@@ -103,4 +109,3 @@ impl Drop for ExecWorker {
 pub fn processes_of_job(id: &str) -> Vec<i32> {
     super::procs::with_env("JOBQUEUE_JOB_ID", id)
 }
-
