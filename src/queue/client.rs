@@ -2296,6 +2296,34 @@ mod tests {
     }
 
     #[test]
+    fn claim_entries_of_jobs_with_their_own_options_carry_them() {
+        let entry = |timeout: Value, visibility: Value| {
+            parse_lease(Value::Array(vec![
+                bulk(b"j1"),
+                bulk(b"p"),
+                Value::Int(1),
+                bulk(b"tok"),
+                Value::Int(5),
+                timeout,
+                visibility,
+            ]))
+        };
+        let lease = entry(Value::Int(120_000), Value::Int(0)).unwrap();
+        assert_eq!(lease.timeout, Some(Duration::from_secs(120)));
+        assert_eq!(lease.visibility, None);
+        let lease = entry(Value::Int(0), Value::Int(2000)).unwrap();
+        assert_eq!(
+            (lease.timeout, lease.visibility),
+            (None, Some(Duration::from_secs(2)))
+        );
+        // an option that is not a whole number of ms: refused, with what ends its lease
+        let bad = entry(bulk(b"soon"), Value::Int(0)).unwrap_err();
+        assert_eq!(bad.lease, Some((JobId::from("j1"), "tok".to_string())));
+        assert!(bad.reason.contains("timeout_ms"), "{}", bad.reason);
+        assert!(entry(Value::Int(-1), Value::Int(0)).is_err());
+    }
+
+    #[test]
     fn unreadable_claim_entries_keep_what_ends_their_lease() {
         // id and token readable: the lease can be failed on its own
         let bad = parse_lease(Value::Array(vec![
