@@ -6,9 +6,10 @@
 //! way a partition does (`proxy`) or lose the replies of chosen requests
 //! (`reply_dropper`), moving a Cluster slot between nodes key by key (`slot_migration`),
 //! the web console and its browser scenarios (`console`), `jobqueue worker --exec` as a
-//! child process (`exec`),
-//! the process table (`procs`), and the workers' own records of the runs of jobs that
-//! the chaos tallies count (`runs`).
+//! child process (`exec`), worker processes killed and restarted at will (`fleet`), every
+//! process that fires schedules, workers and operators, stopped and started together
+//! (`firers`), the process table (`procs`), and the workers' own records of the runs of
+//! jobs that the chaos tallies count (`runs`).
 //! Every test binary includes it with `mod support;` and uses a part.
 #![allow(dead_code)]
 
@@ -16,7 +17,9 @@ pub mod certs;
 pub mod console;
 pub mod eventually;
 pub mod exec;
+pub mod firers;
 pub mod fixtures;
+pub mod fleet;
 pub mod mock_api;
 pub mod procs;
 pub mod proxy;
