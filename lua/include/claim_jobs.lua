@@ -2,7 +2,8 @@
 -- claim (docs/protocol.md) on KEYS[1..8]: promote due delayed jobs, lease up to n ready
 -- jobs to worker (the c-th gets the caller's token ARGV[tokenAt + c]; with flat, every
 -- lease gets the caller's token tokenAt itself), set aside or drop orphans, empty wake
--- when pending ran dry; on a paused queue (meta's `paused` field) it leases and promotes
+-- when pending ran dry, release the unique key of each leased job that holds one until
+-- it starts (docs/protocol.md, Unique keys); on a paused queue (meta's `paused` field) it leases and promotes
 -- nothing and empties wake. Every call scores worker now in P:{T}:workers (built from
 -- the job-key prefix, as the request records' keys). nS is n as Redis reads a count; vis 0 means meta's
 -- visibility_timeout_ms (read only when a job is leased). check(nc, orphans), when given,
@@ -66,11 +67,12 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   local promo, promoAtt, promoSet = due, nil, due -- empty unless something is due
   local promoOpt = nil -- position in promo -> { timeout_ms, visibility_timeout_ms } stored
   if #due > 0 then promo, promoAtt, promoSet = {}, {}, {} end
+  local promoUni = nil       -- by index in promo: a unique key released at the claim
   for i = 1, #due do
     local id = due[i]
     local key = prefix .. id
-    local h = redis.pcall('HMGET', key, 'status', 'attempts', 'timeout_ms',
-      'visibility_timeout_ms')
+    local h = redis.pcall('HMGET', key, 'status', 'attempts', 'unique_key', 'unique_mode',
+      'timeout_ms', 'visibility_timeout_ms')
     if h.err then
       if not wrongTyped(h) then return nil, failure(h, key, 'hash') end
       -- a job key that is not a hash: set aside, the queue keeps flowing
@@ -80,11 +82,15 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     elseif h[1] == 'delayed' then
       promo[#promo + 1] = id
       promoAtt[#promo] = h[2]
-      if h[3] or h[4] then
+      if h[5] or h[6] then
         promoOpt = promoOpt or {}
-        promoOpt[#promo] = { h[3], h[4] }
+        promoOpt[#promo] = { h[5], h[6] }
       end
       promoSet[id] = true
+      if h[3] and atClaim(h[4]) then
+        promoUni = promoUni or {}
+        promoUni[#promo] = h[3]
+      end
     else
       orphans = orphans + 1
       -- a hash without status that exists is a pending job: this entry is a stray one
@@ -102,6 +108,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   local cIds, cKeys, cAtt, cPay = {}, {}, {}, {}
   -- the per-job options of the c-th job, when it has one: its timeout and visibility (ms)
   local cTmo, cVis = nil, nil
+  local cUni = nil           -- by lease: the unique key released at this claim
   local taken = {}
   local pops = {}            -- the RPOP replies, in order
   local budget = n + 100
@@ -133,7 +140,8 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
           wrong = wrong + 1
           h = {}
         end
-        local st, att, pay, tmo, jvis = nil, nil, nil, nil, nil
+        local st, att, pay, uk, um = nil, nil, nil, nil, nil
+        local tmo, jvis = nil, nil
         for f = 1, #h, 2 do
           local name = h[f]
           if name == 'payload' then
@@ -142,6 +150,10 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
             st = h[f + 1]
           elseif name == 'attempts' then
             att = h[f + 1]
+          elseif name == 'unique_key' then
+            uk = h[f + 1]
+          elseif name == 'unique_mode' then
+            um = h[f + 1]
           elseif name == 'timeout_ms' then
             tmo = h[f + 1]
           elseif name == 'visibility_timeout_ms' then
@@ -161,6 +173,10 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
               cTmo, cVis = cTmo or {}, cVis or {}
               cTmo[c], cVis[c] = tmo or 0, jvis or 0
             end
+          end
+          if uk and atClaim(um) then
+            cUni = cUni or {}
+            cUni[c] = uk
           end
         else
           orphans = orphans + 1
@@ -189,6 +205,10 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
             cTmo, cVis = cTmo or {}, cVis or {}
             cTmo[c], cVis[c] = tmo or 0, jvis or 0
           end
+        end
+        if promoUni and promoUni[promoUsed] then
+          cUni = cUni or {}
+          cUni[c] = promoUni[promoUsed]
         end
       end
     end
@@ -336,6 +356,8 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     if own and own[c] then upto, uptoS = own[c], ownS[c] end
     redis.call('HSET', cKeys[c], 'status', 'processing', 'claim_token', token,
       'attempts', attS, 'lease_until', uptoS)
+    -- the job started: a unique key held until then is released
+    if cUni and cUni[c] then unlock(cUni[c], cIds[c]) end
     if flat then
       local f = #flat
       flat[f + 1], flat[f + 2], flat[f + 3], flat[f + 4] = cIds[c], cPay[c], att, upto
