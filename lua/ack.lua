@@ -6,7 +6,10 @@
   KEYS[3] P:{T}:delayed      (not touched)
   KEYS[4] P:{T}:dead         (not touched)
   KEYS[5] P:{T}:meta         HASH  completed_retention_ms (default 0 = delete the hash)
-  KEYS[6] P:{T}:stats        HASH  counters acked, stale, unknown and histogram buckets h:<b>
+  KEYS[6] P:{T}:stats        HASH  counters acked, stale, unknown and histogram buckets h:<b>;
+                                   for jobs with their own timeout_ms or visibility_timeout_ms
+                                   also own_stale and own_h:<b> (the visibility tuning leaves
+                                   them out; read with the token, no command of their own)
   KEYS[7] P:{T}:wake         (not touched)
   KEYS[7+i]                  job key of the i-th pair (ARGV[1]..id), i = 1..n
 
@@ -193,6 +196,15 @@ local function wakeEarlier(kWake, before, at)
     redis.call('LPUSH', kWake, '1')
     redis.call('LTRIM', kWake, '0', '1023')
   end
+end
+-- ownRun(tmo, vis): whether a job's stored timeout_ms or visibility_timeout_ms (its
+-- per-job options, docs/protocol.md) is one, an integer 1..10^15 ms. Such a job's leases
+-- and run times are its own: the scripts count its acks' processing times, its expired
+-- leases and its stale calls also apart (own_h:<b>, own_reaped, own_stale), which the
+-- queue's visibility tuning (auto) takes out of what it learns from
+local function ownRun(tmo, vis)
+  if (tmo and int(tmo, 1, MAXMS)) or (vis and int(vis, 1, MAXMS)) then return true end
+  return false
 end
 -- END include/prelude.lua
 
@@ -477,11 +489,12 @@ local rows = {}              -- outcomes: the pair index of each acked job
 local buckets, blist = {}, {}
 local starts = {}            -- token -> the claimed_at it carries
 local stale, unknown = 0, 0
+local ownBuckets, ownStale = nil, 0 -- of them, those of jobs with their own options
 local unlocks = nil          -- {unique key, id} of the acked jobs that hold one until done
 for i = 1, n do
   local key = KEYS[7 + i]
   local h = redis.pcall('HMGET', key, 'claim_token', 'status', 'unique_key', 'unique_mode',
-    'notify')
+    'notify', 'timeout_ms', 'visibility_timeout_ms')
   if h.err then return failure(h, key, 'hash') end -- HMGET always replies with a table
   local token = ARGV[2 + 2 * i]
   if h[2] == 'processing' and h[1] == token and not done[key] then
@@ -507,11 +520,16 @@ for i = 1, n do
       buckets[b] = 1
       blist[#blist + 1] = b
     end
+    if (h[6] or h[7]) and ownRun(h[6], h[7]) then
+      ownBuckets = ownBuckets or {}
+      ownBuckets[b] = (ownBuckets[b] or 0) + 1
+    end
   else
     res[i] = 0
     -- a job has a payload; only a job enqueued ready lacks a status
     if h[2] or redis.call('EXISTS', key) == 1 then
       stale = stale + 1
+      if (h[6] or h[7]) and ownRun(h[6], h[7]) then ownStale = ownStale + 1 end
     else
       unknown = unknown + 1
     end
@@ -529,6 +547,7 @@ if na == 0 then
     return failure(r, K_STATS, 'hash')
   end
   if stale > 0 and unknown > 0 then redis.pcall('HINCRBY', K_STATS, 'unknown', S(unknown)) end
+  if ownStale > 0 then redis.pcall('HINCRBY', K_STATS, 'own_stale', S(ownStale)) end
   return res
 end
 
@@ -598,12 +617,16 @@ for i = 1, #blist do
   redis.pcall('HINCRBY', K_STATS, 'h:' .. b, c == 1 and '1' or S(c))
   tallyTime(b, c, now)
 end
+if ownBuckets then
+  for b, c in pairs(ownBuckets) do redis.pcall('HINCRBY', K_STATS, 'own_h:' .. b, S(c)) end
+end
 tallyCount('a', na, now)
 -- the acked jobs are done: the unique keys they held until then are released
 if unlocks then
   for i = 1, #unlocks do unlock(unlocks[i][1], unlocks[i][2]) end
 end
 if stale > 0 then redis.pcall('HINCRBY', K_STATS, 'stale', S(stale)) end
+if ownStale > 0 then redis.pcall('HINCRBY', K_STATS, 'own_stale', S(ownStale)) end
 if unknown > 0 then redis.pcall('HINCRBY', K_STATS, 'unknown', S(unknown)) end
 -- the records of the calls that made the leases acked: answered, no longer needed
 local base = recordBase(ARGV[1])

@@ -301,11 +301,16 @@ const ROWS: &[Row] = &[
     row("enqueue-unique-for-zero", &["enqueue", "--redis", "{url}", "--tag", "bi", "--unique-key", "k", "--unique-for", "0", "x"], 2, "invalid unique window: 0s must be from 1 ms to 10^15 ms"),
     row("enqueue-unique-held", &["enqueue", "--redis", "{url}", "--tag", "ubi", "--unique-key", "held", "x"], 7, "unique key \"held\" is held by job u1 in jq:{ubi}: nothing enqueued"),
     // Outcomes
-    row("wait-timeout-without-wait", &["enqueue", "--redis", "{url}", "--tag", "bi", "--timeout", "5s", "x"], 2, "--wait"),
+    row("wait-timeout-without-wait", &["enqueue", "--redis", "{url}", "--tag", "bi", "--wait-timeout", "5s", "x"], 2, "--wait"),
     row("wait-with-stdin", &["enqueue", "--redis", "{url}", "--tag", "bi", "--wait", "--stdin"], 2, "the argument '--wait' cannot be used with '--stdin'"),
     row("result-limit-huge", &["worker", "--redis", "{url}", "--tag", "bi", "--result-limit", "70000", "--exec", "true"], 2, "\"70000\" is not a number of bytes from 0 to 65536"),
     row("events-from-bad", &["events", "--redis", "{url}", "--tag", "bi", "--from", "yesterday"], 2, "expected a stream id <ms>-<seq>, <ms>, or now, got \"yesterday\""),
     row("configure-events-huge", &["configure", "--redis", "{url}", "--tag", "bi", "--events", "2000000000"], 2, "is not a number of events from 0 (off) to 1000000000"),
+    // A job's own timeout and visibility
+    row("enqueue-timeout-zero", &["enqueue", "--redis", "{url}", "--tag", "bi", "--timeout", "0s", "x"], 2, "invalid value '0s' for '--timeout <DURATION>': must be more than 0"),
+    row("enqueue-visibility-zero", &["enqueue", "--redis", "{url}", "--tag", "bi", "--visibility", "0", "x"], 2, "invalid value '0' for '--visibility <DURATION>': must be more than 0"),
+    row("enqueue-visibility-sub-ms", &["enqueue", "--redis", "{url}", "--tag", "bi", "--visibility", "500us", "x"], 2, "invalid visibility: 500µs is too short (at least 1ms)"),
+    row("enqueue-timeout-huge", &["enqueue", "--redis", "{url}", "--tag", "bi", "--timeout", "300000000h", "x"], 2, "is too long (the longest is 213503d)"),
 ];
 
 /// Rows of the library and the protocol (no process, no exit code: the doc says `-`):
@@ -364,6 +369,21 @@ const LIB_ROWS: &[(&str, &str, bool)] = &[
     (
         "script-notify-zero",
         "jobqueue: invalid notify: expected an integer 1..10^15 ms, got \"0\"",
+        true,
+    ),
+    (
+        "lib-job-timeout-zero",
+        "invalid timeout: 0s is too short (at least 1ms)",
+        true,
+    ),
+    (
+        "script-timeout-zero",
+        "jobqueue: invalid timeout_ms: expected an integer 1..10^15 ms, got \"0\"",
+        true,
+    ),
+    (
+        "script-visibility-exponent",
+        "jobqueue: invalid visibility_timeout_ms: expected an integer 1..10^15 ms, got \"1e3\"",
         true,
     ),
 ];
@@ -461,6 +481,15 @@ async fn lib_case(id: &str, server: &RedisServer, lease: &jobqueue::queue::Lease
                 Err(e) => e.to_string(),
             }
         }
+        "lib-job-timeout-zero" => {
+            match queue
+                .enqueue(NewJob::new(&b"x"[..]).timeout(Duration::ZERO))
+                .await
+            {
+                Ok(v) => format!("{v:?}"),
+                Err(e) => e.to_string(),
+            }
+        }
         "script-unique-key-long" => {
             let key = "k".repeat(1025);
             script(
@@ -541,6 +570,17 @@ async fn lib_case(id: &str, server: &RedisServer, lease: &jobqueue::queue::Lease
                 "0",
             ],
         ),
+        "script-timeout-zero" | "script-visibility-exponent" => {
+            let (name, value) = match id {
+                "script-timeout-zero" => ("timeout_ms", "0"),
+                _ => ("visibility_timeout_ms", "1e3"),
+            };
+            script(
+                SCRIPTS.enqueue.source,
+                &["jq:{lb}:job:o1"],
+                &["jq:{lb}:job:", "1", "o1", "x", "0", "options", name, value],
+            )
+        }
         other => panic!("no case for {other}"),
     }
 }

@@ -43,7 +43,7 @@ async fn enqueue_wait_prints_the_exec_commands_stdout() {
             "--id",
             "j1",
             "--wait",
-            "--timeout",
+            "--wait-timeout",
             "30s",
             "hello",
         ])
@@ -78,7 +78,7 @@ async fn a_dying_jobs_wait_prints_its_last_error_and_fails() {
             "--tag",
             "w2",
             "--wait",
-            "--timeout",
+            "--wait-timeout",
             "30s",
             "x",
         ])
@@ -105,7 +105,7 @@ async fn a_wait_that_times_out_says_so_and_fails() {
         "--tag",
         "w3",
         "--wait",
-        "--timeout",
+        "--wait-timeout",
         "300ms",
         "x",
     ]);

@@ -14,9 +14,15 @@
 -- set stays small. undue, when given, is an empty table: the caller knows delayed is
 -- absent and it is not read. flat, when given, is a table each leased job is appended to
 -- as id, payload, attempts, lease_until. nowS, when given, is now as a decimal string.
--- Returns out, ids, nc, more, vis, token, leaseS (out: the jobs as claim replies them, or flat; ids: their ids in order, vis: the visibility used, token: with flat, the
--- claim_token of every lease made, else nil; leaseS: the leases' lease_until as a
--- decimal string, nil when none was made), or nil and the error reply.
+-- A job whose hash holds its own visibility_timeout_ms (per-job options: an integer
+-- 1..10^15; anything else counts as absent) is leased for that long instead of vis; one
+-- that holds its own timeout_ms or visibility_timeout_ms has both (0 for the one it
+-- lacks) after lease_until in its claim entry, or, with flat, in opts. Both are read
+-- with the job's status (HGETALL, HMGET of a promoted job): no command of their own.
+-- Returns out, ids, nc, more, vis, token, opts (out: the jobs as claim replies them, or flat; ids: their ids in order, vis: the longest lease length used, token: with flat, the
+-- claim_token of every lease made, else nil; opts: with flat, when a leased job has
+-- options, timeout_ms, visibility_timeout_ms per leased job in order, else nil), or nil
+-- and the error reply.
 -- unclaim(pops, first, firstBy, err): what claimJobs wrote before it failed, undone: the
 -- counter first taken back by firstBy (when first is given), the ids of pops (the RPOP
 -- replies, in order) pushed back where they were; returns nil, err
@@ -59,12 +65,14 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     if due.err then return nil, failure(due, K_DELAYED, 'zset') end
   end
   local promo, promoAtt, promoSet = due, nil, due -- empty unless something is due
+  local promoOpt = nil -- position in promo -> { timeout_ms, visibility_timeout_ms } stored
   if #due > 0 then promo, promoAtt, promoSet = {}, {}, {} end
   local promoUni = nil       -- by index in promo: a unique key released at the claim
   for i = 1, #due do
     local id = due[i]
     local key = prefix .. id
-    local h = redis.pcall('HMGET', key, 'status', 'attempts', 'unique_key', 'unique_mode')
+    local h = redis.pcall('HMGET', key, 'status', 'attempts', 'unique_key', 'unique_mode',
+      'timeout_ms', 'visibility_timeout_ms')
     if h.err then
       if not wrongTyped(h) then return nil, failure(h, key, 'hash') end
       -- a job key that is not a hash: set aside, the queue keeps flowing
@@ -74,6 +82,10 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     elseif h[1] == 'delayed' then
       promo[#promo + 1] = id
       promoAtt[#promo] = h[2]
+      if h[5] or h[6] then
+        promoOpt = promoOpt or {}
+        promoOpt[#promo] = { h[5], h[6] }
+      end
       promoSet[id] = true
       if h[3] and atClaim(h[4]) then
         promoUni = promoUni or {}
@@ -94,6 +106,8 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   -- it reveals a wrong-typed pending key before anything changed, and if a later check
   -- fails, unclaim() pushes the popped ids back where they were.
   local cIds, cKeys, cAtt, cPay = {}, {}, {}, {}
+  -- the per-job options of the c-th job, when it has one: its timeout and visibility (ms)
+  local cTmo, cVis = nil, nil
   local cUni = nil           -- by lease: the unique key released at this claim
   local taken = {}
   local pops = {}            -- the RPOP replies, in order
@@ -127,6 +141,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
           h = {}
         end
         local st, att, pay, uk, um = nil, nil, nil, nil, nil
+        local tmo, jvis = nil, nil
         for f = 1, #h, 2 do
           local name = h[f]
           if name == 'payload' then
@@ -139,6 +154,10 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
             uk = h[f + 1]
           elseif name == 'unique_mode' then
             um = h[f + 1]
+          elseif name == 'timeout_ms' then
+            tmo = h[f + 1]
+          elseif name == 'visibility_timeout_ms' then
+            jvis = h[f + 1]
           end
         end
         -- a job enqueued ready has no status: a hash that exists without status is pending
@@ -148,6 +167,13 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
           taken[key] = true
           local c = #cIds + 1
           cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, att, pay or ''
+          if tmo or jvis then
+            tmo, jvis = int(tmo, 1, MAXMS), int(jvis, 1, MAXMS)
+            if tmo or jvis then
+              cTmo, cVis = cTmo or {}, cVis or {}
+              cTmo[c], cVis[c] = tmo or 0, jvis or 0
+            end
+          end
           if uk and atClaim(um) then
             cUni = cUni or {}
             cUni[c] = uk
@@ -172,6 +198,14 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
         taken[key] = true
         local c = #cIds + 1
         cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, promoAtt[promoUsed], false
+        local o = promoOpt and promoOpt[promoUsed]
+        if o then
+          local tmo, jvis = int(o[1], 1, MAXMS), int(o[2], 1, MAXMS)
+          if tmo or jvis then
+            cTmo, cVis = cTmo or {}, cVis or {}
+            cTmo[c], cVis[c] = tmo or 0, jvis or 0
+          end
+        end
         if promoUni and promoUni[promoUsed] then
           cUni = cUni or {}
           cUni[c] = promoUni[promoUsed]
@@ -201,8 +235,21 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     if e then return unclaim(pops, nil, 0, e) end
   end
   local lease, leaseS = 0, nil
+  -- leases of jobs with their own visibility: lease_until and its decimal string, by c
+  local own, ownS = nil, nil
   if nc > 0 then
-    if vis == 0 then
+    -- meta's visibility is read only when a job is leased for it
+    local needed = vis == 0
+    if needed and cVis then
+      needed = false
+      for c = 1, nc do
+        if not cVis[c] or cVis[c] == 0 then
+          needed = true
+          break
+        end
+      end
+    end
+    if needed then
       local m = redis.pcall('HMGET', K_META, 'visibility_timeout_ms')
       if m.err then return unclaim(pops, nil, 0, failure(m, K_META, 'hash')) end
       vis = tonumber(m[1])
@@ -212,6 +259,21 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     end
     lease = now + vis
     leaseS = S(lease)
+    if cVis then
+      own, ownS = {}, {}
+      local longest = 0
+      for c = 1, nc do
+        local v = cVis[c]
+        if v and v > 0 then
+          own[c] = now + v
+          ownS[c] = S(own[c])
+          if v > longest then longest = v end
+        elseif vis > longest then
+          longest = vis
+        end
+      end
+      vis = longest
+    end
     for c = 1, nc do
       if cPay[c] == false then cPay[c] = redis.call('HGET', cKeys[c], 'payload') or '' end
     end
@@ -250,12 +312,12 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   end
   if nc > 0 then
     local r
-    if nc == 1 then
+    if nc == 1 and not own then
       r = redis.pcall('ZADD', K_PROCESSING, leaseS, cIds[1])
     else
       local z = {}
       for c = 1, nc do
-        z[2 * c - 1] = leaseS
+        z[2 * c - 1] = (own and ownS[c]) or leaseS
         z[2 * c] = cIds[c]
       end
       r = redis.pcall('ZADD', K_PROCESSING, unpack(z))
@@ -290,15 +352,27 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     end
     local token = shared
     if not token then token = stamp .. ARGV[tokenAt + c] end
+    local upto, uptoS = lease, leaseS
+    if own and own[c] then upto, uptoS = own[c], ownS[c] end
     redis.call('HSET', cKeys[c], 'status', 'processing', 'claim_token', token,
-      'attempts', attS, 'lease_until', leaseS)
+      'attempts', attS, 'lease_until', uptoS)
     -- the job started: a unique key held until then is released
     if cUni and cUni[c] then unlock(cUni[c], cIds[c]) end
     if flat then
       local f = #flat
-      flat[f + 1], flat[f + 2], flat[f + 3], flat[f + 4] = cIds[c], cPay[c], att, lease
+      flat[f + 1], flat[f + 2], flat[f + 3], flat[f + 4] = cIds[c], cPay[c], att, upto
+    elseif cTmo and cTmo[c] then
+      out[c] = { cIds[c], cPay[c], att, token, upto, cTmo[c], cVis[c] }
     else
-      out[c] = { cIds[c], cPay[c], att, token, lease }
+      out[c] = { cIds[c], cPay[c], att, token, upto }
+    end
+  end
+  -- with flat, the options of every leased job, when one has some
+  local opts = nil
+  if flat and cTmo then
+    opts = {}
+    for c = 1, nc do
+      opts[2 * c - 1], opts[2 * c] = cTmo[c] or 0, cVis[c] or 0
     end
   end
   if aside then keepAside(K_ORPHANS, aside, nowS) end
@@ -314,5 +388,5 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   -- the worker was seen: P:{T}:workers scores it now (reap forgets it an hour later); a
   -- wrong-typed key is left as it is
   redis.pcall('ZADD', string.sub(prefix, 1, -5) .. 'workers', nowS, worker)
-  return out, cIds, nc, more, vis, shared, leaseS
+  return out, cIds, nc, more, vis, shared, opts
 end

@@ -41,6 +41,9 @@ holder's id (exit 0). Keys: any 1 to 1024 bytes.
 
 --max-attempts and --backoff-* set this job's own retry policy, each instead of the
 queue's setting (`jobqueue configure`) for this job alone; they are kept in its hash.
+--timeout caps one run of this job (instead of the worker's --timeout), and --visibility
+sets the length of its leases (instead of the queue's visibility timeout), e.g.
+  jobqueue enqueue --tag reports --timeout 2m --visibility 30s '{\"report\":7}'
 
 Ids: any 1 to 1024 bytes. Output shows an id as it is when it is UTF-8 text without
 control characters, else as hex:<its bytes in hex> (also a text id that begins with hex:);
@@ -98,6 +101,17 @@ pub struct EnqueueArgs {
         help_heading = "This job's own retry policy (instead of the queue's)"
     )]
     pub backoff_multiplier: Option<f64>,
+    /// The longest one run of this job may take (e.g. `2m`): past it, its worker stops it
+    /// (an exec command gets SIGTERM, then SIGKILL after the worker's --kill-grace) and
+    /// fails it with `timed out after <DURATION>`, retried or dead-lettered as any
+    /// failure. Instead of the worker's --timeout.
+    #[arg(long, value_name = "DURATION", value_parser = super::argv::positive_duration, help_heading = "This job's own run limits (instead of the queue's and the worker's)")]
+    pub timeout: Option<Duration>,
+    /// The length of this job's leases (e.g. `30s`): each claim and renewal leases it for
+    /// this long, so a crashed worker's run of it is taken back this soon. Instead of
+    /// the queue's visibility timeout and a worker's --visibility.
+    #[arg(long, value_name = "DURATION", value_parser = super::argv::positive_duration, help_heading = "This job's own run limits (instead of the queue's and the worker's)")]
+    pub visibility: Option<Duration>,
     /// At most one job with this key at a time (any 1 to 1024 bytes): while a job holds
     /// it, this one is refused (exit 7, the holder's id printed).
     #[arg(long, value_name = "KEY", value_parser = clap::value_parser!(std::ffi::OsString), help_heading = "Unique jobs")]
@@ -129,9 +143,10 @@ pub struct EnqueueArgs {
     #[arg(long, conflicts_with = "stdin")]
     pub wait: bool,
 
-    /// With --wait: how long to wait (exit 1 when the job has not ended by then).
-    #[arg(long, requires = "wait", value_parser = crate::duration::parse, default_value = "30s")]
-    pub timeout: Duration,
+    /// With --wait: how long to wait (exit 1 when the job has not ended by then; the job
+    /// itself goes on). Not --timeout, which limits one run of the job.
+    #[arg(long, value_name = "DURATION", requires = "wait", value_parser = crate::duration::parse, default_value = "30s")]
+    pub wait_timeout: Duration,
 }
 
 /// `--unique-mode`: one of the three words.
@@ -185,6 +200,8 @@ impl EnqueueArgs {
             backoff_initial: self.backoff_initial,
             backoff_max: self.backoff_max,
             backoff_multiplier: self.backoff_multiplier,
+            visibility: self.visibility,
+            timeout: self.timeout,
             ..Default::default()
         }
     }
@@ -309,7 +326,7 @@ pub async fn run(args: EnqueueArgs) -> anyhow::Result<()> {
     let id: JobId = given.map_or_else(|| crate::queue::new_job_id().into(), JobId::from);
     let job = args.job(payload).id(id.clone());
     if args.wait {
-        return wait_for_job(&queue, job, args.timeout).await;
+        return wait_for_job(&queue, job, args.wait_timeout).await;
     }
     let size = job.payload.len();
     let out = match queue.send(vec![job]).await {

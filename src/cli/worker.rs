@@ -48,7 +48,9 @@ unreachable), the command gets SIGTERM when the lease may have ended and SIGKILL
 --kill-grace later, so it never runs on beside the job's next run for longer. With
 --timeout, a command still running after that long gets SIGTERM, then SIGKILL
 --kill-grace later, and its job fails with `timed out after <timeout>` (retried or
-dead-lettered as any failure). A job cancelled with `jobqueue cancel` while it runs is
+dead-lettered as any failure); a job enqueued with its own --timeout has that limit
+instead, and one enqueued with its own --visibility is leased and renewed for that long
+instead of the queue's visibility timeout (or --visibility). A job cancelled with `jobqueue cancel` while it runs is
 stopped the same way at the next lease renewal and ends as cancelled (not retried, not
 dead), whatever the command's exit. On SIGTERM
 or Ctrl-C the worker stops claiming, sends SIGTERM to running commands and waits up to
@@ -78,7 +80,8 @@ pub struct WorkerArgs {
 
     /// The longest a command runs (e.g. `10m`): past it, it gets SIGTERM, then SIGKILL
     /// after --kill-grace, and its job fails with `timed out after <DURATION>`, retried
-    /// or dead-lettered by the queue's rules [default: no limit].
+    /// or dead-lettered by the queue's rules [default: no limit]. A job enqueued with its
+    /// own --timeout has that limit instead.
     #[arg(long, value_name = "DURATION", value_parser = super::argv::positive_duration)]
     pub timeout: Option<Duration>,
 

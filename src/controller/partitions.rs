@@ -157,6 +157,7 @@ fn add(t: &mut QueueStats, s: &QueueStats) {
         paused,
         paused_at,
         histogram,
+        own,
     } = s;
     t.pending += pending;
     t.processing += processing;
@@ -203,6 +204,11 @@ fn add(t: &mut QueueStats, s: &QueueStats) {
     };
     for (bucket, n) in &histogram.buckets {
         *t.histogram.buckets.entry(*bucket).or_default() += n;
+    }
+    t.own.reaped += own.reaped;
+    t.own.stale += own.stale;
+    for (bucket, n) in &own.histogram.buckets {
+        *t.own.histogram.buckets.entry(*bucket).or_default() += n;
     }
 }
 

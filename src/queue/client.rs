@@ -700,11 +700,21 @@ impl Queue {
             }
         };
         // One flat array: more, the leases' token, the ack results, the fail outcomes, then
-        // id, payload, attempts, lease_until per leased job.
+        // id, payload, attempts, lease_until per leased job, then (when a leased job has
+        // its own options) one array of timeout_ms, visibility_timeout_ms per leased job.
         let Value::Array(mut reply) = reply else {
             return Err(self.protocol("settle_claim", format!("{reply:?}")));
         };
         let head = 2 + acks.len() + fails.len();
+        let options = match reply.last() {
+            Some(Value::Array(_)) if reply.len() > head && (reply.len() - head) % 4 == 1 => {
+                match reply.pop() {
+                    Some(Value::Array(options)) => Some(options),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
         if reply.len() < head || !(reply.len() - head).is_multiple_of(4) {
             return Err(self.protocol(
                 "settle_claim",
@@ -740,8 +750,21 @@ impl Queue {
             })
             .collect();
         let failed = failed.ok_or_else(|| self.protocol("settle_claim", "fail outcomes"))?;
-        // Each job as claim replies it: id, payload, attempts, token, lease_until.
-        let mut jobs = Vec::with_capacity(entries.len() / 4);
+        // Each job as claim replies it: id, payload, attempts, token, lease_until (and
+        // its own timeout_ms, visibility_timeout_ms when the reply carries them).
+        let leased = entries.len() / 4;
+        let options = match options {
+            Some(o) if o.len() == 2 * leased => Some(o),
+            Some(o) => {
+                return Err(self.protocol(
+                    "settle_claim",
+                    format!("{} option entries for {leased} leases", o.len()),
+                ));
+            }
+            None => None,
+        };
+        let mut options = options.map(Vec::into_iter);
+        let mut jobs = Vec::with_capacity(leased);
         let mut entries = entries.into_iter();
         while let (Some(id), Some(payload), Some(attempts), Some(lease_until)) = (
             entries.next(),
@@ -749,13 +772,15 @@ impl Queue {
             entries.next(),
             entries.next(),
         ) {
-            jobs.push(Value::Array(vec![
-                id,
-                payload,
-                attempts,
-                token.clone(),
-                lease_until,
-            ]));
+            let mut job = vec![id, payload, attempts, token.clone(), lease_until];
+            if let Some(options) = options.as_mut()
+                && let (Some(timeout), Some(visibility)) = (options.next(), options.next())
+                && (timeout != Value::Int(0) || visibility != Value::Int(0))
+            {
+                job.push(timeout);
+                job.push(visibility);
+            }
+            jobs.push(Value::Array(job));
         }
         let mut settled = vec![Settled::Stale; settles.len()];
         for (&i, flag) in acks.iter().zip(acked) {
@@ -2257,8 +2282,9 @@ struct Unreadable {
     reason: String,
 }
 
-/// One claim entry, `{id, payload, attempts, token, lease_until}`. The id is bytes, as
-/// Redis holds it: any id makes a lease.
+/// One claim entry, `{id, payload, attempts, token, lease_until}`, and for a job with
+/// its own options `timeout_ms, visibility_timeout_ms` after them (0: not its own). The
+/// id is bytes, as Redis holds it: any id makes a lease.
 fn parse_lease(v: Value) -> std::result::Result<Lease, Unreadable> {
     let unreadable = |lease, reason: &str| Unreadable {
         lease,
@@ -2280,12 +2306,24 @@ fn parse_lease(v: Value) -> std::result::Result<Lease, Unreadable> {
         return Err(unreadable(None, "no id or token"));
     };
     let lease = Some((id.clone(), token.clone()));
-    if fields.len() != 5 {
+    if fields.len() != 5 && fields.len() != 7 {
         return Err(unreadable(
             lease,
-            &format!("{} fields, not 5", fields.len()),
+            &format!("{} fields, not 5 or 7", fields.len()),
         ));
     }
+    // a job's own option: a positive integer of ms; 0 when the job has none
+    let own = |i: usize| match fields.get(i) {
+        None | Some(Value::Int(0)) => Ok(None),
+        Some(Value::Int(ms)) if *ms > 0 => Ok(Some(Duration::from_millis(*ms as u64))),
+        Some(_) => Err(()),
+    };
+    let (Ok(timeout), Ok(visibility)) = (own(5), own(6)) else {
+        return Err(unreadable(
+            lease,
+            "timeout_ms or visibility_timeout_ms is not a whole number of ms",
+        ));
+    };
     let payload = match &fields[1] {
         Value::BulkString(b) => Bytes::from(b.clone()),
         _ => return Err(unreadable(lease, "the payload is not a string")),
@@ -2305,6 +2343,8 @@ fn parse_lease(v: Value) -> std::result::Result<Lease, Unreadable> {
         token,
         lease_until,
         partition: 0,
+        visibility,
+        timeout,
     })
 }
 
@@ -2437,6 +2477,34 @@ mod tests {
         assert_eq!(lease.token, "t0ken");
         assert_eq!((lease.attempts, lease.lease_until), (2, 1_700_000_000_000));
         assert_eq!(&lease.payload[..], b"payload");
+    }
+
+    #[test]
+    fn claim_entries_of_jobs_with_their_own_options_carry_them() {
+        let entry = |timeout: Value, visibility: Value| {
+            parse_lease(Value::Array(vec![
+                bulk(b"j1"),
+                bulk(b"p"),
+                Value::Int(1),
+                bulk(b"tok"),
+                Value::Int(5),
+                timeout,
+                visibility,
+            ]))
+        };
+        let lease = entry(Value::Int(120_000), Value::Int(0)).unwrap();
+        assert_eq!(lease.timeout, Some(Duration::from_secs(120)));
+        assert_eq!(lease.visibility, None);
+        let lease = entry(Value::Int(0), Value::Int(2000)).unwrap();
+        assert_eq!(
+            (lease.timeout, lease.visibility),
+            (None, Some(Duration::from_secs(2)))
+        );
+        // an option that is not a whole number of ms: refused, with what ends its lease
+        let bad = entry(bulk(b"soon"), Value::Int(0)).unwrap_err();
+        assert_eq!(bad.lease, Some((JobId::from("j1"), "tok".to_string())));
+        assert!(bad.reason.contains("timeout_ms"), "{}", bad.reason);
+        assert!(entry(Value::Int(-1), Value::Int(0)).is_err());
     }
 
     #[test]

@@ -806,6 +806,7 @@ pub fn add_stats(total: &mut QueueStats, s: &QueueStats) {
         paused,
         paused_at,
         histogram,
+        own,
     } = s;
     total.pending += pending;
     total.processing += processing;
@@ -852,6 +853,11 @@ pub fn add_stats(total: &mut QueueStats, s: &QueueStats) {
     };
     for (b, n) in &histogram.buckets {
         *total.histogram.buckets.entry(*b).or_default() += n;
+    }
+    total.own.reaped += own.reaped;
+    total.own.stale += own.stale;
+    for (b, n) in &own.histogram.buckets {
+        *total.own.histogram.buckets.entry(*b).or_default() += n;
     }
 }
 

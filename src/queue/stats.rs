@@ -115,6 +115,19 @@ pub struct QueueStats {
     /// When it was paused (ms), when known.
     pub paused_at: Option<i64>,
     pub histogram: Histogram,
+    /// Of `reaped`, `stale` and the histogram's acks, the ones of jobs with their own
+    /// timeout or visibility (docs/protocol.md, Per-job options): the visibility timeout
+    /// `auto` leaves them out of what it learns from.
+    pub own: OwnRuns,
+}
+
+/// The counters of jobs with their own timeout or visibility (`own_reaped`, `own_stale`,
+/// `own_h:<b>`), counted besides the queue's.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct OwnRuns {
+    pub reaped: u64,
+    pub stale: u64,
+    pub histogram: Histogram,
 }
 
 impl QueueStats {
@@ -158,9 +171,16 @@ impl QueueStats {
                 "run_now" => s.run_now = v,
                 "deleted" => s.deleted = v,
                 "cancelled" => s.cancelled = v,
+                "own_reaped" => s.own.reaped = v,
+                "own_stale" => s.own.stale = v,
                 other => {
                     if let Some(b) = other.strip_prefix("h:").and_then(|b| b.parse::<u32>().ok()) {
                         *s.histogram.buckets.entry(b).or_default() += v;
+                    } else if let Some(b) = other
+                        .strip_prefix("own_h:")
+                        .and_then(|b| b.parse::<u32>().ok())
+                    {
+                        *s.own.histogram.buckets.entry(b).or_default() += v;
                     }
                 }
             }

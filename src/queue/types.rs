@@ -135,10 +135,12 @@ impl Unique {
     }
 }
 
-/// A job's own retry settings, overriding its queue's for it alone (docs/protocol.md,
+/// A job's own settings, overriding its queue's for it alone (docs/protocol.md,
 /// *Per-job options*): stored in its hash at enqueue and read by the scripts that retry
-/// or dead-letter it. `None`: the queue's setting. The queue's stats and the operator's
-/// scaling do not look at them.
+/// or dead-letter it (the retry policy), lease it (the visibility), and handed to its
+/// worker with each lease (the visibility and the timeout). `None`: the queue's setting
+/// (for the timeout: the worker's). The queue's stats and the operator's scaling do not
+/// look at them.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct JobOptions {
     /// Claims before a failure dead-letters the job (1 to 1 000 000).
@@ -152,6 +154,13 @@ pub struct JobOptions {
     /// Announce the job's end on the queue's `done` stream and keep its hash at least this
     /// long after it ends, for a waiter ([`crate::queue::Queue::wait_for`]); 1 ms to 10^15 ms.
     pub notify: Option<Duration>,
+    /// The length of every lease of this job (claim, renewal) instead of the queue's
+    /// visibility timeout and the worker's own (1 ms to 10^15 ms).
+    pub visibility: Option<Duration>,
+    /// The longest one run of this job may take, instead of the worker's `--timeout`:
+    /// past it its worker stops it and fails it with `timed out after …` (1 ms to
+    /// 10^15 ms).
+    pub timeout: Option<Duration>,
 }
 
 // The multiplier is a finite number (validate refuses NaN before it is used).
@@ -201,6 +210,19 @@ impl JobOptions {
         {
             return bad("notify", "must be 1 ms to 10^15 ms".to_string());
         }
+        for (what, d) in [("visibility", self.visibility), ("timeout", self.timeout)] {
+            if let Some(d) = d {
+                if d.as_millis() == 0 {
+                    return bad(
+                        what,
+                        format!("{} is too short (at least 1ms)", crate::duration::format(d)),
+                    );
+                }
+                if d.as_millis() > super::settings::MAX_MS {
+                    return bad(what, "must be at most 10^15 ms".to_string());
+                }
+            }
+        }
         if let (Some(initial), Some(max)) = (self.backoff_initial, self.backoff_max)
             && max < initial
         {
@@ -233,6 +255,12 @@ impl JobOptions {
         }
         if let Some(d) = self.notify {
             out.push(("notify", d.as_millis().max(1).to_string()));
+        }
+        if let Some(d) = self.visibility {
+            out.push(("visibility_timeout_ms", d.as_millis().to_string()));
+        }
+        if let Some(d) = self.timeout {
+            out.push(("timeout_ms", d.as_millis().to_string()));
         }
         out
     }
@@ -315,6 +343,19 @@ impl NewJob {
         self.options.backoff_initial = initial;
         self.options.backoff_max = max;
         self.options.backoff_multiplier = multiplier;
+        self
+    }
+
+    /// This job's own lease length, instead of the queue's visibility timeout (and of
+    /// a worker's own): every claim and renewal of it leases it for this long.
+    pub fn visibility(mut self, visibility: Duration) -> NewJob {
+        self.options.visibility = Some(visibility);
+        self
+    }
+
+    /// The longest one run of this job may take, instead of its worker's timeout.
+    pub fn timeout(mut self, timeout: Duration) -> NewJob {
+        self.options.timeout = Some(timeout);
         self
     }
 
@@ -553,6 +594,12 @@ pub struct Lease {
     /// The partition the job was claimed from (its index in `PartitionedQueue::partitions`),
     /// where its ack, extend and fail must go; 0 for a queue that is not partitioned.
     pub partition: usize,
+    /// The job's own lease length ([`JobOptions::visibility`]), which `lease_until`
+    /// counts and every renewal of it uses whatever length the caller asks for; `None`:
+    /// the claim's (the queue's, or the worker's own).
+    pub visibility: Option<Duration>,
+    /// The job's own maximum run time ([`JobOptions::timeout`]); `None`: the worker's.
+    pub timeout: Option<Duration>,
 }
 
 impl Lease {

@@ -61,6 +61,10 @@ struct InFlight {
     abort: Option<AbortHandle>,
     /// The lease's local deadline ([`lease::deadline`]), moved by each renewal.
     deadline: Instant,
+    /// The job's own lease length ([`Lease::visibility`]): Redis leases it for this long
+    /// at every renewal whatever the call asks, so its deadline moves by this. `None`:
+    /// the worker's lease length.
+    own_len: Option<Duration>,
     /// When the handler was cancelled because the lease was lost, or because the job's
     /// cancellation was asked for (`jobqueue cancel`).
     lost_at: Option<Instant>,
@@ -102,6 +106,9 @@ struct Shared {
     /// Poked when a lease is added with a deadline earlier than the deadline watcher's
     /// next wake, or a deadline changes.
     deadlines_changed: Notify,
+    /// Poked when a lease of a job with its own lease length starts: the renewer looks
+    /// again at how soon its next round must come.
+    renewals_changed: Notify,
     /// When the deadline watcher wakes next (`None`: not before it is poked). Written by
     /// the watcher and read by `start_job` with `inflight` locked, so a new lease is
     /// either seen by the watcher's scan or compared with the wake that scan set.
@@ -403,6 +410,7 @@ where
         lease_ms: AtomicU64::new(0),
         lease_grace: config.lease_grace,
         deadlines_changed: Notify::new(),
+        renewals_changed: Notify::new(),
         watch_next: Mutex::new(None),
         retry_backoff: config.retry_backoff,
         retry_initial: config.retry_initial,
@@ -596,14 +604,19 @@ async fn claim_until_shutdown<H, F>(
             }
             Ok(claimed) => {
                 delay.reset();
-                // A replay of a claim whose reply was lost counts from that claim's send.
-                let deadline = lease::claim_deadline(sent, claimed.first_sent, lease_len);
                 let leases = claimed.leases;
                 Counters::add(&shared.counters.claimed, leases.len() as u64);
                 debug!(queue = %shared.queue_name, n = leases.len(), "claimed");
                 let mut permits = permits.into_iter();
                 for lease in leases {
                     let permit = permits.next().expect("claim returns at most n jobs");
+                    // A replay of a claim whose reply was lost counts from that claim's
+                    // send; a job with its own lease length was leased for that long.
+                    let deadline = lease::claim_deadline(
+                        sent,
+                        claimed.first_sent,
+                        lease.visibility.unwrap_or(lease_len),
+                    );
                     start_job(shared, handler, lease, deadline, permit, done);
                 }
             }
@@ -827,6 +840,7 @@ fn start_job<H, F>(
                 completing: false,
                 abort: Some(abort),
                 deadline,
+                own_len: lease.visibility,
                 lost_at: None,
                 cancelled,
                 partition: lease.partition,
@@ -840,13 +854,17 @@ fn start_job<H, F>(
     if wake_watcher {
         shared.deadlines_changed.notify_one();
     }
+    if lease.visibility.is_some() {
+        shared.renewals_changed.notify_one();
+    }
     let done = done.clone();
     let handler = handler.clone();
     let shared = shared.clone();
     // One task runs the handler and reports its outcome: a panic (even while building the
     // handler's future) is caught as one, and the deadline watcher's or the shutdown's
     // abort ends it as `Aborted`.
-    let limit = shared.timeout;
+    // The job's own maximum run time, else the worker's.
+    let limit = lease.timeout.or(shared.timeout);
     tokio::spawn(async move {
         let started = Instant::now();
         let job = lease.clone();
@@ -1191,26 +1209,40 @@ async fn queue_visibility(queue: &JobSource) -> Duration {
 }
 
 /// Renews every lease in flight in one `extend` call, at a third of the lease length
-/// (the queue's setting, re-read each round, unless the worker has its own). A reply
-/// moves each renewed lease's local deadline to the call's send time + the lease length;
-/// the call waits for its reply no longer than the earliest deadline it covers. A stale
-/// answer cancels that job's context.
+/// (the queue's setting, re-read each round, unless the worker has its own), or of the
+/// shortest own lease length of a job in flight when that is shorter (a job enqueued
+/// with its own visibility: Redis renews it by that length whatever the call asks). A
+/// reply moves each renewed lease's local deadline to the call's send time + its lease
+/// length; the call waits for its reply no longer than the earliest deadline it covers.
+/// A stale answer cancels that job's context.
 async fn renew_leases(shared: Arc<Shared>, mut visibility: Duration, stop: CancellationToken) {
     let mut delay = shared.delay();
     let mut wait = visibility / 3;
+    let mut last = Instant::now();
     loop {
-        // A reported progress moves the next renewal to within PROGRESS_DELAY.
-        let mut due = Instant::now() + wait;
+        // The next round: `wait` after the last one, sooner while a job with a shorter
+        // lease of its own is in flight (looked at again when one starts); a reported
+        // progress moves it to within PROGRESS_DELAY.
+        let mut soon: Option<Instant> = None;
         loop {
+            let mut next = match shortest_own_lease(&shared) {
+                Some(own) => last + wait.min(renewal_interval(own)),
+                None => last + wait,
+            };
+            if let Some(soon) = soon {
+                next = next.min(soon);
+            }
             tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = tokio::time::sleep_until(due) => break,
+                _ = tokio::time::sleep_until(next) => break,
+                _ = shared.renewals_changed.notified() => {}
                 _ = shared.progress_reported.notified() => {
-                    due = due.min(Instant::now() + PROGRESS_DELAY);
+                    let by = Instant::now() + PROGRESS_DELAY;
+                    soon = Some(soon.map_or(by, |s| s.min(by)));
                 }
             }
         }
-        let interval = (visibility / 3).max(Duration::from_millis(10));
+        let interval = renewal_interval(visibility);
         if shared.visibility.is_none()
             && let Ok(Ok(settings)) = tokio::time::timeout(interval, shared.queue.settings()).await
         {
@@ -1220,10 +1252,11 @@ async fn renew_leases(shared: Arc<Shared>, mut visibility: Duration, stop: Cance
                 .lease_ms
                 .store(visibility.as_millis().max(1) as u64, Ordering::Relaxed);
         }
-        let interval = (visibility / 3).max(Duration::from_millis(10));
+        let interval = renewal_interval(visibility);
         let lease_len = shared.lease_len();
         let _gate = shared.renew_gate.lock().await;
         let sent = Instant::now();
+        last = sent;
         // Leases past their deadline are the watcher's: a reply cannot save them.
         #[allow(clippy::type_complexity)]
         let held: Vec<(
@@ -1272,7 +1305,6 @@ async fn renew_leases(shared: Arc<Shared>, mut visibility: Duration, stop: Cance
                 delay.reset();
                 Counters::add(&shared.counters.renewals, 1);
                 wait = interval;
-                let renewed = lease::deadline(sent, lease_len);
                 let now = Instant::now();
                 let mut map = shared.inflight();
                 for ((id, token, _, _, sent_progress), until) in held.iter().zip(results) {
@@ -1289,6 +1321,7 @@ async fn renew_leases(shared: Arc<Shared>, mut visibility: Duration, stop: Cance
                         }
                     }
                     if until != Renewal::Stale {
+                        let renewed = lease::deadline(sent, f.own_len.unwrap_or(lease_len));
                         f.deadline = f.deadline.max(renewed);
                     }
                     if until == Renewal::Cancelled && !f.completing && f.lost_at.is_none() {
@@ -1321,6 +1354,22 @@ async fn renew_leases(shared: Arc<Shared>, mut visibility: Duration, stop: Cance
             }
         }
     }
+}
+
+/// A third of a lease length (at least 10 ms): how often a lease of that length is
+/// renewed.
+fn renewal_interval(lease: Duration) -> Duration {
+    (lease / 3).max(Duration::from_millis(10))
+}
+
+/// The shortest own lease length ([`Lease::visibility`]) of a job in flight, if any.
+fn shortest_own_lease(shared: &Shared) -> Option<Duration> {
+    shared
+        .inflight()
+        .values()
+        .filter(|f| !f.completing)
+        .filter_map(|f| f.own_len)
+        .min()
 }
 
 /// Enforces each lease's local deadline: when it passes without a renewal the lease is
