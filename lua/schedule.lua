@@ -9,7 +9,10 @@
   KEYS[4] P:{T}:dead         (not touched)
   KEYS[5] P:{T}:meta         (not touched)
   KEYS[6] P:{T}:stats        HASH  `fire`: counters enqueued, scheduled
-  KEYS[7] P:{T}:wake         LIST  `fire`: one marker per fired job, trimmed to 1024
+  KEYS[7] P:{T}:wake         LIST  `fire`: one marker per fired job; `put` (created or
+                                   changed, not paused) and `resume` (resumed): one
+                                   marker, so an idle worker wakes its schedule firer;
+                                   trimmed to 1024
   KEYS[8] P:{T}:schedules    HASH  name -> the rule, JSON (below)
   KEYS[9] P:{T}:schedule_due ZSET  name -> the schedule's next tick (ms, Redis clock);
                                    a paused schedule has no entry
@@ -28,11 +31,13 @@
           Returns 1 created, 2 changed, 0 unchanged (the same rule: due time and last tick
           are kept). A created or changed rule's next tick is, for every, the first
           multiple of the interval after now (ticks are aligned to the epoch), for cron
-          ARGV[10]; a paused one has none.
+          ARGV[10]; a paused one has none. A created or changed rule that is not paused
+          pushes one wake marker.
   rm:     ARGV[3] name. Returns 1 removed, 0 absent.
   pause:  ARGV[3] name. Returns 1 paused, 0 paused already, -1 absent.
   resume: ARGV[3] name, ARGV[4] cron: the first tick after now (ms); every: `0`.
-          Returns 1 resumed (next tick as for put), 0 running already, -1 absent.
+          Returns 1 resumed (next tick as for put, with one wake marker), 0 running
+          already, -1 absent.
   fire:   ARGV[3] n (1..100), then n quads: name, tick (the schedule's due time as read
           from KEYS[9]), cron: the tick after that tick and the first tick after now
           (ms, computed by the client; every: `0` `0`, the script computes them).
@@ -340,6 +345,12 @@ end
 local function firstAfter(t, iv)
   return (math.floor(t / iv) + 1) * iv
 end
+-- wakeFirer(): one wake marker for a schedule that now runs: the idle worker it wakes
+-- finds no job and wakes its schedule firer, which sleeps while no schedule runs
+local function wakeFirer()
+  redis.call('LPUSH', K_WAKE, '1')
+  redis.call('LTRIM', K_WAKE, '0', '1023')
+end
 -- nextTick(t, client): the rule's first tick for now: every, computed; cron, the client's
 local function startTick(t, now, client)
   if t.kind == 'every' then return firstAfter(now, tonumber(t.spec)) end
@@ -405,6 +416,8 @@ if action == 'put' then
   end
   e = expect(K_DUE, 'zset')
   if e then return e end
+  e = expect(K_WAKE, 'list')
+  if e then return e end
   effects()
   local now = clock()
   save(name, t)
@@ -412,6 +425,7 @@ if action == 'put' then
     redis.call('ZREM', K_DUE, name)
   else
     redis.call('ZADD', K_DUE, S(startTick(t, now, first)), name)
+    wakeFirer()
   end
   return old and 2 or 1
 end
@@ -445,6 +459,8 @@ if action == 'pause' or action == 'resume' then
   end
   e = expect(K_DUE, 'zset')
   if e then return e end
+  e = expect(K_WAKE, 'list')
+  if e then return e end
   effects()
   local now = clock()
   t.paused = want
@@ -453,6 +469,7 @@ if action == 'pause' or action == 'resume' then
     redis.call('ZREM', K_DUE, name)
   else
     redis.call('ZADD', K_DUE, S(startTick(t, now, first)), name)
+    wakeFirer()
   end
   return 1
 end

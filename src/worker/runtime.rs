@@ -121,6 +121,10 @@ struct Shared {
     /// Poked when this worker's fail put a job in `delayed`: an idle claim loop reads
     /// the earliest due time again.
     delayed_changed: Notify,
+    /// Poked to wake the reaper's schedule firer, which waits for it while no schedule
+    /// runs: by the reaper when its round trip found a schedule tick, and by the claim
+    /// loop when a wake marker found no job (`schedule` put and resume push one).
+    schedules_seen: Notify,
     /// In-flight leases by job id and claim token (a job can come back to this worker
     /// under a new token while an old attempt still unwinds; the leases of one
     /// settle_claim call share a token).
@@ -417,6 +421,7 @@ where
         retry_max: config.retry_max,
         poll: config.poll_interval,
         delayed_changed: Notify::new(),
+        schedules_seen: Notify::new(),
         inflight: Mutex::new(HashMap::new()),
         renew_gate: tokio::sync::Mutex::new(()),
         counters: counters.clone(),
@@ -532,6 +537,8 @@ async fn claim_until_shutdown<H, F>(
     let shutdown = &shared.shutdown;
     let mut waker = Waker::default();
     let mut delay = shared.delay();
+    // The last wait ended with a wake marker that no claim has turned into a job yet.
+    let mut marker = false;
     loop {
         let endings = shared.take_endings();
         let mut permits = Vec::new();
@@ -571,6 +578,11 @@ async fn claim_until_shutdown<H, F>(
             Ok(claimed) if claimed.leases.is_empty() => {
                 delay.reset();
                 drop(permits);
+                // A marker with no job behind it: a schedule may have been added or
+                // resumed (or a job delayed), so the idle schedule firer looks.
+                if std::mem::take(&mut marker) {
+                    shared.schedules_seen.notify_one();
+                }
                 if claimed.more {
                     // A run of orphans in front of the jobs: claim again at once.
                     continue;
@@ -589,10 +601,11 @@ async fn claim_until_shutdown<H, F>(
                 let woke = tokio::select! {
                     biased;
                     _ = shutdown.cancelled() => return,
-                    _ = shared.delayed_changed.notified() => Ok(()),
+                    _ = shared.delayed_changed.notified() => Ok(false),
                     woke = waker.wait(&shared.queue, shared.poll, until) => woke,
                 };
                 shared.set_endings_open(true);
+                marker = matches!(woke, Ok(true));
                 if let Err(err) = woke {
                     let wait = delay.next_delay();
                     shared.redis_error("waiting for jobs", &err, wait);
@@ -604,6 +617,7 @@ async fn claim_until_shutdown<H, F>(
             }
             Ok(claimed) => {
                 delay.reset();
+                marker = false;
                 let leases = claimed.leases;
                 Counters::add(&shared.counters.claimed, leases.len() as u64);
                 debug!(queue = %shared.queue_name, n = leases.len(), "claimed");
@@ -1436,11 +1450,7 @@ async fn watch_deadlines(shared: Arc<Shared>, stop: CancellationToken) {
 async fn reap_now_and_then(shared: Arc<Shared>, tuning: Timing) {
     let mut wait = reap_interval(shared.lease_len()).mul_f64(rand::random::<f64>());
     let writer = format!("reaper:{}", shared.worker_id);
-    let schedules_seen = Arc::new(tokio::sync::Notify::new());
-    let _firer = AbortOnDrop(tokio::spawn(fire_schedules_on_time(
-        shared.clone(),
-        schedules_seen.clone(),
-    )));
+    let _firer = AbortOnDrop(tokio::spawn(fire_schedules_on_time(shared.clone())));
     loop {
         tokio::select! {
             _ = shared.shutdown.cancelled() => return,
@@ -1458,7 +1468,7 @@ async fn reap_now_and_then(shared: Arc<Shared>, tuning: Timing) {
                 .await
                 .map(|(o, first_tick)| {
                     if first_tick.is_some() {
-                        schedules_seen.notify_one();
+                        shared.schedules_seen.notify_one();
                     }
                     o
                 }),
@@ -1495,10 +1505,11 @@ impl Drop for AbortOnDrop {
 /// The reaper's schedule firer (docs/protocol.md, Schedules): fires the queue's due
 /// schedules at their tick (plus up to 20 ms, so a fleet's firers do not all race for
 /// it), looking again at least every [`SCHEDULE_POLL`] while a schedule runs. When none
-/// runs it sends nothing: it waits for `seen`, which the reaper's rounds notify when
-/// their round trip found a schedule tick. Twins firing one tick make one job. Not on a
-/// partitioned queue.
-async fn fire_schedules_on_time(shared: Arc<Shared>, seen: Arc<tokio::sync::Notify>) {
+/// runs it sends nothing: it waits for `Shared::schedules_seen`, which the reaper's
+/// rounds notify when their round trip found a schedule tick, and the claim loop when a
+/// wake marker found no job (a schedule put or resumed pushes one). Twins firing one
+/// tick make one job. Not on a partitioned queue.
+async fn fire_schedules_on_time(shared: Arc<Shared>) {
     let JobSource::One(queue) = &shared.queue else {
         return;
     };
@@ -1526,7 +1537,7 @@ async fn fire_schedules_on_time(shared: Arc<Shared>, seen: Arc<tokio::sync::Noti
             },
             None => tokio::select! {
                 _ = shared.shutdown.cancelled() => return,
-                _ = seen.notified() => {}
+                _ = shared.schedules_seen.notified() => {}
             },
         }
     }
@@ -1589,18 +1600,19 @@ impl Waker {
     /// command's timeout on its own timer (to within ~100 ms), too coarse for a due time,
     /// so `until` is kept here: when it passes first, the connection is dropped with its
     /// BLPOP. A marker that BLPOP took before the drop was pushed before the claim that
-    /// follows, so that claim sees its job: no wake-up is lost.
+    /// follows, so that claim sees its job: no wake-up is lost. True when BLPOP took a
+    /// marker (always false on a partitioned queue, which has no schedule firer).
     async fn wait(
         &mut self,
         source: &JobSource,
         block: Duration,
         until: Option<Duration>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let queue = match source {
             JobSource::One(queue) => queue,
             JobSource::Partitioned(queue) => {
                 self.partitions.wait(queue, block, until).await;
-                return Ok(());
+                return Ok(false);
             }
         };
         // Taken out for the wait: a wait dropped halfway (shutdown, a poke) drops the
@@ -1616,16 +1628,18 @@ impl Waker {
         let result = match until {
             Some(until) => match tokio::time::timeout(until, blpop).await {
                 Ok(result) => result,
-                Err(_) => return Ok(()),
+                Err(_) => return Ok(false),
             },
             None => blpop.await,
         };
-        if let Err(err) = result {
-            return Err(
-                Error::from_redis(queue.name(), "BLPOP wake", err).with_user(queue.redis().user())
-            );
-        }
+        let popped = match result {
+            Ok(reply) => !matches!(reply, Value::Nil),
+            Err(err) => {
+                return Err(Error::from_redis(queue.name(), "BLPOP wake", err)
+                    .with_user(queue.redis().user()));
+            }
+        };
         self.conn = Some(conn);
-        Ok(())
+        Ok(popped)
     }
 }
