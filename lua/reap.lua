@@ -267,7 +267,7 @@ end
 -- override the queue's meta settings of the same name for that job alone. Only enqueue
 -- writes them; fail, settle_claim and reap read them where they read meta's.
 local JOB_OPTIONS = { max_attempts = true, backoff_initial_ms = true, backoff_max_ms = true,
-  backoff_multiplier = true }
+  backoff_multiplier = true, rate_key = true }
 -- jobOptions(at): the options block of enqueue's ARGV from ARGV[at] on: absent (nil, 0)
 -- unless ARGV[at] is 'options'; then name, value pairs to the end of ARGV, each name at most
 -- once. Returns the pairs as a flat list for HSET and how many ARGV the block takes, or
@@ -284,12 +284,15 @@ local function jobOptions(at)
     local name, v = ARGV[i], ARGV[i + 1]
     if not JOB_OPTIONS[name] or seen[name] then
       return nil, nil, bad('options', shown(name) .. (seen[name] and ' is given twice' or
-        ' is not an option (max_attempts, backoff_initial_ms, backoff_max_ms, backoff_multiplier)'))
+        ' is not an option (max_attempts, backoff_initial_ms, backoff_max_ms, backoff_multiplier, rate_key)'))
     end
     seen[name] = v
     local ok
     if name == 'max_attempts' then
       ok = int(v, 1, 1000000)
+    elseif name == 'rate_key' then
+      -- the key claim's per-key rate limit counts the job under (Rate limits)
+      ok = type(v) == 'string' and #v >= 1 and #v <= 256
     elseif name == 'backoff_multiplier' then
       ok = type(v) == 'string' and #v <= 24 and string.find(v, '^%d+%.?%d*$') and
         tonumber(v) >= 1 and tonumber(v) <= 1000
@@ -298,6 +301,7 @@ local function jobOptions(at)
     end
     if not ok then
       local want = name == 'max_attempts' and 'an integer 1..1000000' or
+        name == 'rate_key' and 'a key of 1..256 bytes' or
         (name == 'backoff_multiplier' and 'a decimal number 1..1000' or 'an integer 0..10^15 ms')
       return nil, nil, bad(name, 'expected ' .. want .. ', got ' .. shown(v))
     end
