@@ -21,10 +21,14 @@ Examples:
   jobqueue enqueue --tag emails --file job.json
   jobqueue enqueue --tag emails --id-hex 626164ff --file job.json   # an id of any bytes
   jobqueue enqueue --tag emails --stdin < jobs.ndjson     # one payload per line
+  jobqueue enqueue --tag emails --rate-key customer-42 '{...}'   # per-key rate limit
   jobqueue enqueue --tag emails --partitions 6 --partition-key ada@example.com '{...}'
 
 Prints the job id (one per line with --stdin --print-ids, else a count). With --id, an
 id that already exists is left unchanged and reported on stderr.
+
+--rate-key counts the job under a key for the queue's per-key rate limit (`jobqueue
+configure --rate-limit-per-key 5/1s`): one key cannot use the whole queue.
 
 --max-attempts and --backoff-* set this job's own retry policy, each instead of the
 queue's setting (`jobqueue configure`) for this job alone; they are kept in its hash.
@@ -85,6 +89,11 @@ pub struct EnqueueArgs {
         help_heading = "This job's own retry policy (instead of the queue's)"
     )]
     pub backoff_multiplier: Option<f64>,
+    /// Count this job (every job of the call) under this key for the queue's per-key
+    /// rate limit (`jobqueue configure --rate-limit-per-key`), e.g. a customer id: 1 to
+    /// 256 bytes.
+    #[arg(long, value_name = "KEY")]
+    pub rate_key: Option<String>,
     /// With --stdin: print each new job's id instead of a count.
     #[arg(long, requires = "stdin")]
     pub print_ids: bool,
@@ -130,6 +139,7 @@ impl EnqueueArgs {
             backoff_initial: self.backoff_initial,
             backoff_max: self.backoff_max,
             backoff_multiplier: self.backoff_multiplier,
+            rate_key: self.rate_key.clone(),
         }
     }
 }

@@ -146,6 +146,7 @@ pub async fn run(args: ScheduleArgs) -> anyhow::Result<()> {
                     backoff_initial: a.backoff_initial,
                     backoff_max: a.backoff_max,
                     backoff_multiplier: None,
+                    rate_key: None,
                 },
                 missed: Missed::parse(&a.missed)?,
                 paused: a.paused,

@@ -16,6 +16,7 @@ use super::keys::{QueueKeys, validate_id};
 use super::partitions::{DRAIN_PARTITIONS_FIELD, PARTITIONS_FIELD, PartitionRecord};
 use super::scripts::{SCRIPTS, Script};
 use super::settings::{DURABILITY_FIELD, QueueSettings};
+use super::rate_limit::{RateLimit, RateLimits};
 use super::stats::QueueStats;
 use super::types::*;
 
@@ -549,7 +550,7 @@ impl Queue {
         let (reply, unconfirmed) = self.run_replicated(&SCRIPTS.claim, &cmd).await?;
         let (jobs, more) = match reply {
             Value::Array(reply) => match <[Value; 2]>::try_from(reply) {
-                Ok([Value::Array(jobs), Value::Int(more)]) => (jobs, more == 1),
+                Ok([Value::Array(jobs), Value::Int(more)]) => (jobs, more),
                 Ok(other) => return Err(self.protocol("claim", format!("{other:?}"))),
                 Err(reply) => return Err(self.protocol("claim", format!("{reply:?}"))),
             },
@@ -558,7 +559,8 @@ impl Queue {
         let leases = self.take_leases(jobs).await;
         Ok(Claimed {
             leases,
-            more,
+            more: more == 1,
+            rate_wait: rate_wait(more),
             first_sent: None,
             unconfirmed,
         })
@@ -746,6 +748,7 @@ impl Queue {
             claimed: Claimed {
                 leases,
                 more: more == 1,
+                rate_wait: rate_wait(more),
                 first_sent: None,
                 unconfirmed,
             },
@@ -1305,6 +1308,52 @@ impl Queue {
             .await
             .map_err(|e| self.err_on("HSET meta", &self.keys.meta, e))?;
         Ok(())
+    }
+
+    /// Set or remove the queue's rate limits (docs/protocol.md, *Rate limits*): `None`
+    /// leaves a limit as it is, `Some(None)` removes it, `Some(Some(limit))` sets it. The
+    /// next claim keeps the new limit.
+    pub async fn set_rate_limits(
+        &self,
+        queue: Option<Option<RateLimit>>,
+        per_key: Option<Option<RateLimit>>,
+    ) -> Result<()> {
+        let mut set: Vec<(&str, String)> = Vec::new();
+        let mut remove: Vec<&str> = Vec::new();
+        for (field, change) in [
+            (super::rate_limit::RATE_LIMIT_FIELD, queue),
+            (super::rate_limit::RATE_LIMIT_PER_KEY_FIELD, per_key),
+        ] {
+            match change {
+                Some(Some(limit)) => {
+                    RateLimit::new(limit.max, limit.per).map_err(|reason| {
+                        Error::InvalidArgument {
+                            what: "rate limit",
+                            reason,
+                        }
+                    })?;
+                    set.push((field, limit.to_field()));
+                }
+                Some(None) => remove.push(field),
+                None => {}
+            }
+        }
+        self.write_meta(&set).await?;
+        if !remove.is_empty() {
+            let mut conn = self.redis.clone();
+            let _: Value = redis::cmd("HDEL")
+                .arg(&self.keys.meta)
+                .arg(&remove)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| self.err_on("HDEL meta", &self.keys.meta, e))?;
+        }
+        Ok(())
+    }
+
+    /// The queue's rate limits, as the scripts read them from `meta`.
+    pub async fn rate_limits(&self) -> Result<RateLimits> {
+        Ok(RateLimits::from_fields(&self.meta_fields().await?))
     }
 
     /// Take the queue's tuning turn for `hold`: `SET <queue>:tuning <holder> NX PX`, in
@@ -2013,6 +2062,12 @@ fn info_from_fields(id: &[u8], fields: &HashMap<String, Vec<u8>>) -> JobInfo {
         worker: text("worker").or(lease.map(|l| l.1)),
         errors: AttemptError::from_fields(fields),
     }
+}
+
+/// A claim's `more` below 0: the queue's rate limit left no slot, the next opens in
+/// -more ms (docs/protocol.md, *Rate limits*).
+fn rate_wait(more: i64) -> Option<Duration> {
+    (more < 0).then(|| Duration::from_millis(more.unsigned_abs()))
 }
 
 /// The claimed_at (ms) and the worker a claim_token carries: claim writes it as

@@ -38,6 +38,9 @@ pub struct JobOptions {
     pub backoff_max: Option<Duration>,
     /// Each retry's delay is the previous one's times this (1 to 1000).
     pub backoff_multiplier: Option<f64>,
+    /// The key the queue's per-key rate limit counts this job under (1 to 256 bytes,
+    /// e.g. a customer id): claim sets a job aside while its key has no slot left.
+    pub rate_key: Option<String>,
 }
 
 // The multiplier is a finite number (validate refuses NaN before it is used).
@@ -82,6 +85,9 @@ impl JobOptions {
                 return bad(what, "must be at most 10^15 ms".to_string());
             }
         }
+        if let Some(key) = &self.rate_key {
+            super::rate_limit::validate_rate_key(key)?;
+        }
         if let (Some(initial), Some(max)) = (self.backoff_initial, self.backoff_max)
             && max < initial
         {
@@ -111,6 +117,9 @@ impl JobOptions {
         }
         if let Some(m) = self.backoff_multiplier {
             out.push(("backoff_multiplier", super::settings::format_multiplier(m)));
+        }
+        if let Some(key) = &self.rate_key {
+            out.push(("rate_key", key.clone()));
         }
         out
     }
@@ -177,6 +186,12 @@ impl NewJob {
     }
 
     /// All of this job's own options at once.
+    /// Count this job under `key` for the queue's per-key rate limit.
+    pub fn rate_key(mut self, key: impl Into<String>) -> NewJob {
+        self.options.rate_key = Some(key.into());
+        self
+    }
+
     pub fn options(mut self, options: JobOptions) -> NewJob {
         self.options = options;
         self
@@ -503,6 +518,10 @@ pub struct Claimed {
     /// 100 due delayed jobs) with fewer leases than asked: claim again at once instead of
     /// waiting for a wake marker.
     pub more: bool,
+    /// The queue's rate limit had no claim slot left when the call ended: the next one
+    /// opens this long from the call (on the Redis clock). Claiming before then leases
+    /// nothing.
+    pub rate_wait: Option<Duration>,
     /// Set when the call carried the request id of an earlier claim whose reply was lost
     /// on every try: when that claim was first sent. Redis answers such a call with the
     /// leases the earlier claim made (they end one visibility after it reached Redis, not
