@@ -6,7 +6,7 @@
 //! way a partition does (`proxy`) or lose the replies of chosen requests
 //! (`reply_dropper`), moving a Cluster slot between nodes key by key (`slot_migration`),
 //! the web console and its browser scenarios (`console`),
-//! the process table (`procs`), and the workers' own records of the runs of jobs that
+//! the process table (`procs`), a fleet of workers under a rate limit (`rate_limits`), and the workers' own records of the runs of jobs that
 //! the chaos tallies count (`runs`).
 //! Every test binary includes it with `mod support;` and uses a part.
 #![allow(dead_code)]
@@ -18,6 +18,7 @@ pub mod fixtures;
 pub mod mock_api;
 pub mod procs;
 pub mod proxy;
+pub mod rate_limits;
 pub mod redis;
 pub mod reply_dropper;
 pub mod runs;
