@@ -1915,13 +1915,22 @@ impl Consumer {
     pub async fn next_jobs(&mut self, n: usize, timeout: Duration) -> Result<Vec<Lease>> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let leases = self.queue.claim(n, &self.worker, self.visibility).await?;
+            let claimed = self
+                .queue
+                .claim_rounds(n, &self.worker, self.visibility)
+                .await?;
+            let leases = claimed.leases;
             if !leases.is_empty() {
                 return Ok(leases);
             }
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             if left.is_zero() {
                 return Ok(leases);
+            }
+            // The rate limit: no claim before its next slot opens.
+            if let Some(wait) = claimed.rate_wait {
+                tokio::time::sleep(wait.min(left)).await;
+                continue;
             }
             // Unreadable: wait the full time, the next claim will say what is wrong.
             let due_in = self.queue.next_due_in().await.ok().flatten();
