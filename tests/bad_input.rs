@@ -293,6 +293,12 @@ const ROWS: &[Row] = &[
     row("schedule-missed-word", &["schedule", "add", "--redis", "{url}", "--tag", "bi", "s", "--every", "1s", "--missed", "all", "x"], 2, "[possible values: skip, once]"),
     row("schedule-name", &["schedule", "add", "--redis", "{url}", "--tag", "bi", "a b", "--every", "1s", "x"], 2, "invalid schedule name: \"a b\": expected 1..200 characters"),
     row("schedule-absent", &["schedule", "rm", "--redis", "{url}", "--tag", "bi", "nope"], 1, "no schedule nope on jq:{bi}"),
+    row("rate-limit-zero", &["configure", "--redis", "{url}", "--tag", "bi", "--rate-limit", "0/1s"], 2, "the most claims per window must be 1 to 1000000"),
+    row("rate-limit-zero-window", &["configure", "--redis", "{url}", "--tag", "bi", "--rate-limit", "10/0s"], 2, "the window must be at least 1ms"),
+    row("rate-limit-shape", &["configure", "--redis", "{url}", "--tag", "bi", "--rate-limit", "abc"], 2, "is not a rate limit: write <claims>/<window>, e.g. 100/1s"),
+    row("rate-limit-no-unit", &["configure", "--redis", "{url}", "--tag", "bi", "--rate-limit", "10/1"], 2, "has no unit"),
+    row("rate-limit-per-key-no-value", &["configure", "--redis", "{url}", "--tag", "bi", "--rate-limit-per-key"], 2, "a value is required for '--rate-limit-per-key <N/WINDOW>'"),
+    row("rate-key-empty", &["enqueue", "--redis", "{url}", "--tag", "bi", "--rate-key", "", "x"], 2, "invalid rate key: 0 bytes: a rate key is 1 to 256 bytes"),
 ];
 
 /// Rows of the library and the protocol (no process, no exit code: the doc says `-`):
