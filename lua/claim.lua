@@ -5,7 +5,8 @@
   KEYS[2] P:{T}:processing   ZSET  id -> lease_until
   KEYS[3] P:{T}:delayed      ZSET  id -> run_at
   KEYS[4] P:{T}:dead         ZSET  (not touched)
-  KEYS[5] P:{T}:meta         HASH  visibility_timeout_ms (read when ARGV[4] is 0)
+  KEYS[5] P:{T}:meta         HASH  visibility_timeout_ms (read when ARGV[4] is 0), paused,
+                                   rate_limit, rate_limit_per_key
   KEYS[6] P:{T}:stats        HASH  counters claimed, orphans, set_aside, wrong_type
   KEYS[7] P:{T}:wake         LIST  emptied when pending ran dry in the call (claim pushes none)
   KEYS[8] P:{T}:orphans      ZSET  id -> ms it was set aside (ids whose job hash is absent);
@@ -31,7 +32,9 @@
            claim_token written), empty when nothing
            was claimed; more is the integer 1 when the call stopped at one of its bounds
            with fewer than n jobs and ready work may be left (call again at once rather
-           than wait for a wake marker), else 0.
+           than wait for a wake marker), else 0; or below 0 under a rate limit
+           (see Rate limits below): no claim slot was left when the call ended, the
+           next opens -more ms from now: call again then.
 
   Retry-safe: a claim that leased jobs records its ids and tokens in KEYS[9], after a
   head naming its more, n, visibility (ARGV[4] as a number, 0 for meta's) and worker
@@ -67,8 +70,19 @@
   counter) is undone before it fails.
 
   Paused queue: while meta (KEYS[5]) holds the field `paused` (see manage.lua), the call
-  leases and promotes nothing (one HEXISTS of meta per call), empties wake and answers
+  leases and promotes nothing (read with the rate limits in one HMGET of meta per call), empties wake and answers
   no job with more 0.
+  Rate limits (docs/protocol.md, Rate limits): meta `rate_limit` = <max>/<ms> caps the
+  jobs leased in any window of ms, across every caller, logged in P:{T}:rate (ZSET,
+  member <claimed_at>:<seq>, score claimed_at; built from ARGV[1] as workers is); a gate
+  before anything is popped cuts n to the slots left, and with none leases and promotes
+  nothing (counted `rate_limited`); a call that ends with no slot left answers more =
+  -(ms until the next). meta `rate_limit_per_key` caps the jobs of each job `rate_key`
+  alike (log P:{T}:rate:key:<key>): a job popped (or promoted) whose key has no slot
+  left goes to delayed at its key's next slot (status delayed, run_at; 1 ms later per
+  job of the key set aside before it in the call; no attempt charged; counted
+  `rate_deferred`) and the call goes on within its n + 100 bound. A stored limit of
+  another shape is no limit. The record keeps a negative more as 0.
   Workers: every call (paused or not, whether it leased anything) scores the worker now
   in P:{T}:workers (ZSET, the key built from ARGV[1] with `job:` replaced by `workers`;
   reap forgets workers unseen for an hour; a wrong-typed key is left as it is).
@@ -227,7 +241,9 @@ end
 -- jobs to worker (the c-th gets the caller's token ARGV[tokenAt + c]; with flat, every
 -- lease gets the caller's token tokenAt itself), set aside or drop orphans, empty wake
 -- when pending ran dry; on a paused queue (meta's `paused` field) it leases and promotes
--- nothing and empties wake. Every call scores worker now in P:{T}:workers (built from
+-- nothing and empties wake; under meta's rate limits it cuts n to the queue's slots left
+-- (a gate before any pop), sets aside the jobs whose rate key has no slot left (right
+-- after the pop) and answers more = -(ms to the next slot) when none is left. Every call scores worker now in P:{T}:workers (built from
 -- the job-key prefix, as the request records' keys). nS is n as Redis reads a count; vis 0 means meta's
 -- visibility_timeout_ms (read only when a job is leased). check(nc, orphans), when given,
 -- runs after the reads and before the first write but the RPOPs: an error it returns

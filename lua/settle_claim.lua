@@ -8,7 +8,8 @@
   KEYS[2] P:{T}:processing   ZSET  id -> lease_until: leases made and ended
   KEYS[3] P:{T}:delayed      ZSET  id -> run_at: due jobs promoted, retries with a backoff
   KEYS[4] P:{T}:dead         ZSET  id -> died_at: failures dead-lettered
-  KEYS[5] P:{T}:meta         HASH  visibility_timeout_ms (when ARGV[4] is 0),
+  KEYS[5] P:{T}:meta         HASH  paused, rate_limit, rate_limit_per_key,
+                                   visibility_timeout_ms (when ARGV[4] is 0),
                                    completed_retention_ms, max_attempts, backoff_* (the
                                    last two overridden by the job hash's fields of the
                                    same names, its per-job options)
@@ -36,7 +37,7 @@
   then           f quintuples: id, token, error, mode, backoff (as fail: mode `retry`,
                  `dead` or `release`; backoff -1..10^15, -1 = meta policy)
 
-  Returns: one flat array: more (1 or 0, as claim); the token of every lease this call
+  Returns: one flat array: more (1, 0, or below 0 for a rate limit's wait, as claim); the token of every lease this call
            made (the claim_token written, '' when it made none); then a integers, the
            ack results in ack order (1 acked or 0 stale, as ack); then f strings, the
            fail outcomes in fail order (the new status `pending`, `delayed` or `dead`,
@@ -74,8 +75,11 @@
   A failed call leaves every key as it was, as claim.
 
   Paused queue: while meta (KEYS[5]) holds the field `paused` (see manage.lua), its claim
-  part leases and promotes nothing (one HEXISTS of meta per call), empties wake and answers
+  part leases and promotes nothing (read with the rate limits in one HMGET of meta per call), empties wake and answers
   no job with more 0; its acks and fails are applied as ever.
+  Rate limits: the claim part keeps the queue's and the per-key rate limits exactly as
+  claim does (see claim.lua), its acks and fails applied as ever. The record keeps a
+  negative more as 0.
   Workers: every call (paused or not, whether it leased anything) scores the worker now
   in P:{T}:workers (ZSET, the key built from ARGV[1] with `job:` replaced by `workers`;
   reap forgets workers unseen for an hour; a wrong-typed key is left as it is).
@@ -416,7 +420,9 @@ end
 -- jobs to worker (the c-th gets the caller's token ARGV[tokenAt + c]; with flat, every
 -- lease gets the caller's token tokenAt itself), set aside or drop orphans, empty wake
 -- when pending ran dry; on a paused queue (meta's `paused` field) it leases and promotes
--- nothing and empties wake. Every call scores worker now in P:{T}:workers (built from
+-- nothing and empties wake; under meta's rate limits it cuts n to the queue's slots left
+-- (a gate before any pop), sets aside the jobs whose rate key has no slot left (right
+-- after the pop) and answers more = -(ms to the next slot) when none is left. Every call scores worker now in P:{T}:workers (built from
 -- the job-key prefix, as the request records' keys). nS is n as Redis reads a count; vis 0 means meta's
 -- visibility_timeout_ms (read only when a job is leased). check(nc, orphans), when given,
 -- runs after the reads and before the first write but the RPOPs: an error it returns

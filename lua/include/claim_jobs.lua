@@ -3,7 +3,9 @@
 -- jobs to worker (the c-th gets the caller's token ARGV[tokenAt + c]; with flat, every
 -- lease gets the caller's token tokenAt itself), set aside or drop orphans, empty wake
 -- when pending ran dry; on a paused queue (meta's `paused` field) it leases and promotes
--- nothing and empties wake. Every call scores worker now in P:{T}:workers (built from
+-- nothing and empties wake; under meta's rate limits it cuts n to the queue's slots left
+-- (a gate before any pop), sets aside the jobs whose rate key has no slot left (right
+-- after the pop) and answers more = -(ms to the next slot) when none is left. Every call scores worker now in P:{T}:workers (built from
 -- the job-key prefix, as the request records' keys). nS is n as Redis reads a count; vis 0 means meta's
 -- visibility_timeout_ms (read only when a job is leased). check(nc, orphans), when given,
 -- runs after the reads and before the first write but the RPOPs: an error it returns
