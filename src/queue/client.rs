@@ -1285,9 +1285,16 @@ impl Queue {
     pub async fn configure(&self, settings: &QueueSettings) -> Result<()> {
         settings.validate()?;
         let mut conn = self.redis.clone();
-        let _: Value = redis::cmd("HSET")
+        let mut pipe = redis::pipe();
+        pipe.cmd("HSET")
             .arg(&self.keys.meta)
             .arg(settings.to_fields())
+            .ignore();
+        let absent = settings.absent_fields();
+        if !absent.is_empty() {
+            pipe.cmd("HDEL").arg(&self.keys.meta).arg(absent).ignore();
+        }
+        let _: () = pipe
             .query_async(&mut conn)
             .await
             .map_err(|e| self.err_on("HSET meta", &self.keys.meta, e))?;
@@ -1981,6 +1988,10 @@ fn meta_holds(meta: &HashMap<String, String>, settings: &QueueSettings) -> bool 
         .to_fields()
         .iter()
         .all(|(name, value)| meta.get(*name) == Some(value))
+        && settings
+            .absent_fields()
+            .iter()
+            .all(|name| !meta.contains_key(*name))
 }
 
 /// Whether a reap call would change anything, judged from what one round trip saw: an

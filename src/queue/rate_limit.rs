@@ -155,7 +155,7 @@ mod tests {
             ("abc", "not a rate limit"),
             ("10", "not a rate limit"),
             ("-1/1s", "not a rate limit"),
-            ("10/1", "not a duration"),
+            ("10/1", "has no unit"),
             ("10/1.5ms", "whole milliseconds"),
             ("2000000/1s", "must be 1 to"),
         ] {
