@@ -234,3 +234,27 @@ async fn limits_hold_on_a_cluster() {
         "customer-1's other jobs wait for its next slot"
     );
 }
+
+#[tokio::test]
+async fn the_cli_sets_and_removes_the_limits() {
+    let server = RedisServer::start();
+    let queue = server.queue("cli").await;
+    let jobqueue = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_jobqueue"))
+            .args(["configure", "--redis", &server.url(), "--tag", "cli", "--create"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let shown = jobqueue(&["--rate-limit", "3/1h", "--rate-limit-per-key", "5/1s"]);
+    assert!(shown.contains("rate limit            3/1h"), "{shown}");
+    assert!(shown.contains("rate limit per key    5/1s"), "{shown}");
+    enqueue(&queue, 5, None).await;
+    assert_eq!(queue.claim_batch(5, "w", None).await.unwrap().leases.len(), 3);
+    jobqueue(&["--rate-limit", "off"]);
+    let limits = queue.rate_limits().await.unwrap();
+    assert_eq!((limits.queue, limits.per_key), (None, Some(limit("5/1s"))));
+    assert_eq!(queue.claim_batch(5, "w", None).await.unwrap().leases.len(), 2);
+}
