@@ -15,6 +15,8 @@ pub const RATE_LIMIT_FIELD: &str = "rate_limit";
 pub const RATE_LIMIT_PER_KEY_FIELD: &str = "rate_limit_per_key";
 /// The most claims a limit allows per window (the scripts ignore a larger stored one).
 pub const MAX_RATE: u32 = 1_000_000;
+/// The longest window, in ms: 10^15, the largest time the protocol takes.
+const MAX_WINDOW_MS: u128 = 1_000_000_000_000_000;
 /// The longest rate key, in bytes (a job option, as enqueue takes it).
 pub const MAX_RATE_KEY: usize = 256;
 
@@ -40,7 +42,7 @@ impl RateLimit {
                 crate::duration::format(per)
             ));
         }
-        if per.as_millis() > super::settings::MAX_MS {
+        if per.as_millis() > MAX_WINDOW_MS {
             return Err("the window must be at most 10^15 ms".to_string());
         }
         if per.subsec_nanos() % 1_000_000 != 0 {
