@@ -102,7 +102,14 @@ impl Server {
             .unwrap();
         text.lines()
             .filter(|l| !l.starts_with("cmdstat_info:") && !l.starts_with("cmdstat_config"))
-            .filter_map(|l| l.split_once(":calls=")?.1.split(',').next()?.parse::<u64>().ok())
+            .filter_map(|l| {
+                l.split_once(":calls=")?
+                    .1
+                    .split(',')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
             .sum()
     }
 
@@ -338,7 +345,14 @@ impl Bull {
     }
 
     /// `process` with BullMQ's limiter: at most `max` jobs per `per`.
-    fn limited(&self, s: &mut Server, jobs: usize, concurrency: usize, max: u32, per: Duration) -> (Run, u64) {
+    fn limited(
+        &self,
+        s: &mut Server,
+        jobs: usize,
+        concurrency: usize,
+        max: u32,
+        per: Duration,
+    ) -> (Run, u64) {
         self.enqueue(s, jobs, 1000);
         s.reset_stats();
         let cpu = s.cpu();

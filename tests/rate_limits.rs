@@ -48,7 +48,10 @@ async fn ten_a_second_across_eight_workers_over_ten_seconds() {
         .await
         .unwrap();
     let mut conn = server.conn();
-    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut conn).unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut conn)
+        .unwrap();
     let fleet = Fleet::start(&queue, 8, 2);
     let t0 = eventually("the first claim", async || {
         fleet.claims().iter().map(|c| c.at_ms).min()
@@ -202,7 +205,10 @@ async fn without_a_limit_claim_and_ack_run_no_rate_command() {
     let queue = server.queue("free").await;
     enqueue(&queue, 5, Some("customer-1")).await;
     let mut conn = server.conn();
-    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut conn).unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut conn)
+        .unwrap();
     let claimed = queue.claim_batch(5, "w", None).await.unwrap();
     assert_eq!(claimed.leases.len(), 5);
     for lease in &claimed.leases {
@@ -241,7 +247,14 @@ async fn the_cli_sets_and_removes_the_limits() {
     let queue = server.queue("cli").await;
     let jobqueue = |args: &[&str]| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_jobqueue"))
-            .args(["configure", "--redis", &server.url(), "--tag", "cli", "--create"])
+            .args([
+                "configure",
+                "--redis",
+                &server.url(),
+                "--tag",
+                "cli",
+                "--create",
+            ])
             .args(args)
             .output()
             .unwrap();
@@ -252,9 +265,15 @@ async fn the_cli_sets_and_removes_the_limits() {
     assert!(shown.contains("rate limit            3/1h"), "{shown}");
     assert!(shown.contains("rate limit per key    5/1s"), "{shown}");
     enqueue(&queue, 5, None).await;
-    assert_eq!(queue.claim_batch(5, "w", None).await.unwrap().leases.len(), 3);
+    assert_eq!(
+        queue.claim_batch(5, "w", None).await.unwrap().leases.len(),
+        3
+    );
     jobqueue(&["--rate-limit", "off"]);
     let limits = queue.rate_limits().await.unwrap();
     assert_eq!((limits.queue, limits.per_key), (None, Some(limit("5/1s"))));
-    assert_eq!(queue.claim_batch(5, "w", None).await.unwrap().leases.len(), 2);
+    assert_eq!(
+        queue.claim_batch(5, "w", None).await.unwrap().leases.len(),
+        2
+    );
 }

@@ -121,7 +121,9 @@ async fn a_rate_limit_caps_the_replicas_at_what_it_keeps_busy() {
     assert_eq!(seen.scales, vec![5]);
     let status = &seen.statuses[0];
     assert_eq!(status.desired_replicas, Some(5));
-    let c = status.condition("RateLimited").expect("a RateLimited condition");
+    let c = status
+        .condition("RateLimited")
+        .expect("a RateLimited condition");
     assert_eq!(
         (c.status.as_str(), c.reason.as_str(), c.message.as_str()),
         (

@@ -460,9 +460,10 @@ pub async fn run(args: ConfigureArgs) -> anyhow::Result<()> {
         }
         fields.insert("visibility".into(), visibility_json(&record));
         let rate = |l: Option<RateLimit>| {
-            l.map_or(serde_json::Value::Null, |l| {
-                serde_json::json!({"max": l.max, "per_ms": l.per.as_millis() as u64})
-            })
+            l.map_or(
+                serde_json::Value::Null,
+                |l| serde_json::json!({"max": l.max, "per_ms": l.per.as_millis() as u64}),
+            )
         };
         fields.insert("rate_limit".into(), rate(rates.queue));
         fields.insert("rate_limit_per_key".into(), rate(rates.per_key));

@@ -839,7 +839,11 @@ async fn scale_workers(
     let held = pause::pause_of(q.jq).or_else(|| stats.paused.then_some(Hold::QueuePaused));
     let capacity = rate_limit.and_then(|limit| {
         let processing = stats.histogram.quantile(status::RATE_CAP_QUANTILE)?;
-        Some(scaling::rate_capacity(limit, processing, policy.concurrency))
+        Some(scaling::rate_capacity(
+            limit,
+            processing,
+            policy.concurrency,
+        ))
     });
     let capped = policy.capped(capacity.as_ref());
     let verdict = scaling::rate_verdict(&capped, backlog, capacity);

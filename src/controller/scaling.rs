@@ -170,7 +170,9 @@ pub fn rate_capacity(
 ) -> RateCapacity {
     let jobs = u128::from(limit.max) * processing.as_micros();
     let slots = limit.per.as_micros().max(1) * u128::from(concurrency.max(1));
-    let replicas = i32::try_from(jobs.div_ceil(slots)).unwrap_or(i32::MAX).max(1);
+    let replicas = i32::try_from(jobs.div_ceil(slots))
+        .unwrap_or(i32::MAX)
+        .max(1);
     RateCapacity {
         limit,
         processing,

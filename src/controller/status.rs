@@ -545,7 +545,13 @@ pub fn rate_limited(
         ),
         Some(v) => {
             let c = v.capacity;
-            let replicas = |n: i64| if n == 1 { "1 replica".to_string() } else { format!("{n} replicas") };
+            let replicas = |n: i64| {
+                if n == 1 {
+                    "1 replica".to_string()
+                } else {
+                    format!("{n} replicas")
+                }
+            };
             let numbers = format!(
                 "rate limit {limit} ({} claims/s) × processing time {} (p90) ÷ concurrency {} \
                  keeps {} busy; the backlog asks for {}",

@@ -14,9 +14,9 @@ use super::durability::{Durability, Unconfirmed};
 use super::error::{Error, Result};
 use super::keys::{QueueKeys, validate_id};
 use super::partitions::{DRAIN_PARTITIONS_FIELD, PARTITIONS_FIELD, PartitionRecord};
+use super::rate_limit::{RateLimit, RateLimits};
 use super::scripts::{SCRIPTS, Script};
 use super::settings::{DURABILITY_FIELD, QueueSettings};
-use super::rate_limit::{RateLimit, RateLimits};
 use super::stats::QueueStats;
 use super::types::*;
 

@@ -84,9 +84,7 @@ impl FromStr for RateLimit {
 
     fn from_str(s: &str) -> Result<RateLimit, String> {
         let shape = || {
-            format!(
-                "{s:?} is not a rate limit: write <claims>/<window>, e.g. 100/1s or 5/500ms"
-            )
+            format!("{s:?} is not a rate limit: write <claims>/<window>, e.g. 100/1s or 5/500ms")
         };
         let (max, per) = s.trim().split_once('/').ok_or_else(shape)?;
         let max: u32 = max.trim().parse().map_err(|_| shape())?;
@@ -168,7 +166,16 @@ mod tests {
 
     #[test]
     fn stored_values_the_scripts_ignore_read_as_none() {
-        for v in ["", "abc", "0/1000", "10/0", "1e3/1000", " 5/1000", "5/-1", "2000000/1"] {
+        for v in [
+            "",
+            "abc",
+            "0/1000",
+            "10/0",
+            "1e3/1000",
+            " 5/1000",
+            "5/-1",
+            "2000000/1",
+        ] {
             assert_eq!(RateLimit::from_field(v), None, "{v:?}");
         }
     }

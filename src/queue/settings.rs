@@ -97,7 +97,10 @@ impl QueueSettings {
         if self.backoff_max < self.backoff_initial {
             return bad("backoff max", "must not be below the initial backoff");
         }
-        for limit in [self.rate_limit, self.rate_limit_per_key].into_iter().flatten() {
+        for limit in [self.rate_limit, self.rate_limit_per_key]
+            .into_iter()
+            .flatten()
+        {
             if let Err(reason) = RateLimit::new(limit.max, limit.per) {
                 return Err(Error::InvalidArgument {
                     what: "rate limit",
@@ -124,10 +127,7 @@ impl QueueSettings {
             ("dead_max_len", self.dead_max_len.to_string()),
         ]
         .into_iter()
-        .chain(
-            self.rate_limit
-                .map(|l| (RATE_LIMIT_FIELD, l.to_field())),
-        )
+        .chain(self.rate_limit.map(|l| (RATE_LIMIT_FIELD, l.to_field())))
         .chain(
             self.rate_limit_per_key
                 .map(|l| (RATE_LIMIT_PER_KEY_FIELD, l.to_field())),
