@@ -31,7 +31,7 @@ impl RateLimit {
     /// A limit the scripts take: `max` 1 to [`MAX_RATE`], `per` whole ms from 1 ms to
     /// 10^15 ms; the error names what is wrong.
     pub fn new(max: u32, per: Duration) -> Result<RateLimit, String> {
-        if max < 1 || max > MAX_RATE {
+        if !(1..=MAX_RATE).contains(&max) {
             return Err(format!(
                 "{max} claims per window: the most claims per window must be 1 to {MAX_RATE}"
             ));
@@ -45,7 +45,7 @@ impl RateLimit {
         if per.as_millis() > MAX_WINDOW_MS {
             return Err("the window must be at most 10^15 ms".to_string());
         }
-        if per.subsec_nanos() % 1_000_000 != 0 {
+        if !per.subsec_nanos().is_multiple_of(1_000_000) {
             return Err(format!(
                 "a window of {}: the window is whole milliseconds",
                 crate::duration::format(per)
