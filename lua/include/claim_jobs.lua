@@ -2,7 +2,8 @@
 -- claim (docs/protocol.md) on KEYS[1..8]: promote due delayed jobs, lease up to n ready
 -- jobs to worker (the c-th gets the caller's token ARGV[tokenAt + c]; with flat, every
 -- lease gets the caller's token tokenAt itself), set aside or drop orphans, empty wake
--- when pending ran dry; on a paused queue (meta's `paused` field) it leases and promotes
+-- when pending ran dry, release the unique key of each leased job that holds one until
+-- it starts (docs/protocol.md, Unique keys); on a paused queue (meta's `paused` field) it leases and promotes
 -- nothing and empties wake; under meta's rate limits it cuts n to the queue's slots left
 -- (a gate before any pop), sets aside the jobs whose rate key has no slot left (right
 -- after the pop) and answers more = -(ms to the next slot) when none is left. Every call scores worker now in P:{T}:workers (built from
@@ -153,10 +154,12 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   end
   local promo, promoAtt, promoSet = due, nil, due -- empty unless something is due
   if #due > 0 then promo, promoAtt, promoSet = {}, {}, {} end
+  local promoUni = nil       -- by index in promo: a unique key released at the claim
   for i = 1, #due do
     local id = due[i]
     local key = prefix .. id
-    local h = redis.pcall('HMGET', key, 'status', 'attempts', 'rate_key')
+    local h = redis.pcall('HMGET', key, 'status', 'attempts', 'unique_key', 'unique_mode',
+      'rate_key')
     if h.err then
       if not wrongTyped(h) then return nil, failure(h, key, 'hash') end
       -- a job key that is not a hash: set aside, the queue keeps flowing
@@ -166,7 +169,11 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     elseif h[1] == 'delayed' then
       promo[#promo + 1] = id
       promoAtt[#promo] = h[2]
-      promoSet[id] = h[3] or true
+      promoSet[id] = h[5] or true
+      if h[3] and atClaim(h[4]) then
+        promoUni = promoUni or {}
+        promoUni[#promo] = h[3]
+      end
     else
       orphans = orphans + 1
       -- a hash without status that exists is a pending job: this entry is a stray one
@@ -182,6 +189,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   -- it reveals a wrong-typed pending key before anything changed, and if a later check
   -- fails, unclaim() pushes the popped ids back where they were.
   local cIds, cKeys, cAtt, cPay = {}, {}, {}, {}
+  local cUni = nil           -- by lease: the unique key released at this claim
   local taken = {}
   local pops = {}            -- the RPOP replies, in order
   local budget = n + 100
@@ -213,7 +221,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
           wrong = wrong + 1
           h = {}
         end
-        local st, att, pay, rk = nil, nil, nil, nil
+        local st, att, pay, uk, um, rk = nil, nil, nil, nil, nil, nil
         for f = 1, #h, 2 do
           local name = h[f]
           if name == 'payload' then
@@ -222,6 +230,10 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
             st = h[f + 1]
           elseif name == 'attempts' then
             att = h[f + 1]
+          elseif name == 'unique_key' then
+            uk = h[f + 1]
+          elseif name == 'unique_mode' then
+            um = h[f + 1]
           elseif name == 'rate_key' then
             rk = h[f + 1]
           end
@@ -232,7 +244,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
         if st == 'pending' and not taken[key] then
           taken[key] = true
           -- per-key limit, right after the pop: a job whose key has no slot left waits
-          -- in delayed for its key's next slot (not an attempt)
+          -- in delayed for its key's next slot (not an attempt, not started)
           local full = false
           if keyed and rk then
             full, e0 = keyFull(keyed, prefix, rk, id, now)
@@ -241,6 +253,10 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
           if not full then
             local c = #cIds + 1
             cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, att, pay or ''
+            if uk and atClaim(um) then
+              cUni = cUni or {}
+              cUni[c] = uk
+            end
           end
         else
           orphans = orphans + 1
@@ -269,6 +285,10 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
         if not full then
           local c = #cIds + 1
           cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, promoAtt[promoUsed], false
+          if promoUni and promoUni[promoUsed] then
+            cUni = cUni or {}
+            cUni[c] = promoUni[promoUsed]
+          end
         end
       end
     end
@@ -414,6 +434,8 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     if not token then token = stamp .. ARGV[tokenAt + c] end
     redis.call('HSET', cKeys[c], 'status', 'processing', 'claim_token', token,
       'attempts', attS, 'lease_until', leaseS)
+    -- the job started: a unique key held until then is released
+    if cUni and cUni[c] then unlock(cUni[c], cIds[c]) end
     if flat then
       local f = #flat
       flat[f + 1], flat[f + 2], flat[f + 3], flat[f + 4] = cIds[c], cPay[c], att, lease

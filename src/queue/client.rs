@@ -310,11 +310,14 @@ impl Queue {
         let mut out = Vec::with_capacity(jobs.len());
         let mut jobs = jobs.into_iter().peekable();
         while let Some(first) = jobs.peek() {
-            // One call carries one set of per-job options: a run of jobs with the same.
+            // One call carries one set of per-job options and one unique mode and window
+            // (or none): a run of jobs with the same.
             let options = first.options.clone();
+            let shape = first.unique.call_shape();
             let mut chunk = Vec::new();
             while chunk.len() < MAX_BATCH
-                && let Some(job) = jobs.next_if(|j| j.options == options)
+                && let Some(job) =
+                    jobs.next_if(|j| j.options == options && j.unique.call_shape() == shape)
             {
                 chunk.push(job);
             }
@@ -327,6 +330,7 @@ impl Queue {
         let mut ids = Vec::with_capacity(jobs.len());
         for job in &jobs {
             job.options.validate()?;
+            job.unique.validate()?;
             job.delay_arg()?;
             if job.payload.len() > self.max_payload {
                 return Err(Error::InvalidArgument {
@@ -352,11 +356,20 @@ impl Queue {
         // A generated id that is taken (a collision, however unlikely with 71 random
         // bits) is no duplicate: its job is sent again under a new id.
         let mut created = vec![false; jobs.len()];
+        let mut unique: Vec<Option<UniqueOutcome>> = vec![None; jobs.len()];
         let mut todo: Vec<usize> = (0..jobs.len()).collect();
         for draw in 1..=ID_DRAWS {
             let flags = self.enqueue_call(&jobs, &ids, &todo).await?;
             let mut again = Vec::new();
             for (&i, flag) in todo.iter().zip(flags) {
+                let flag = match flag {
+                    EnqueueFlag::Id(flag) => flag,
+                    EnqueueFlag::Unique(outcome) => {
+                        // a key held by another job: no collision, nothing to draw again
+                        unique[i] = Some(outcome);
+                        continue;
+                    }
+                };
                 created[i] = flag == 1;
                 if flag != 1 && jobs[i].id.is_none() && draw < ID_DRAWS {
                     ids[i] = (self.new_id)().into();
@@ -373,17 +386,23 @@ impl Queue {
         Ok(ids
             .into_iter()
             .zip(created)
-            .map(|(id, created)| Enqueued { id, created })
+            .zip(unique)
+            .map(|((id, created), unique)| Enqueued {
+                id,
+                created,
+                unique,
+            })
             .collect())
     }
 
-    /// One enqueue call for the jobs at `which`: a flag per job, 1 when enqueued.
+    /// One enqueue call for the jobs at `which`: an answer per job (1 when enqueued, 0
+    /// when its id is taken, or its unique key's holder).
     async fn enqueue_call(
         &self,
         jobs: &[NewJob],
         ids: &[JobId],
         which: &[usize],
-    ) -> Result<Vec<i64>> {
+    ) -> Result<Vec<EnqueueFlag>> {
         let job_keys: Vec<Vec<u8>> = which
             .iter()
             .map(|&i| self.keys.job_key(ids[i].as_bytes()))
@@ -394,6 +413,14 @@ impl Queue {
             cmd.arg(&ids[i])
                 .arg(jobs[i].payload.as_ref())
                 .arg(jobs[i].delay_arg()?);
+        }
+        // Every job of a call has the same unique mode and window (enqueue_many splits
+        // runs by them), and a key each.
+        if let Some((mode, window)) = which.first().and_then(|&i| jobs[i].unique.call_shape()) {
+            cmd.arg("unique").arg(mode.as_str()).arg(window.to_string());
+            for &i in which {
+                cmd.arg(jobs[i].unique.key.as_deref().unwrap_or_default());
+            }
         }
         // Every job of a call has the same options (enqueue_many splits runs by them).
         let options = which
@@ -408,7 +435,7 @@ impl Queue {
         }
         let reply = self.run_durable(&SCRIPTS.enqueue, &cmd).await?;
         let flags =
-            int_array(&reply).ok_or_else(|| self.protocol("enqueue", format!("{reply:?}")))?;
+            enqueue_flags(&reply).ok_or_else(|| self.protocol("enqueue", format!("{reply:?}")))?;
         if flags.len() != which.len() {
             return Err(self.protocol("enqueue", "reply length differs from the job count"));
         }
@@ -1051,7 +1078,11 @@ impl Queue {
         cmd.arg(batch);
         // Under `replicated`, a reap's outcome counts once replicas confirmed it.
         let reply = self.run_durable(&SCRIPTS.reap, &cmd).await?;
-        match int_array(&reply).as_deref() {
+        self.reap_outcome(&reply)
+    }
+
+    fn reap_outcome(&self, reply: &Value) -> Result<ReapOutcome> {
+        match int_array(reply).as_deref() {
             Some(&[requeued, dead_lettered, more, promoted, restored]) => Ok(ReapOutcome {
                 requeued: requeued.max(0) as u64,
                 dead_lettered: dead_lettered.max(0) as u64,
@@ -1074,6 +1105,79 @@ impl Queue {
             }
         }
         Ok(total)
+    }
+
+    /// [`Queue::reap_expired`], with the earliest schedule tick (ms, Redis clock; `None`
+    /// when no schedule runs) read in the first reap call's round trip: a worker's reaper
+    /// learns whether its schedule firer has anything to look at without a round trip of
+    /// its own. Under `replicated` durability the read is a round trip of its own.
+    pub async fn reap_expired_and_first_tick(
+        &self,
+        batch: usize,
+        max_calls: usize,
+    ) -> Result<(ReapOutcome, Option<i64>)> {
+        check_count("batch", batch)?;
+        let (mut total, first_tick) = if matches!(self.durability, Durability::Primary) {
+            let mut cmd = self.script_cmd(&SCRIPTS.reap, std::slice::from_ref(&self.keys.orphans));
+            cmd.arg(batch);
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            pipe.cmd("ZRANGE")
+                .arg(&self.keys.schedule_due)
+                .arg(0)
+                .arg(0)
+                .arg("WITHSCORES");
+            pipe.add_command(cmd);
+            let mut conn = self.redis.clone();
+            let replies: Vec<Value> = pipe
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| self.err(SCRIPTS.reap.name, e))?;
+            let [due, reply] = <[Value; 2]>::try_from(replies).map_err(|r| {
+                self.protocol(
+                    SCRIPTS.reap.name,
+                    format!("{} replies to ZRANGE + reap", r.len()),
+                )
+            })?;
+            let first_tick = self.first_tick(due)?;
+            let pass = match reply {
+                Value::ServerError(e) => {
+                    let e: redis::RedisError = e.into();
+                    if e.kind() != redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) {
+                        return Err(self.err(SCRIPTS.reap.name, e));
+                    }
+                    // The server forgot the script (restart, failover): reap() loads it.
+                    self.reap(batch).await?
+                }
+                reply => self.reap_outcome(&reply)?,
+            };
+            (pass, first_tick)
+        } else {
+            let mut conn = self.redis.clone();
+            let due: Value = redis::cmd("ZRANGE")
+                .arg(&self.keys.schedule_due)
+                .arg(0)
+                .arg(0)
+                .arg("WITHSCORES")
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| self.err_on("schedules", &self.keys.schedule_due, e))?;
+            (self.reap(batch).await?, self.first_tick(due)?)
+        };
+        if total.more && max_calls > 1 {
+            total += self.reap_expired(batch, max_calls - 1).await?;
+        }
+        Ok((total, first_tick))
+    }
+
+    /// The earliest tick of a `ZRANGE schedule_due 0 0 WITHSCORES` reply.
+    fn first_tick(&self, due: Value) -> Result<Option<i64>> {
+        if let Value::ServerError(e) = due {
+            return Err(self.err_on("schedules", &self.keys.schedule_due, e.into()));
+        }
+        let due: Vec<(String, f64)> = redis::from_redis_value(due)
+            .map_err(|e| self.protocol("schedules", format!("schedule_due: {e}")))?;
+        Ok(due.first().map(|(_, t)| *t as i64))
     }
 
     /// Counts and counters, and whether the queue is paused, in one round trip.
@@ -2081,6 +2185,8 @@ fn info_from_fields(id: &[u8], fields: &HashMap<String, Vec<u8>>) -> JobInfo {
         last_error: text("last_error"),
         worker: text("worker").or(lease.map(|l| l.1)),
         errors: AttemptError::from_fields(fields),
+        unique_key: fields.get("unique_key").map(|k| JobId::from(&k[..])),
+        unique_mode: text("unique_mode"),
     }
 }
 
@@ -2125,6 +2231,35 @@ fn as_str(v: &Value) -> Option<&str> {
         Value::SimpleString(s) => Some(s),
         _ => None,
     }
+}
+
+/// One entry of enqueue's reply: 1 or 0, or `{2, holder}` / `{3, holder}` for a unique
+/// key held by another job.
+enum EnqueueFlag {
+    Id(i64),
+    Unique(UniqueOutcome),
+}
+
+fn enqueue_flags(v: &Value) -> Option<Vec<EnqueueFlag>> {
+    let Value::Array(items) = v else { return None };
+    items
+        .iter()
+        .map(|item| match item {
+            Value::Int(n) => Some(EnqueueFlag::Id(*n)),
+            Value::Array(pair) => match pair.as_slice() {
+                [Value::Int(code), Value::BulkString(id)] => {
+                    let existing = JobId::from(&id[..]);
+                    match code {
+                        2 => Some(EnqueueFlag::Unique(UniqueOutcome::Refused { existing })),
+                        3 => Some(EnqueueFlag::Unique(UniqueOutcome::Replaced { existing })),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
 }
 
 fn int_array(v: &Value) -> Option<Vec<i64>> {
