@@ -257,7 +257,7 @@ end
 -- writes them; fail, settle_claim and reap read the retry policy where they read meta's;
 -- claim, settle_claim and extend read visibility_timeout_ms as the length of its leases.
 local JOB_OPTIONS = { max_attempts = true, backoff_initial_ms = true, backoff_max_ms = true,
-  backoff_multiplier = true, visibility_timeout_ms = true, timeout_ms = true }
+  backoff_multiplier = true, visibility_timeout_ms = true, timeout_ms = true, rate_key = true }
 -- outcomes: `notify` (ms, 1..10^15): the job's end is appended to P:{T}:done and its hash
 -- kept at least that long after it ends (docs/protocol.md, Outcomes)
 JOB_OPTIONS.notify = true
@@ -278,7 +278,7 @@ local function jobOptions(at)
     if not JOB_OPTIONS[name] or seen[name] then
       return nil, nil, bad('options', shown(name) .. (seen[name] and ' is given twice' or
         ' is not an option (max_attempts, backoff_initial_ms, backoff_max_ms, backoff_multiplier, ' ..
-        'visibility_timeout_ms, timeout_ms, notify)'))
+        'visibility_timeout_ms, timeout_ms, rate_key, notify)'))
     end
     seen[name] = v
     local ok
@@ -286,6 +286,9 @@ local function jobOptions(at)
       ok = int(v, 1, 1000000)
     elseif name == 'visibility_timeout_ms' or name == 'timeout_ms' or name == 'notify' then
       ok = int(v, 1, MAXMS)
+    elseif name == 'rate_key' then
+      -- the key claim's per-key rate limit counts the job under (Rate limits)
+      ok = type(v) == 'string' and #v >= 1 and #v <= 256
     elseif name == 'backoff_multiplier' then
       ok = type(v) == 'string' and #v <= 24 and string.find(v, '^%d+%.?%d*$') and
         tonumber(v) >= 1 and tonumber(v) <= 1000
@@ -298,6 +301,8 @@ local function jobOptions(at)
         want = 'an integer 1..1000000'
       elseif name == 'backoff_multiplier' then
         want = 'a decimal number 1..1000'
+      elseif name == 'rate_key' then
+        want = 'a key of 1..256 bytes'
       elseif name == 'visibility_timeout_ms' or name == 'timeout_ms' or name == 'notify' then
         want = 'an integer 1..10^15 ms'
       end

@@ -311,6 +311,12 @@ const ROWS: &[Row] = &[
     row("enqueue-visibility-zero", &["enqueue", "--redis", "{url}", "--tag", "bi", "--visibility", "0", "x"], 2, "invalid value '0' for '--visibility <DURATION>': must be more than 0"),
     row("enqueue-visibility-sub-ms", &["enqueue", "--redis", "{url}", "--tag", "bi", "--visibility", "500us", "x"], 2, "invalid visibility: 500µs is too short (at least 1ms)"),
     row("enqueue-timeout-huge", &["enqueue", "--redis", "{url}", "--tag", "bi", "--timeout", "300000000h", "x"], 2, "is too long (the longest is 213503d)"),
+    row("rate-limit-zero", &["configure", "--redis", "{url}", "--tag", "bi", "--rate-limit", "0/1s"], 2, "the most claims per window must be 1 to 1000000"),
+    row("rate-limit-zero-window", &["configure", "--redis", "{url}", "--tag", "bi", "--rate-limit", "10/0s"], 2, "the window must be at least 1ms"),
+    row("rate-limit-shape", &["configure", "--redis", "{url}", "--tag", "bi", "--rate-limit", "abc"], 2, "is not a rate limit: write <claims>/<window>, e.g. 100/1s"),
+    row("rate-limit-no-unit", &["configure", "--redis", "{url}", "--tag", "bi", "--rate-limit", "10/1"], 2, "has no unit"),
+    row("rate-limit-per-key-no-value", &["configure", "--redis", "{url}", "--tag", "bi", "--rate-limit-per-key"], 2, "a value is required for '--rate-limit-per-key <N/WINDOW>'"),
+    row("rate-key-empty", &["enqueue", "--redis", "{url}", "--tag", "bi", "--rate-key", "", "x"], 2, "invalid rate key: 0 bytes: a rate key is 1 to 256 bytes"),
 ];
 
 /// Rows of the library and the protocol (no process, no exit code: the doc says `-`):

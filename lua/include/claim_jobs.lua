@@ -4,7 +4,9 @@
 -- lease gets the caller's token tokenAt itself), set aside or drop orphans, empty wake
 -- when pending ran dry, release the unique key of each leased job that holds one until
 -- it starts (docs/protocol.md, Unique keys); on a paused queue (meta's `paused` field) it leases and promotes
--- nothing and empties wake. Every call scores worker now in P:{T}:workers (built from
+-- nothing and empties wake; under meta's rate limits it cuts n to the queue's slots left
+-- (a gate before any pop), sets aside the jobs whose rate key has no slot left (right
+-- after the pop) and answers more = -(ms to the next slot) when none is left. Every call scores worker now in P:{T}:workers (built from
 -- the job-key prefix, as the request records' keys). nS is n as Redis reads a count; vis 0 means meta's
 -- visibility_timeout_ms (read only when a job is leased). check(nc, orphans), when given,
 -- runs after the reads and before the first write but the RPOPs: an error it returns
@@ -41,6 +43,81 @@ local function unclaim(pops, first, firstBy, err)
   if #back > 0 then redis.call('RPUSH', KEYS[1], unpack(back)) end
   return nil, err
 end
+-- Rate limits (docs/protocol.md, Rate limits): a log per limit, a sorted set of the
+-- claims of the last window (member <claimed_at>:<seq>, score claimed_at), in
+-- P:{T}:rate (the queue's) and P:{T}:rate:key:<rate_key> (one per job key), trimmed and
+-- expiring a window after the last claim. Read-only until the write phase.
+-- rateOf(v): meta's `<max>/<ms>` setting as {max, per}, nil when absent or not one
+local function rateOf(v)
+  if not v then return nil end
+  local mx, per = string.match(v, '^(%d+)/(%d+)$')
+  if not mx then return nil end
+  mx, per = tonumber(mx), tonumber(per)
+  if mx < 1 or per < 1 or mx > 1000000 or per > MAXMS then return nil end
+  return { max = mx, per = per }
+end
+-- rateLog(key, per, now): how many claims key logs in the window (now - per, now]; nil
+-- and the error reply when key is no zset
+local function rateLog(key, per, now)
+  local used = redis.pcall('ZCOUNT', key, '(' .. S(now - per), '+inf')
+  if type(used) == 'table' then return nil, failure(used, key, 'zset') end
+  return used
+end
+-- rateOldest(key, per, now): when the oldest claim key logs in the window was made (now
+-- when none)
+local function rateOldest(key, per, now)
+  local r = redis.call('ZRANGEBYSCORE', key, '(' .. S(now - per), '+inf', 'WITHSCORES',
+    'LIMIT', '0', '1')
+  return tonumber(r[2]) or now
+end
+-- rateGate(prefix, v, now): the queue's limit (meta `rate_limit`, v) as {key, max, per,
+-- used, left}, nil when none is set, or nil and the error reply
+local function rateGate(prefix, v, now)
+  local rate = rateOf(v)
+  if not rate then return nil end
+  rate.key = string.sub(prefix, 1, -5) .. 'rate'
+  local used, e = rateLog(rate.key, rate.per, now)
+  if e then return nil, e end
+  rate.used, rate.left = used, rate.max - used
+  return rate
+end
+-- keyFull(keyed, prefix, rk, id, now): whether the job id of rate key rk finds its key's
+-- slots used up (then it is noted in keyed.ids, to run at its key's next slot, one ms
+-- apart per id so their order is kept), else takes one of them; nil, err on a wrong type
+local function keyFull(keyed, prefix, rk, id, now)
+  local log = keyed.logs[rk]
+  if not log then
+    local key = string.sub(prefix, 1, -5) .. 'rate:key:' .. rk
+    local used, e = rateLog(key, keyed.per, now)
+    if e then return false, e end
+    log = { key = key, used = used, took = 0, later = 0 }
+    keyed.logs[rk] = log
+  end
+  if log.used + log.took < keyed.max then
+    log.took = log.took + 1
+    return false
+  end
+  if not log.oldest then
+    log.oldest = now
+    if log.used > 0 then log.oldest = rateOldest(log.key, keyed.per, now) end
+  end
+  keyed.ids[#keyed.ids + 1] = id
+  keyed.at[#keyed.ids] = log.oldest + keyed.per + log.later
+  log.later = log.later + 1
+  return true
+end
+-- rateTake(key, per, used, k, now, nowS): log k claims made now in a rate log that held
+-- used of them, trim what left the window and let the key expire a window from now
+local function rateTake(key, per, used, k, now, nowS)
+  local z = {}
+  for i = 1, k do
+    z[2 * i - 1] = nowS
+    z[2 * i] = nowS .. ':' .. S(used + i)
+  end
+  redis.call('ZADD', key, unpack(z))
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', S(now - per))
+  redis.call('PEXPIRE', key, S(per))
+end
 local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, flat, nowS)
   local K_PENDING, K_PROCESSING, K_DELAYED = KEYS[1], KEYS[2], KEYS[3]
   local K_META, K_STATS, K_WAKE, K_ORPHANS = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
@@ -48,10 +125,27 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   nowS = nowS or S(now)
   -- a paused queue (meta holds a `paused` field) leases and promotes nothing; the caller's
   -- gone leases still leave processing, and wake is emptied (pendingDone below)
-  local paused = redis.pcall('HEXISTS', K_META, 'paused')
-  if type(paused) == 'table' then return nil, failure(paused, K_META, 'hash') end
-  paused = paused == 1
+  -- one read of meta: paused, and the rate limits (docs/protocol.md, Rate limits)
+  local m0 = redis.pcall('HMGET', K_META, 'paused', 'rate_limit', 'rate_limit_per_key')
+  if m0.err then return nil, failure(m0, K_META, 'hash') end
+  local paused = m0[1] ~= false
   if paused then n, undue = 0, {} end
+  -- rate limit gate, before anything is popped: n cut to the slots left, none left
+  -- leases and promotes nothing and answers the wait for the next slot
+  local rate, e0 = nil, nil
+  if not paused then rate, e0 = rateGate(prefix, m0[2], now) end
+  if e0 then return nil, e0 end
+  if rate then
+    if rate.left <= 0 then
+      n, undue = 0, {}
+    elseif rate.left < n then
+      n, nS = rate.left, S(rate.left)
+    end
+  end
+  -- per-key limit: the logs read so far (by key), the ids set aside and their run-at
+  local keyed = nil
+  if not paused then keyed = rateOf(m0[3]) end
+  if keyed then keyed.logs, keyed.ids, keyed.at = {}, {}, {} end
   local orphans = 0
   local aside = nil          -- ids whose hash is absent: set aside, never forgotten
   local wrong = 0            -- of them, the ids whose job key is not a hash
@@ -72,7 +166,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     local id = due[i]
     local key = prefix .. id
     local h = redis.pcall('HMGET', key, 'status', 'attempts', 'unique_key', 'unique_mode',
-      'timeout_ms', 'visibility_timeout_ms')
+      'timeout_ms', 'visibility_timeout_ms', 'rate_key')
     if h.err then
       if not wrongTyped(h) then return nil, failure(h, key, 'hash') end
       -- a job key that is not a hash: set aside, the queue keeps flowing
@@ -86,7 +180,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
         promoOpt = promoOpt or {}
         promoOpt[#promo] = { h[5], h[6] }
       end
-      promoSet[id] = true
+      promoSet[id] = h[7] or true
       if h[3] and atClaim(h[4]) then
         promoUni = promoUni or {}
         promoUni[#promo] = h[3]
@@ -140,7 +234,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
           wrong = wrong + 1
           h = {}
         end
-        local st, att, pay, uk, um = nil, nil, nil, nil, nil
+        local st, att, pay, uk, um, rk = nil, nil, nil, nil, nil, nil
         local tmo, jvis = nil, nil
         for f = 1, #h, 2 do
           local name = h[f]
@@ -158,6 +252,8 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
             tmo = h[f + 1]
           elseif name == 'visibility_timeout_ms' then
             jvis = h[f + 1]
+          elseif name == 'rate_key' then
+            rk = h[f + 1]
           end
         end
         -- a job enqueued ready has no status: a hash that exists without status is pending
@@ -165,18 +261,27 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
         if promoSet[id] and st == 'delayed' then st = 'pending' end -- promoted before the pop
         if st == 'pending' and not taken[key] then
           taken[key] = true
-          local c = #cIds + 1
-          cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, att, pay or ''
-          if tmo or jvis then
-            tmo, jvis = int(tmo, 1, MAXMS), int(jvis, 1, MAXMS)
-            if tmo or jvis then
-              cTmo, cVis = cTmo or {}, cVis or {}
-              cTmo[c], cVis[c] = tmo or 0, jvis or 0
-            end
+          -- per-key limit, right after the pop: a job whose key has no slot left waits
+          -- in delayed for its key's next slot (not an attempt, not started)
+          local full = false
+          if keyed and rk then
+            full, e0 = keyFull(keyed, prefix, rk, id, now)
+            if e0 then return unclaim(pops, nil, 0, e0) end
           end
-          if uk and atClaim(um) then
-            cUni = cUni or {}
-            cUni[c] = uk
+          if not full then
+            local c = #cIds + 1
+            cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, att, pay or ''
+            if tmo or jvis then
+              tmo, jvis = int(tmo, 1, MAXMS), int(jvis, 1, MAXMS)
+              if tmo or jvis then
+                cTmo, cVis = cTmo or {}, cVis or {}
+                cTmo[c], cVis[c] = tmo or 0, jvis or 0
+              end
+            end
+            if uk and atClaim(um) then
+              cUni = cUni or {}
+              cUni[c] = uk
+            end
           end
         else
           orphans = orphans + 1
@@ -196,19 +301,27 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
         orphans = orphans + 1 -- already claimed through an older copy in pending
       else
         taken[key] = true
-        local c = #cIds + 1
-        cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, promoAtt[promoUsed], false
-        local o = promoOpt and promoOpt[promoUsed]
-        if o then
-          local tmo, jvis = int(o[1], 1, MAXMS), int(o[2], 1, MAXMS)
-          if tmo or jvis then
-            cTmo, cVis = cTmo or {}, cVis or {}
-            cTmo[c], cVis[c] = tmo or 0, jvis or 0
-          end
+        local rk = promoSet[id]
+        local full = false
+        if keyed and rk ~= true then
+          full, e0 = keyFull(keyed, prefix, rk, id, now)
+          if e0 then return unclaim(pops, nil, 0, e0) end
         end
-        if promoUni and promoUni[promoUsed] then
-          cUni = cUni or {}
-          cUni[c] = promoUni[promoUsed]
+        if not full then
+          local c = #cIds + 1
+          cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, promoAtt[promoUsed], false
+          local o = promoOpt and promoOpt[promoUsed]
+          if o then
+            local tmo, jvis = int(o[1], 1, MAXMS), int(o[2], 1, MAXMS)
+            if tmo or jvis then
+              cTmo, cVis = cTmo or {}, cVis or {}
+              cTmo[c], cVis[c] = tmo or 0, jvis or 0
+            end
+          end
+          if promoUni and promoUni[promoUsed] then
+            cUni = cUni or {}
+            cUni[c] = promoUni[promoUsed]
+          end
         end
       end
     end
@@ -336,6 +449,34 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   end
   if #due > 0 then
     redis.call('ZREM', K_DELAYED, unpack(due))
+  end
+  -- rate limits: the claims made are logged; jobs whose key had no slot left wait in
+  -- delayed for its next one (status delayed, attempts untouched)
+  if keyed then
+    for _, log in pairs(keyed.logs) do
+      if log.took > 0 then rateTake(log.key, keyed.per, log.used, log.took, now, nowS) end
+    end
+    local nk = #keyed.ids
+    if nk > 0 then
+      local z = {}
+      for i = 1, nk do
+        local atS = S(keyed.at[i])
+        z[2 * i - 1], z[2 * i] = atS, keyed.ids[i]
+        redis.call('HSET', prefix .. keyed.ids[i], 'status', 'delayed', 'run_at', atS)
+      end
+      redis.call('ZADD', K_DELAYED, unpack(z))
+      redis.pcall('HINCRBY', K_STATS, 'rate_deferred', S(nk))
+    end
+  end
+  if rate then
+    if nc > 0 then rateTake(rate.key, rate.per, rate.used, nc, now, nowS) end
+    -- no slot left: the call answers how long until the next one opens, as more = -wait
+    if rate.used + nc >= rate.max then
+      local wait = rateOldest(rate.key, rate.per, now) + rate.per - now
+      if wait < 1 then wait = 1 end
+      more = -wait
+      if nc == 0 then redis.pcall('HINCRBY', K_STATS, 'rate_limited', '1') end
+    end
   end
   -- a lease's claim_token: claimed_at, the worker (its length first) and the caller's token,
   -- <claimed_at>:<#worker>:<worker>:<token>; made once when every lease shares one token

@@ -24,6 +24,7 @@ Examples:
   jobqueue enqueue --tag emails --file job.json
   jobqueue enqueue --tag emails --id-hex 626164ff --file job.json   # an id of any bytes
   jobqueue enqueue --tag emails --stdin < jobs.ndjson     # one payload per line
+  jobqueue enqueue --tag emails --rate-key customer-42 '{...}'   # per-key rate limit
   jobqueue enqueue --tag emails --partitions 6 --partition-key ada@example.com '{...}'
   jobqueue enqueue --tag reports --unique-key report:42 --unique-for 10m '{\"id\":42}'
   jobqueue enqueue --tag search --unique-key reindex:ada --unique-mode debounce --delay 5s '{}'
@@ -38,6 +39,8 @@ ends first), another enqueue with KEY is refused: the holder's id is printed on 
 the reason on stderr, exit code 7. With --unique-mode debounce it instead replaces the
 payload and the delay of the holder while it waits (pending or delayed) and prints the
 holder's id (exit 0). Keys: any 1 to 1024 bytes.
+--rate-key counts the job under a key for the queue's per-key rate limit (`jobqueue
+configure --rate-limit-per-key 5/1s`): one key cannot use the whole queue.
 
 --max-attempts and --backoff-* set this job's own retry policy, each instead of the
 queue's setting (`jobqueue configure`) for this job alone; they are kept in its hash.
@@ -125,6 +128,11 @@ pub struct EnqueueArgs {
     /// claimed; a later enqueue replaces the waiting job's payload and delay).
     #[arg(long, value_name = "MODE", requires = "unique_key", value_parser = unique_mode, help_heading = "Unique jobs")]
     pub unique_mode: Option<UniqueMode>,
+    /// Count this job (every job of the call) under this key for the queue's per-key
+    /// rate limit (`jobqueue configure --rate-limit-per-key`), e.g. a customer id: 1 to
+    /// 256 bytes.
+    #[arg(long, value_name = "KEY")]
+    pub rate_key: Option<String>,
     /// With --stdin: print each new job's id instead of a count.
     #[arg(long, requires = "stdin")]
     pub print_ids: bool,
@@ -202,6 +210,7 @@ impl EnqueueArgs {
             backoff_multiplier: self.backoff_multiplier,
             visibility: self.visibility,
             timeout: self.timeout,
+            rate_key: self.rate_key.clone(),
             ..Default::default()
         }
     }

@@ -151,6 +151,8 @@ fn add(t: &mut QueueStats, s: &QueueStats) {
         orphans_purged,
         promoted,
         replayed,
+        rate_limited,
+        rate_deferred,
         run_now,
         deleted,
         cancelled,
@@ -193,6 +195,8 @@ fn add(t: &mut QueueStats, s: &QueueStats) {
     t.orphans_purged += orphans_purged;
     t.promoted += promoted;
     t.replayed += replayed;
+    t.rate_limited += rate_limited;
+    t.rate_deferred += rate_deferred;
     t.run_now += run_now;
     t.deleted += deleted;
     t.cancelled += cancelled;

@@ -14,6 +14,7 @@ use super::durability::{Durability, Unconfirmed};
 use super::error::{Error, Result};
 use super::keys::{QueueKeys, validate_id};
 use super::partitions::{DRAIN_PARTITIONS_FIELD, PARTITIONS_FIELD, PartitionRecord};
+use super::rate_limit::{RateLimit, RateLimits};
 use super::scripts::{SCRIPTS, Script};
 use super::settings::{DURABILITY_FIELD, QueueSettings};
 use super::stats::QueueStats;
@@ -579,7 +580,7 @@ impl Queue {
         let (reply, unconfirmed) = self.run_replicated(&SCRIPTS.claim, &cmd).await?;
         let (jobs, more) = match reply {
             Value::Array(reply) => match <[Value; 2]>::try_from(reply) {
-                Ok([Value::Array(jobs), Value::Int(more)]) => (jobs, more == 1),
+                Ok([Value::Array(jobs), Value::Int(more)]) => (jobs, more),
                 Ok(other) => return Err(self.protocol("claim", format!("{other:?}"))),
                 Err(reply) => return Err(self.protocol("claim", format!("{reply:?}"))),
             },
@@ -588,7 +589,8 @@ impl Queue {
         let leases = self.take_leases(jobs).await;
         Ok(Claimed {
             leases,
-            more,
+            more: more == 1,
+            rate_wait: rate_wait(more),
             first_sent: None,
             unconfirmed,
         })
@@ -802,6 +804,7 @@ impl Queue {
             claimed: Claimed {
                 leases,
                 more: more == 1,
+                rate_wait: rate_wait(more),
                 first_sent: None,
                 unconfirmed,
             },
@@ -1426,9 +1429,16 @@ impl Queue {
     pub async fn configure(&self, settings: &QueueSettings) -> Result<()> {
         settings.validate()?;
         let mut conn = self.redis.clone();
-        let _: Value = redis::cmd("HSET")
+        let mut pipe = redis::pipe();
+        pipe.cmd("HSET")
             .arg(&self.keys.meta)
             .arg(settings.to_fields())
+            .ignore();
+        let absent = settings.absent_fields();
+        if !absent.is_empty() {
+            pipe.cmd("HDEL").arg(&self.keys.meta).arg(absent).ignore();
+        }
+        let _: () = pipe
             .query_async(&mut conn)
             .await
             .map_err(|e| self.err_on("HSET meta", &self.keys.meta, e))?;
@@ -1449,6 +1459,52 @@ impl Queue {
             .await
             .map_err(|e| self.err_on("HSET meta", &self.keys.meta, e))?;
         Ok(())
+    }
+
+    /// Set or remove the queue's rate limits (docs/protocol.md, *Rate limits*): `None`
+    /// leaves a limit as it is, `Some(None)` removes it, `Some(Some(limit))` sets it. The
+    /// next claim keeps the new limit.
+    pub async fn set_rate_limits(
+        &self,
+        queue: Option<Option<RateLimit>>,
+        per_key: Option<Option<RateLimit>>,
+    ) -> Result<()> {
+        let mut set: Vec<(&str, String)> = Vec::new();
+        let mut remove: Vec<&str> = Vec::new();
+        for (field, change) in [
+            (super::rate_limit::RATE_LIMIT_FIELD, queue),
+            (super::rate_limit::RATE_LIMIT_PER_KEY_FIELD, per_key),
+        ] {
+            match change {
+                Some(Some(limit)) => {
+                    RateLimit::new(limit.max, limit.per).map_err(|reason| {
+                        Error::InvalidArgument {
+                            what: "rate limit",
+                            reason,
+                        }
+                    })?;
+                    set.push((field, limit.to_field()));
+                }
+                Some(None) => remove.push(field),
+                None => {}
+            }
+        }
+        self.write_meta(&set).await?;
+        if !remove.is_empty() {
+            let mut conn = self.redis.clone();
+            let _: Value = redis::cmd("HDEL")
+                .arg(&self.keys.meta)
+                .arg(&remove)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| self.err_on("HDEL meta", &self.keys.meta, e))?;
+        }
+        Ok(())
+    }
+
+    /// The queue's rate limits, as the scripts read them from `meta`.
+    pub async fn rate_limits(&self) -> Result<RateLimits> {
+        Ok(RateLimits::from_fields(&self.meta_fields().await?))
     }
 
     /// Take the queue's tuning turn for `hold`: `SET <queue>:tuning <holder> NX PX`, in
@@ -2010,13 +2066,22 @@ impl Consumer {
     pub async fn next_jobs(&mut self, n: usize, timeout: Duration) -> Result<Vec<Lease>> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let leases = self.queue.claim(n, &self.worker, self.visibility).await?;
+            let claimed = self
+                .queue
+                .claim_rounds(n, &self.worker, self.visibility)
+                .await?;
+            let leases = claimed.leases;
             if !leases.is_empty() {
                 return Ok(leases);
             }
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             if left.is_zero() {
                 return Ok(leases);
+            }
+            // The rate limit: no claim before its next slot opens.
+            if let Some(wait) = claimed.rate_wait {
+                tokio::time::sleep(wait.min(left)).await;
+                continue;
             }
             // Unreadable: wait the full time, the next claim will say what is wrong.
             let due_in = self.queue.next_due_in().await.ok().flatten();
@@ -2067,6 +2132,10 @@ fn meta_holds(meta: &HashMap<String, String>, settings: &QueueSettings) -> bool 
         .to_fields()
         .iter()
         .all(|(name, value)| meta.get(*name) == Some(value))
+        && settings
+            .absent_fields()
+            .iter()
+            .all(|name| !meta.contains_key(*name))
 }
 
 /// Whether a reap call would change anything, judged from what one round trip saw: an
@@ -2165,6 +2234,12 @@ fn info_from_fields(id: &[u8], fields: &HashMap<String, Vec<u8>>) -> JobInfo {
         }),
         result: fields.get("result").map(|r| Bytes::from(r.clone())),
     }
+}
+
+/// A claim's `more` below 0: the queue's rate limit left no slot, the next opens in
+/// -more ms (docs/protocol.md, *Rate limits*).
+fn rate_wait(more: i64) -> Option<Duration> {
+    (more < 0).then(|| Duration::from_millis(more.unsigned_abs()))
 }
 
 /// The claimed_at (ms) and the worker a claim_token carries: claim writes it as

@@ -25,6 +25,7 @@ mod keys;
 mod partitioned;
 pub mod partitions;
 mod pinned;
+pub mod rate_limit;
 pub mod schedule;
 mod scripts;
 mod sentinel;
@@ -54,6 +55,7 @@ pub use partitions::{
     DRAIN_PARTITIONS_FIELD, MAX_PARTITIONS, PARTITIONS_FIELD, PartitionLayout, PartitionRecord,
     partition_of, partition_tags,
 };
+pub use rate_limit::{RateLimit, RateLimits};
 pub use scripts::{SCRIPTS, Script, Scripts};
 pub use sentinel::SentinelOptions;
 pub use settings::QueueSettings;

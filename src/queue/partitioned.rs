@@ -800,6 +800,8 @@ pub fn add_stats(total: &mut QueueStats, s: &QueueStats) {
         orphans_purged,
         promoted,
         replayed,
+        rate_limited,
+        rate_deferred,
         run_now,
         deleted,
         cancelled,
@@ -842,6 +844,8 @@ pub fn add_stats(total: &mut QueueStats, s: &QueueStats) {
     total.orphans_purged += orphans_purged;
     total.promoted += promoted;
     total.replayed += replayed;
+    total.rate_limited += rate_limited;
+    total.rate_deferred += rate_deferred;
     total.run_now += run_now;
     total.deleted += deleted;
     total.cancelled += cancelled;

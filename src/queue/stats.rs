@@ -103,6 +103,10 @@ pub struct QueueStats {
     pub promoted: u64,
     /// Claim calls answered from their request's record (a retry after a lost reply).
     pub replayed: u64,
+    /// Claim calls that leased nothing because the queue's rate limit had no slot left.
+    pub rate_limited: u64,
+    /// Jobs claim set aside to delayed because their rate key had no slot left.
+    pub rate_deferred: u64,
     /// Delayed jobs an operator ran before their time (`run now`).
     pub run_now: u64,
     /// Jobs an operator deleted one by one (pending, delayed or dead).
@@ -168,6 +172,8 @@ impl QueueStats {
                 "orphans_purged" => s.orphans_purged = v,
                 "promoted" => s.promoted = v,
                 "replayed" => s.replayed = v,
+                "rate_limited" => s.rate_limited = v,
+                "rate_deferred" => s.rate_deferred = v,
                 "run_now" => s.run_now = v,
                 "deleted" => s.deleted = v,
                 "cancelled" => s.cancelled = v,

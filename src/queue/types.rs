@@ -161,6 +161,9 @@ pub struct JobOptions {
     /// past it its worker stops it and fails it with `timed out after …` (1 ms to
     /// 10^15 ms).
     pub timeout: Option<Duration>,
+    /// The key the queue's per-key rate limit counts this job under (1 to 256 bytes,
+    /// e.g. a customer id): claim sets a job aside while its key has no slot left.
+    pub rate_key: Option<String>,
 }
 
 // The multiplier is a finite number (validate refuses NaN before it is used).
@@ -223,6 +226,9 @@ impl JobOptions {
                 }
             }
         }
+        if let Some(key) = &self.rate_key {
+            super::rate_limit::validate_rate_key(key)?;
+        }
         if let (Some(initial), Some(max)) = (self.backoff_initial, self.backoff_max)
             && max < initial
         {
@@ -261,6 +267,9 @@ impl JobOptions {
         }
         if let Some(d) = self.timeout {
             out.push(("timeout_ms", d.as_millis().to_string()));
+        }
+        if let Some(key) = &self.rate_key {
+            out.push(("rate_key", key.clone()));
         }
         out
     }
@@ -360,6 +369,12 @@ impl NewJob {
     }
 
     /// All of this job's own options at once.
+    /// Count this job under `key` for the queue's per-key rate limit.
+    pub fn rate_key(mut self, key: impl Into<String>) -> NewJob {
+        self.options.rate_key = Some(key.into());
+        self
+    }
+
     pub fn options(mut self, options: JobOptions) -> NewJob {
         self.options = options;
         self
@@ -804,6 +819,10 @@ pub struct Claimed {
     /// 100 due delayed jobs) with fewer leases than asked: claim again at once instead of
     /// waiting for a wake marker.
     pub more: bool,
+    /// The queue's rate limit had no claim slot left when the call ended: the next one
+    /// opens this long from the call (on the Redis clock). Claiming before then leases
+    /// nothing.
+    pub rate_wait: Option<Duration>,
     /// Set when the call carried the request id of an earlier claim whose reply was lost
     /// on every try: when that claim was first sent. Redis answers such a call with the
     /// leases the earlier claim made (they end one visibility after it reached Redis, not

@@ -291,6 +291,9 @@ pub struct WorkerStats {
     /// Under `replicated` durability: calls (claims, acks, fails) that took effect on the
     /// primary but that fewer replicas than asked confirmed in time.
     pub unconfirmed: u64,
+    /// Claims answered by the queue's rate limit with the wait for its next slot (the
+    /// worker then claims again when it opens, without polling).
+    pub rate_limited: u64,
 }
 
 #[derive(Debug, Default)]
@@ -309,6 +312,7 @@ pub(crate) struct Counters {
     redis_errors: AtomicU64,
     reaped: AtomicU64,
     unconfirmed: AtomicU64,
+    rate_limited: AtomicU64,
 }
 
 impl Counters {
@@ -333,6 +337,7 @@ impl Counters {
             redis_errors: get(&self.redis_errors),
             reaped: get(&self.reaped),
             unconfirmed: get(&self.unconfirmed),
+            rate_limited: get(&self.rate_limited),
         }
     }
 }

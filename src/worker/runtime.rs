@@ -539,9 +539,27 @@ async fn claim_until_shutdown<H, F>(
     let mut delay = shared.delay();
     // The last wait ended with a wake marker that no claim has turned into a job yet.
     let mut marker = false;
+    // The queue's rate limit left no claim slot: no claim before this (a claim that ends
+    // leases is sent all the same, its claim part answering the wait again).
+    let mut rate_until: Option<Instant> = None;
     loop {
         let endings = shared.take_endings();
         let mut permits = Vec::new();
+        if endings.is_empty()
+            && let Some(until) = rate_until.take()
+            && until > Instant::now()
+        {
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return,
+                _ = shared.endings_ready.notified() => {
+                    rate_until = Some(until);
+                    continue;
+                }
+                _ = tokio::time::sleep_until(until) => {}
+            }
+            continue;
+        }
         if endings.is_empty() {
             tokio::select! {
                 biased;
@@ -574,6 +592,12 @@ async fn claim_until_shutdown<H, F>(
         for ending in endings {
             permits.push(ending.c._permit);
         }
+        if let Ok(claimed) = &reply {
+            rate_until = claimed.rate_wait.map(|wait| {
+                Counters::add(&shared.counters.rate_limited, 1);
+                Instant::now() + wait
+            });
+        }
         match reply {
             Ok(claimed) if claimed.leases.is_empty() => {
                 delay.reset();
@@ -583,8 +607,9 @@ async fn claim_until_shutdown<H, F>(
                 if std::mem::take(&mut marker) {
                     shared.schedules_seen.notify_one();
                 }
-                if claimed.more {
-                    // A run of orphans in front of the jobs: claim again at once.
+                if claimed.more || claimed.rate_wait.is_some() {
+                    // A run of orphans in front of the jobs: claim again at once; or the
+                    // rate limit: claim again when its next slot opens (above).
                     continue;
                 }
                 // Jobs that finished during the call: end them (and claim) before waiting.

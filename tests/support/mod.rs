@@ -9,8 +9,9 @@
 //! child process (`exec`), worker processes killed and restarted at will (`fleet`), every
 //! process that fires schedules, workers and operators, stopped and started together
 //! (`firers`), the outcomes scenarios: exec and library workers that report progress and
-//! results (`outcomes`), the process table (`procs`), and the workers' own records of the
-//! runs of jobs that the chaos tallies count (`runs`).
+//! results (`outcomes`), the process table (`procs`), a fleet of in-process workers under
+//! a rate limit (`rate_limits`), and the workers' own records of the runs of jobs that the
+//! chaos tallies count (`runs`).
 //! Every test binary includes it with `mod support;` and uses a part.
 #![allow(dead_code)]
 
@@ -25,6 +26,7 @@ pub mod mock_api;
 pub mod outcomes;
 pub mod procs;
 pub mod proxy;
+pub mod rate_limits;
 pub mod redis;
 pub mod reply_dropper;
 pub mod runs;
