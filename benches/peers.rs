@@ -19,7 +19,13 @@
 //! 100, the k-th batch of priority k mod 10 (BullMQ: 10 - k mod 10, its 1 the highest),
 //! then processed at concurrency 16 (highest priority first on both sides).
 //!
-//! `cargo bench --bench peers -- [--jobs N] [--quick] [--only enqueue,process,memory,priorities]`
+//! Rate limited (`ratelimit`): N/10 jobs (at least 200, at most 5000) at a limit of a
+//! fifth of them per second, one worker at concurrency 16 on each side (jobqueue's
+//! `rate_limit`, BullMQ's Worker `limiter`): the seconds to finish (about 4 when the
+//! limit holds) and the Redis commands per job (`INFO commandstats`: what a limited
+//! worker costs the server while it waits).
+//!
+//! `cargo bench --bench peers -- [--jobs N] [--quick] [--only enqueue,process,memory,priorities,ratelimit]`
 //! N defaults to 50,000 (a few minutes); `--quick` is N/10. Run without `--bench` (as
 //! `cargo test --all-targets` does) it makes a smoke pass of 500 jobs, BullMQ's side only
 //! when it is installed.
@@ -95,9 +101,41 @@ impl Server {
         get("used_cpu_user") + get("used_cpu_sys")
     }
 
+    /// Commands Redis ran since the last `CONFIG RESETSTAT` (inside scripts included, the
+    /// bench's own INFO and CONFIG left out).
+    fn commands(&mut self) -> u64 {
+        let text: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut self.conn)
+            .unwrap();
+        text.lines()
+            .filter(|l| !l.starts_with("cmdstat_info:") && !l.starts_with("cmdstat_config"))
+            .filter_map(|l| {
+                l.split_once(":calls=")?
+                    .1
+                    .split(',')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum()
+    }
+
+    fn reset_stats(&mut self) {
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query(&mut self.conn)
+            .unwrap();
+    }
+
     fn keys(&mut self) -> i64 {
         redis::cmd("DBSIZE").query(&mut self.conn).unwrap()
     }
+}
+
+/// A window as the tables name it: `1s`, `250ms`.
+fn duration_text(d: Duration) -> String {
+    jobqueue::duration::format(d)
 }
 
 /// One timed run: jobs, wall seconds, Redis CPU seconds.
@@ -344,6 +382,42 @@ impl Bull {
             seconds,
             redis_cpu: s.cpu() - cpu,
         }
+    }
+
+    /// `process` with BullMQ's limiter: at most `max` jobs per `per`.
+    fn limited(
+        &self,
+        s: &mut Server,
+        jobs: usize,
+        concurrency: usize,
+        max: u32,
+        per: Duration,
+    ) -> (Run, u64) {
+        self.enqueue(s, jobs, 1000);
+        s.reset_stats();
+        let cpu = s.cpu();
+        let seconds = self.run(
+            s.redis.port,
+            &[
+                "process",
+                "--jobs",
+                &jobs.to_string(),
+                "--concurrency",
+                &concurrency.to_string(),
+                "--fill",
+                "0",
+                "--max",
+                &max.to_string(),
+                "--duration",
+                &per.as_millis().to_string(),
+            ],
+        );
+        let run = Run {
+            jobs,
+            seconds,
+            redis_cpu: s.cpu() - cpu,
+        };
+        (run, s.commands())
     }
 
     fn process(&self, s: &mut Server, jobs: usize, concurrency: usize) -> Run {
@@ -766,6 +840,57 @@ async fn main() {
                 per_job_cpu(&settled),
                 bull_run.as_ref().and_then(per_job_cpu),
             ],
+        });
+    }
+    if args.runs("ratelimit") {
+        let jobs = (n / 10).clamp(200, 5000);
+        let max = (jobs / 5) as u32;
+        // the smoke pass (cargo test) keeps to about a second
+        let per = if args.smoke {
+            Duration::from_millis(250)
+        } else {
+            Duration::from_secs(1)
+        };
+        let c = 16;
+        let window = crate::duration_text(per);
+        eprintln!("rate limited, {jobs} jobs at {max}/{window}, concurrency {c} …");
+        s.flush();
+        fill(&q, jobs).await;
+        let limit = jobqueue::queue::RateLimit::new(max, per).unwrap();
+        q.set_rate_limits(Some(Some(limit)), None).await.unwrap();
+        s.reset_stats();
+        let jq = jq_worker(&mut s, &q, jobs, c).await;
+        let jq_commands = s.commands();
+        let mut bull_run = None;
+        if let Some(b) = &bull {
+            s.flush();
+            bull_run = Some(b.limited(&mut s, jobs, c, max, per));
+        }
+        let what = format!("rate limited, {jobs} jobs at {max}/{window}, concurrency {c}");
+        lines.push(Line {
+            name: "ratelimit.seconds".into(),
+            what: format!("{what}: seconds to finish (4 windows when the limit holds)"),
+            unit: "s",
+            jq: jq.seconds,
+            jq_batched: None,
+            jq_settled: None,
+            bull: bull_run.map(|(r, _)| r.seconds),
+            cpu: [
+                per_job_cpu(&jq),
+                None,
+                None,
+                bull_run.as_ref().and_then(|(r, _)| per_job_cpu(r)),
+            ],
+        });
+        lines.push(Line {
+            name: "ratelimit.commands_per_job".into(),
+            what: format!("{what}: Redis commands per job"),
+            unit: "commands",
+            jq: jq_commands as f64 / jobs as f64,
+            jq_batched: None,
+            jq_settled: None,
+            bull: bull_run.map(|(_, c)| c as f64 / jobs as f64),
+            cpu: [None; 4],
         });
     }
     let keys_left = s.keys();

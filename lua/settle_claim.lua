@@ -12,11 +12,13 @@
   KEYS[2] P:{T}:processing   ZSET  id -> lease_until: leases made and ended
   KEYS[3] P:{T}:delayed      ZSET  id -> run_at: due jobs promoted, retries with a backoff
   KEYS[4] P:{T}:dead         ZSET  id -> died_at: failures dead-lettered
-  KEYS[5] P:{T}:meta         HASH  visibility_timeout_ms (when ARGV[4] is 0),
+  KEYS[5] P:{T}:meta         HASH  paused, rate_limit, rate_limit_per_key,
+                                   visibility_timeout_ms (when ARGV[4] is 0),
                                    completed_retention_ms, max_attempts, backoff_* (the
                                    last two overridden by the job hash's fields of the
                                    same names, its per-job options)
-  KEYS[6] P:{T}:stats        HASH  the counters of claim, ack and fail
+  KEYS[6] P:{T}:stats        HASH  the counters of claim, ack and fail (own_h:<b>, own_stale
+                                   included)
   KEYS[7] P:{T}:wake         LIST  trimmed as by claim; markers as by fail
   KEYS[8] P:{T}:orphans      ZSET  id -> ms it was set aside
   KEYS[9] P:{T}:claimreq:<request>  STRING  the answer of this request, for its retries:
@@ -39,13 +41,24 @@
   then           a pairs: id, token (as ack)
   then           f quintuples: id, token, error, mode, backoff (as fail: mode `retry`,
                  `dead` or `release`; backoff -1..10^15, -1 = meta policy)
+  then           optional: the word `results`, then pairs i, result: the result (0..65536
+                 bytes) of the i-th ack (1..a, each at most once), as ack's results block
 
-  Returns: one flat array: more (1 or 0, as claim); the token of every lease this call
+  Returns: one flat array: more (1, 0, or below 0 for a rate limit's wait, as claim); the token of every lease this call
            made (the claim_token written, '' when it made none); then a integers, the
            ack results in ack order (1 acked or 0 stale, as ack); then f strings, the
            fail outcomes in fail order (the new status `pending`, `delayed` or `dead`,
            or `stale`, as fail); then 4 entries per leased job: id, payload, attempts
-           (integer), lease_until (integer ms).
+           (integer), lease_until (integer ms). When a leased job has its own timeout_ms
+           or visibility_timeout_ms (per-job options, see enqueue.lua), one more entry
+           ends the reply: an array of 2 integers per leased job, in the order claimed,
+           timeout_ms and visibility_timeout_ms (0 for an option the job lacks). So the
+           reply's length is 2 + a + f + 4 x jobs, plus 1 exactly when that array is
+           there; a replay answers it for the leases it answers.
+
+  Per-job visibility: a job whose hash holds visibility_timeout_ms is leased for that
+  long whatever ARGV[4], as by claim (the record then lives the longest lease length
+  used, at most 60 s).
 
   Each leased job's hash gets what claim writes: status `processing`, attempts + 1,
   lease_until and claim_token = <claimed_at>:<#worker>:<worker>:<ARGV[5]>, one token
@@ -78,8 +91,15 @@
   A failed call leaves every key as it was, as claim.
 
   Paused queue: while meta (KEYS[5]) holds the field `paused` (see manage.lua), its claim
-  part leases and promotes nothing (one HEXISTS of meta per call), empties wake and answers
+  part leases and promotes nothing (read with the rate limits in one HMGET of meta per call), empties wake and answers
   no job with more 0; its acks and fails are applied as ever.
+  Rate limits: the claim part keeps the queue's and the per-key rate limits exactly as
+  claim does (see claim.lua), its acks and fails applied as ever. The record keeps a
+  negative more as 0.
+  Unique keys: an acked or dead-lettered job that holds its unique key until done (hash
+  field unique_key, unique_mode not until-started or debounce) releases it, and the claim
+  part releases the keys of the jobs it leases that hold theirs until started, as claim:
+  P:{T}:unique:<unique_key> is deleted when it still names the id (GET, then DEL).
   Workers: every call (paused or not, whether it leased anything) scores the worker now
   in P:{T}:workers (ZSET, the key built from ARGV[1] with `job:` replaced by `workers`;
   reap forgets workers unseen for an hour; a wrong-typed key is left as it is).
@@ -93,6 +113,11 @@
   Attempt errors: each fail in mode retry or dead keeps the attempt's error in the job hash: `errors` + 1 and
   error:<errors mod 5 + 1> = <attempt>:<now ms>:<text, its first 1024 bytes> (the last 5
   failed attempts' errors), in the same HSET.
+
+  Outcomes (docs/protocol.md, Outcomes): its acks and fails announce their ends as ack and
+  fail do (P:{T}:done for the final ends of jobs that carry `notify`, P:{T}:events when meta's
+  events_max_len is set), events_max_len read with the call's read of meta (one HGET of
+  meta when the call reads meta for nothing else: fails in modes dead and release only).
 ]]
 
 -- BEGIN include/prelude.lua (generated by make lua; edit lua/include/prelude.lua)
@@ -240,6 +265,15 @@ local function wakeEarlier(kWake, before, at)
     redis.call('LTRIM', kWake, '0', '1023')
   end
 end
+-- ownRun(tmo, vis): whether a job's stored timeout_ms or visibility_timeout_ms (its
+-- per-job options, docs/protocol.md) is one, an integer 1..10^15 ms. Such a job's leases
+-- and run times are its own: the scripts count its acks' processing times, its expired
+-- leases and its stale calls also apart (own_h:<b>, own_reaped, own_stale), which the
+-- queue's visibility tuning (auto) takes out of what it learns from
+local function ownRun(tmo, vis)
+  if (tmo and int(tmo, 1, MAXMS)) or (vis and int(vis, 1, MAXMS)) then return true end
+  return false
+end
 -- END include/prelude.lua
 
 -- BEGIN include/priority.lua (generated by make lua; edit lua/include/priority.lua)
@@ -384,6 +418,22 @@ local function readyOrder(known, n, weighted, turn)
   return order
 end
 -- END include/priority.lua
+-- BEGIN include/unique.lua (generated by make lua; edit lua/include/unique.lua)
+-- Unique keys (docs/protocol.md, Unique keys): a job enqueued with one records it in its
+-- hash (`unique_key`, `unique_mode`); the lock P:{T}:unique:<key> names the job's id.
+-- atClaim(mode): true when the lock is released at the job's claim (until-started,
+-- debounce), false when at its end (until-done, and any other stored value)
+local function atClaim(mode)
+  return mode == 'until-started' or mode == 'debounce'
+end
+-- unlock(k, id): the lock of unique key k deleted when it still names job id
+-- (compare-and-delete): a lock taken since by another job, or whose window ran out, is
+-- left alone, and so is a wrong-typed key. The key is built from ARGV[1], the job-key prefix
+local function unlock(k, id)
+  local lk = string.sub(ARGV[1], 1, -5) .. 'unique:' .. k
+  if redis.pcall('GET', lk) == id then redis.call('DEL', lk) end
+end
+-- END include/unique.lua
 
 -- BEGIN include/history.lua (generated by make lua; edit lua/include/history.lua)
 -- History (docs/protocol.md, History): per-minute counts of the jobs enqueued (e), acked
@@ -495,10 +545,16 @@ end
 
 -- BEGIN include/job_options.lua (generated by make lua; edit lua/include/job_options.lua)
 -- Per-job options (docs/protocol.md, Per-job options): fields of a job's hash that
--- override the queue's meta settings of the same name for that job alone. Only enqueue
--- writes them; fail, settle_claim and reap read them where they read meta's.
+-- override the queue's meta settings of the same name for that job alone, and its
+-- timeout_ms (the longest one run of it may take, enforced by its worker). Only enqueue
+-- writes them; fail, settle_claim and reap read the retry policy where they read meta's;
+-- claim, settle_claim and extend read visibility_timeout_ms as the length of its leases.
 local JOB_OPTIONS = { max_attempts = true, backoff_initial_ms = true, backoff_max_ms = true,
-  backoff_multiplier = true, priority = true }
+  backoff_multiplier = true, visibility_timeout_ms = true, timeout_ms = true, rate_key = true,
+  priority = true }
+-- outcomes: `notify` (ms, 1..10^15): the job's end is appended to P:{T}:done and its hash
+-- kept at least that long after it ends (docs/protocol.md, Outcomes)
+JOB_OPTIONS.notify = true
 -- jobOptions(at): the options block of enqueue's ARGV from ARGV[at] on: absent (nil, 0)
 -- unless ARGV[at] is 'options'; then name, value pairs to the end of ARGV, each name at most
 -- once. Returns the pairs as a flat list for HSET and how many ARGV the block takes, or
@@ -515,7 +571,8 @@ local function jobOptions(at)
     local name, v = ARGV[i], ARGV[i + 1]
     if not JOB_OPTIONS[name] or seen[name] then
       return nil, nil, bad('options', shown(name) .. (seen[name] and ' is given twice' or
-        ' is not an option (max_attempts, backoff_initial_ms, backoff_max_ms, backoff_multiplier, priority)'))
+        ' is not an option (max_attempts, backoff_initial_ms, backoff_max_ms, backoff_multiplier, ' ..
+        'visibility_timeout_ms, timeout_ms, rate_key, notify, priority)'))
     end
     seen[name] = v
     local ok
@@ -524,6 +581,11 @@ local function jobOptions(at)
     elseif name == 'priority' then
       -- one digit: the job's hash holds it as the scripts read it (priorityOf)
       ok = type(v) == 'string' and #v == 1 and int(v, 0, 9)
+    elseif name == 'visibility_timeout_ms' or name == 'timeout_ms' or name == 'notify' then
+      ok = int(v, 1, MAXMS)
+    elseif name == 'rate_key' then
+      -- the key claim's per-key rate limit counts the job under (Rate limits)
+      ok = type(v) == 'string' and #v >= 1 and #v <= 256
     elseif name == 'backoff_multiplier' then
       ok = type(v) == 'string' and #v <= 24 and string.find(v, '^%d+%.?%d*$') and
         tonumber(v) >= 1 and tonumber(v) <= 1000
@@ -531,9 +593,18 @@ local function jobOptions(at)
       ok = int(v, 0, MAXMS)
     end
     if not ok then
-      local want = name == 'max_attempts' and 'an integer 1..1000000' or
-        (name == 'backoff_multiplier' and 'a decimal number 1..1000' or
-        (name == 'priority' and 'an integer 0..9' or 'an integer 0..10^15 ms'))
+      local want = 'an integer 0..10^15 ms'
+      if name == 'max_attempts' then
+        want = 'an integer 1..1000000'
+      elseif name == 'backoff_multiplier' then
+        want = 'a decimal number 1..1000'
+      elseif name == 'priority' then
+        want = 'an integer 0..9'
+      elseif name == 'rate_key' then
+        want = 'a key of 1..256 bytes'
+      elseif name == 'visibility_timeout_ms' or name == 'timeout_ms' or name == 'notify' then
+        want = 'an integer 1..10^15 ms'
+      end
       return nil, nil, bad(name, 'expected ' .. want .. ', got ' .. shown(v))
     end
     out[#out + 1] = name
@@ -571,8 +642,12 @@ end
 -- claim (docs/protocol.md) on KEYS[1..8]: promote due delayed jobs, lease up to n ready
 -- jobs to worker (the c-th gets the caller's token ARGV[tokenAt + c]; with flat, every
 -- lease gets the caller's token tokenAt itself), set aside or drop orphans, empty wake
--- when every ready list ran dry; on a paused queue (meta's `paused` field) it leases and promotes
--- nothing and empties wake. Every call scores worker now in P:{T}:workers (built from
+-- when every ready list ran dry, release the unique key of each leased job that holds one
+-- until it starts (docs/protocol.md, Unique keys); on a paused queue (meta's `paused` field)
+-- it leases and promotes nothing and empties wake; under meta's rate limits it cuts n to the
+-- queue's slots left (a gate before any pop), sets aside the jobs whose rate key has no slot
+-- left (right after the pop) and answers more = -(ms to the next slot) when none is left.
+-- Every call scores worker now in P:{T}:workers (built from
 -- the job-key prefix, as the request records' keys). nS is n as Redis reads a count; vis 0 means meta's
 -- visibility_timeout_ms (read only when a job is leased). check(nc, orphans), when given,
 -- runs after the reads and before the first write but the RPOPs: an error it returns
@@ -582,9 +657,15 @@ end
 -- set stays small. undue, when given, is an empty table: the caller knows delayed is
 -- absent and it is not read. flat, when given, is a table each leased job is appended to
 -- as id, payload, attempts, lease_until. nowS, when given, is now as a decimal string.
--- Returns out, ids, nc, more, vis, token, leaseS (out: the jobs as claim replies them, or flat; ids: their ids in order, vis: the visibility used, token: with flat, the
--- claim_token of every lease made, else nil; leaseS: the leases' lease_until as a
--- decimal string, nil when none was made), or nil and the error reply.
+-- A job whose hash holds its own visibility_timeout_ms (per-job options: an integer
+-- 1..10^15; anything else counts as absent) is leased for that long instead of vis; one
+-- that holds its own timeout_ms or visibility_timeout_ms has both (0 for the one it
+-- lacks) after lease_until in its claim entry, or, with flat, in opts. Both are read
+-- with the job's status (HGETALL, HMGET of a promoted job): no command of their own.
+-- Returns out, ids, nc, more, vis, token, opts (out: the jobs as claim replies them, or flat; ids: their ids in order, vis: the longest lease length used, token: with flat, the
+-- claim_token of every lease made, else nil; opts: with flat, when a leased job has
+-- options, timeout_ms, visibility_timeout_ms per leased job in order, else nil), or nil
+-- and the error reply.
 -- unclaim(pops, first, firstBy, err): what claimJobs wrote before it failed, undone: the
 -- counter first taken back by firstBy (when first is given), the ids of pops (the RPOP
 -- replies, in order, each {list, ids}) pushed back where they were; returns nil, err
@@ -603,18 +684,111 @@ local function unclaim(pops, first, firstBy, err)
   end
   return nil, err
 end
+-- Rate limits (docs/protocol.md, Rate limits): a log per limit, a sorted set of the
+-- claims of the last window (member <claimed_at>:<seq>, score claimed_at), in
+-- P:{T}:rate (the queue's) and P:{T}:rate:key:<rate_key> (one per job key), trimmed and
+-- expiring a window after the last claim. Read-only until the write phase.
+-- rateOf(v): meta's `<max>/<ms>` setting as {max, per}, nil when absent or not one
+local function rateOf(v)
+  if not v then return nil end
+  local mx, per = string.match(v, '^(%d+)/(%d+)$')
+  if not mx then return nil end
+  mx, per = tonumber(mx), tonumber(per)
+  if mx < 1 or per < 1 or mx > 1000000 or per > MAXMS then return nil end
+  return { max = mx, per = per }
+end
+-- rateLog(key, per, now): how many claims key logs in the window (now - per, now]; nil
+-- and the error reply when key is no zset
+local function rateLog(key, per, now)
+  local used = redis.pcall('ZCOUNT', key, '(' .. S(now - per), '+inf')
+  if type(used) == 'table' then return nil, failure(used, key, 'zset') end
+  return used
+end
+-- rateOldest(key, per, now): when the oldest claim key logs in the window was made (now
+-- when none)
+local function rateOldest(key, per, now)
+  local r = redis.call('ZRANGEBYSCORE', key, '(' .. S(now - per), '+inf', 'WITHSCORES',
+    'LIMIT', '0', '1')
+  return tonumber(r[2]) or now
+end
+-- rateGate(prefix, v, now): the queue's limit (meta `rate_limit`, v) as {key, max, per,
+-- used, left}, nil when none is set, or nil and the error reply
+local function rateGate(prefix, v, now)
+  local rate = rateOf(v)
+  if not rate then return nil end
+  rate.key = string.sub(prefix, 1, -5) .. 'rate'
+  local used, e = rateLog(rate.key, rate.per, now)
+  if e then return nil, e end
+  rate.used, rate.left = used, rate.max - used
+  return rate
+end
+-- keyFull(keyed, prefix, rk, id, now): whether the job id of rate key rk finds its key's
+-- slots used up (then it is noted in keyed.ids, to run at its key's next slot, one ms
+-- apart per id so their order is kept), else takes one of them; nil, err on a wrong type
+local function keyFull(keyed, prefix, rk, id, now)
+  local log = keyed.logs[rk]
+  if not log then
+    local key = string.sub(prefix, 1, -5) .. 'rate:key:' .. rk
+    local used, e = rateLog(key, keyed.per, now)
+    if e then return false, e end
+    log = { key = key, used = used, took = 0, later = 0 }
+    keyed.logs[rk] = log
+  end
+  if log.used + log.took < keyed.max then
+    log.took = log.took + 1
+    return false
+  end
+  if not log.oldest then
+    log.oldest = now
+    if log.used > 0 then log.oldest = rateOldest(log.key, keyed.per, now) end
+  end
+  keyed.ids[#keyed.ids + 1] = id
+  keyed.at[#keyed.ids] = log.oldest + keyed.per + log.later
+  log.later = log.later + 1
+  return true
+end
+-- rateTake(key, per, used, k, now, nowS): log k claims made now in a rate log that held
+-- used of them, trim what left the window and let the key expire a window from now
+local function rateTake(key, per, used, k, now, nowS)
+  local z = {}
+  for i = 1, k do
+    z[2 * i - 1] = nowS
+    z[2 * i] = nowS .. ':' .. S(used + i)
+  end
+  redis.call('ZADD', key, unpack(z))
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', S(now - per))
+  redis.call('PEXPIRE', key, S(per))
+end
 local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, flat, nowS)
   local K_PROCESSING, K_DELAYED = KEYS[2], KEYS[3]
   local K_META, K_STATS, K_WAKE, K_ORPHANS = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
   local prefix = ARGV[1]
   nowS = nowS or S(now)
   -- a paused queue (meta holds a `paused` field) leases and promotes nothing; the caller's
-  -- gone leases still leave processing, and wake is emptied (allDry below). The same read
-  -- names the priorities whose lists may hold ids and the priority mode (include/priority)
-  local m = redis.pcall('HMGET', K_META, 'paused', 'priorities', 'priority_mode', 'priority_turn')
+  -- gone leases still leave processing, and wake is emptied (allDry below). One read of
+  -- meta: paused, the rate limits (docs/protocol.md, Rate limits), the priorities whose
+  -- lists may hold ids and the priority mode (include/priority)
+  local m = redis.pcall('HMGET', K_META, 'paused', 'rate_limit', 'rate_limit_per_key',
+    'priorities', 'priority_mode', 'priority_turn')
   if m.err then return nil, failure(m, K_META, 'hash') end
   local paused = m[1] ~= false
   if paused then n, undue = 0, {} end
+  -- rate limit gate, before anything is popped: n cut to the slots left, none left
+  -- leases and promotes nothing and answers the wait for the next slot
+  local rate, e0 = nil, nil
+  if not paused then rate, e0 = rateGate(prefix, m[2], now) end
+  if e0 then return nil, e0 end
+  if rate then
+    if rate.left <= 0 then
+      n, undue = 0, {}
+    elseif rate.left < n then
+      n, nS = rate.left, S(rate.left)
+    end
+  end
+  -- per-key limit: the logs read so far (by key), the ids set aside and their run-at
+  local keyed = nil
+  if not paused then keyed = rateOf(m[3]) end
+  if keyed then keyed.logs, keyed.ids, keyed.at = {}, {}, {} end
   local orphans = 0
   local aside = nil          -- ids whose hash is absent: set aside, never forgotten
   local wrong = 0            -- of them, the ids whose job key is not a hash
@@ -629,11 +803,14 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   end
   local promo, promoAtt, promoSet = due, nil, due -- empty unless something is due
   local promoOf = {} -- by priority: the indices in promo of its promoted jobs, in order
+  local promoOpt = nil -- position in promo -> { timeout_ms, visibility_timeout_ms } stored
   if #due > 0 then promo, promoAtt, promoSet = {}, {}, {} end
+  local promoUni = nil       -- by index in promo: a unique key released at the claim
   for i = 1, #due do
     local id = due[i]
     local key = prefix .. id
-    local h = redis.pcall('HMGET', key, 'status', 'attempts', 'priority')
+    local h = redis.pcall('HMGET', key, 'status', 'attempts', 'unique_key', 'unique_mode',
+      'timeout_ms', 'visibility_timeout_ms', 'rate_key', 'priority')
     if h.err then
       if not wrongTyped(h) then return nil, failure(h, key, 'hash') end
       -- a job key that is not a hash: set aside, the queue keeps flowing
@@ -643,9 +820,17 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     elseif h[1] == 'delayed' then
       promo[#promo + 1] = id
       promoAtt[#promo] = h[2]
-      promoSet[id] = true
+      if h[5] or h[6] then
+        promoOpt = promoOpt or {}
+        promoOpt[#promo] = { h[5], h[6] }
+      end
+      promoSet[id] = h[7] or true
+      if h[3] and atClaim(h[4]) then
+        promoUni = promoUni or {}
+        promoUni[#promo] = h[3]
+      end
       -- a promoted job goes behind the ids of its own priority's list
-      local pp = priorityOf(h[3])
+      local pp = priorityOf(h[8])
       promoOf[pp] = promoOf[pp] or {}
       promoOf[pp][#promoOf[pp] + 1] = #promo
     else
@@ -665,16 +850,19 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   -- wrong-typed list before anything changed, and if a later check fails, unclaim()
   -- pushes the popped ids back where they were.
   local cIds, cKeys, cAtt, cPay = {}, {}, {}, {}
+  -- the per-job options of the c-th job, when it has one: its timeout and visibility (ms)
+  local cTmo, cVis = nil, nil
+  local cUni = nil           -- by lease: the unique key released at this claim
   local taken = {}
   local pops = {}            -- the RPOP replies, in order, each {list, ids}
   local budget = n + 100
   local popped = 0
-  local known = readyDigits(m[2])
+  local known = readyDigits(m[4])
   known[0] = true
   for p in pairs(promoOf) do known[p] = true end
-  local weighted = m[3] == 'weighted'
+  local weighted = m[5] == 'weighted'
   local turn = 0
-  if weighted then turn = int(m[4], 0, TURN_WRAP) or 0 end
+  if weighted then turn = int(m[6], 0, TURN_WRAP) or 0 end
   local order = {}
   if not paused then order = readyOrder(known, n, weighted, turn) end
   local dry = {}             -- priorities whose list an RPOP found short: empty now
@@ -714,7 +902,8 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
           wrong = wrong + 1
           h = {}
         end
-        local st, att, pay = nil, nil, nil
+        local st, att, pay, uk, um, rk = nil, nil, nil, nil, nil, nil
+        local tmo, jvis = nil, nil
         for f = 1, #h, 2 do
           local name = h[f]
           if name == 'payload' then
@@ -723,6 +912,16 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
             st = h[f + 1]
           elseif name == 'attempts' then
             att = h[f + 1]
+          elseif name == 'unique_key' then
+            uk = h[f + 1]
+          elseif name == 'unique_mode' then
+            um = h[f + 1]
+          elseif name == 'timeout_ms' then
+            tmo = h[f + 1]
+          elseif name == 'visibility_timeout_ms' then
+            jvis = h[f + 1]
+          elseif name == 'rate_key' then
+            rk = h[f + 1]
           end
         end
         -- a job enqueued ready has no status: a hash that exists without status is pending
@@ -730,8 +929,28 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
         if promoSet[id] and st == 'delayed' then st = 'pending' end -- promoted before the pop
         if st == 'pending' and not taken[key] then
           taken[key] = true
-          local c = #cIds + 1
-          cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, att, pay or ''
+          -- per-key limit, right after the pop: a job whose key has no slot left waits
+          -- in delayed for its key's next slot (not an attempt, not started)
+          local full = false
+          if keyed and rk then
+            full, e0 = keyFull(keyed, prefix, rk, id, now)
+            if e0 then return unclaim(pops, nil, 0, e0) end
+          end
+          if not full then
+            local c = #cIds + 1
+            cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, att, pay or ''
+            if tmo or jvis then
+              tmo, jvis = int(tmo, 1, MAXMS), int(jvis, 1, MAXMS)
+              if tmo or jvis then
+                cTmo, cVis = cTmo or {}, cVis or {}
+                cTmo[c], cVis[c] = tmo or 0, jvis or 0
+              end
+            end
+            if uk and atClaim(um) then
+              cUni = cUni or {}
+              cUni[c] = uk
+            end
+          end
         else
           orphans = orphans + 1
           if not st then
@@ -752,9 +971,29 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
         orphans = orphans + 1 -- already claimed through an older copy in pending
       else
         taken[key] = true
-        local c = #cIds + 1
-        cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, promoAtt[i], false
-        got = got + 1
+        local rk = promoSet[id]
+        local full = false
+        if keyed and rk ~= true then
+          full, e0 = keyFull(keyed, prefix, rk, id, now)
+          if e0 then return unclaim(pops, nil, 0, e0) end
+        end
+        if not full then
+          local c = #cIds + 1
+          cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, promoAtt[i], false
+          got = got + 1
+          local o = promoOpt and promoOpt[i]
+          if o then
+            local tmo, jvis = int(o[1], 1, MAXMS), int(o[2], 1, MAXMS)
+            if tmo or jvis then
+              cTmo, cVis = cTmo or {}, cVis or {}
+              cTmo[c], cVis[c] = tmo or 0, jvis or 0
+            end
+          end
+          if promoUni and promoUni[i] then
+            cUni = cUni or {}
+            cUni[c] = promoUni[i]
+          end
+        end
       end
     else
       lv, got = lv + 1, 0
@@ -800,8 +1039,21 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     if e then return unclaim(pops, nil, 0, e) end
   end
   local lease, leaseS = 0, nil
+  -- leases of jobs with their own visibility: lease_until and its decimal string, by c
+  local own, ownS = nil, nil
   if nc > 0 then
-    if vis == 0 then
+    -- meta's visibility is read only when a job is leased for it
+    local needed = vis == 0
+    if needed and cVis then
+      needed = false
+      for c = 1, nc do
+        if not cVis[c] or cVis[c] == 0 then
+          needed = true
+          break
+        end
+      end
+    end
+    if needed then
       local m = redis.pcall('HMGET', K_META, 'visibility_timeout_ms')
       if m.err then return unclaim(pops, nil, 0, failure(m, K_META, 'hash')) end
       vis = tonumber(m[1])
@@ -811,6 +1063,21 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     end
     lease = now + vis
     leaseS = S(lease)
+    if cVis then
+      own, ownS = {}, {}
+      local longest = 0
+      for c = 1, nc do
+        local v = cVis[c]
+        if v and v > 0 then
+          own[c] = now + v
+          ownS[c] = S(own[c])
+          if v > longest then longest = v end
+        elseif vis > longest then
+          longest = vis
+        end
+      end
+      vis = longest
+    end
     for c = 1, nc do
       if cPay[c] == false then cPay[c] = redis.call('HGET', cKeys[c], 'payload') or '' end
     end
@@ -849,12 +1116,12 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   end
   if nc > 0 then
     local r
-    if nc == 1 then
+    if nc == 1 and not own then
       r = redis.pcall('ZADD', K_PROCESSING, leaseS, cIds[1])
     else
       local z = {}
       for c = 1, nc do
-        z[2 * c - 1] = leaseS
+        z[2 * c - 1] = (own and ownS[c]) or leaseS
         z[2 * c] = cIds[c]
       end
       r = redis.pcall('ZADD', K_PROCESSING, unpack(z))
@@ -875,6 +1142,34 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   if #due > 0 then
     redis.call('ZREM', K_DELAYED, unpack(due))
   end
+  -- rate limits: the claims made are logged; jobs whose key had no slot left wait in
+  -- delayed for its next one (status delayed, attempts untouched)
+  if keyed then
+    for _, log in pairs(keyed.logs) do
+      if log.took > 0 then rateTake(log.key, keyed.per, log.used, log.took, now, nowS) end
+    end
+    local nk = #keyed.ids
+    if nk > 0 then
+      local z = {}
+      for i = 1, nk do
+        local atS = S(keyed.at[i])
+        z[2 * i - 1], z[2 * i] = atS, keyed.ids[i]
+        redis.call('HSET', prefix .. keyed.ids[i], 'status', 'delayed', 'run_at', atS)
+      end
+      redis.call('ZADD', K_DELAYED, unpack(z))
+      redis.pcall('HINCRBY', K_STATS, 'rate_deferred', S(nk))
+    end
+  end
+  if rate then
+    if nc > 0 then rateTake(rate.key, rate.per, rate.used, nc, now, nowS) end
+    -- no slot left: the call answers how long until the next one opens, as more = -wait
+    if rate.used + nc >= rate.max then
+      local wait = rateOldest(rate.key, rate.per, now) + rate.per - now
+      if wait < 1 then wait = 1 end
+      more = -wait
+      if nc == 0 then redis.pcall('HINCRBY', K_STATS, 'rate_limited', '1') end
+    end
+  end
   -- a lease's claim_token: claimed_at, the worker (its length first) and the caller's token,
   -- <claimed_at>:<#worker>:<worker>:<token>; made once when every lease shares one token
   local stamp, shared = nil, nil
@@ -890,13 +1185,27 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     end
     local token = shared
     if not token then token = stamp .. ARGV[tokenAt + c] end
+    local upto, uptoS = lease, leaseS
+    if own and own[c] then upto, uptoS = own[c], ownS[c] end
     redis.call('HSET', cKeys[c], 'status', 'processing', 'claim_token', token,
-      'attempts', attS, 'lease_until', leaseS)
+      'attempts', attS, 'lease_until', uptoS)
+    -- the job started: a unique key held until then is released
+    if cUni and cUni[c] then unlock(cUni[c], cIds[c]) end
     if flat then
       local f = #flat
-      flat[f + 1], flat[f + 2], flat[f + 3], flat[f + 4] = cIds[c], cPay[c], att, lease
+      flat[f + 1], flat[f + 2], flat[f + 3], flat[f + 4] = cIds[c], cPay[c], att, upto
+    elseif cTmo and cTmo[c] then
+      out[c] = { cIds[c], cPay[c], att, token, upto, cTmo[c], cVis[c] }
     else
-      out[c] = { cIds[c], cPay[c], att, token, lease }
+      out[c] = { cIds[c], cPay[c], att, token, upto }
+    end
+  end
+  -- with flat, the options of every leased job, when one has some
+  local opts = nil
+  if flat and cTmo then
+    opts = {}
+    for c = 1, nc do
+      opts[2 * c - 1], opts[2 * c] = cTmo[c] or 0, cVis[c] or 0
     end
   end
   if aside then keepAside(K_ORPHANS, aside, nowS) end
@@ -918,7 +1227,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   end
   rec = readyRecord(rec)
   local mw = {}
-  if rec ~= (m[2] or '') then mw = { 'priorities', rec } end
+  if rec ~= (m[4] or '') then mw = { 'priorities', rec } end
   if weighted and nc > 0 and #order > 1 then
     mw[#mw + 1] = 'priority_turn'
     mw[#mw + 1] = S((turn + nc) % TURN_WRAP)
@@ -927,7 +1236,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   -- the worker was seen: P:{T}:workers scores it now (reap forgets it an hour later); a
   -- wrong-typed key is left as it is
   redis.pcall('ZADD', string.sub(prefix, 1, -5) .. 'workers', nowS, worker)
-  return out, cIds, nc, more, vis, shared, leaseS
+  return out, cIds, nc, more, vis, shared, opts
 end
 -- END include/claim_jobs.lua
 
@@ -986,6 +1295,99 @@ local function forget(base, tokens)
   if #dels > 0 then redis.call('DEL', unpack(dels)) end
 end
 -- END include/request_record.lua
+-- BEGIN include/outcomes.lua (generated by make lua; edit lua/include/outcomes.lua)
+-- Outcomes (docs/protocol.md, Outcomes): what a job reports and how its end is announced.
+-- A job enqueued with the option `notify` (ms) keeps its hash at least that long after it
+-- ends, and its final end (acked, dead, cancelled) is appended to the capped stream
+-- P:{T}:done (XADD MAXLEN ~ 1000, field id), which waiters follow with XREAD BLOCK.
+-- A queue whose meta holds events_max_len N > 0 appends every end to the capped stream
+-- P:{T}:events (XADD MAXLEN ~ N). Both keys are built from ARGV[1], P:{T}:job:, so they
+-- share the queue's hash tag. Neither costs a command when unused: `notify` is read by
+-- the HMGET of the job the script makes anyway, events_max_len by its read of meta.
+local MAX_RESULT = 65536       -- bytes of a result (ack, settle_claim)
+local MAX_PROGRESS_TEXT = 256  -- bytes of a progress message (extend)
+local MAX_EVENT_ERROR = 256    -- bytes of an error text copied into an event
+local DONE_MAX_LEN = '1000'    -- entries P:{T}:done keeps (about: MAXLEN ~)
+-- outcomeKey(name): P:{T}:<name> from the job-key prefix P:{T}:job:
+local function outcomeKey(name)
+  return string.sub(ARGV[1], 1, -5) .. name
+end
+-- keepFor(notify, retention): how long (ms) the hash of a job that just ended is kept:
+-- the completed retention, or longer when the job carries `notify` (a waiter reads it);
+-- 0 deletes it
+local function keepFor(notify, retention)
+  local k = int(notify, 1, MAXMS)
+  if k and k > retention then return k end
+  return retention
+end
+-- eventsCap(v): meta's events_max_len read as a stream cap, nil when events are off
+local function eventsCap(v)
+  local x = tonumber(v)
+  if x == nil or x ~= x or x < 1 then return nil end
+  if x > 1000000000 then x = 1000000000 end
+  return S(math.floor(x))
+end
+-- announce(id, kind, notify, cap, err): the end of job id (kind acked, failed, dead or
+-- cancelled): appended to P:{T}:done when the job carries `notify` (final ends only), and
+-- to P:{T}:events when cap (eventsCap) is set. A wrong-typed stream key never fails a call
+local function announce(id, kind, notify, cap, err)
+  if notify and kind ~= 'failed' then
+    redis.pcall('XADD', outcomeKey('done'), 'MAXLEN', '~', DONE_MAX_LEN, '*', 'id', id)
+  end
+  if cap then
+    if err then
+      if #err > MAX_EVENT_ERROR then err = string.sub(err, 1, MAX_EVENT_ERROR) end
+      redis.pcall('XADD', outcomeKey('events'), 'MAXLEN', '~', cap, '*', 'id', id,
+        'event', kind, 'error', err)
+    else
+      redis.pcall('XADD', outcomeKey('events'), 'MAXLEN', '~', cap, '*', 'id', id,
+        'event', kind)
+    end
+  end
+end
+-- outcomeArgs(at, n, word): the optional block `word, i1, v1, …` of ARGV from ARGV[at] to
+-- the end (results: pairs index, bytes; progress: triples index, percent, message), i an
+-- index 1..n, each at most once, of the call's pairs. Returns a table index -> value
+-- (progress: {percent, message}), empty when ARGV[at] is not word; or nil and the error
+-- reply. The block is taken off ARGV, so the pair count checks see the pairs alone
+local function outcomeArgs(at, n, word)
+  local out = {}
+  if ARGV[at] ~= word then return out end
+  local width = word == 'progress' and 3 or 2
+  local k = #ARGV - at
+  if k == 0 or k % width ~= 0 or k / width > n then
+    return nil, bad(word, 'expected ' .. (width == 3 and 'triples index, percent, message' or
+      'pairs index, result') .. ' (at most ' .. n .. ') after ' .. shown(word) .. ', got ' ..
+      k .. ' arguments')
+  end
+  for j = at + 1, #ARGV, width do
+    local i = int(ARGV[j], 1, n)
+    if not i or out[i] then
+      return nil, bad(word, 'expected a pair index 1..' .. n .. ' given once, got ' .. shown(ARGV[j]))
+    end
+    if width == 3 then
+      local p = int(ARGV[j + 1], 0, 100)
+      if not p then
+        return nil, bad('progress', 'expected a percent 0..100 for pair ' .. i .. ', got ' ..
+          shown(ARGV[j + 1]))
+      end
+      if #ARGV[j + 2] > MAX_PROGRESS_TEXT then
+        return nil, bad('progress', 'expected a message of at most ' .. MAX_PROGRESS_TEXT ..
+          ' bytes for pair ' .. i .. ', got ' .. #ARGV[j + 2] .. ' bytes')
+      end
+      out[i] = { S(p), ARGV[j + 2] }
+    else
+      if #ARGV[j + 1] > MAX_RESULT then
+        return nil, bad('result', 'expected at most ' .. MAX_RESULT .. ' bytes for pair ' .. i ..
+          ', got ' .. #ARGV[j + 1] .. ' bytes')
+      end
+      out[i] = ARGV[j + 1]
+    end
+  end
+  for j = #ARGV, at, -1 do ARGV[j] = nil end
+  return out
+end
+-- END include/outcomes.lua
 
 -- arguments ------------------------------------------------------------------
 local n = int(ARGV[2], 1, 1000)
@@ -1009,6 +1411,15 @@ if na + nf > 1000 then
 end
 local A0 = 7                -- ack i: id ARGV[A0 + 2i - 1], token ARGV[A0 + 2i]
 local F0 = A0 + 2 * na      -- fail j: ARGV[F0 + 5j - 4 .. F0 + 5j]
+-- outcomes: the optional results block of the acks, taken off ARGV before the counts
+-- are checked; the record's digest still covers it (ALL: every ARGV, kept only then)
+local ALL = nil
+if ARGV[F0 + 5 * nf + 1] == 'results' then
+  ALL = {}
+  for i = 1, #ARGV do ALL[i] = ARGV[i] end
+end
+local results, re = outcomeArgs(F0 + 5 * nf + 1, na, 'results')
+if not results then return re end
 if #ARGV ~= F0 + 5 * nf then
   return bad('arguments', 'n=' .. n .. ', acks=' .. na .. ', fails=' .. nf .. ' need exactly ' ..
     (2 * na + 5 * nf) .. ' arguments after ARGV[7] (2 per ack, 5 per fail), got ' ..
@@ -1062,7 +1473,7 @@ else
 end
 -- digest(): the digest of this call's arguments (every ARGV, byte for byte), which its
 -- record keeps beside the worker, so a record answers only a retry of its own call
-local function digest() return redis.sha1hex(cmsgpack.pack(ARGV)) end
+local function digest() return redis.sha1hex(cmsgpack.pack(ALL or ARGV)) end
 if packed then
   -- the record is stored data: it is read only when it has the shape this script writes
   -- (more 0 or 1, counts a, f with a + f <= 1000, a string token, at most 1000 leases),
@@ -1088,20 +1499,27 @@ if packed then
   local ra, rf = record[2], record[3]
   local token = record[4]
   local again = { record[1], token }
+  local agOpt, anyOpt = {}, false
   for i = 1, ra do again[2 + i] = math.floor(tonumber(record[4 + i]) or 0) end
   for j = 1, rf do again[2 + ra + j] = tostring(record[4 + ra + j]) end
   for i = 5 + ra + rf, #record do
     local id = record[i]
     local key = prefix .. id
     local h = redis.pcall('HMGET', key, 'status', 'claim_token', 'payload', 'attempts',
-      'lease_until')
+      'lease_until', 'timeout_ms', 'visibility_timeout_ms')
     if h.err then return failure(h, key, 'hash') end
     if h[1] == 'processing' and h[2] == token and token ~= '' then
       local f = #again
       again[f + 1], again[f + 2], again[f + 3], again[f + 4] = id, h[3] or '',
         math.floor(tonumber(h[4]) or 0), math.floor(tonumber(h[5]) or 0)
+      -- the job's own options, as the first call answered them
+      local tmo, jvis = int(h[6], 1, MAXMS), int(h[7], 1, MAXMS)
+      agOpt[#agOpt + 1] = tmo or 0
+      agOpt[#agOpt + 1] = jvis or 0
+      if tmo or jvis then anyOpt = true end
     end
   end
+  if anyOpt then again[#again + 1] = agOpt end
   effects()
   -- a counter holding a non-number or a wrong-typed stats key must not fail the retry
   redis.pcall('HINCRBY', K_STATS, 'replayed', '1')
@@ -1120,17 +1538,21 @@ if twice then done = {} end
 -- attempts, lease_until per leased job
 local reply = { 0, '' }
 local aIds, aKeys = NONE, NONE
-if na > 0 then aIds, aKeys = {}, {} end
+local aNotify, aRow = NONE, NONE -- outcomes: each accepted ack's `notify` and ack index
+if na > 0 then aIds, aKeys, aNotify, aRow = {}, {}, {}, {} end
 -- histogram buckets: the first one and its count, then the others (made when needed)
 local bFirst, cFirst, buckets, blist = nil, 0, NONE, NONE
 local stale, unknown = 0, 0
+local ownB, ownStale = nil, 0 -- buckets and stale settles of jobs with their own options
 local lastToken, lastAt = nil, nil -- the claimed_at the last token acked carries
 local ended = NONE           -- the tokens of the leases this call ends (as keys)
+local unlocks = NONE         -- {unique key, id} of the jobs this call ends holding one
 if na + nf > 0 then ended = {} end
 for i = 1, na do
   local id = ARGV[A0 + 2 * i - 1]
   local key = prefix .. id
-  local h = redis.pcall('HMGET', key, 'claim_token', 'status')
+  local h = redis.pcall('HMGET', key, 'claim_token', 'status', 'unique_key', 'unique_mode',
+    'notify', 'timeout_ms', 'visibility_timeout_ms')
   if h.err then return failure(h, key, 'hash') end
   local token = ARGV[A0 + 2 * i]
   if h[2] == 'processing' and h[1] == token and not done[key] then
@@ -1138,6 +1560,11 @@ for i = 1, na do
     reply[2 + i] = 1
     aIds[#aIds + 1] = id
     aKeys[#aKeys + 1] = key
+    if h[3] and not atClaim(h[4]) then
+      if unlocks == NONE then unlocks = {} end
+      unlocks[#unlocks + 1] = { h[3], id }
+    end
+    aNotify[#aKeys], aRow[#aKeys] = h[5] or false, i
     local at = lastAt
     if token ~= lastToken then
       at = claimedAt(token, key, now)
@@ -1158,11 +1585,16 @@ for i = 1, na do
         blist[#blist + 1] = b
       end
     end
+    if (h[6] or h[7]) and ownRun(h[6], h[7]) then
+      ownB = ownB or {}
+      ownB[b] = (ownB[b] or 0) + 1
+    end
   else
     reply[2 + i] = 0
     -- a job has a payload; only a job enqueued ready lacks a status
     if h[2] or redis.call('EXISTS', key) == 1 then
       stale = stale + 1
+      if (h[6] or h[7]) and ownRun(h[6], h[7]) then ownStale = ownStale + 1 end
     else
       unknown = unknown + 1
     end
@@ -1179,7 +1611,8 @@ for j = 1, nf do
   local id = ARGV[at - 4]
   local key = prefix .. id
   local h = redis.pcall('HMGET', key, 'claim_token', 'status', 'attempts', 'max_attempts',
-    'backoff_initial_ms', 'backoff_max_ms', 'backoff_multiplier', 'errors', 'priority')
+    'backoff_initial_ms', 'backoff_max_ms', 'backoff_multiplier', 'errors', 'unique_key',
+    'unique_mode', 'notify', 'timeout_ms', 'visibility_timeout_ms', 'priority')
   if h.err then return failure(h, key, 'hash') end
   if h[2] == 'processing' and h[1] == ARGV[at - 3] and not done[key] then
     if twice then done[key] = true end
@@ -1196,6 +1629,7 @@ for j = 1, nf do
   else
     reply[2 + na + j] = 'stale'
     stale = stale + 1
+    if (h[12] or h[13]) and ownRun(h[12], h[13]) then ownStale = ownStale + 1 end
   end
 end
 
@@ -1203,11 +1637,13 @@ end
 local settled = #aIds + #fIdx
 local wantVis = vis == 0 and settled + stale + unknown > 0
 local m, mVis, mRet = NONE, nil, nil
+local mEvents = nil -- outcomes: meta's events_max_len, read with the rest when settled > 0
 if anyRetry then
   local fields = {}
   m = {}
   if wantVis then fields[#fields + 1] = 'visibility_timeout_ms' end
   if #aIds > 0 then fields[#fields + 1] = 'completed_retention_ms' end
+  fields[#fields + 1] = 'events_max_len'
   fields[#fields + 1] = 'max_attempts'
   if anyPolicy then
     fields[#fields + 1] = 'backoff_initial_ms'
@@ -1218,19 +1654,34 @@ if anyRetry then
   if r.err then return failure(r, K_META, 'hash') end
   for i = 1, #fields do m[fields[i]] = r[i] end
   mVis, mRet = m.visibility_timeout_ms, m.completed_retention_ms
+  mEvents = m.events_max_len
 elseif wantVis or #aIds > 0 then
   -- the common shapes name their fields directly: no table of names
   local r
   if not wantVis then
-    r = redis.pcall('HMGET', K_META, 'completed_retention_ms')
+    r = redis.pcall('HMGET', K_META, 'completed_retention_ms', 'events_max_len')
   elseif #aIds > 0 then
-    r = redis.pcall('HMGET', K_META, 'visibility_timeout_ms', 'completed_retention_ms')
+    r = redis.pcall('HMGET', K_META, 'visibility_timeout_ms', 'completed_retention_ms',
+      'events_max_len')
   else
-    r = redis.pcall('HMGET', K_META, 'visibility_timeout_ms')
+    r = redis.pcall('HMGET', K_META, 'visibility_timeout_ms', 'events_max_len')
   end
   if r.err then return failure(r, K_META, 'hash') end
-  if wantVis then mVis, mRet = r[1], r[2] else mRet = r[1] end
+  if wantVis and #aIds > 0 then
+    mVis, mRet, mEvents = r[1], r[2], r[3]
+  elseif wantVis then
+    mVis, mEvents = r[1], r[2]
+  else
+    mRet, mEvents = r[1], r[2]
+  end
+elseif #fIdx > 0 then
+  -- outcomes: fails in modes dead and release alone, with a visibility given
+  local r = redis.pcall('HGET', K_META, 'events_max_len')
+  local e = failure(r, K_META, 'hash')
+  if e then return e end
+  mEvents = r
 end
+local eventsAt = eventsCap(mEvents)
 if wantVis then
   vis = tonumber(mVis)
   if vis == nil or vis ~= vis or vis < 1 then vis = 30000 end
@@ -1299,8 +1750,8 @@ if #toPending + #toFront + #toDelayed > 0 then
 end
 -- a job back in line goes to its own priority's list (include/priority)
 local readyPs = {}
-for i = 1, #toFront do readyPs[priorityOf(fOpt[toFront[i]][9])] = true end
-for i = 1, #toPending do readyPs[priorityOf(fOpt[toPending[i]][9])] = true end
+for i = 1, #toFront do readyPs[priorityOf(fOpt[toFront[i]][14])] = true end
+for i = 1, #toPending do readyPs[priorityOf(fOpt[toPending[i]][14])] = true end
 e = readyCheck(readyPs)
 if e then return e end
 if #toDead > 0 then
@@ -1321,7 +1772,7 @@ end
 
 
 -- claim part (reads, then writes; a failure undoes its own writes) ------------------
-local out, ids, nc, more, used, token, leaseS = claimJobs(n, nS, vis, worker, request, now,
+local out, ids, nc, more, used, token, opts = claimJobs(n, nS, vis, worker, request, now,
   check, gone, undue, reply, nowS)
 if not out then return ids end
 if nc > 0 then
@@ -1334,15 +1785,28 @@ reply[1] = more
 -- counters use pcall: a counter holding a non-number must not fail a call whose changes
 -- are already made
 if #aIds > 0 then
-  if retention > 0 then
-    local retentionS = S(retention)
-    for i = 1, #aKeys do
-      redis.call('HSET', aKeys[i], 'status', 'done')
+  -- outcomes: an acked job with `notify` is kept at least that long, with its result;
+  -- the rest as the completed retention says
+  local drop = {}
+  for i = 1, #aKeys do
+    local keep = retention
+    if aNotify[i] then keep = keepFor(aNotify[i], retention) end
+    if keep > 0 then
+      local result = results[aRow[i]]
+      if result then
+        redis.call('HSET', aKeys[i], 'status', 'done', 'result', result)
+      else
+        redis.call('HSET', aKeys[i], 'status', 'done')
+      end
       redis.call('HDEL', aKeys[i], 'lease_until')
-      redis.call('PEXPIRE', aKeys[i], retentionS)
+      redis.call('PEXPIRE', aKeys[i], S(keep))
+    else
+      drop[#drop + 1] = aKeys[i]
     end
-  else
-    if #aKeys == 1 then redis.call('DEL', aKeys[1]) else redis.call('DEL', unpack(aKeys)) end
+  end
+  if #drop == 1 then redis.call('DEL', drop[1]) elseif #drop > 1 then redis.call('DEL', unpack(drop)) end
+  for i = 1, #aKeys do
+    if aNotify[i] or eventsAt then announce(aIds[i], 'acked', aNotify[i], eventsAt) end
   end
   redis.pcall('HINCRBY', K_STATS, 'acked', #aIds == 1 and '1' or S(#aIds))
   if bFirst then
@@ -1354,6 +1818,9 @@ if #aIds > 0 then
     local c = buckets[b]
     redis.pcall('HINCRBY', K_STATS, 'h:' .. b, c == 1 and '1' or S(c))
     tallyTime(b, c, now)
+  end
+  if ownB then
+    for b, c in pairs(ownB) do redis.pcall('HINCRBY', K_STATS, 'own_h:' .. b, S(c)) end
   end
   tallyCount('a', #aIds, now)
 end
@@ -1373,7 +1840,7 @@ if #fIdx > 0 then
       if back < 0 then back = 0 end
       redis.call('HSET', fKeys[k], 'status', 'pending', 'attempts', S(back))
       front[i] = fIds[k]
-      frontPrio[i] = priorityOf(fOpt[k][9])
+      frontPrio[i] = priorityOf(fOpt[k][14])
     end
     readyPush('RPUSH', front, frontPrio)
     markers = markers + #front
@@ -1388,7 +1855,7 @@ if #fIdx > 0 then
       redis.call('HSET', fKeys[k], 'status', 'pending', 'last_error', err,
         attemptError(fErrs[k], fAtt[k], nowS, err))
       back[i] = fIds[k]
-      backPrio[i] = priorityOf(fOpt[k][9])
+      backPrio[i] = priorityOf(fOpt[k][14])
     end
     readyPush('LPUSH', back, backPrio)
     markers = markers + #back
@@ -1415,6 +1882,11 @@ if #fIdx > 0 then
         attemptError(fErrs[k], fAtt[k], nowS, err))
       z[2 * i - 1] = nowS
       z[2 * i] = fIds[k]
+      local o = fOpt[k]
+      if o[9] and not atClaim(o[10]) then
+        if unlocks == NONE then unlocks = {} end
+        unlocks[#unlocks + 1] = { o[9], fIds[k] }
+      end
     end
     redis.call('ZADD', K_DEAD, unpack(z))
     redis.pcall('HINCRBY', K_STATS, 'dead_lettered', S(#toDead))
@@ -1432,9 +1904,21 @@ if #fIdx > 0 then
     redis.call('LTRIM', K_WAKE, '0', '1023')
   end
   wakeEarlier(K_WAKE, before, earliestAt)
+  -- outcomes: announce the failures retried and the jobs dead-lettered
+  for k = 1, #fIdx do
+    local o = reply[2 + na + fIdx[k]]
+    local notify = fOpt[k][11]
+    if fMode[fIdx[k]] ~= 'release' and (notify or eventsAt) then
+      announce(fIds[k], o == 'dead' and 'dead' or 'failed', notify, eventsAt,
+        ARGV[F0 + 5 * fIdx[k] - 2])
+    end
+  end
 end
 if stale > 0 then redis.pcall('HINCRBY', K_STATS, 'stale', S(stale)) end
 if unknown > 0 then redis.pcall('HINCRBY', K_STATS, 'unknown', S(unknown)) end
+if ownStale > 0 then redis.pcall('HINCRBY', K_STATS, 'own_stale', S(ownStale)) end
+-- the jobs acked or dead-lettered here release the unique keys they held until done
+for i = 1, #unlocks do unlock(unlocks[i][1], unlocks[i][2]) end
 
 -- the records of the calls that made the leases this call ended: answered, no longer
 -- needed
@@ -1446,7 +1930,8 @@ end
 -- MessagePack array: the worker, the digest of the arguments, more, a, f, the leases'
 -- token, the ack results, the fail outcomes, the id of each lease
 if nc > 0 or na + nf > 0 then
-  local rec = { worker, digest(), more, na, nf, reply[2] }
+  -- a rate limit's wait (more < 0) is not kept: a retry answers more 0
+  local rec = { worker, digest(), more > 0 and 1 or 0, na, nf, reply[2] }
   for i = 3, 2 + na + nf do rec[4 + i] = reply[i] end
   local at = 6 + na + nf
   for c = 1, nc do rec[at + c] = ids[c] end
@@ -1454,4 +1939,6 @@ if nc > 0 or na + nf > 0 then
   -- relative expiry for Redis to rewrite)
   redis.call('SET', K_REQUEST, cmsgpack.pack(rec), 'PXAT', S(now + recordLife(vis)))
 end
+-- the leased jobs' own options, when one has some: one array after the leases
+if opts then reply[#reply + 1] = opts end
 return reply

@@ -224,6 +224,20 @@ pub struct JobQueueSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<bool>,
 
+    /// At most `max` claims per `per` across every worker of the queue (e.g. `{max: 100,
+    /// per: 1s}`), kept by the claim scripts on the Redis clock; a limited worker waits
+    /// for the next slot. The operator also scales the workers no higher than the limit
+    /// keeps busy (condition `RateLimited`). Absent: no limit (one set with `jobqueue
+    /// configure --rate-limit` is removed, as the spec owns the queue's settings).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimitSpec>,
+
+    /// The same limit for the jobs of each rate key apart (`jobqueue enqueue --rate-key`),
+    /// so one key (a tenant) cannot take the whole queue: a job over its key's limit
+    /// waits in delayed for its key's next slot. Absent: no per-key limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit_per_key: Option<RateLimitSpec>,
+
     /// The worker workload to scale on backlog. Without it, the operator does not scale.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workers: Option<WorkersSpec>,
@@ -522,6 +536,23 @@ pub struct RetrySpec {
     pub multiplier: f64,
 }
 
+/// `spec.rateLimit`, `spec.rateLimitPerKey`: at most `max` claims in any window of `per`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct RateLimitSpec {
+    /// The most claims per window (1 to 1000000).
+    #[x_kube(
+        validation = Rule::new("self >= 1 && self <= 1000000")
+            .message("rateLimit.max must be between 1 and 1000000")
+    )]
+    #[schemars(range(min = 1, max = 1_000_000))]
+    pub max: u32,
+    /// The window, a positive duration of whole milliseconds (e.g. `1s`, `500ms`).
+    #[x_kube(validation = Rule::new(POSITIVE).message("rateLimit.per must be a positive duration"))]
+    #[schemars(length(max = 32))]
+    pub per: String,
+}
+
 /// Limits of the dead-letter set; the reaper trims beyond them.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -617,6 +648,13 @@ pub struct WorkersSpec {
     /// Most replicas.
     #[schemars(range(min = 1))]
     pub max_replicas: i32,
+    /// Jobs one replica runs at once (its `jobqueue worker --concurrency`): with
+    /// `spec.rateLimit`, the replicas the limit keeps busy are the limit's rate × the
+    /// observed processing time ÷ this.
+    #[serde(default = "default_concurrency")]
+    #[x_kube(validation = Rule::new("self >= 1").message("workers.concurrency must be at least 1"))]
+    #[schemars(range(min = 1))]
+    pub concurrency: u32,
     /// Pending plus processing jobs one replica is expected to handle.
     #[serde(default = "default_target_backlog")]
     #[schemars(range(min = 1))]
@@ -998,6 +1036,8 @@ impl JobQueueSpec {
             reaper: ReaperSpec::default(),
             durability: None,
             paused: None,
+            rate_limit: None,
+            rate_limit_per_key: None,
             workers: None,
             partitions: default_partitions(),
             schedules: Vec::new(),
@@ -1048,6 +1088,9 @@ fn default_durability_timeout() -> String {
     "1s".into()
 }
 fn default_partitions() -> u32 {
+    1
+}
+fn default_concurrency() -> u32 {
     1
 }
 fn default_target_backlog() -> u32 {

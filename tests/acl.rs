@@ -109,16 +109,8 @@ async fn a_producer_a_worker_and_the_operator_run_under_their_smallest_acl() {
     };
     let done = ops.maintain(&settings, 100, 4).await.unwrap();
     assert!(done.configured, "{done:?}");
-    // spec.schedules: the operator writes a schedule (the worker's reaper fires it too)
-    let every_second = jobqueue::queue::schedule::Schedule {
-        name: "tick".into(),
-        rule: jobqueue::queue::schedule::Rule::Every(Duration::from_secs(1)),
-        payload: b"tick".to_vec(),
-        options: Default::default(),
-        missed: jobqueue::queue::schedule::Missed::Once,
-        paused: false,
-    };
-    assert_eq!(ops.put_schedule(&every_second).await.unwrap(), 1);
+    // The queue keeps its completion events: every script that ends a job XADDs.
+    ops.set_events(100).await.unwrap();
 
     let jobs = queue_as(&server, &producer, "pp", "emails").await;
     for payload in ["ok-1", "ok-2", "fail"] {
@@ -182,11 +174,44 @@ async fn a_producer_a_worker_and_the_operator_run_under_their_smallest_acl() {
         .expect("the lease is held");
     assert!(work.claim(1, "lib", None).await.unwrap().is_empty());
 
+    // A producer waits for a job's end as its user; the worker acks it with a result.
+    let waiting = {
+        let jobs = jobs.clone();
+        tokio::spawn(async move {
+            jobs.enqueue_and_wait(NewJob::new(&b"waited"[..]), Duration::from_secs(20))
+                .await
+        })
+    };
+    let waited = consumer
+        .next_job(Duration::from_secs(5))
+        .await
+        .unwrap()
+        .expect("the waited job");
+    let acked = work
+        .ack_many(&[waited.lease_ref().with_result(b"r")])
+        .await
+        .unwrap();
+    assert_eq!(acked, vec![true]);
+    let (_, end) = waiting.await.unwrap().unwrap();
+    assert_eq!(end, Some(jobqueue::queue::JobEnd::Done("r".into())));
+
     // The operator's reaper, as its user, takes the expired lease back.
     wait_past(&mut admin, until);
     let done = ops.maintain(&settings, 100, 4).await.unwrap();
     assert_eq!(done.reaped.requeued, 1, "{done:?}");
     assert_eq!(done.stats.pending, 1, "{done:?}");
+
+    // spec.schedules: the operator writes a schedule, written only now: the worker process
+    // above would have fired its ticks among the jobs it counts.
+    let every_second = jobqueue::queue::schedule::Schedule {
+        name: "tick".into(),
+        rule: jobqueue::queue::schedule::Rule::Every(Duration::from_secs(1)),
+        payload: b"tick".to_vec(),
+        options: Default::default(),
+        missed: jobqueue::queue::schedule::Missed::Once,
+        paused: false,
+    };
+    assert_eq!(ops.put_schedule(&every_second).await.unwrap(), 1);
 
     // The schedule, fired by the worker's user and by the operator's upkeep.
     let tick = ops.schedule("tick").await.unwrap().unwrap();
@@ -335,7 +360,16 @@ fn each_roles_acl_grants_what_its_scripts_call_and_nothing_more() {
         (
             "producer",
             vec![&s.enqueue],
-            &["ping", "evalsha", "script|load", "type", "hmget"],
+            // xrevrange, xread: waiting for a job's end (enqueue --wait)
+            &[
+                "ping",
+                "evalsha",
+                "script|load",
+                "type",
+                "hmget",
+                "xrevrange",
+                "xread",
+            ],
         ),
         (
             "worker",

@@ -293,6 +293,30 @@ const ROWS: &[Row] = &[
     row("schedule-missed-word", &["schedule", "add", "--redis", "{url}", "--tag", "bi", "s", "--every", "1s", "--missed", "all", "x"], 2, "[possible values: skip, once]"),
     row("schedule-name", &["schedule", "add", "--redis", "{url}", "--tag", "bi", "a b", "--every", "1s", "x"], 2, "invalid schedule name: \"a b\": expected 1..200 characters"),
     row("schedule-absent", &["schedule", "rm", "--redis", "{url}", "--tag", "bi", "nope"], 1, "no schedule nope on jq:{bi}"),
+    row("enqueue-unique-for-no-key", &["enqueue", "--redis", "{url}", "--tag", "bi", "--unique-for", "10m", "x"], 2, "--unique-key <KEY>"),
+    row("enqueue-unique-mode-no-key", &["enqueue", "--redis", "{url}", "--tag", "bi", "--unique-mode", "debounce", "x"], 2, "--unique-key <KEY>"),
+    row("enqueue-unique-mode-word", &["enqueue", "--redis", "{url}", "--tag", "bi", "--unique-key", "k", "--unique-mode", "forever", "x"], 2, "[possible values: until-started, until-done, debounce]"),
+    row("enqueue-unique-key-long", &["enqueue", "--redis", "{url}", "--tag", "bi", "--unique-key", "{long_id}", "x"], 2, "invalid unique key: 1025 bytes: must be 1 to 1024 bytes"),
+    row("enqueue-unique-key-empty", &["enqueue", "--redis", "{url}", "--tag", "bi", "--unique-key", "", "x"], 2, "invalid unique key: 0 bytes: must be 1 to 1024 bytes"),
+    row("enqueue-unique-for-zero", &["enqueue", "--redis", "{url}", "--tag", "bi", "--unique-key", "k", "--unique-for", "0", "x"], 2, "invalid unique window: 0s must be from 1 ms to 10^15 ms"),
+    row("enqueue-unique-held", &["enqueue", "--redis", "{url}", "--tag", "ubi", "--unique-key", "held", "x"], 7, "unique key \"held\" is held by job u1 in jq:{ubi}: nothing enqueued"),
+    // Outcomes
+    row("wait-timeout-without-wait", &["enqueue", "--redis", "{url}", "--tag", "bi", "--wait-timeout", "5s", "x"], 2, "--wait"),
+    row("wait-with-stdin", &["enqueue", "--redis", "{url}", "--tag", "bi", "--wait", "--stdin"], 2, "the argument '--wait' cannot be used with '--stdin'"),
+    row("result-limit-huge", &["worker", "--redis", "{url}", "--tag", "bi", "--result-limit", "70000", "--exec", "true"], 2, "\"70000\" is not a number of bytes from 0 to 65536"),
+    row("events-from-bad", &["events", "--redis", "{url}", "--tag", "bi", "--from", "yesterday"], 2, "expected a stream id <ms>-<seq>, <ms>, or now, got \"yesterday\""),
+    row("configure-events-huge", &["configure", "--redis", "{url}", "--tag", "bi", "--events", "2000000000"], 2, "is not a number of events from 0 (off) to 1000000000"),
+    // A job's own timeout and visibility
+    row("enqueue-timeout-zero", &["enqueue", "--redis", "{url}", "--tag", "bi", "--timeout", "0s", "x"], 2, "invalid value '0s' for '--timeout <DURATION>': must be more than 0"),
+    row("enqueue-visibility-zero", &["enqueue", "--redis", "{url}", "--tag", "bi", "--visibility", "0", "x"], 2, "invalid value '0' for '--visibility <DURATION>': must be more than 0"),
+    row("enqueue-visibility-sub-ms", &["enqueue", "--redis", "{url}", "--tag", "bi", "--visibility", "500us", "x"], 2, "invalid visibility: 500µs is too short (at least 1ms)"),
+    row("enqueue-timeout-huge", &["enqueue", "--redis", "{url}", "--tag", "bi", "--timeout", "300000000h", "x"], 2, "is too long (the longest is 213503d)"),
+    row("rate-limit-zero", &["configure", "--redis", "{url}", "--tag", "bi", "--rate-limit", "0/1s"], 2, "the most claims per window must be 1 to 1000000"),
+    row("rate-limit-zero-window", &["configure", "--redis", "{url}", "--tag", "bi", "--rate-limit", "10/0s"], 2, "the window must be at least 1ms"),
+    row("rate-limit-shape", &["configure", "--redis", "{url}", "--tag", "bi", "--rate-limit", "abc"], 2, "is not a rate limit: write <claims>/<window>, e.g. 100/1s"),
+    row("rate-limit-no-unit", &["configure", "--redis", "{url}", "--tag", "bi", "--rate-limit", "10/1"], 2, "has no unit"),
+    row("rate-limit-per-key-no-value", &["configure", "--redis", "{url}", "--tag", "bi", "--rate-limit-per-key"], 2, "a value is required for '--rate-limit-per-key <N/WINDOW>'"),
+    row("rate-key-empty", &["enqueue", "--redis", "{url}", "--tag", "bi", "--rate-key", "", "x"], 2, "invalid rate key: 0 bytes: a rate key is 1 to 256 bytes"),
     // Priorities
     row("enqueue-priority-ten", &["enqueue", "--redis", "{url}", "--tag", "bi", "--priority", "10", "x"], 2, "invalid value '10' for '--priority <N>': \"10\" is not a priority: a whole number from 0 (the default, lowest) to 9 (highest)"),
     row("enqueue-priority-negative", &["enqueue", "--redis", "{url}", "--tag", "bi", "--priority", "-1", "x"], 2, "invalid value '-1' for '--priority <N>': must not be negative"),
@@ -315,6 +339,62 @@ const LIB_ROWS: &[(&str, &str, bool)] = &[
     (
         "script-id-long",
         "jobqueue: invalid id: triple 1: expected an id of 1..1024 bytes, got 1025 bytes",
+        true,
+    ),
+    (
+        "lib-unique-mode-no-key",
+        "a unique mode or window needs a unique key",
+        true,
+    ),
+    (
+        "script-unique-key-long",
+        "jobqueue: invalid unique_key: triple 1: expected a key of 1..1024 bytes, got 1025 bytes",
+        true,
+    ),
+    (
+        "script-unique-mode",
+        "jobqueue: invalid unique_mode: expected \"until-started\", \"until-done\" or \"debounce\", got \"forever\"",
+        true,
+    ),
+    // Outcomes
+    (
+        "lib-result-huge",
+        "65537 bytes is more than the 65536",
+        true,
+    ),
+    (
+        "lib-progress-percent",
+        "101 is not a percent from 0 to 100",
+        true,
+    ),
+    (
+        "script-result-huge",
+        "jobqueue: invalid result: expected at most 65536 bytes for pair 1, got 65537 bytes",
+        true,
+    ),
+    (
+        "script-progress-percent",
+        "jobqueue: invalid progress: expected a percent 0..100 for pair 1, got \"101\"",
+        true,
+    ),
+    (
+        "script-notify-zero",
+        "jobqueue: invalid notify: expected an integer 1..10^15 ms, got \"0\"",
+        true,
+    ),
+    (
+        "lib-job-timeout-zero",
+        "invalid timeout: 0s is too short (at least 1ms)",
+        true,
+    ),
+    (
+        "script-timeout-zero",
+        "jobqueue: invalid timeout_ms: expected an integer 1..10^15 ms, got \"0\"",
+        true,
+    ),
+    (
+        "script-visibility-exponent",
+        "jobqueue: invalid visibility_timeout_ms: expected an integer 1..10^15 ms, got \"1e3\"",
         true,
     ),
     (
@@ -410,6 +490,121 @@ async fn lib_case(id: &str, server: &RedisServer, lease: &jobqueue::queue::Lease
                 SCRIPTS.enqueue.source,
                 &[&key],
                 &["jq:{lb}:job:", "1", &id, "x", "0"],
+            )
+        }
+        "lib-unique-mode-no-key" => {
+            let job = NewJob::new(&b"x"[..]).unique_mode(jobqueue::queue::UniqueMode::Debounce);
+            match queue.enqueue(job).await {
+                Ok(v) => format!("{v:?}"),
+                Err(e) => e.to_string(),
+            }
+        }
+        // Outcomes
+        "lib-result-huge" => {
+            let big = vec![b'x'; jobqueue::queue::MAX_RESULT + 1];
+            match queue.ack_many(&[lease.lease_ref().with_result(&big)]).await {
+                Ok(v) => format!("{v:?}"),
+                Err(e) => e.to_string(),
+            }
+        }
+        "lib-job-timeout-zero" => {
+            match queue
+                .enqueue(NewJob::new(&b"x"[..]).timeout(Duration::ZERO))
+                .await
+            {
+                Ok(v) => format!("{v:?}"),
+                Err(e) => e.to_string(),
+            }
+        }
+        "script-unique-key-long" => {
+            let key = "k".repeat(1025);
+            script(
+                SCRIPTS.enqueue.source,
+                &["jq:{lb}:job:u1"],
+                &[
+                    "jq:{lb}:job:",
+                    "1",
+                    "u1",
+                    "x",
+                    "0",
+                    "unique",
+                    "until-done",
+                    "0",
+                    &key,
+                ],
+            )
+        }
+        "script-unique-mode" => script(
+            SCRIPTS.enqueue.source,
+            &["jq:{lb}:job:u1"],
+            &[
+                "jq:{lb}:job:",
+                "1",
+                "u1",
+                "x",
+                "0",
+                "unique",
+                "forever",
+                "0",
+                "k",
+            ],
+        ),
+        "lib-progress-percent" => match jobqueue::queue::Progress::new(101, "x") {
+            Ok(v) => format!("{v:?}"),
+            Err(e) => e.to_string(),
+        },
+        "script-result-huge" => {
+            let big = "x".repeat(65537);
+            let id = std::str::from_utf8(lease.id.as_bytes()).unwrap();
+            let key = format!("jq:{{lb}}:job:{id}");
+            script(
+                SCRIPTS.ack.source,
+                &[&key],
+                &["jq:{lb}:job:", "1", id, &lease.token, "results", "1", &big],
+            )
+        }
+        "script-progress-percent" => {
+            let id = std::str::from_utf8(lease.id.as_bytes()).unwrap();
+            let key = format!("jq:{{lb}}:job:{id}");
+            script(
+                SCRIPTS.extend.source,
+                &[&key],
+                &[
+                    "jq:{lb}:job:",
+                    "0",
+                    "1",
+                    id,
+                    &lease.token,
+                    "progress",
+                    "1",
+                    "101",
+                    "x",
+                ],
+            )
+        }
+        "script-notify-zero" => script(
+            SCRIPTS.enqueue.source,
+            &["jq:{lb}:job:n2"],
+            &[
+                "jq:{lb}:job:",
+                "1",
+                "n2",
+                "x",
+                "0",
+                "options",
+                "notify",
+                "0",
+            ],
+        ),
+        "script-timeout-zero" | "script-visibility-exponent" => {
+            let (name, value) = match id {
+                "script-timeout-zero" => ("timeout_ms", "0"),
+                _ => ("visibility_timeout_ms", "1e3"),
+            };
+            script(
+                SCRIPTS.enqueue.source,
+                &["jq:{lb}:job:o1"],
+                &["jq:{lb}:job:", "1", "o1", "x", "0", "options", name, value],
             )
         }
         "lib-priority-ten" => match queue.enqueue(NewJob::new(&b"x"[..]).priority(10)).await {
@@ -660,6 +855,20 @@ fn seed(conn: &mut redis::Connection) {
     let _: () = conn.hset("jq:{bi}:meta", "max_attempts", 5).unwrap();
     // A queue whose max_attempts another client set to something that is not a number.
     let _: () = conn.hset("jq:{mb}:meta", "max_attempts", "banana").unwrap();
+    // A queue whose job u1 holds the unique key `held`, as enqueue writes it.
+    let _: () = conn
+        .hset_multiple(
+            "jq:{ubi}:job:u1",
+            &[
+                ("payload", "x"),
+                ("enqueued_at", &now.to_string()),
+                ("unique_key", "held"),
+                ("unique_mode", "until-done"),
+            ],
+        )
+        .unwrap();
+    let _: () = conn.lpush("jq:{ubi}:pending", "u1").unwrap();
+    let _: () = conn.set("jq:{ubi}:unique:held", "u1").unwrap();
     // A queue whose pending list was overwritten by something else.
     let _: () = conn.set("jq:{wt}:pending", "not a list").unwrap();
     // A queue of 3 partitions, recorded; and a record another client garbled.

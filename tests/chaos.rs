@@ -1748,7 +1748,7 @@ async fn l_manual_failover_while_leases_are_held_loses_nothing_and_keeps_fencing
     let forged = jobqueue::queue::LeaseRef {
         id: held.id.as_bytes(),
         token: "forged",
-        partition: 0,
+        ..Default::default()
     };
     assert!(
         !queue.ack(forged).await.unwrap(),

@@ -174,6 +174,18 @@ fn bad_specs_are_refused_with_their_message() {
             "hashTag must not contain braces",
         ),
         (json!({"hashTag": "a}b"}), "hashTag must not contain braces"),
+        (
+            json!({"rateLimit": {"max": 0, "per": "1s"}}),
+            "rateLimit.max must be between 1 and 1000000",
+        ),
+        (
+            json!({"rateLimit": {"max": 10, "per": "0s"}}),
+            "rateLimit.per must be a positive duration",
+        ),
+        (
+            json!({"rateLimitPerKey": {"max": 5, "per": "abc"}}),
+            "rateLimit.per must be a positive duration",
+        ),
         (json!({"keyPrefix": "j{q"}), "keyPrefix must be non-empty"),
         (
             json!({"visibilityTimeout": "0s"}),

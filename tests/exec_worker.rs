@@ -3,96 +3,16 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use jobqueue::queue::{NewJob, Queue, QueueSettings};
 use support::eventually::{Wait, eventually};
+use support::exec::{ExecWorker, processes_of_job};
 use support::procs::alive;
 use support::redis::RedisServer;
 
 const BIN: &str = env!("CARGO_BIN_EXE_jobqueue");
-
-/// One `jobqueue worker --exec sh -c SCRIPT` process; SIGKILLed if the test fails.
-struct ExecWorker {
-    child: Option<Child>,
-    log: PathBuf,
-}
-
-impl ExecWorker {
-    fn start(server: &RedisServer, tag: &str, out: &Path, flags: &[&str], script: &str) -> Self {
-        Self::start_with_env(server, tag, out, flags, &[], script)
-    }
-
-    /// [`ExecWorker::start`] with more variables in the worker's environment.
-    fn start_with_env(
-        server: &RedisServer,
-        tag: &str,
-        out: &Path,
-        flags: &[&str],
-        env: &[(&str, &str)],
-        script: &str,
-    ) -> Self {
-        let log = out.join(format!("worker-{tag}.log"));
-        let child = Command::new(BIN)
-            .args(["worker", "--redis", &server.url(), "--tag", tag])
-            .args(flags)
-            .args(["--exec", "sh", "-c", script])
-            .env("OUT", out)
-            .env("RUST_LOG", "info")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("run jobqueue worker");
-        ExecWorker {
-            child: Some(child),
-            log,
-        }
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.as_ref().unwrap().id() as i32
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Panic with the worker's log if it has exited: for waits that a dead worker would
-    /// otherwise only end by their deadline.
-    fn assert_running(&mut self) {
-        if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-            panic!("the worker exited ({status}):\n{}", self.log());
-        }
-    }
-
-    fn signal(&self, sig: i32) {
-        // SAFETY: kill has no memory effects.
-        assert_eq!(unsafe { libc::kill(self.pid(), sig) }, 0);
-    }
-
-    /// SIGTERM, then wait for the process to exit.
-    async fn terminate(mut self) -> (ExitStatus, String) {
-        self.signal(libc::SIGTERM);
-        let mut child = self.child.take().unwrap();
-        let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
-            .await
-            .unwrap();
-        (status, self.log())
-    }
-}
-
-impl Drop for ExecWorker {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
 
 async fn queue_with(server: &RedisServer, tag: &str, settings: QueueSettings) -> Queue {
     let queue = server.queue(tag).await;
@@ -391,11 +311,6 @@ fn unreachable_redis_is_one_line_and_exit_code_3() {
         err.starts_with("error: cannot connect to Redis at redis://127.0.0.1:"),
         "{err}"
     );
-}
-
-/// Every process a job's command started, however deep (zombies count as ended).
-fn processes_of_job(id: &str) -> Vec<i32> {
-    support::procs::with_env("JOBQUEUE_JOB_ID", id)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -800,11 +715,11 @@ async fn a_worker_and_reap_pointed_at_a_replica_exit_naming_it() {
 
     let out = tempfile::tempdir().unwrap();
     let mut worker = ExecWorker::start(&replica, "ro", out.path(), &[], "cat >/dev/null");
-    let log_file = worker.log.clone();
+    let log_file = worker.log_path();
     let exited = Wait::for_("the worker on a replica to exit")
         .within(Duration::from_secs(20))
         .explained_by(move || std::fs::read_to_string(&log_file).unwrap_or_default())
-        .until(async || worker.child.as_mut().unwrap().try_wait().unwrap())
+        .until(async || worker.try_wait())
         .await;
     let log = worker.log();
     assert!(!exited.success(), "{exited:?}\n{log}");

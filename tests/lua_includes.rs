@@ -48,6 +48,29 @@ const REQUIRED: &[(&str, Option<&[&str]>)] = &[
             "stats.lua",
         ]),
     ),
+    (
+        "unique.lua",
+        Some(&[
+            "ack.lua",
+            "claim.lua",
+            "fail.lua",
+            "manage.lua",
+            "purge.lua",
+            "reap.lua",
+            "settle_claim.lua",
+        ]),
+    ),
+    (
+        "outcomes.lua",
+        Some(&[
+            "ack.lua",
+            "extend.lua",
+            "fail.lua",
+            "manage.lua",
+            "reap.lua",
+            "settle_claim.lua",
+        ]),
+    ),
 ];
 
 const BEGIN: &str = "-- BEGIN include/";

@@ -1128,12 +1128,12 @@ async fn settle_claim_counts_a_stale_ack_and_still_claims() {
         Settle::Ack(LeaseRef {
             id: b"a",
             token: "not-the-token",
-            partition: 0,
+            ..Default::default()
         }),
         Settle::Ack(LeaseRef {
             id: b"nobody",
             token: "t",
-            partition: 0,
+            ..Default::default()
         }),
     ];
     let r = q

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::{Method, StatusCode};
-use jobqueue::crd::{JobQueue, JobQueueStatus, ScaleTargetRef, WorkersSpec};
+use jobqueue::crd::{JobQueue, JobQueueStatus, RateLimitSpec, ScaleTargetRef, WorkersSpec};
 use jobqueue::queue::{LeaseRef, NewJob, Queue};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::controller::Action;
@@ -84,6 +84,75 @@ async fn a_backlog_scales_up_from_zero() {
     ] {
         assert!(text.contains(line), "missing {line} in\n{text}");
     }
+}
+
+#[tokio::test]
+async fn a_rate_limit_caps_the_replicas_at_what_it_keeps_busy() {
+    let redis = RedisServer::start();
+    let q = redis.queue("limited").await;
+    enqueue(&q, 200).await;
+    // 10 acks of 1024 to 2047 ms: p90 1.9456 s
+    let _: () = redis::cmd("HSET")
+        .arg(&q.keys().stats)
+        .arg("h:10")
+        .arg(10)
+        .query(&mut redis.conn())
+        .unwrap();
+    let mut jq = queue("limited", &redis.url(), "limited").with_workers(WorkersSpec {
+        concurrency: 2,
+        ..workers(1, 50)
+    });
+    jq.spec.rate_limit = Some(RateLimitSpec {
+        max: 5,
+        per: "1s".into(),
+    });
+    let clock = TestClock::new();
+    let (ctx, mut api, _) = test_context_at(&clock);
+    // 5 claims/s × 1.9456 s ÷ 2 per replica = 4.9: 5 replicas, not the backlog's 20
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::TargetRead(WORKER, 2))
+        .expect(Expect::RecordOriginal("Deployment/worker", 2))
+        .expect(Expect::ScalePatch(WORKER, 5))
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Normal", "ScaledUp"))
+        .run(&ctx, &mut api)
+        .await;
+    result.unwrap();
+    assert_eq!(seen.scales, vec![5]);
+    let status = &seen.statuses[0];
+    assert_eq!(status.desired_replicas, Some(5));
+    let c = status
+        .condition("RateLimited")
+        .expect("a RateLimited condition");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str(), c.message.as_str()),
+        (
+            "True",
+            "RateLimitCapsReplicas",
+            "rate limit 5/1s (5 claims/s) × processing time 1.94s (p90) ÷ concurrency 2 \
+             keeps 5 replicas busy; the backlog asks for 20: capped at 5"
+        )
+    );
+    // the limit written into the queue's meta, as the scripts read it
+    assert_eq!(
+        q.rate_limits().await.unwrap().queue,
+        Some("5/1s".parse().unwrap())
+    );
+
+    // the limit removed: the backlog alone decides again, and the condition goes
+    let mut jq = jq.with_status(status.clone());
+    jq.spec.rate_limit = None;
+    clock.advance(10);
+    let (result, seen) = Scenario::new(&jq)
+        .expect(Expect::TargetRead(WORKER, 5))
+        .expect(Expect::ScalePatch(WORKER, 9))
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Normal", "ScaledUp"))
+        .run(&ctx, &mut api)
+        .await;
+    result.unwrap();
+    assert!(seen.statuses[0].condition("RateLimited").is_none());
+    assert_eq!(q.rate_limits().await.unwrap().queue, None);
 }
 
 #[tokio::test]

@@ -1,8 +1,9 @@
 //! Schedules fired by real processes (tests/support/firers.rs): three `jobqueue worker`
 //! processes and two `jobqueue operator` processes (no leader election: both fire) make
 //! exactly one job per tick of an `every 1s` schedule, by the Redis clock; after all of
-//! them were stopped for five ticks, the missed-tick policy holds; and a worker on a
-//! queue without schedules sends nothing for schedules beyond its reaper's round trips.
+//! them were stopped for five ticks, the missed-tick policy holds; a worker on a
+//! queue without schedules sends nothing for schedules beyond its reaper's round trips;
+//! and a schedule added while the workers idle fires its first tick on time.
 
 mod support;
 
@@ -12,7 +13,7 @@ use std::time::Duration;
 use jobqueue::queue::Queue;
 use serde_json::json;
 use support::eventually::Wait;
-use support::firers::{Firers, fired_ticks, gaps, scheduled};
+use support::firers::{Firers, fired_ticks, gaps, schedule_cli, scheduled};
 use support::fleet::Fleet;
 use support::redis::RedisServer;
 use support::runs::Work;
@@ -229,5 +230,70 @@ async fn a_worker_on_a_queue_without_schedules_sends_nothing_for_them() {
         n("zrange") <= n("evalsha") + (to - from) as u64 + 1,
         "ZRANGE over {} reaper rounds: {calls:?}",
         to - from
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_added_while_the_workers_idle_fires_its_first_tick_on_time() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let queue = server.queue("added").await;
+    // 60 s leases: each reaper comes round every 22–37 s, its first round at a random
+    // point of the first.
+    let fleet = Fleet::configured(
+        &server.url(),
+        false,
+        dir.path(),
+        "added",
+        Work::Sleep,
+        &["--visibility", "60s"],
+    )
+    .tag("added")
+    .log_level("jobqueue::worker=debug")
+    .started(2);
+    // Once every reaper has been round (finding no schedule), the next rounds are 22 s
+    // or more away: a firer that learns of the schedule only from them fires late.
+    Wait::for_("every worker's first reaper round")
+        .within(Duration::from_secs(60))
+        .every(Duration::from_millis(50))
+        .explained_by(|| fleet.logs())
+        .until(async || {
+            (0..2)
+                .all(|i| fleet.log(i).contains("reap pass"))
+                .then_some(())
+        })
+        .await;
+    schedule_cli(
+        &server.url(),
+        "added",
+        &[
+            "add",
+            "s",
+            "--every",
+            "1s",
+            "--missed",
+            "skip",
+            "ok 0.010\n",
+        ],
+    );
+    // The first due tick is the first whole second after the add, at the latest this.
+    let first_due = (queue.now_ms().await.unwrap() / 1000 + 1) * 1000;
+    let mut conn = server.conn();
+    let ticks = Wait::for_("the schedule's first job")
+        .within(Duration::from_secs(60))
+        .every(Duration::from_millis(50))
+        .explained_by(|| fleet.logs())
+        .until(async || Some(fired_ticks(&mut conn, "added", "s")).filter(|t| !t.is_empty()))
+        .await;
+    println!(
+        "schedule added to idle workers: first due tick {first_due} (at the latest), first \
+         fired {}",
+        ticks[0]
+    );
+    assert!(
+        ticks[0] <= first_due + 2000,
+        "first fired tick {} is {} ticks after the first due tick {first_due} (at the latest)",
+        ticks[0],
+        (ticks[0] - first_due) / 1000
     );
 }

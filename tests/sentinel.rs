@@ -88,7 +88,7 @@ async fn after_a_failover_the_same_client_goes_on_against_the_new_primary() {
     let stale = jobqueue::queue::LeaseRef {
         id: held.id.as_bytes(),
         token: "not-the-token",
-        partition: 0,
+        ..Default::default()
     };
     assert!(!queue.ack(stale).await.unwrap());
     assert!(queue.ack(&held).await.unwrap());

@@ -239,7 +239,7 @@ async fn stale_renewal_cancels_the_handler_and_its_result_is_not_acked() {
             LeaseRef {
                 id: b"x",
                 token: &token,
-                partition: 0,
+                ..Default::default()
             },
             "taken away",
             FailMode::Retry,

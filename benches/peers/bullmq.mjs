@@ -10,7 +10,8 @@
 //   node bullmq.mjs process --port P --jobs N --concurrency C
 //       N jobs added with addBulk first (not timed; `--fill 0`: the caller added them),
 //       then a Worker with concurrency C and an empty async processor, timed from its
-//       creation to the N-th 'completed' event.
+//       creation to the N-th 'completed' event. With --max M --duration MS the Worker
+//       has BullMQ's rate limiter, `limiter: {max: M, duration: MS}` (global to the queue).
 //   --priorities 1 (with either mode): the k-th batch of jobs added gets priority
 //       10 - (k mod 10), BullMQ's 1 (highest) to 10, as jobqueue's side gives its k-th
 //       batch priority k mod 10 (9 highest): ten levels, one per batch.
@@ -24,13 +25,13 @@ const NAME = 'j';
 
 function parse(argv) {
   const [mode, ...rest] = argv;
-  const opts = { mode, port: 6379, jobs: 1000, batch: 1, concurrency: 1, fill: 1, priorities: 0 };
+  const opts = { mode, port: 6379, jobs: 1000, batch: 1, concurrency: 1, fill: 1, priorities: 0, max: 0, duration: 0 };
   for (let i = 0; i < rest.length; i += 2) {
     const key = rest[i].replace(/^--/, '');
     const value = Number(rest[i + 1]);
     const least = key === 'fill' || key === 'priorities' ? 0 : 1;
     if (!(key in opts) || key === 'mode' || !Number.isInteger(value) || value < least) {
-      throw new Error(`bad argument ${rest[i]} ${rest[i + 1]}: expected --port, --jobs, --batch or --concurrency with a positive integer, --fill 0 or --priorities 0 or 1`);
+      throw new Error(`bad argument ${rest[i]} ${rest[i + 1]}: expected --port, --jobs, --batch, --concurrency, --max or --duration with a positive integer, --fill 0 or --priorities 0 or 1`);
     }
     opts[key] = value;
   }
@@ -84,6 +85,7 @@ async function main() {
     const worker = new Worker(QUEUE, async () => {}, {
       connection: { ...connection, maxRetriesPerRequest: null },
       concurrency: opts.concurrency,
+      ...(opts.max ? { limiter: { max: opts.max, duration: opts.duration } } : {}),
     });
     worker.on('completed', () => {
       completed += 1;

@@ -2,8 +2,12 @@
 -- claim (docs/protocol.md) on KEYS[1..8]: promote due delayed jobs, lease up to n ready
 -- jobs to worker (the c-th gets the caller's token ARGV[tokenAt + c]; with flat, every
 -- lease gets the caller's token tokenAt itself), set aside or drop orphans, empty wake
--- when every ready list ran dry; on a paused queue (meta's `paused` field) it leases and promotes
--- nothing and empties wake. Every call scores worker now in P:{T}:workers (built from
+-- when every ready list ran dry, release the unique key of each leased job that holds one
+-- until it starts (docs/protocol.md, Unique keys); on a paused queue (meta's `paused` field)
+-- it leases and promotes nothing and empties wake; under meta's rate limits it cuts n to the
+-- queue's slots left (a gate before any pop), sets aside the jobs whose rate key has no slot
+-- left (right after the pop) and answers more = -(ms to the next slot) when none is left.
+-- Every call scores worker now in P:{T}:workers (built from
 -- the job-key prefix, as the request records' keys). nS is n as Redis reads a count; vis 0 means meta's
 -- visibility_timeout_ms (read only when a job is leased). check(nc, orphans), when given,
 -- runs after the reads and before the first write but the RPOPs: an error it returns
@@ -13,9 +17,15 @@
 -- set stays small. undue, when given, is an empty table: the caller knows delayed is
 -- absent and it is not read. flat, when given, is a table each leased job is appended to
 -- as id, payload, attempts, lease_until. nowS, when given, is now as a decimal string.
--- Returns out, ids, nc, more, vis, token, leaseS (out: the jobs as claim replies them, or flat; ids: their ids in order, vis: the visibility used, token: with flat, the
--- claim_token of every lease made, else nil; leaseS: the leases' lease_until as a
--- decimal string, nil when none was made), or nil and the error reply.
+-- A job whose hash holds its own visibility_timeout_ms (per-job options: an integer
+-- 1..10^15; anything else counts as absent) is leased for that long instead of vis; one
+-- that holds its own timeout_ms or visibility_timeout_ms has both (0 for the one it
+-- lacks) after lease_until in its claim entry, or, with flat, in opts. Both are read
+-- with the job's status (HGETALL, HMGET of a promoted job): no command of their own.
+-- Returns out, ids, nc, more, vis, token, opts (out: the jobs as claim replies them, or flat; ids: their ids in order, vis: the longest lease length used, token: with flat, the
+-- claim_token of every lease made, else nil; opts: with flat, when a leased job has
+-- options, timeout_ms, visibility_timeout_ms per leased job in order, else nil), or nil
+-- and the error reply.
 -- unclaim(pops, first, firstBy, err): what claimJobs wrote before it failed, undone: the
 -- counter first taken back by firstBy (when first is given), the ids of pops (the RPOP
 -- replies, in order, each {list, ids}) pushed back where they were; returns nil, err
@@ -34,18 +44,111 @@ local function unclaim(pops, first, firstBy, err)
   end
   return nil, err
 end
+-- Rate limits (docs/protocol.md, Rate limits): a log per limit, a sorted set of the
+-- claims of the last window (member <claimed_at>:<seq>, score claimed_at), in
+-- P:{T}:rate (the queue's) and P:{T}:rate:key:<rate_key> (one per job key), trimmed and
+-- expiring a window after the last claim. Read-only until the write phase.
+-- rateOf(v): meta's `<max>/<ms>` setting as {max, per}, nil when absent or not one
+local function rateOf(v)
+  if not v then return nil end
+  local mx, per = string.match(v, '^(%d+)/(%d+)$')
+  if not mx then return nil end
+  mx, per = tonumber(mx), tonumber(per)
+  if mx < 1 or per < 1 or mx > 1000000 or per > MAXMS then return nil end
+  return { max = mx, per = per }
+end
+-- rateLog(key, per, now): how many claims key logs in the window (now - per, now]; nil
+-- and the error reply when key is no zset
+local function rateLog(key, per, now)
+  local used = redis.pcall('ZCOUNT', key, '(' .. S(now - per), '+inf')
+  if type(used) == 'table' then return nil, failure(used, key, 'zset') end
+  return used
+end
+-- rateOldest(key, per, now): when the oldest claim key logs in the window was made (now
+-- when none)
+local function rateOldest(key, per, now)
+  local r = redis.call('ZRANGEBYSCORE', key, '(' .. S(now - per), '+inf', 'WITHSCORES',
+    'LIMIT', '0', '1')
+  return tonumber(r[2]) or now
+end
+-- rateGate(prefix, v, now): the queue's limit (meta `rate_limit`, v) as {key, max, per,
+-- used, left}, nil when none is set, or nil and the error reply
+local function rateGate(prefix, v, now)
+  local rate = rateOf(v)
+  if not rate then return nil end
+  rate.key = string.sub(prefix, 1, -5) .. 'rate'
+  local used, e = rateLog(rate.key, rate.per, now)
+  if e then return nil, e end
+  rate.used, rate.left = used, rate.max - used
+  return rate
+end
+-- keyFull(keyed, prefix, rk, id, now): whether the job id of rate key rk finds its key's
+-- slots used up (then it is noted in keyed.ids, to run at its key's next slot, one ms
+-- apart per id so their order is kept), else takes one of them; nil, err on a wrong type
+local function keyFull(keyed, prefix, rk, id, now)
+  local log = keyed.logs[rk]
+  if not log then
+    local key = string.sub(prefix, 1, -5) .. 'rate:key:' .. rk
+    local used, e = rateLog(key, keyed.per, now)
+    if e then return false, e end
+    log = { key = key, used = used, took = 0, later = 0 }
+    keyed.logs[rk] = log
+  end
+  if log.used + log.took < keyed.max then
+    log.took = log.took + 1
+    return false
+  end
+  if not log.oldest then
+    log.oldest = now
+    if log.used > 0 then log.oldest = rateOldest(log.key, keyed.per, now) end
+  end
+  keyed.ids[#keyed.ids + 1] = id
+  keyed.at[#keyed.ids] = log.oldest + keyed.per + log.later
+  log.later = log.later + 1
+  return true
+end
+-- rateTake(key, per, used, k, now, nowS): log k claims made now in a rate log that held
+-- used of them, trim what left the window and let the key expire a window from now
+local function rateTake(key, per, used, k, now, nowS)
+  local z = {}
+  for i = 1, k do
+    z[2 * i - 1] = nowS
+    z[2 * i] = nowS .. ':' .. S(used + i)
+  end
+  redis.call('ZADD', key, unpack(z))
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', S(now - per))
+  redis.call('PEXPIRE', key, S(per))
+end
 local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, flat, nowS)
   local K_PROCESSING, K_DELAYED = KEYS[2], KEYS[3]
   local K_META, K_STATS, K_WAKE, K_ORPHANS = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
   local prefix = ARGV[1]
   nowS = nowS or S(now)
   -- a paused queue (meta holds a `paused` field) leases and promotes nothing; the caller's
-  -- gone leases still leave processing, and wake is emptied (allDry below). The same read
-  -- names the priorities whose lists may hold ids and the priority mode (include/priority)
-  local m = redis.pcall('HMGET', K_META, 'paused', 'priorities', 'priority_mode', 'priority_turn')
+  -- gone leases still leave processing, and wake is emptied (allDry below). One read of
+  -- meta: paused, the rate limits (docs/protocol.md, Rate limits), the priorities whose
+  -- lists may hold ids and the priority mode (include/priority)
+  local m = redis.pcall('HMGET', K_META, 'paused', 'rate_limit', 'rate_limit_per_key',
+    'priorities', 'priority_mode', 'priority_turn')
   if m.err then return nil, failure(m, K_META, 'hash') end
   local paused = m[1] ~= false
   if paused then n, undue = 0, {} end
+  -- rate limit gate, before anything is popped: n cut to the slots left, none left
+  -- leases and promotes nothing and answers the wait for the next slot
+  local rate, e0 = nil, nil
+  if not paused then rate, e0 = rateGate(prefix, m[2], now) end
+  if e0 then return nil, e0 end
+  if rate then
+    if rate.left <= 0 then
+      n, undue = 0, {}
+    elseif rate.left < n then
+      n, nS = rate.left, S(rate.left)
+    end
+  end
+  -- per-key limit: the logs read so far (by key), the ids set aside and their run-at
+  local keyed = nil
+  if not paused then keyed = rateOf(m[3]) end
+  if keyed then keyed.logs, keyed.ids, keyed.at = {}, {}, {} end
   local orphans = 0
   local aside = nil          -- ids whose hash is absent: set aside, never forgotten
   local wrong = 0            -- of them, the ids whose job key is not a hash
@@ -60,11 +163,14 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   end
   local promo, promoAtt, promoSet = due, nil, due -- empty unless something is due
   local promoOf = {} -- by priority: the indices in promo of its promoted jobs, in order
+  local promoOpt = nil -- position in promo -> { timeout_ms, visibility_timeout_ms } stored
   if #due > 0 then promo, promoAtt, promoSet = {}, {}, {} end
+  local promoUni = nil       -- by index in promo: a unique key released at the claim
   for i = 1, #due do
     local id = due[i]
     local key = prefix .. id
-    local h = redis.pcall('HMGET', key, 'status', 'attempts', 'priority')
+    local h = redis.pcall('HMGET', key, 'status', 'attempts', 'unique_key', 'unique_mode',
+      'timeout_ms', 'visibility_timeout_ms', 'rate_key', 'priority')
     if h.err then
       if not wrongTyped(h) then return nil, failure(h, key, 'hash') end
       -- a job key that is not a hash: set aside, the queue keeps flowing
@@ -74,9 +180,17 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     elseif h[1] == 'delayed' then
       promo[#promo + 1] = id
       promoAtt[#promo] = h[2]
-      promoSet[id] = true
+      if h[5] or h[6] then
+        promoOpt = promoOpt or {}
+        promoOpt[#promo] = { h[5], h[6] }
+      end
+      promoSet[id] = h[7] or true
+      if h[3] and atClaim(h[4]) then
+        promoUni = promoUni or {}
+        promoUni[#promo] = h[3]
+      end
       -- a promoted job goes behind the ids of its own priority's list
-      local pp = priorityOf(h[3])
+      local pp = priorityOf(h[8])
       promoOf[pp] = promoOf[pp] or {}
       promoOf[pp][#promoOf[pp] + 1] = #promo
     else
@@ -96,16 +210,19 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   -- wrong-typed list before anything changed, and if a later check fails, unclaim()
   -- pushes the popped ids back where they were.
   local cIds, cKeys, cAtt, cPay = {}, {}, {}, {}
+  -- the per-job options of the c-th job, when it has one: its timeout and visibility (ms)
+  local cTmo, cVis = nil, nil
+  local cUni = nil           -- by lease: the unique key released at this claim
   local taken = {}
   local pops = {}            -- the RPOP replies, in order, each {list, ids}
   local budget = n + 100
   local popped = 0
-  local known = readyDigits(m[2])
+  local known = readyDigits(m[4])
   known[0] = true
   for p in pairs(promoOf) do known[p] = true end
-  local weighted = m[3] == 'weighted'
+  local weighted = m[5] == 'weighted'
   local turn = 0
-  if weighted then turn = int(m[4], 0, TURN_WRAP) or 0 end
+  if weighted then turn = int(m[6], 0, TURN_WRAP) or 0 end
   local order = {}
   if not paused then order = readyOrder(known, n, weighted, turn) end
   local dry = {}             -- priorities whose list an RPOP found short: empty now
@@ -145,7 +262,8 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
           wrong = wrong + 1
           h = {}
         end
-        local st, att, pay = nil, nil, nil
+        local st, att, pay, uk, um, rk = nil, nil, nil, nil, nil, nil
+        local tmo, jvis = nil, nil
         for f = 1, #h, 2 do
           local name = h[f]
           if name == 'payload' then
@@ -154,6 +272,16 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
             st = h[f + 1]
           elseif name == 'attempts' then
             att = h[f + 1]
+          elseif name == 'unique_key' then
+            uk = h[f + 1]
+          elseif name == 'unique_mode' then
+            um = h[f + 1]
+          elseif name == 'timeout_ms' then
+            tmo = h[f + 1]
+          elseif name == 'visibility_timeout_ms' then
+            jvis = h[f + 1]
+          elseif name == 'rate_key' then
+            rk = h[f + 1]
           end
         end
         -- a job enqueued ready has no status: a hash that exists without status is pending
@@ -161,8 +289,28 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
         if promoSet[id] and st == 'delayed' then st = 'pending' end -- promoted before the pop
         if st == 'pending' and not taken[key] then
           taken[key] = true
-          local c = #cIds + 1
-          cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, att, pay or ''
+          -- per-key limit, right after the pop: a job whose key has no slot left waits
+          -- in delayed for its key's next slot (not an attempt, not started)
+          local full = false
+          if keyed and rk then
+            full, e0 = keyFull(keyed, prefix, rk, id, now)
+            if e0 then return unclaim(pops, nil, 0, e0) end
+          end
+          if not full then
+            local c = #cIds + 1
+            cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, att, pay or ''
+            if tmo or jvis then
+              tmo, jvis = int(tmo, 1, MAXMS), int(jvis, 1, MAXMS)
+              if tmo or jvis then
+                cTmo, cVis = cTmo or {}, cVis or {}
+                cTmo[c], cVis[c] = tmo or 0, jvis or 0
+              end
+            end
+            if uk and atClaim(um) then
+              cUni = cUni or {}
+              cUni[c] = uk
+            end
+          end
         else
           orphans = orphans + 1
           if not st then
@@ -183,9 +331,29 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
         orphans = orphans + 1 -- already claimed through an older copy in pending
       else
         taken[key] = true
-        local c = #cIds + 1
-        cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, promoAtt[i], false
-        got = got + 1
+        local rk = promoSet[id]
+        local full = false
+        if keyed and rk ~= true then
+          full, e0 = keyFull(keyed, prefix, rk, id, now)
+          if e0 then return unclaim(pops, nil, 0, e0) end
+        end
+        if not full then
+          local c = #cIds + 1
+          cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, promoAtt[i], false
+          got = got + 1
+          local o = promoOpt and promoOpt[i]
+          if o then
+            local tmo, jvis = int(o[1], 1, MAXMS), int(o[2], 1, MAXMS)
+            if tmo or jvis then
+              cTmo, cVis = cTmo or {}, cVis or {}
+              cTmo[c], cVis[c] = tmo or 0, jvis or 0
+            end
+          end
+          if promoUni and promoUni[i] then
+            cUni = cUni or {}
+            cUni[c] = promoUni[i]
+          end
+        end
       end
     else
       lv, got = lv + 1, 0
@@ -231,8 +399,21 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     if e then return unclaim(pops, nil, 0, e) end
   end
   local lease, leaseS = 0, nil
+  -- leases of jobs with their own visibility: lease_until and its decimal string, by c
+  local own, ownS = nil, nil
   if nc > 0 then
-    if vis == 0 then
+    -- meta's visibility is read only when a job is leased for it
+    local needed = vis == 0
+    if needed and cVis then
+      needed = false
+      for c = 1, nc do
+        if not cVis[c] or cVis[c] == 0 then
+          needed = true
+          break
+        end
+      end
+    end
+    if needed then
       local m = redis.pcall('HMGET', K_META, 'visibility_timeout_ms')
       if m.err then return unclaim(pops, nil, 0, failure(m, K_META, 'hash')) end
       vis = tonumber(m[1])
@@ -242,6 +423,21 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     end
     lease = now + vis
     leaseS = S(lease)
+    if cVis then
+      own, ownS = {}, {}
+      local longest = 0
+      for c = 1, nc do
+        local v = cVis[c]
+        if v and v > 0 then
+          own[c] = now + v
+          ownS[c] = S(own[c])
+          if v > longest then longest = v end
+        elseif vis > longest then
+          longest = vis
+        end
+      end
+      vis = longest
+    end
     for c = 1, nc do
       if cPay[c] == false then cPay[c] = redis.call('HGET', cKeys[c], 'payload') or '' end
     end
@@ -280,12 +476,12 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   end
   if nc > 0 then
     local r
-    if nc == 1 then
+    if nc == 1 and not own then
       r = redis.pcall('ZADD', K_PROCESSING, leaseS, cIds[1])
     else
       local z = {}
       for c = 1, nc do
-        z[2 * c - 1] = leaseS
+        z[2 * c - 1] = (own and ownS[c]) or leaseS
         z[2 * c] = cIds[c]
       end
       r = redis.pcall('ZADD', K_PROCESSING, unpack(z))
@@ -306,6 +502,34 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   if #due > 0 then
     redis.call('ZREM', K_DELAYED, unpack(due))
   end
+  -- rate limits: the claims made are logged; jobs whose key had no slot left wait in
+  -- delayed for its next one (status delayed, attempts untouched)
+  if keyed then
+    for _, log in pairs(keyed.logs) do
+      if log.took > 0 then rateTake(log.key, keyed.per, log.used, log.took, now, nowS) end
+    end
+    local nk = #keyed.ids
+    if nk > 0 then
+      local z = {}
+      for i = 1, nk do
+        local atS = S(keyed.at[i])
+        z[2 * i - 1], z[2 * i] = atS, keyed.ids[i]
+        redis.call('HSET', prefix .. keyed.ids[i], 'status', 'delayed', 'run_at', atS)
+      end
+      redis.call('ZADD', K_DELAYED, unpack(z))
+      redis.pcall('HINCRBY', K_STATS, 'rate_deferred', S(nk))
+    end
+  end
+  if rate then
+    if nc > 0 then rateTake(rate.key, rate.per, rate.used, nc, now, nowS) end
+    -- no slot left: the call answers how long until the next one opens, as more = -wait
+    if rate.used + nc >= rate.max then
+      local wait = rateOldest(rate.key, rate.per, now) + rate.per - now
+      if wait < 1 then wait = 1 end
+      more = -wait
+      if nc == 0 then redis.pcall('HINCRBY', K_STATS, 'rate_limited', '1') end
+    end
+  end
   -- a lease's claim_token: claimed_at, the worker (its length first) and the caller's token,
   -- <claimed_at>:<#worker>:<worker>:<token>; made once when every lease shares one token
   local stamp, shared = nil, nil
@@ -321,13 +545,27 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     end
     local token = shared
     if not token then token = stamp .. ARGV[tokenAt + c] end
+    local upto, uptoS = lease, leaseS
+    if own and own[c] then upto, uptoS = own[c], ownS[c] end
     redis.call('HSET', cKeys[c], 'status', 'processing', 'claim_token', token,
-      'attempts', attS, 'lease_until', leaseS)
+      'attempts', attS, 'lease_until', uptoS)
+    -- the job started: a unique key held until then is released
+    if cUni and cUni[c] then unlock(cUni[c], cIds[c]) end
     if flat then
       local f = #flat
-      flat[f + 1], flat[f + 2], flat[f + 3], flat[f + 4] = cIds[c], cPay[c], att, lease
+      flat[f + 1], flat[f + 2], flat[f + 3], flat[f + 4] = cIds[c], cPay[c], att, upto
+    elseif cTmo and cTmo[c] then
+      out[c] = { cIds[c], cPay[c], att, token, upto, cTmo[c], cVis[c] }
     else
-      out[c] = { cIds[c], cPay[c], att, token, lease }
+      out[c] = { cIds[c], cPay[c], att, token, upto }
+    end
+  end
+  -- with flat, the options of every leased job, when one has some
+  local opts = nil
+  if flat and cTmo then
+    opts = {}
+    for c = 1, nc do
+      opts[2 * c - 1], opts[2 * c] = cTmo[c] or 0, cVis[c] or 0
     end
   end
   if aside then keepAside(K_ORPHANS, aside, nowS) end
@@ -349,7 +587,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   end
   rec = readyRecord(rec)
   local mw = {}
-  if rec ~= (m[2] or '') then mw = { 'priorities', rec } end
+  if rec ~= (m[4] or '') then mw = { 'priorities', rec } end
   if weighted and nc > 0 and #order > 1 then
     mw[#mw + 1] = 'priority_turn'
     mw[#mw + 1] = S((turn + nc) % TURN_WRAP)
@@ -358,5 +596,5 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   -- the worker was seen: P:{T}:workers scores it now (reap forgets it an hour later); a
   -- wrong-typed key is left as it is
   redis.pcall('ZADD', string.sub(prefix, 1, -5) .. 'workers', nowS, worker)
-  return out, cIds, nc, more, vis, shared, leaseS
+  return out, cIds, nc, more, vis, shared, opts
 end

@@ -1,8 +1,14 @@
 -- Per-job options (docs/protocol.md, Per-job options): fields of a job's hash that
--- override the queue's meta settings of the same name for that job alone. Only enqueue
--- writes them; fail, settle_claim and reap read them where they read meta's.
+-- override the queue's meta settings of the same name for that job alone, and its
+-- timeout_ms (the longest one run of it may take, enforced by its worker). Only enqueue
+-- writes them; fail, settle_claim and reap read the retry policy where they read meta's;
+-- claim, settle_claim and extend read visibility_timeout_ms as the length of its leases.
 local JOB_OPTIONS = { max_attempts = true, backoff_initial_ms = true, backoff_max_ms = true,
-  backoff_multiplier = true, priority = true }
+  backoff_multiplier = true, visibility_timeout_ms = true, timeout_ms = true, rate_key = true,
+  priority = true }
+-- outcomes: `notify` (ms, 1..10^15): the job's end is appended to P:{T}:done and its hash
+-- kept at least that long after it ends (docs/protocol.md, Outcomes)
+JOB_OPTIONS.notify = true
 -- jobOptions(at): the options block of enqueue's ARGV from ARGV[at] on: absent (nil, 0)
 -- unless ARGV[at] is 'options'; then name, value pairs to the end of ARGV, each name at most
 -- once. Returns the pairs as a flat list for HSET and how many ARGV the block takes, or
@@ -19,7 +25,8 @@ local function jobOptions(at)
     local name, v = ARGV[i], ARGV[i + 1]
     if not JOB_OPTIONS[name] or seen[name] then
       return nil, nil, bad('options', shown(name) .. (seen[name] and ' is given twice' or
-        ' is not an option (max_attempts, backoff_initial_ms, backoff_max_ms, backoff_multiplier, priority)'))
+        ' is not an option (max_attempts, backoff_initial_ms, backoff_max_ms, backoff_multiplier, ' ..
+        'visibility_timeout_ms, timeout_ms, rate_key, notify, priority)'))
     end
     seen[name] = v
     local ok
@@ -28,6 +35,11 @@ local function jobOptions(at)
     elseif name == 'priority' then
       -- one digit: the job's hash holds it as the scripts read it (priorityOf)
       ok = type(v) == 'string' and #v == 1 and int(v, 0, 9)
+    elseif name == 'visibility_timeout_ms' or name == 'timeout_ms' or name == 'notify' then
+      ok = int(v, 1, MAXMS)
+    elseif name == 'rate_key' then
+      -- the key claim's per-key rate limit counts the job under (Rate limits)
+      ok = type(v) == 'string' and #v >= 1 and #v <= 256
     elseif name == 'backoff_multiplier' then
       ok = type(v) == 'string' and #v <= 24 and string.find(v, '^%d+%.?%d*$') and
         tonumber(v) >= 1 and tonumber(v) <= 1000
@@ -35,9 +47,18 @@ local function jobOptions(at)
       ok = int(v, 0, MAXMS)
     end
     if not ok then
-      local want = name == 'max_attempts' and 'an integer 1..1000000' or
-        (name == 'backoff_multiplier' and 'a decimal number 1..1000' or
-        (name == 'priority' and 'an integer 0..9' or 'an integer 0..10^15 ms'))
+      local want = 'an integer 0..10^15 ms'
+      if name == 'max_attempts' then
+        want = 'an integer 1..1000000'
+      elseif name == 'backoff_multiplier' then
+        want = 'a decimal number 1..1000'
+      elseif name == 'priority' then
+        want = 'an integer 0..9'
+      elseif name == 'rate_key' then
+        want = 'a key of 1..256 bytes'
+      elseif name == 'visibility_timeout_ms' or name == 'timeout_ms' or name == 'notify' then
+        want = 'an integer 1..10^15 ms'
+      end
       return nil, nil, bad(name, 'expected ' .. want .. ', got ' .. shown(v))
     end
     out[#out + 1] = name

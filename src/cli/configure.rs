@@ -9,7 +9,9 @@ use super::ConnectArgs;
 use super::common::{UsageError, absent_note, open_target};
 use crate::duration;
 use crate::queue::auto_visibility::{self, AutoBounds, VisibilityRecord};
-use crate::queue::{PartitionRecord, PriorityMode, QueueSettings, partition_tags};
+use crate::queue::{
+    PartitionRecord, PriorityMode, QueueSettings, RateLimit, RateLimits, partition_tags,
+};
 
 pub const EXAMPLES: &str = "\
 Examples:
@@ -19,6 +21,9 @@ Examples:
   jobqueue configure --tag emails --backoff-initial 5s --backoff-max 1h --backoff-multiplier 3
   jobqueue configure --tag emails --completed-retention 1h   # keep done jobs (dedup window)
   jobqueue configure --tag emails --partitions 6   # record the count (docs/partitions.md)
+  jobqueue configure --tag emails --rate-limit 100/1s   # at most 100 claims a second
+  jobqueue configure --tag emails --rate-limit-per-key 5/1s   # per enqueue --rate-key
+  jobqueue configure --tag emails --rate-limit off
   jobqueue configure --tag emails --visibility-timeout auto   # the workers' reapers tune it
   jobqueue configure --tag emails --priority-mode weighted   # low priorities get a share
   jobqueue configure --tag emails --visibility-timeout auto --auto-min 5s --auto-max 15m --auto-margin 2
@@ -70,6 +75,19 @@ pub struct ConfigureArgs {
     /// 2^p, so low priorities never starve). Not written by the operator.
     #[arg(long, value_name = "MODE", value_parser = PriorityMode::parse)]
     pub priority_mode: Option<PriorityMode>,
+    /// Keep the queue's completion events (acked, failed, dead, cancelled) in a stream of
+    /// about this many entries, for `jobqueue events`; 0 turns them off (the default).
+    #[arg(long, value_name = "N", value_parser = events_len)]
+    pub events: Option<u64>,
+    /// At most this many claims per window across every worker, e.g. `100/1s`, or `off`
+    /// to remove the limit. A limited worker waits for the next slot.
+    #[arg(long, value_name = "N/WINDOW", value_parser = parse_rate)]
+    pub rate_limit: Option<RateSetting>,
+    /// At most this many claims per window for the jobs of one rate key (`enqueue
+    /// --rate-key`), e.g. `5/1s`, or `off`. A job over its key's limit waits in delayed
+    /// for its key's next slot (not an attempt) while other keys' jobs are claimed.
+    #[arg(long, value_name = "N/WINDOW", value_parser = parse_rate)]
+    pub rate_limit_per_key: Option<RateSetting>,
     /// Write the settings of a queue none of whose keys are in Redis yet (without it, a
     /// mistyped --tag is refused instead of making a queue nobody uses).
     #[arg(long)]
@@ -79,11 +97,47 @@ pub struct ConfigureArgs {
     pub json: bool,
 }
 
+/// `--events`: 0 (off) to [`crate::queue::MAX_EVENTS_LEN`].
+fn events_len(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(n) if n <= crate::queue::MAX_EVENTS_LEN => Ok(n),
+        _ => Err(format!(
+            "{text:?} is not a number of events from 0 (off) to {}",
+            crate::queue::MAX_EVENTS_LEN
+        )),
+    }
+}
+
 /// `--visibility-timeout`: a duration or `auto`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Visibility {
     Fixed(Duration),
     Auto,
+}
+
+/// `--rate-limit`, `--rate-limit-per-key`: a limit or `off`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RateSetting {
+    Off,
+    Limit(RateLimit),
+}
+
+impl RateSetting {
+    fn change(self) -> Option<RateLimit> {
+        match self {
+            RateSetting::Off => None,
+            RateSetting::Limit(l) => Some(l),
+        }
+    }
+}
+
+fn parse_rate(text: &str) -> Result<RateSetting, String> {
+    if text.trim().eq_ignore_ascii_case("off") {
+        return Ok(RateSetting::Off);
+    }
+    text.parse()
+        .map(RateSetting::Limit)
+        .map_err(|e| format!("{e} (or off: no limit)"))
 }
 
 fn parse_visibility(text: &str) -> Result<Visibility, String> {
@@ -395,13 +449,53 @@ pub async fn run(args: ConfigureArgs) -> anyhow::Result<()> {
             queue.set_priority_mode(mode).await?;
         }
     }
+    // Outcomes: the events stream's cap, a meta field of its own (events_max_len)
+    if let Some(n) = args.events {
+        if let Some(note) = &absent
+            && !args.create
+        {
+            return Err(UsageError(format!(
+                "{note}; to make a new queue with these settings, add --create"
+            ))
+            .into());
+        }
+        for queue in &queues {
+            queue.set_events(n).await?;
+        }
+    }
+    let rate_given = args.rate_limit.is_some() || args.rate_limit_per_key.is_some();
+    if rate_given {
+        if let Some(note) = &absent
+            && !args.create
+            && !written
+        {
+            return Err(UsageError(format!(
+                "{note}; to make a new queue with these settings, add --create"
+            ))
+            .into());
+        }
+        for queue in &queues {
+            queue
+                .set_rate_limits(
+                    args.rate_limit.map(RateSetting::change),
+                    args.rate_limit_per_key.map(RateSetting::change),
+                )
+                .await?;
+        }
+    }
+    let written = written || rate_given;
     let fields = queues[0].meta_fields().await?;
+    let events = fields
+        .get(crate::queue::EVENTS_FIELD)
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0);
     let record = VisibilityRecord::from_fields(&fields);
     let priority_mode = PriorityMode::from_field(
         fields
             .get(crate::queue::PRIORITY_MODE_FIELD)
             .map(String::as_str),
     );
+    let rates = RateLimits::from_fields(&fields);
     let mut out = std::io::stdout().lock();
     if args.json {
         let fields: serde_json::Map<String, serde_json::Value> = settings
@@ -425,12 +519,26 @@ pub async fn run(args: ConfigureArgs) -> anyhow::Result<()> {
         }
         fields.insert("visibility".into(), visibility_json(&record));
         fields.insert("priority_mode".into(), priority_mode.as_str().into());
+        fields.insert(crate::queue::EVENTS_FIELD.into(), events.into());
+        let rate = |l: Option<RateLimit>| {
+            l.map_or(
+                serde_json::Value::Null,
+                |l| serde_json::json!({"max": l.max, "per_ms": l.per.as_millis() as u64}),
+            )
+        };
+        fields.insert("rate_limit".into(), rate(rates.queue));
+        fields.insert("rate_limit_per_key".into(), rate(rates.per_key));
         writeln!(out, "{}", serde_json::Value::Object(fields))?;
         return Ok(());
     }
     let state = if written { "written" } else { "unchanged" };
     writeln!(out, "settings of {} ({state})", target.name())?;
     write!(out, "{}", table(&settings))?;
+    let events = match events {
+        0 => "off".to_string(),
+        n => format!("about {n} kept (jobqueue events)"),
+    };
+    writeln!(out, "  {:<22}{events}", "events")?;
     if let Some((record, written)) = recorded {
         let state = if written { "recorded now" } else { "recorded" };
         let count = match record.drain {
@@ -454,7 +562,26 @@ pub async fn run(args: ConfigureArgs) -> anyhow::Result<()> {
         "priority mode",
         priority_mode.as_str()
     )?;
+    write!(out, "{}", rate_lines(&rates))?;
     Ok(())
+}
+
+/// Lines under the settings table: the rate limits, when set.
+pub fn rate_lines(rates: &RateLimits) -> String {
+    let mut out = String::new();
+    for (name, limit) in [
+        ("rate limit", rates.queue),
+        ("rate limit per key", rates.per_key),
+    ] {
+        if let Some(l) = limit {
+            out.push_str(&format!(
+                "  {name:<22}{l} (at most {} claims per {})\n",
+                l.max,
+                duration::format(l.per)
+            ));
+        }
+    }
+    out
 }
 
 /// The visibility record as JSON: `mode`, the auto bounds, who set the value, when, why.

@@ -13,6 +13,7 @@ mod control;
 mod dead;
 mod demo;
 mod enqueue;
+mod events;
 pub mod format;
 mod pause;
 mod peek;
@@ -46,6 +47,9 @@ pub mod exit {
     pub const WRONG_TYPE: i32 = 5;
     /// The Redis URL is malformed, or the Sentinels know no master of that name.
     pub const BAD_URL: i32 = 6;
+    /// `enqueue --unique-key`: another job holds the key; nothing was enqueued (the
+    /// holder's id is printed).
+    pub const UNIQUE_HELD: i32 = 7;
     /// Stopped by Ctrl-C or SIGTERM before finishing (128 + SIGINT).
     pub const INTERRUPTED: i32 = 130;
 }
@@ -87,6 +91,9 @@ pub enum Command {
     /// Show one job in any status: where it is, attempts, timing, last error, payload.
     #[command(after_help = show::EXAMPLES, mut_arg("durability", read_only))]
     Show(show::ShowArgs),
+    /// Follow a queue's completion events (acked, failed, dead, cancelled), one per line.
+    #[command(after_help = events::EXAMPLES, mut_arg("durability", read_only))]
+    Events(events::EventsArgs),
     /// Show or change a queue's settings (visibility timeout, retries, retention).
     #[command(after_help = configure::EXAMPLES)]
     Configure(configure::ConfigureArgs),
@@ -683,6 +690,9 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
     if err.downcast_ref::<common::UsageError>().is_some() {
         return exit::USAGE;
     }
+    if err.downcast_ref::<common::UniqueHeld>().is_some() {
+        return exit::UNIQUE_HELD;
+    }
     match err.downcast_ref::<Error>() {
         Some(Error::Connect { .. } | Error::Unavailable(_) | Error::NoSentinel { .. }) => {
             exit::UNREACHABLE
@@ -751,6 +761,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Dead(args) => dead::run(args).await,
         Command::Peek(args) => peek::run(args).await,
         Command::Show(args) => show::run(args).await,
+        Command::Events(args) => events::run(args).await,
         Command::Configure(args) => configure::run(args).await,
         Command::Reap(args) => reap::run(args).await,
         Command::Schedule(args) => schedule::run(args).await,

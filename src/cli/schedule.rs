@@ -146,7 +146,7 @@ pub async fn run(args: ScheduleArgs) -> anyhow::Result<()> {
                     backoff_initial: a.backoff_initial,
                     backoff_max: a.backoff_max,
                     backoff_multiplier: None,
-                    priority: None,
+                    ..Default::default()
                 },
                 missed: Missed::parse(&a.missed)?,
                 paused: a.paused,

@@ -105,6 +105,10 @@ pub fn write_text(view: &JobView, out: &mut impl Write, payload: Payload) -> std
         rows.push(("died", time(view.filed_at)));
     }
     rows.push(("worker", info.worker.clone().unwrap_or_else(|| "-".into())));
+    if let Some(key) = &info.unique_key {
+        let mode = info.unique_mode.as_deref().unwrap_or("until-done");
+        rows.push(("unique key", format!("{key} ({mode})")));
+    }
     if let Some(a) = &view.aside {
         let (label, until) = if a.purged {
             (
@@ -128,6 +132,16 @@ pub fn write_text(view: &JobView, out: &mut impl Write, payload: Payload) -> std
             .as_deref()
             .map_or_else(|| "-".into(), |e| escape(e.as_bytes(), false)),
     ));
+    // Outcomes: the progress its worker last reported
+    if let Some(p) = &info.progress {
+        let at = p.at.map_or_else(String::new, |at| {
+            format!(" (at {} UTC)", format_epoch_ms(at))
+        });
+        rows.push((
+            "progress",
+            format!("{}% {}{at}", p.percent, escape(p.message.as_bytes(), false)),
+        ));
+    }
     for (label, value) in rows {
         writeln!(out, "{label:<14}{value}")?;
     }
@@ -147,6 +161,11 @@ pub fn write_text(view: &JobView, out: &mut impl Write, payload: Payload) -> std
                 escape(e.error.as_bytes(), false)
             )?;
         }
+    }
+    // Outcomes: the result its ack stored
+    if let Some(result) = &info.result {
+        writeln!(out, "result ({} bytes):", result.len())?;
+        writeln!(out, "{}", escape(result, true))?;
     }
     let (shown, rest) = view.payload_cut(payload);
     writeln!(out, "payload ({} bytes):", view.payload_len())?;

@@ -310,6 +310,8 @@ pub fn table(name: &str, endpoint: &str, s: &QueueStats, all: bool) -> String {
             ("wrong_type", s.wrong_type, false),
             ("orphans_purged", s.orphans_purged, false),
             ("promoted", s.promoted, false),
+            ("rate_limited", s.rate_limited, false),
+            ("rate_deferred", s.rate_deferred, false),
             ("run_now", s.run_now, false),
             ("deleted", s.deleted, false),
             ("cancelled", s.cancelled, s.cancelled > 0),

@@ -37,13 +37,20 @@ What the command gets and how its exit is read:
                         memory limit): retried as a failure; for every job (not found,
                         not executable): the worker stops and the job runs again
   stderr                passed through; its last 2 KiB become the job's last_error
+  stdout                the job's result, stored with the ack (at most --result-limit,
+                        64 KiB: a longer one fails the job; --result-limit 0 stores none
+                        and passes stdout through)
+  jobqueue:progress P M a stdout line reporting progress: P percent (0-100), message M
+                        (jobqueue show prints it); not part of the result
 
 The lease is renewed while the command runs; if it cannot be renewed in time (Redis
 unreachable), the command gets SIGTERM when the lease may have ended and SIGKILL
 --kill-grace later, so it never runs on beside the job's next run for longer. With
 --timeout, a command still running after that long gets SIGTERM, then SIGKILL
 --kill-grace later, and its job fails with `timed out after <timeout>` (retried or
-dead-lettered as any failure). A job cancelled with `jobqueue cancel` while it runs is
+dead-lettered as any failure); a job enqueued with its own --timeout has that limit
+instead, and one enqueued with its own --visibility is leased and renewed for that long
+instead of the queue's visibility timeout (or --visibility). A job cancelled with `jobqueue cancel` while it runs is
 stopped the same way at the next lease renewal and ends as cancelled (not retried, not
 dead), whatever the command's exit. On SIGTERM
 or Ctrl-C the worker stops claiming, sends SIGTERM to running commands and waits up to
@@ -73,7 +80,8 @@ pub struct WorkerArgs {
 
     /// The longest a command runs (e.g. `10m`): past it, it gets SIGTERM, then SIGKILL
     /// after --kill-grace, and its job fails with `timed out after <DURATION>`, retried
-    /// or dead-lettered by the queue's rules [default: no limit].
+    /// or dead-lettered by the queue's rules [default: no limit]. A job enqueued with its
+    /// own --timeout has that limit instead.
     #[arg(long, value_name = "DURATION", value_parser = super::argv::positive_duration)]
     pub timeout: Option<Duration>,
 
@@ -97,6 +105,11 @@ pub struct WorkerArgs {
     /// Bytes of the end of the command's stderr kept as the job's last_error.
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_STDERR_TAIL, value_parser = super::argv::stderr_tail)]
     pub stderr_tail: usize,
+
+    /// Bytes of the command's stdout stored as the job's result (at most 65536); a longer
+    /// stdout fails the job. 0 stores none (stdout goes to the worker's stdout).
+    #[arg(long, value_name = "BYTES", default_value_t = crate::queue::MAX_RESULT, value_parser = result_limit)]
+    pub result_limit: usize,
 
     /// Do not reap the queue from this worker. By default every worker reaps now and
     /// then (expired leases of crashed workers back in line, due delayed jobs promoted,
@@ -146,6 +159,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     let handler = ExecHandler::new(program, rest)
         .dead_exit_code(args.dead_exit_code)
         .stderr_tail(args.stderr_tail)
+        .result_limit(args.result_limit)
         .kill_grace(args.kill_grace)
         .keep_credentials(args.exec_keep_credentials)
         .supervisor(supervisor);
@@ -273,5 +287,16 @@ async fn reap_strays_on_sigchld() {
         while sigchld.recv().await.is_some() {
             crate::worker::exec::reap_strays();
         }
+    }
+}
+
+/// `--result-limit`: 0 to 65536 bytes.
+fn result_limit(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if n <= crate::queue::MAX_RESULT => Ok(n),
+        _ => Err(format!(
+            "{text:?} is not a number of bytes from 0 to {}",
+            crate::queue::MAX_RESULT
+        )),
     }
 }

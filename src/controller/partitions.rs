@@ -152,12 +152,15 @@ fn add(t: &mut QueueStats, s: &QueueStats) {
         orphans_purged,
         promoted,
         replayed,
+        rate_limited,
+        rate_deferred,
         run_now,
         deleted,
         cancelled,
         paused,
         paused_at,
         histogram,
+        own,
     } = s;
     t.pending += pending;
     for (t, p) in t.pending_by_priority.iter_mut().zip(pending_by_priority) {
@@ -196,6 +199,8 @@ fn add(t: &mut QueueStats, s: &QueueStats) {
     t.orphans_purged += orphans_purged;
     t.promoted += promoted;
     t.replayed += replayed;
+    t.rate_limited += rate_limited;
+    t.rate_deferred += rate_deferred;
     t.run_now += run_now;
     t.deleted += deleted;
     t.cancelled += cancelled;
@@ -207,6 +212,11 @@ fn add(t: &mut QueueStats, s: &QueueStats) {
     };
     for (bucket, n) in &histogram.buckets {
         *t.histogram.buckets.entry(*bucket).or_default() += n;
+    }
+    t.own.reaped += own.reaped;
+    t.own.stale += own.stale;
+    for (bucket, n) in &own.histogram.buckets {
+        *t.own.histogram.buckets.entry(*bucket).or_default() += n;
     }
 }
 

@@ -274,8 +274,14 @@ async fn apply(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
     ctx.readable(&jq);
 
     // 4. Scale the workers.
+    let mut rate = None;
     let scaling = match &plan.workers {
-        Some(policy) => Some(scale_workers(&ctx, &q, policy, &obs.stats).await),
+        Some(policy) => {
+            let (decision, verdict) =
+                scale_workers(&ctx, &q, policy, plan.settings.rate_limit, &obs.stats).await;
+            rate = verdict;
+            Some(decision)
+        }
         None => {
             // Kept while spec.workers is only refused for now (see SpecVerdict).
             if jq.spec.workers.is_none() {
@@ -288,6 +294,14 @@ async fn apply(jq: Arc<JobQueue>, ctx: Arc<Context>) -> Result<Action> {
     // 5. Decide the status and the Events.
     let mut new = status::observed(q.prev, q.generation, &obs, q.now);
     status::scaled(&mut new, scaling.as_ref(), q.generation, q.now);
+    status::rate_limited(
+        &mut new,
+        plan.settings.rate_limit,
+        plan.workers.is_some(),
+        rate.as_ref(),
+        q.generation,
+        q.now,
+    );
     let has_workers = jq.spec.workers.is_some();
     status::spec_checked(&mut new, &verdict, has_workers, q.generation, q.now);
     status::keep_transition_times(q.prev, &mut new);
@@ -808,12 +822,15 @@ const PARALLEL_PROBES: usize = 32;
 
 /// Step 4: read the target, decide, and patch the scale when the replicas must change.
 /// What goes wrong is the decision's reason, never an error: the reconcile goes on.
+/// Under a rate limit the replicas are capped at what it keeps busy (and the verdict
+/// returned for the `RateLimited` condition).
 async fn scale_workers(
     ctx: &Context,
     q: &Subject<'_>,
     policy: &ScalePolicy,
+    rate_limit: Option<crate::queue::RateLimit>,
     stats: &QueueStats,
-) -> Decision {
+) -> (Decision, Option<scaling::RateVerdict>) {
     let state = read_target(ctx, q, &policy.target).await;
     // Due delayed jobs wait like pending ones: the reaper promotes them (a bounded
     // number per reconcile), and they must wake workers at zero.
@@ -824,14 +841,25 @@ async fn scale_workers(
     };
     // a pause annotation wins; then a paused queue leaves the replicas as they are
     let held = pause::pause_of(q.jq).or_else(|| stats.paused.then_some(Hold::QueuePaused));
-    let decision = ctx.with_recommendations(q.jq, |history| match &held {
-        Some(held) => scaling::hold(policy, held, state, history),
-        None => scaling::decide(policy, backlog, state, history, q.now),
+    let capacity = rate_limit.and_then(|limit| {
+        let processing = stats.histogram.quantile(status::RATE_CAP_QUANTILE)?;
+        Some(scaling::rate_capacity(
+            limit,
+            processing,
+            policy.concurrency,
+        ))
     });
-    match decision.patch() {
+    let capped = policy.capped(capacity.as_ref());
+    let verdict = scaling::rate_verdict(&capped, backlog, capacity);
+    let decision = ctx.with_recommendations(q.jq, |history| match &held {
+        Some(held) => scaling::hold(&capped, held, state, history),
+        None => scaling::decide(&capped, backlog, state, history, q.now),
+    });
+    let decision = match decision.patch() {
         Some(to) => patch_scale(ctx, q, &policy.target, decision, to).await,
         None => decision,
-    }
+    };
+    (decision, verdict)
 }
 
 /// The target as the scaler must see it: its `/scale`, an HPA or a ScaledObject on it

@@ -130,6 +130,81 @@ pub struct ScalePolicy {
     pub scale_down_stabilization: Duration,
     /// How fast replicas are added.
     pub scale_up: ScaleUp,
+    /// Jobs one replica runs at once (`workers.concurrency`).
+    pub concurrency: u32,
+    /// The most replicas the queue's rate limit keeps busy ([`rate_capacity`]), when the
+    /// queue has a limit and processing times were seen: the recommendation never goes
+    /// above it. Set by the reconcile for one decision ([`ScalePolicy::capped`]).
+    pub rate_cap: Option<i32>,
+}
+
+impl ScalePolicy {
+    /// This policy with the rate limit's cap for one decision.
+    pub fn capped(&self, cap: Option<&RateCapacity>) -> ScalePolicy {
+        ScalePolicy {
+            rate_cap: cap.map(|c| c.replicas),
+            ..self.clone()
+        }
+    }
+}
+
+/// What a rate limit can keep busy: at most `limit.max` claims per `limit.per`, each
+/// job taking `processing` on a replica that runs `concurrency` at once (Little's law:
+/// jobs in flight = rate × time), so `replicas` = ceil(rate × processing ÷
+/// concurrency), at least 1. More replicas than that would only wait for claim slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateCapacity {
+    pub limit: crate::queue::RateLimit,
+    pub processing: Duration,
+    pub concurrency: u32,
+    pub replicas: i32,
+}
+
+/// The replicas `limit` keeps busy when a job takes `processing` and a replica runs
+/// `concurrency` at once: ceil(max × processing ÷ (per × concurrency)), at least 1, in
+/// whole microseconds (no rounding of a float above an exact quotient).
+pub fn rate_capacity(
+    limit: crate::queue::RateLimit,
+    processing: Duration,
+    concurrency: u32,
+) -> RateCapacity {
+    let jobs = u128::from(limit.max) * processing.as_micros();
+    let slots = limit.per.as_micros().max(1) * u128::from(concurrency.max(1));
+    let replicas = i32::try_from(jobs.div_ceil(slots))
+        .unwrap_or(i32::MAX)
+        .max(1);
+    RateCapacity {
+        limit,
+        processing,
+        concurrency,
+        replicas,
+    }
+}
+
+/// The rate limit's word on one decision: whether its cap held the recommendation
+/// below what the backlog asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateVerdict {
+    pub capacity: RateCapacity,
+    /// What the backlog asked for, uncapped ([`recommend`]).
+    pub asked: i64,
+    /// The cap is below `asked`: the workers are held at what the limit keeps busy.
+    pub capping: bool,
+}
+
+/// [`RateVerdict`] of a policy and backlog under `capacity` (`None`: no cap known).
+pub fn rate_verdict(
+    policy: &ScalePolicy,
+    backlog: Backlog,
+    capacity: Option<RateCapacity>,
+) -> Option<RateVerdict> {
+    let capacity = capacity?;
+    let asked = recommend(policy, backlog);
+    Some(RateVerdict {
+        capacity,
+        asked,
+        capping: asked > i64::from(capacity.replicas),
+    })
 }
 
 /// `behavior.scaleUp`, checked: how fast the workers may grow.
@@ -867,8 +942,12 @@ pub fn size(
     );
     let up = &policy.scale_up;
 
-    // 1. What the backlog asks for; kept clamped to max, which bounds the history.
+    // 1. What the backlog asks for, no more than the rate limit keeps busy; kept clamped
+    // to max, which bounds the history.
     let asked = recommend(policy, backlog);
+    let asked = policy
+        .rate_cap
+        .map_or(asked, |cap| asked.min(i64::from(cap.max(1))));
     let raw = i32::try_from(asked.min(i64::from(max))).unwrap_or(max);
 
     // 2. Stabilize: a scale-down on the highest recommendation within its window, a
@@ -1061,7 +1140,50 @@ mod tests {
             // Today's numbers for the tests written before the policies: the
             // deprecated maxScaleUpStep, +4 per reconcile.
             scale_up: ScaleUp::per_reconcile(4),
+            concurrency: 1,
+            rate_cap: None,
         }
+    }
+
+    #[test]
+    fn a_rate_limit_keeps_busy_rate_times_processing_time_over_concurrency() {
+        let limit = |t: &str| t.parse::<crate::queue::RateLimit>().unwrap();
+        let ms = Duration::from_millis;
+        // (limit, processing time, concurrency per replica, replicas kept busy)
+        for (l, processing, concurrency, replicas) in [
+            ("100/1s", ms(500), 1, 50),
+            ("100/1s", ms(500), 10, 5),
+            ("100/1s", ms(500), 3, 17), // 50 jobs in flight over 3 a replica: rounded up
+            ("10/1s", ms(800), 2, 4),
+            ("10/1s", ms(1), 1, 1), // never below 1
+            ("5/500ms", ms(2000), 4, 5),
+            ("1/1h", Duration::from_secs(7200), 1, 2),
+            ("1000000/1ms", Duration::from_secs(1_000_000), 1, i32::MAX),
+        ] {
+            let c = rate_capacity(limit(l), processing, concurrency);
+            assert_eq!(c.replicas, replicas, "{l} × {processing:?} ÷ {concurrency}");
+        }
+    }
+
+    #[test]
+    fn the_rate_cap_holds_the_recommendation_and_says_so() {
+        let limit: crate::queue::RateLimit = "10/1s".parse().unwrap();
+        let cap = rate_capacity(limit, Duration::from_millis(800), 2);
+        let p = policy().capped(Some(&cap));
+        assert_eq!(p.rate_cap, Some(4));
+        let mut h = Recommendations::default();
+        // a backlog of 100 asks for 10; the limit keeps 4 busy
+        let sizing = size(&p, pending(100), 4, &mut h, t(0));
+        assert_eq!((sizing.asked, sizing.desired), (4, 4));
+        let v = rate_verdict(&p, pending(100), Some(cap)).unwrap();
+        assert_eq!((v.asked, v.capping), (10, true));
+        // a backlog the limit keeps up with is not capped
+        let v = rate_verdict(&p, pending(20), Some(cap)).unwrap();
+        assert_eq!((v.asked, v.capping), (2, false));
+        assert_eq!(rate_verdict(&p, pending(20), None), None);
+        // a scale-up from 0 stops at the cap, not at maxReplicas
+        let mut h = Recommendations::default();
+        assert_eq!(size(&p, pending(1000), 0, &mut h, t(0)).desired, 4);
     }
 
     fn pending(n: u64) -> Backlog {

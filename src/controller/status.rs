@@ -36,10 +36,20 @@ pub mod types {
     ///
     /// [`SpecVerdict`]: super::SpecVerdict
     pub const SPEC_VALID: &str = "SpecValid";
+    /// With `spec.rateLimit` and `spec.workers`: `True` while the replicas are capped at
+    /// what the rate limit keeps busy (below what the backlog asks for), `False` while the
+    /// backlog asks for no more, `Unknown` before any processing time was observed.
+    pub const RATE_LIMITED: &str = "RateLimited";
 }
 
 /// Condition reasons.
 pub mod reasons {
+    /// The rate limit keeps fewer replicas busy than the backlog asks for.
+    pub const RATE_LIMIT_CAPS_REPLICAS: &str = "RateLimitCapsReplicas";
+    /// The backlog asks for no more replicas than the rate limit keeps busy.
+    pub const BELOW_RATE_LIMIT: &str = "BelowRateLimit";
+    /// No ack yet: the processing time the cap needs is unknown; no cap.
+    pub const NO_PROCESSING_TIMES: &str = "NoProcessingTimes";
     pub const QUEUE_HEALTHY: &str = "QueueHealthy";
     pub const CONNECTED: &str = "Connected";
     pub const INVALID_SPEC: &str = "InvalidSpec";
@@ -500,6 +510,83 @@ pub fn scaled(
             now,
         ),
     );
+}
+
+/// The quantile of the processing-time histogram the rate limit's cap uses: an upper
+/// estimate of the mean time (Little's law wants the mean), so the cap never starves the
+/// limit of workers.
+pub const RATE_CAP_QUANTILE: f64 = 0.9;
+
+/// The `RateLimited` condition: `limit` is the queue's rate limit in force and `verdict`
+/// the scaler's word on it ([`scaling::rate_verdict`], `None` before any processing time
+/// was seen). Removed without a limit or without `spec.workers` (`scaling` false).
+///
+/// [`scaling::rate_verdict`]: super::scaling::rate_verdict
+pub fn rate_limited(
+    status: &mut JobQueueStatus,
+    limit: Option<crate::queue::RateLimit>,
+    scaling: bool,
+    verdict: Option<&super::scaling::RateVerdict>,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    let Some(limit) = limit.filter(|_| scaling) else {
+        status.conditions.retain(|c| c.type_ != types::RATE_LIMITED);
+        return;
+    };
+    let (state, reason, message) = match verdict {
+        None => (
+            Status::Unknown,
+            reasons::NO_PROCESSING_TIMES,
+            format!(
+                "rate limit {limit}: no processing time observed yet (no ack), so the \
+                 replicas are not capped"
+            ),
+        ),
+        Some(v) => {
+            let c = v.capacity;
+            let replicas = |n: i64| {
+                if n == 1 {
+                    "1 replica".to_string()
+                } else {
+                    format!("{n} replicas")
+                }
+            };
+            let numbers = format!(
+                "rate limit {limit} ({} claims/s) × processing time {} (p90) ÷ concurrency {} \
+                 keeps {} busy; the backlog asks for {}",
+                format_rate(limit.per_second()),
+                crate::duration::format(c.processing),
+                c.concurrency,
+                replicas(i64::from(c.replicas)),
+                v.asked
+            );
+            if v.capping {
+                (
+                    Status::True,
+                    reasons::RATE_LIMIT_CAPS_REPLICAS,
+                    format!("{numbers}: capped at {}", c.replicas),
+                )
+            } else {
+                (Status::False, reasons::BELOW_RATE_LIMIT, numbers)
+            }
+        }
+    };
+    set_condition(
+        &mut status.conditions,
+        condition(types::RATE_LIMITED, state, reason, message, generation, now),
+    );
+}
+
+/// Claims per second, as a person reads them: `10`, `0.5`, `0.0003`.
+fn format_rate(per_second: f64) -> String {
+    let s = format!("{per_second:.4}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s.is_empty() || s == "0" {
+        format!("{per_second:.2e}")
+    } else {
+        s.to_string()
+    }
 }
 
 /// `Scaling=Unknown` while the operator cannot decide (the queue cannot be read, the

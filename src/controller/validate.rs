@@ -544,7 +544,21 @@ fn queue_settings(spec: &JobQueueSpec) -> Result<QueueSettings, InvalidSpec> {
         completed_retention,
         dead_retention,
         dead_max_len: spec.dead_letter.max_length,
+        rate_limit: rate_limit("spec.rateLimit", spec.rate_limit.as_ref())?,
+        rate_limit_per_key: rate_limit("spec.rateLimitPerKey", spec.rate_limit_per_key.as_ref())?,
     })
+}
+
+/// `spec.rateLimit` or `spec.rateLimitPerKey`, checked as the scripts take it.
+fn rate_limit(
+    field: &'static str,
+    spec: Option<&crate::crd::RateLimitSpec>,
+) -> Result<Option<crate::queue::RateLimit>, InvalidSpec> {
+    let Some(spec) = spec else { return Ok(None) };
+    let per = parse_duration(field, &spec.per, true)?;
+    crate::queue::RateLimit::new(spec.max, per)
+        .map(Some)
+        .map_err(|reason| invalid(field, reason))
 }
 
 /// `spec.reaper`: the time between reconciles and the leases per reaper call.
@@ -599,6 +613,8 @@ fn scale_policy(workers: &WorkersSpec) -> Result<ScalePolicy, InvalidSpec> {
         activation_backlog: u64::from(workers.activation_backlog),
         scale_down_stabilization: stabilization,
         scale_up: scale_up(workers)?,
+        concurrency: workers.concurrency.max(1),
+        rate_cap: None,
     })
 }
 
@@ -686,6 +702,7 @@ mod tests {
             },
             min_replicas: 0,
             max_replicas: 8,
+            concurrency: 1,
             target_backlog_per_replica: 10,
             activation_backlog: 2,
             scale_down_stabilization: "2m".into(),

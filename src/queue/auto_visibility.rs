@@ -21,6 +21,11 @@
 //!
 //! Leases claimed with a worker's own visibility are not set by this rule (the worker's
 //! value wins); their processing times do count in the histogram the rule reads.
+//! Jobs enqueued with their own timeout or visibility (docs/protocol.md, Per-job
+//! options) are left out: their leases are their own length, or their runs bounded by
+//! their producer, so their processing times, expired leases and stale calls say nothing
+//! about the queue's value. The scripts count them apart too ([`super::stats::OwnRuns`])
+//! and [`Snapshot::of`] takes them out.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -296,12 +301,23 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// The queue's counters less those of jobs with their own timeout or visibility.
     pub fn of(stats: &QueueStats, at_ms: i64) -> Snapshot {
+        let own = &stats.own;
         Snapshot {
             at_ms,
-            buckets: stats.histogram.buckets.clone(),
-            reaped: stats.reaped,
-            stale: stats.stale,
+            buckets: stats
+                .histogram
+                .buckets
+                .iter()
+                .map(|(b, n)| {
+                    let mine = own.histogram.buckets.get(b).copied().unwrap_or(0);
+                    (*b, n.saturating_sub(mine))
+                })
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+            reaped: stats.reaped.saturating_sub(own.reaped),
+            stale: stats.stale.saturating_sub(own.stale),
         }
     }
 }
@@ -611,6 +627,41 @@ mod tests {
             .contains("renewals")
         );
         assert!(d().validate().is_ok());
+    }
+
+    #[test]
+    fn jobs_with_their_own_timeout_or_visibility_are_left_out() {
+        // The queue's counters count every job; those of jobs with their own options
+        // are counted apart too, and a snapshot holds the rest.
+        let stats = QueueStats::from_pairs([
+            ("h:10", 50),
+            ("h:20", 3),
+            ("reaped", 4),
+            ("stale", 2),
+            ("own_h:20", 3),
+            ("own_h:10", 5),
+            ("own_reaped", 4),
+            ("own_stale", 1),
+        ]);
+        assert_eq!(
+            stats.histogram.buckets.get(&20),
+            Some(&3),
+            "stats unchanged"
+        );
+        let snap = Snapshot::of(&stats, 7);
+        assert_eq!(
+            snap,
+            Snapshot {
+                at_ms: 7,
+                buckets: [(10, 45)].into(),
+                reaped: 0,
+                stale: 1,
+            }
+        );
+        // so long jobs of their own raise nothing: p99 from the others alone
+        let w = window(&Snapshot::default(), &snap);
+        assert!(w.p99.unwrap() < Duration::from_secs(3), "{w:?}");
+        assert_eq!((w.acks, w.expired, w.stale), (45, 0, 1));
     }
 
     #[test]

@@ -14,10 +14,14 @@ use super::durability::{Durability, Unconfirmed};
 use super::error::{Error, Result};
 use super::keys::{QueueKeys, validate_id};
 use super::partitions::{DRAIN_PARTITIONS_FIELD, PARTITIONS_FIELD, PartitionRecord};
+use super::rate_limit::{RateLimit, RateLimits};
 use super::scripts::{SCRIPTS, Script};
 use super::settings::{DURABILITY_FIELD, QueueSettings};
 use super::stats::QueueStats;
 use super::types::*;
+
+mod outcomes;
+pub use outcomes::{EVENTS_FIELD, MAX_EVENTS_LEN, NOTIFY_MARGIN, WAIT_RECHECK, parse_stream_id};
 
 /// How many claim calls `Queue::claim` makes at most while each comes back empty with
 /// `more`: each takes 100 or more orphans out of pending.
@@ -309,11 +313,14 @@ impl Queue {
         let mut out = Vec::with_capacity(jobs.len());
         let mut jobs = jobs.into_iter().peekable();
         while let Some(first) = jobs.peek() {
-            // One call carries one set of per-job options: a run of jobs with the same.
+            // One call carries one set of per-job options and one unique mode and window
+            // (or none): a run of jobs with the same.
             let options = first.options.clone();
+            let shape = first.unique.call_shape();
             let mut chunk = Vec::new();
             while chunk.len() < MAX_BATCH
-                && let Some(job) = jobs.next_if(|j| j.options == options)
+                && let Some(job) =
+                    jobs.next_if(|j| j.options == options && j.unique.call_shape() == shape)
             {
                 chunk.push(job);
             }
@@ -326,6 +333,7 @@ impl Queue {
         let mut ids = Vec::with_capacity(jobs.len());
         for job in &jobs {
             job.options.validate()?;
+            job.unique.validate()?;
             job.delay_arg()?;
             if job.payload.len() > self.max_payload {
                 return Err(Error::InvalidArgument {
@@ -351,11 +359,20 @@ impl Queue {
         // A generated id that is taken (a collision, however unlikely with 71 random
         // bits) is no duplicate: its job is sent again under a new id.
         let mut created = vec![false; jobs.len()];
+        let mut unique: Vec<Option<UniqueOutcome>> = vec![None; jobs.len()];
         let mut todo: Vec<usize> = (0..jobs.len()).collect();
         for draw in 1..=ID_DRAWS {
             let flags = self.enqueue_call(&jobs, &ids, &todo).await?;
             let mut again = Vec::new();
             for (&i, flag) in todo.iter().zip(flags) {
+                let flag = match flag {
+                    EnqueueFlag::Id(flag) => flag,
+                    EnqueueFlag::Unique(outcome) => {
+                        // a key held by another job: no collision, nothing to draw again
+                        unique[i] = Some(outcome);
+                        continue;
+                    }
+                };
                 created[i] = flag == 1;
                 if flag != 1 && jobs[i].id.is_none() && draw < ID_DRAWS {
                     ids[i] = (self.new_id)().into();
@@ -372,17 +389,23 @@ impl Queue {
         Ok(ids
             .into_iter()
             .zip(created)
-            .map(|(id, created)| Enqueued { id, created })
+            .zip(unique)
+            .map(|((id, created), unique)| Enqueued {
+                id,
+                created,
+                unique,
+            })
             .collect())
     }
 
-    /// One enqueue call for the jobs at `which`: a flag per job, 1 when enqueued.
+    /// One enqueue call for the jobs at `which`: an answer per job (1 when enqueued, 0
+    /// when its id is taken, or its unique key's holder).
     async fn enqueue_call(
         &self,
         jobs: &[NewJob],
         ids: &[JobId],
         which: &[usize],
-    ) -> Result<Vec<i64>> {
+    ) -> Result<Vec<EnqueueFlag>> {
         let job_keys: Vec<Vec<u8>> = which
             .iter()
             .map(|&i| self.keys.job_key(ids[i].as_bytes()))
@@ -393,6 +416,14 @@ impl Queue {
             cmd.arg(&ids[i])
                 .arg(jobs[i].payload.as_ref())
                 .arg(jobs[i].delay_arg()?);
+        }
+        // Every job of a call has the same unique mode and window (enqueue_many splits
+        // runs by them), and a key each.
+        if let Some((mode, window)) = which.first().and_then(|&i| jobs[i].unique.call_shape()) {
+            cmd.arg("unique").arg(mode.as_str()).arg(window.to_string());
+            for &i in which {
+                cmd.arg(jobs[i].unique.key.as_deref().unwrap_or_default());
+            }
         }
         // Every job of a call has the same options (enqueue_many splits runs by them).
         let options = which
@@ -407,7 +438,7 @@ impl Queue {
         }
         let reply = self.run_durable(&SCRIPTS.enqueue, &cmd).await?;
         let flags =
-            int_array(&reply).ok_or_else(|| self.protocol("enqueue", format!("{reply:?}")))?;
+            enqueue_flags(&reply).ok_or_else(|| self.protocol("enqueue", format!("{reply:?}")))?;
         if flags.len() != which.len() {
             return Err(self.protocol("enqueue", "reply length differs from the job count"));
         }
@@ -549,7 +580,7 @@ impl Queue {
         let (reply, unconfirmed) = self.run_replicated(&SCRIPTS.claim, &cmd).await?;
         let (jobs, more) = match reply {
             Value::Array(reply) => match <[Value; 2]>::try_from(reply) {
-                Ok([Value::Array(jobs), Value::Int(more)]) => (jobs, more == 1),
+                Ok([Value::Array(jobs), Value::Int(more)]) => (jobs, more),
                 Ok(other) => return Err(self.protocol("claim", format!("{other:?}"))),
                 Err(reply) => return Err(self.protocol("claim", format!("{reply:?}"))),
             },
@@ -558,7 +589,8 @@ impl Queue {
         let leases = self.take_leases(jobs).await;
         Ok(Claimed {
             leases,
-            more,
+            more: more == 1,
+            rate_wait: rate_wait(more),
             first_sent: None,
             unconfirmed,
         })
@@ -651,6 +683,7 @@ impl Queue {
                 Settle::Ack(_) => unreachable!("acks are listed apart"),
             };
         }
+        results_block(&mut cmd, acks.iter().map(|&i| settles[i].lease().result))?;
         let mut wait = CLAIM_RETRY_WAIT;
         let mut retries = 0;
         let (reply, unconfirmed) = loop {
@@ -669,11 +702,21 @@ impl Queue {
             }
         };
         // One flat array: more, the leases' token, the ack results, the fail outcomes, then
-        // id, payload, attempts, lease_until per leased job.
+        // id, payload, attempts, lease_until per leased job, then (when a leased job has
+        // its own options) one array of timeout_ms, visibility_timeout_ms per leased job.
         let Value::Array(mut reply) = reply else {
             return Err(self.protocol("settle_claim", format!("{reply:?}")));
         };
         let head = 2 + acks.len() + fails.len();
+        let options = match reply.last() {
+            Some(Value::Array(_)) if reply.len() > head && (reply.len() - head) % 4 == 1 => {
+                match reply.pop() {
+                    Some(Value::Array(options)) => Some(options),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
         if reply.len() < head || !(reply.len() - head).is_multiple_of(4) {
             return Err(self.protocol(
                 "settle_claim",
@@ -709,8 +752,21 @@ impl Queue {
             })
             .collect();
         let failed = failed.ok_or_else(|| self.protocol("settle_claim", "fail outcomes"))?;
-        // Each job as claim replies it: id, payload, attempts, token, lease_until.
-        let mut jobs = Vec::with_capacity(entries.len() / 4);
+        // Each job as claim replies it: id, payload, attempts, token, lease_until (and
+        // its own timeout_ms, visibility_timeout_ms when the reply carries them).
+        let leased = entries.len() / 4;
+        let options = match options {
+            Some(o) if o.len() == 2 * leased => Some(o),
+            Some(o) => {
+                return Err(self.protocol(
+                    "settle_claim",
+                    format!("{} option entries for {leased} leases", o.len()),
+                ));
+            }
+            None => None,
+        };
+        let mut options = options.map(Vec::into_iter);
+        let mut jobs = Vec::with_capacity(leased);
         let mut entries = entries.into_iter();
         while let (Some(id), Some(payload), Some(attempts), Some(lease_until)) = (
             entries.next(),
@@ -718,13 +774,15 @@ impl Queue {
             entries.next(),
             entries.next(),
         ) {
-            jobs.push(Value::Array(vec![
-                id,
-                payload,
-                attempts,
-                token.clone(),
-                lease_until,
-            ]));
+            let mut job = vec![id, payload, attempts, token.clone(), lease_until];
+            if let Some(options) = options.as_mut()
+                && let (Some(timeout), Some(visibility)) = (options.next(), options.next())
+                && (timeout != Value::Int(0) || visibility != Value::Int(0))
+            {
+                job.push(timeout);
+                job.push(visibility);
+            }
+            jobs.push(Value::Array(job));
         }
         let mut settled = vec![Settled::Stale; settles.len()];
         for (&i, flag) in acks.iter().zip(acked) {
@@ -746,6 +804,7 @@ impl Queue {
             claimed: Claimed {
                 leases,
                 more: more == 1,
+                rate_wait: rate_wait(more),
                 first_sent: None,
                 unconfirmed,
             },
@@ -833,7 +892,7 @@ impl Queue {
         let lease = LeaseRef {
             id: id.as_bytes(),
             token: &token,
-            partition: 0,
+            ..Default::default()
         };
         let ended = self
             .end_lease(
@@ -891,6 +950,7 @@ impl Queue {
             for lease in chunk {
                 cmd.arg(lease.id).arg(lease.token);
             }
+            results_block(&mut cmd, chunk.iter().map(|l| l.result))?;
             let (reply, unconfirmed) = self.run_replicated(&SCRIPTS.ack, &cmd).await?;
             short = Unconfirmed::worst(short, unconfirmed);
             let flags = int_array(&reply).filter(|f| f.len() == chunk.len());
@@ -943,6 +1003,16 @@ impl Queue {
             cmd.arg(ms).arg(chunk.len());
             for lease in chunk {
                 cmd.arg(lease.id).arg(lease.token);
+            }
+            // The progress of the leases that carry one: `progress`, then i, percent,
+            // message per lease (i counts from 1 in this call).
+            if chunk.iter().any(|l| l.progress.is_some()) {
+                cmd.arg("progress");
+                for (i, lease) in chunk.iter().enumerate() {
+                    if let Some(p) = lease.progress {
+                        cmd.arg(i + 1).arg(p.percent).arg(&p.message);
+                    }
+                }
             }
             let reply = self.run(&SCRIPTS.extend, &cmd).await?;
             let until = int_array(&reply).filter(|f| f.len() == chunk.len());
@@ -1359,9 +1429,16 @@ impl Queue {
     pub async fn configure(&self, settings: &QueueSettings) -> Result<()> {
         settings.validate()?;
         let mut conn = self.redis.clone();
-        let _: Value = redis::cmd("HSET")
+        let mut pipe = redis::pipe();
+        pipe.cmd("HSET")
             .arg(&self.keys.meta)
             .arg(settings.to_fields())
+            .ignore();
+        let absent = settings.absent_fields();
+        if !absent.is_empty() {
+            pipe.cmd("HDEL").arg(&self.keys.meta).arg(absent).ignore();
+        }
+        let _: () = pipe
             .query_async(&mut conn)
             .await
             .map_err(|e| self.err_on("HSET meta", &self.keys.meta, e))?;
@@ -1382,6 +1459,52 @@ impl Queue {
             .await
             .map_err(|e| self.err_on("HSET meta", &self.keys.meta, e))?;
         Ok(())
+    }
+
+    /// Set or remove the queue's rate limits (docs/protocol.md, *Rate limits*): `None`
+    /// leaves a limit as it is, `Some(None)` removes it, `Some(Some(limit))` sets it. The
+    /// next claim keeps the new limit.
+    pub async fn set_rate_limits(
+        &self,
+        queue: Option<Option<RateLimit>>,
+        per_key: Option<Option<RateLimit>>,
+    ) -> Result<()> {
+        let mut set: Vec<(&str, String)> = Vec::new();
+        let mut remove: Vec<&str> = Vec::new();
+        for (field, change) in [
+            (super::rate_limit::RATE_LIMIT_FIELD, queue),
+            (super::rate_limit::RATE_LIMIT_PER_KEY_FIELD, per_key),
+        ] {
+            match change {
+                Some(Some(limit)) => {
+                    RateLimit::new(limit.max, limit.per).map_err(|reason| {
+                        Error::InvalidArgument {
+                            what: "rate limit",
+                            reason,
+                        }
+                    })?;
+                    set.push((field, limit.to_field()));
+                }
+                Some(None) => remove.push(field),
+                None => {}
+            }
+        }
+        self.write_meta(&set).await?;
+        if !remove.is_empty() {
+            let mut conn = self.redis.clone();
+            let _: Value = redis::cmd("HDEL")
+                .arg(&self.keys.meta)
+                .arg(&remove)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| self.err_on("HDEL meta", &self.keys.meta, e))?;
+        }
+        Ok(())
+    }
+
+    /// The queue's rate limits, as the scripts read them from `meta`.
+    pub async fn rate_limits(&self) -> Result<RateLimits> {
+        Ok(RateLimits::from_fields(&self.meta_fields().await?))
     }
 
     /// Take the queue's tuning turn for `hold`: `SET <queue>:tuning <holder> NX PX`, in
@@ -2002,13 +2125,22 @@ impl Consumer {
     pub async fn next_jobs(&mut self, n: usize, timeout: Duration) -> Result<Vec<Lease>> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let leases = self.queue.claim(n, &self.worker, self.visibility).await?;
+            let claimed = self
+                .queue
+                .claim_rounds(n, &self.worker, self.visibility)
+                .await?;
+            let leases = claimed.leases;
             if !leases.is_empty() {
                 return Ok(leases);
             }
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             if left.is_zero() {
                 return Ok(leases);
+            }
+            // The rate limit: no claim before its next slot opens.
+            if let Some(wait) = claimed.rate_wait {
+                tokio::time::sleep(wait.min(left)).await;
+                continue;
             }
             // Unreadable: wait the full time, the next claim will say what is wrong.
             let due_in = self.queue.next_due_in().await.ok().flatten();
@@ -2059,6 +2191,10 @@ fn meta_holds(meta: &HashMap<String, String>, settings: &QueueSettings) -> bool 
         .to_fields()
         .iter()
         .all(|(name, value)| meta.get(*name) == Some(value))
+        && settings
+            .absent_fields()
+            .iter()
+            .all(|name| !meta.contains_key(*name))
 }
 
 /// Whether a reap call would change anything, judged from what one round trip saw: an
@@ -2153,7 +2289,21 @@ fn info_from_fields(id: &[u8], fields: &HashMap<String, Vec<u8>>) -> JobInfo {
         last_error: text("last_error"),
         worker: text("worker").or(lease.map(|l| l.1)),
         errors: AttemptError::from_fields(fields),
+        unique_key: fields.get("unique_key").map(|k| JobId::from(&k[..])),
+        unique_mode: text("unique_mode"),
+        progress: int("progress").map(|p| Progress {
+            percent: p.clamp(0, 100) as u8,
+            message: text("progress_msg").unwrap_or_default(),
+            at: int("progress_at"),
+        }),
+        result: fields.get("result").map(|r| Bytes::from(r.clone())),
     }
+}
+
+/// A claim's `more` below 0: the queue's rate limit left no slot, the next opens in
+/// -more ms (docs/protocol.md, *Rate limits*).
+fn rate_wait(more: i64) -> Option<Duration> {
+    (more < 0).then(|| Duration::from_millis(more.unsigned_abs()))
 }
 
 /// The claimed_at (ms) and the worker a claim_token carries: claim writes it as
@@ -2185,12 +2335,69 @@ pub fn parse_claim_token(token: &[u8]) -> Option<(i64, String)> {
     ))
 }
 
+/// The `results` block of ack and settle_claim: the word, then i, result for each ack
+/// (i from 1, in the call's ack order) that carries one; nothing when none does. A result
+/// over [`MAX_RESULT`] bytes is refused before anything is sent.
+fn results_block<'a>(
+    cmd: &mut redis::Cmd,
+    results: impl Iterator<Item = Option<&'a [u8]>>,
+) -> Result<()> {
+    let mut first = true;
+    for (i, r) in results.enumerate() {
+        let Some(r) = r else { continue };
+        if r.len() > MAX_RESULT {
+            return Err(Error::InvalidArgument {
+                what: "result",
+                reason: format!(
+                    "{} bytes is more than the {MAX_RESULT} a job's result may hold",
+                    r.len()
+                ),
+            });
+        }
+        if first {
+            cmd.arg("results");
+            first = false;
+        }
+        cmd.arg(i + 1).arg(r);
+    }
+    Ok(())
+}
+
 fn as_str(v: &Value) -> Option<&str> {
     match v {
         Value::BulkString(b) => std::str::from_utf8(b).ok(),
         Value::SimpleString(s) => Some(s),
         _ => None,
     }
+}
+
+/// One entry of enqueue's reply: 1 or 0, or `{2, holder}` / `{3, holder}` for a unique
+/// key held by another job.
+enum EnqueueFlag {
+    Id(i64),
+    Unique(UniqueOutcome),
+}
+
+fn enqueue_flags(v: &Value) -> Option<Vec<EnqueueFlag>> {
+    let Value::Array(items) = v else { return None };
+    items
+        .iter()
+        .map(|item| match item {
+            Value::Int(n) => Some(EnqueueFlag::Id(*n)),
+            Value::Array(pair) => match pair.as_slice() {
+                [Value::Int(code), Value::BulkString(id)] => {
+                    let existing = JobId::from(&id[..]);
+                    match code {
+                        2 => Some(EnqueueFlag::Unique(UniqueOutcome::Refused { existing })),
+                        3 => Some(EnqueueFlag::Unique(UniqueOutcome::Replaced { existing })),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
 }
 
 fn int_array(v: &Value) -> Option<Vec<i64>> {
@@ -2214,8 +2421,9 @@ struct Unreadable {
     reason: String,
 }
 
-/// One claim entry, `{id, payload, attempts, token, lease_until}`. The id is bytes, as
-/// Redis holds it: any id makes a lease.
+/// One claim entry, `{id, payload, attempts, token, lease_until}`, and for a job with
+/// its own options `timeout_ms, visibility_timeout_ms` after them (0: not its own). The
+/// id is bytes, as Redis holds it: any id makes a lease.
 fn parse_lease(v: Value) -> std::result::Result<Lease, Unreadable> {
     let unreadable = |lease, reason: &str| Unreadable {
         lease,
@@ -2237,12 +2445,24 @@ fn parse_lease(v: Value) -> std::result::Result<Lease, Unreadable> {
         return Err(unreadable(None, "no id or token"));
     };
     let lease = Some((id.clone(), token.clone()));
-    if fields.len() != 5 {
+    if fields.len() != 5 && fields.len() != 7 {
         return Err(unreadable(
             lease,
-            &format!("{} fields, not 5", fields.len()),
+            &format!("{} fields, not 5 or 7", fields.len()),
         ));
     }
+    // a job's own option: a positive integer of ms; 0 when the job has none
+    let own = |i: usize| match fields.get(i) {
+        None | Some(Value::Int(0)) => Ok(None),
+        Some(Value::Int(ms)) if *ms > 0 => Ok(Some(Duration::from_millis(*ms as u64))),
+        Some(_) => Err(()),
+    };
+    let (Ok(timeout), Ok(visibility)) = (own(5), own(6)) else {
+        return Err(unreadable(
+            lease,
+            "timeout_ms or visibility_timeout_ms is not a whole number of ms",
+        ));
+    };
     let payload = match &fields[1] {
         Value::BulkString(b) => Bytes::from(b.clone()),
         _ => return Err(unreadable(lease, "the payload is not a string")),
@@ -2262,6 +2482,8 @@ fn parse_lease(v: Value) -> std::result::Result<Lease, Unreadable> {
         token,
         lease_until,
         partition: 0,
+        visibility,
+        timeout,
     })
 }
 
@@ -2394,6 +2616,34 @@ mod tests {
         assert_eq!(lease.token, "t0ken");
         assert_eq!((lease.attempts, lease.lease_until), (2, 1_700_000_000_000));
         assert_eq!(&lease.payload[..], b"payload");
+    }
+
+    #[test]
+    fn claim_entries_of_jobs_with_their_own_options_carry_them() {
+        let entry = |timeout: Value, visibility: Value| {
+            parse_lease(Value::Array(vec![
+                bulk(b"j1"),
+                bulk(b"p"),
+                Value::Int(1),
+                bulk(b"tok"),
+                Value::Int(5),
+                timeout,
+                visibility,
+            ]))
+        };
+        let lease = entry(Value::Int(120_000), Value::Int(0)).unwrap();
+        assert_eq!(lease.timeout, Some(Duration::from_secs(120)));
+        assert_eq!(lease.visibility, None);
+        let lease = entry(Value::Int(0), Value::Int(2000)).unwrap();
+        assert_eq!(
+            (lease.timeout, lease.visibility),
+            (None, Some(Duration::from_secs(2)))
+        );
+        // an option that is not a whole number of ms: refused, with what ends its lease
+        let bad = entry(bulk(b"soon"), Value::Int(0)).unwrap_err();
+        assert_eq!(bad.lease, Some((JobId::from("j1"), "tok".to_string())));
+        assert!(bad.reason.contains("timeout_ms"), "{}", bad.reason);
+        assert!(entry(Value::Int(-1), Value::Int(0)).is_err());
     }
 
     #[test]

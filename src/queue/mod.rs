@@ -25,6 +25,7 @@ mod keys;
 mod partitioned;
 pub mod partitions;
 mod pinned;
+pub mod rate_limit;
 pub mod schedule;
 mod scripts;
 mod sentinel;
@@ -35,15 +36,19 @@ pub mod view;
 
 pub(crate) use client::within_window;
 pub use client::{
-    Consumer, DEFAULT_MAX_PAYLOAD, Fired, ID_DRAWS, Queue, REQUEST_RECORD_LIFE,
-    REQUEST_RETRY_WINDOW, parse_claim_token, reap_due,
+    Consumer, DEFAULT_MAX_PAYLOAD, EVENTS_FIELD, Fired, ID_DRAWS, MAX_EVENTS_LEN, NOTIFY_MARGIN,
+    Queue, REQUEST_RECORD_LIFE, REQUEST_RETRY_WINDOW, WAIT_RECHECK, parse_claim_token,
+    parse_stream_id, reap_due,
 };
 pub use connection::{
     ClientPairProblem, ConnectOptions, Dedicated, Redis, check_client_pair, pem_blocks, redact_url,
 };
 pub use durability::{DEFAULT_WAIT_TIMEOUT, Durability, Unconfirmed};
 pub use error::{Error, Result, TlsProblem};
-pub use keys::{DEFAULT_PREFIX, MAX_ID_LEN, MAX_PRIORITY, QueueKeys, validate_id, validate_tag};
+pub use keys::{
+    DEFAULT_PREFIX, MAX_ID_LEN, MAX_PRIORITY, MAX_UNIQUE_KEY_LEN, QueueKeys, validate_id,
+    validate_tag,
+};
 pub use partitioned::{
     PartitionWaiter, PartitionedConsumer, PartitionedQueue, PartitionedStats, add_stats,
 };
@@ -51,15 +56,14 @@ pub use partitions::{
     DRAIN_PARTITIONS_FIELD, MAX_PARTITIONS, PARTITIONS_FIELD, PartitionLayout, PartitionRecord,
     partition_of, partition_tags,
 };
+pub use rate_limit::{RateLimit, RateLimits};
 pub use scripts::{SCRIPTS, Script, Scripts};
 pub use sentinel::SentinelOptions;
 pub use settings::{PRIORITY_MODE_FIELD, PriorityMode, QueueSettings};
-pub use stats::{Histogram, QueueStats};
+pub use stats::{Histogram, OwnRuns, QueueStats};
 pub use types::{
     AttemptError, Backoff, Cancellation, Claimed, Deletion, ERROR_BYTES, ERRORS_KEPT, Enqueued,
-    FailMode, FailOutcome, HEX_PREFIX, JobId, JobInfo, JobOptions, JobStatus, Lease, LeaseRef,
-    MAX_JOB_ATTEMPTS, Maintenance, NewJob, PURGED_REMEMBERED_MS, ReapOutcome, Renewal, Selection,
-    SetAside, Settle, Settled, SettledClaim, new_job_id, new_token,
+    FailMode, FailOutcome, HEX_PREFIX, JobId, JobInfo, JobOptions, JobStatus, Lease, LeaseRef, MAX_JOB_ATTEMPTS, Maintenance, NewJob, PURGED_REMEMBERED_MS, ReapOutcome, Renewal, Selection, SetAside, Settle, Settled, SettledClaim, Unique, UniqueMode, UniqueOutcome, new_job_id, new_token, JobEnd, JobEvent, MAX_PROGRESS_TEXT, MAX_RESULT, Progress,
 };
 
 /// The most items one script call takes (the protocol's bound on every count).

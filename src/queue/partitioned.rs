@@ -230,7 +230,8 @@ impl PartitionedQueue {
         })
     }
 
-    /// Enqueue many jobs, each in the partition of its id; the partitions' parts are sent
+    /// Enqueue many jobs, each in the partition of its id (of its unique key when it has
+    /// one: a key is held in one partition); the partitions' parts are sent
     /// in parallel. One entry per job, in order. An error of any part fails the call
     /// (other parts may have been enqueued: enqueue again with the same ids, which
     /// deduplicates).
@@ -244,9 +245,13 @@ impl PartitionedQueue {
                 job
             })
             .collect();
+        // A job with a unique key goes to its key's partition, where the key's lock is.
         let route: Vec<usize> = jobs
             .iter()
-            .map(|j| self.partition_for(j.id.as_ref().map_or(&b""[..], JobId::as_bytes)))
+            .map(|j| match &j.unique.key {
+                Some(key) => self.partition_for(key),
+                None => self.partition_for(j.id.as_ref().map_or(&b""[..], JobId::as_bytes)),
+            })
             .collect();
         self.enqueue_routed(jobs, route).await
     }
@@ -796,12 +801,15 @@ pub fn add_stats(total: &mut QueueStats, s: &QueueStats) {
         orphans_purged,
         promoted,
         replayed,
+        rate_limited,
+        rate_deferred,
         run_now,
         deleted,
         cancelled,
         paused,
         paused_at,
         histogram,
+        own,
     } = s;
     total.pending += pending;
     for (t, p) in total
@@ -844,6 +852,8 @@ pub fn add_stats(total: &mut QueueStats, s: &QueueStats) {
     total.orphans_purged += orphans_purged;
     total.promoted += promoted;
     total.replayed += replayed;
+    total.rate_limited += rate_limited;
+    total.rate_deferred += rate_deferred;
     total.run_now += run_now;
     total.deleted += deleted;
     total.cancelled += cancelled;
@@ -855,6 +865,11 @@ pub fn add_stats(total: &mut QueueStats, s: &QueueStats) {
     };
     for (b, n) in &histogram.buckets {
         *total.histogram.buckets.entry(*b).or_default() += n;
+    }
+    total.own.reaped += own.reaped;
+    total.own.stale += own.stale;
+    for (b, n) in &own.histogram.buckets {
+        *total.own.histogram.buckets.entry(*b).or_default() += n;
     }
 }
 

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::error::{Error, Result};
+use super::rate_limit::{RATE_LIMIT_FIELD, RATE_LIMIT_PER_KEY_FIELD, RateLimit};
 
 /// The field of `meta` that holds the queue's durability (`replicated:1:1000ms`), for
 /// clients: the scripts do not read it. Absent means `primary`.
@@ -69,6 +70,13 @@ pub struct QueueSettings {
     pub dead_retention: Duration,
     /// At most this many dead jobs are kept; zero: no length limit.
     pub dead_max_len: u64,
+    /// At most this many claims per window across every worker (`meta` `rate_limit`);
+    /// `None`: no limit (the field is removed).
+    #[serde(default)]
+    pub rate_limit: Option<RateLimit>,
+    /// The same for the jobs of each rate key (`rate_limit_per_key`).
+    #[serde(default)]
+    pub rate_limit_per_key: Option<RateLimit>,
 }
 
 impl Default for QueueSettings {
@@ -82,6 +90,8 @@ impl Default for QueueSettings {
             completed_retention: Duration::ZERO,
             dead_retention: Duration::from_millis(604_800_000),
             dead_max_len: 10_000,
+            rate_limit: None,
+            rate_limit_per_key: None,
         }
     }
 }
@@ -133,6 +143,17 @@ impl QueueSettings {
         if self.backoff_max < self.backoff_initial {
             return bad("backoff max", "must not be below the initial backoff");
         }
+        for limit in [self.rate_limit, self.rate_limit_per_key]
+            .into_iter()
+            .flatten()
+        {
+            if let Err(reason) = RateLimit::new(limit.max, limit.per) {
+                return Err(Error::InvalidArgument {
+                    what: "rate limit",
+                    reason,
+                });
+            }
+        }
         Ok(())
     }
 
@@ -151,6 +172,26 @@ impl QueueSettings {
             ("dead_retention_ms", ms(self.dead_retention)),
             ("dead_max_len", self.dead_max_len.to_string()),
         ]
+        .into_iter()
+        .chain(self.rate_limit.map(|l| (RATE_LIMIT_FIELD, l.to_field())))
+        .chain(
+            self.rate_limit_per_key
+                .map(|l| (RATE_LIMIT_PER_KEY_FIELD, l.to_field())),
+        )
+        .collect()
+    }
+
+    /// The `meta` fields these settings have none of (a rate limit that is not set):
+    /// [`Queue::configure`](super::Queue::configure) removes them.
+    pub fn absent_fields(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if self.rate_limit.is_none() {
+            out.push(RATE_LIMIT_FIELD);
+        }
+        if self.rate_limit_per_key.is_none() {
+            out.push(RATE_LIMIT_PER_KEY_FIELD);
+        }
+        out
     }
 
     /// The setting fields of a `meta` hash that the scripts do not take as stored (not a
@@ -212,6 +253,12 @@ impl QueueSettings {
                 .map_or(Duration::ZERO, |v| Duration::from_millis(whole(v))),
             dead_retention: ms("dead_retention_ms", d.dead_retention),
             dead_max_len: not_negative("dead_max_len", d.dead_max_len),
+            rate_limit: fields
+                .get(RATE_LIMIT_FIELD)
+                .and_then(|v| RateLimit::from_field(v)),
+            rate_limit_per_key: fields
+                .get(RATE_LIMIT_PER_KEY_FIELD)
+                .and_then(|v| RateLimit::from_field(v)),
         }
     }
 }

@@ -106,6 +106,10 @@ pub struct QueueStats {
     pub promoted: u64,
     /// Claim calls answered from their request's record (a retry after a lost reply).
     pub replayed: u64,
+    /// Claim calls that leased nothing because the queue's rate limit had no slot left.
+    pub rate_limited: u64,
+    /// Jobs claim set aside to delayed because their rate key had no slot left.
+    pub rate_deferred: u64,
     /// Delayed jobs an operator ran before their time (`run now`).
     pub run_now: u64,
     /// Jobs an operator deleted one by one (pending, delayed or dead).
@@ -117,6 +121,19 @@ pub struct QueueStats {
     pub paused: bool,
     /// When it was paused (ms), when known.
     pub paused_at: Option<i64>,
+    pub histogram: Histogram,
+    /// Of `reaped`, `stale` and the histogram's acks, the ones of jobs with their own
+    /// timeout or visibility (docs/protocol.md, Per-job options): the visibility timeout
+    /// `auto` leaves them out of what it learns from.
+    pub own: OwnRuns,
+}
+
+/// The counters of jobs with their own timeout or visibility (`own_reaped`, `own_stale`,
+/// `own_h:<b>`), counted besides the queue's.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct OwnRuns {
+    pub reaped: u64,
+    pub stale: u64,
     pub histogram: Histogram,
 }
 
@@ -167,12 +184,21 @@ impl QueueStats {
                 "orphans_purged" => s.orphans_purged = v,
                 "promoted" => s.promoted = v,
                 "replayed" => s.replayed = v,
+                "rate_limited" => s.rate_limited = v,
+                "rate_deferred" => s.rate_deferred = v,
                 "run_now" => s.run_now = v,
                 "deleted" => s.deleted = v,
                 "cancelled" => s.cancelled = v,
+                "own_reaped" => s.own.reaped = v,
+                "own_stale" => s.own.stale = v,
                 other => {
                     if let Some(b) = other.strip_prefix("h:").and_then(|b| b.parse::<u32>().ok()) {
                         *s.histogram.buckets.entry(b).or_default() += v;
+                    } else if let Some(b) = other
+                        .strip_prefix("own_h:")
+                        .and_then(|b| b.parse::<u32>().ok())
+                    {
+                        *s.own.histogram.buckets.entry(b).or_default() += v;
                     }
                 }
             }

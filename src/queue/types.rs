@@ -22,12 +22,125 @@ pub struct NewJob {
     pub at: Option<std::time::SystemTime>,
     /// Settings of this job's own that override its queue's.
     pub options: JobOptions,
+    /// At most one job per key at a time (docs/protocol.md, *Unique keys*).
+    pub unique: Unique,
 }
 
-/// A job's own retry settings, overriding its queue's for it alone (docs/protocol.md,
+/// A job's unique key: while a job holds the key, another job enqueued with it is
+/// refused with the holder's id ([`UniqueOutcome::Refused`]), or in
+/// [`UniqueMode::Debounce`] replaces the holder's payload and delay
+/// ([`UniqueOutcome::Replaced`]). `key: None` (the default): no unique key; a mode or a
+/// window without a key is refused.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Unique {
+    /// 1 to [`MAX_UNIQUE_KEY_LEN`](super::MAX_UNIQUE_KEY_LEN) bytes of any kind.
+    pub key: Option<Bytes>,
+    /// How long the key is held; [`UniqueMode::UntilDone`] when `None`.
+    pub mode: Option<UniqueMode>,
+    /// At most this long from the enqueue (a TTL on the lock), whichever ends first.
+    pub window: Option<Duration>,
+}
+
+/// How long a job holds its unique key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum UniqueMode {
+    /// Until a worker claims the job (or it is cancelled or deleted before that).
+    UntilStarted,
+    /// Until the job ends: acked, dead, cancelled, deleted or purged.
+    #[default]
+    UntilDone,
+    /// As `UntilStarted`, and a job enqueued with the key meanwhile replaces the waiting
+    /// job's payload and delay instead of being refused.
+    Debounce,
+}
+
+impl UniqueMode {
+    /// The mode as the protocol and the CLI write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UniqueMode::UntilStarted => "until-started",
+            UniqueMode::UntilDone => "until-done",
+            UniqueMode::Debounce => "debounce",
+        }
+    }
+}
+
+impl fmt::Display for UniqueMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for UniqueMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "until-started" => Ok(UniqueMode::UntilStarted),
+            "until-done" => Ok(UniqueMode::UntilDone),
+            "debounce" => Ok(UniqueMode::Debounce),
+            other => Err(format!(
+                "{other:?} is not a unique mode: until-started, until-done or debounce"
+            )),
+        }
+    }
+}
+
+impl Unique {
+    /// Refuse what the enqueue script would refuse, naming what is wrong.
+    pub fn validate(&self) -> super::Result<()> {
+        let bad = |what: &'static str, reason: String| {
+            Err(super::Error::InvalidArgument { what, reason })
+        };
+        let Some(key) = &self.key else {
+            if self.mode.is_some() || self.window.is_some() {
+                return bad(
+                    "unique key",
+                    "a unique mode or window needs a unique key".to_string(),
+                );
+            }
+            return Ok(());
+        };
+        if key.is_empty() || key.len() > super::MAX_UNIQUE_KEY_LEN {
+            return bad(
+                "unique key",
+                format!(
+                    "{} bytes: must be 1 to {} bytes",
+                    key.len(),
+                    super::MAX_UNIQUE_KEY_LEN
+                ),
+            );
+        }
+        if let Some(w) = self.window
+            && (w.as_millis() == 0 || w.as_millis() > super::settings::MAX_MS)
+        {
+            return bad(
+                "unique window",
+                format!(
+                    "{} must be from 1 ms to 10^15 ms",
+                    crate::duration::format(w)
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// What one enqueue call shares among its jobs: the mode and the window.
+    pub(crate) fn call_shape(&self) -> Option<(UniqueMode, u128)> {
+        self.key.as_ref().map(|_| {
+            (
+                self.mode.unwrap_or_default(),
+                self.window.map_or(0, |w| w.as_millis()),
+            )
+        })
+    }
+}
+
+/// A job's own settings, overriding its queue's for it alone (docs/protocol.md,
 /// *Per-job options*): stored in its hash at enqueue and read by the scripts that retry
-/// or dead-letter it. `None`: the queue's setting. The queue's stats and the operator's
-/// scaling do not look at them.
+/// or dead-letter it (the retry policy), lease it (the visibility), and handed to its
+/// worker with each lease (the visibility and the timeout). `None`: the queue's setting
+/// (for the timeout: the worker's). The queue's stats and the operator's scaling do not
+/// look at them.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct JobOptions {
     /// Claims before a failure dead-letters the job (1 to 1 000 000).
@@ -41,6 +154,19 @@ pub struct JobOptions {
     /// The job's priority, 0 to [`MAX_PRIORITY`](super::MAX_PRIORITY): a higher one is
     /// claimed first (docs/protocol.md, *Priorities*). `None` and 0: the default, 0.
     pub priority: Option<u8>,
+    /// Announce the job's end on the queue's `done` stream and keep its hash at least this
+    /// long after it ends, for a waiter ([`crate::queue::Queue::wait_for`]); 1 ms to 10^15 ms.
+    pub notify: Option<Duration>,
+    /// The length of every lease of this job (claim, renewal) instead of the queue's
+    /// visibility timeout and the worker's own (1 ms to 10^15 ms).
+    pub visibility: Option<Duration>,
+    /// The longest one run of this job may take, instead of the worker's `--timeout`:
+    /// past it its worker stops it and fails it with `timed out after …` (1 ms to
+    /// 10^15 ms).
+    pub timeout: Option<Duration>,
+    /// The key the queue's per-key rate limit counts this job under (1 to 256 bytes,
+    /// e.g. a customer id): claim sets a job aside while its key has no slot left.
+    pub rate_key: Option<String>,
 }
 
 // The multiplier is a finite number (validate refuses NaN before it is used).
@@ -93,6 +219,27 @@ impl JobOptions {
                 return bad(what, "must be at most 10^15 ms".to_string());
             }
         }
+        if let Some(d) = self.notify
+            && (d.is_zero() || d.as_millis() > super::settings::MAX_MS)
+        {
+            return bad("notify", "must be 1 ms to 10^15 ms".to_string());
+        }
+        for (what, d) in [("visibility", self.visibility), ("timeout", self.timeout)] {
+            if let Some(d) = d {
+                if d.as_millis() == 0 {
+                    return bad(
+                        what,
+                        format!("{} is too short (at least 1ms)", crate::duration::format(d)),
+                    );
+                }
+                if d.as_millis() > super::settings::MAX_MS {
+                    return bad(what, "must be at most 10^15 ms".to_string());
+                }
+            }
+        }
+        if let Some(key) = &self.rate_key {
+            super::rate_limit::validate_rate_key(key)?;
+        }
         if let (Some(initial), Some(max)) = (self.backoff_initial, self.backoff_max)
             && max < initial
         {
@@ -127,6 +274,18 @@ impl JobOptions {
         if let Some(p) = self.priority.filter(|&p| p > 0) {
             out.push(("priority", p.to_string()));
         }
+        if let Some(d) = self.notify {
+            out.push(("notify", d.as_millis().max(1).to_string()));
+        }
+        if let Some(d) = self.visibility {
+            out.push(("visibility_timeout_ms", d.as_millis().to_string()));
+        }
+        if let Some(d) = self.timeout {
+            out.push(("timeout_ms", d.as_millis().to_string()));
+        }
+        if let Some(key) = &self.rate_key {
+            out.push(("rate_key", key.clone()));
+        }
         out
     }
 }
@@ -139,7 +298,27 @@ impl NewJob {
             delay: Duration::ZERO,
             at: None,
             options: JobOptions::default(),
+            unique: Unique::default(),
         }
+    }
+
+    /// At most one job with this key at a time: see [`Unique`]. Held until the job ends
+    /// unless [`NewJob::unique_mode`] says otherwise.
+    pub fn unique_key(mut self, key: impl Into<Bytes>) -> NewJob {
+        self.unique.key = Some(key.into());
+        self
+    }
+
+    /// How long the unique key is held.
+    pub fn unique_mode(mut self, mode: UniqueMode) -> NewJob {
+        self.unique.mode = Some(mode);
+        self
+    }
+
+    /// Hold the unique key at most this long (whichever of this and the mode ends first).
+    pub fn unique_for(mut self, window: Duration) -> NewJob {
+        self.unique.window = Some(window);
+        self
     }
 
     /// Run at this time (the Redis clock's), not before; now when it is past. Instead
@@ -198,7 +377,26 @@ impl NewJob {
         self
     }
 
+    /// This job's own lease length, instead of the queue's visibility timeout (and of
+    /// a worker's own): every claim and renewal of it leases it for this long.
+    pub fn visibility(mut self, visibility: Duration) -> NewJob {
+        self.options.visibility = Some(visibility);
+        self
+    }
+
+    /// The longest one run of this job may take, instead of its worker's timeout.
+    pub fn timeout(mut self, timeout: Duration) -> NewJob {
+        self.options.timeout = Some(timeout);
+        self
+    }
+
     /// All of this job's own options at once.
+    /// Count this job under `key` for the queue's per-key rate limit.
+    pub fn rate_key(mut self, key: impl Into<String>) -> NewJob {
+        self.options.rate_key = Some(key.into());
+        self
+    }
+
     pub fn options(mut self, options: JobOptions) -> NewJob {
         self.options = options;
         self
@@ -386,8 +584,32 @@ impl serde::Serialize for JobId {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Enqueued {
     pub id: JobId,
-    /// False when a job with this id already existed; nothing was changed then.
+    /// False when a job with this id already existed, or another job held its unique key
+    /// (then `unique` says which); no job was made under `id` then.
     pub created: bool,
+    /// Set when the job's unique key was held by another job.
+    pub unique: Option<UniqueOutcome>,
+}
+
+impl Enqueued {
+    /// The job that holds this job's unique key, when that refused or absorbed this one.
+    pub fn existing(&self) -> Option<&JobId> {
+        match &self.unique {
+            Some(UniqueOutcome::Refused { existing } | UniqueOutcome::Replaced { existing }) => {
+                Some(existing)
+            }
+            None => None,
+        }
+    }
+}
+
+/// A job whose unique key was held when it was enqueued.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UniqueOutcome {
+    /// Nothing was written: `existing` holds the key.
+    Refused { existing: JobId },
+    /// Debounce: the waiting job `existing` took this job's payload and delay.
+    Replaced { existing: JobId },
 }
 
 /// A claimed job: the worker holds it until `lease_until`, and proves it with `token`.
@@ -409,6 +631,12 @@ pub struct Lease {
     /// The partition the job was claimed from (its index in `PartitionedQueue::partitions`),
     /// where its ack, extend and fail must go; 0 for a queue that is not partitioned.
     pub partition: usize,
+    /// The job's own lease length ([`JobOptions::visibility`]), which `lease_until`
+    /// counts and every renewal of it uses whatever length the caller asks for; `None`:
+    /// the claim's (the queue's, or the worker's own).
+    pub visibility: Option<Duration>,
+    /// The job's own maximum run time ([`JobOptions::timeout`]); `None`: the worker's.
+    pub timeout: Option<Duration>,
 }
 
 impl Lease {
@@ -419,26 +647,114 @@ impl Lease {
             id: self.id.as_bytes(),
             token: &self.token,
             partition: self.partition,
+            ..Default::default()
         }
     }
 }
 
 /// Id and token (and the partition of a partitioned queue): all that acking, extending
 /// or failing a lease needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LeaseRef<'a> {
     pub id: &'a [u8],
     pub token: &'a str,
     /// See [`Lease::partition`]; a plain `Queue` ignores it.
     pub partition: usize,
+    /// The job's result, stored by its ack (at most [`MAX_RESULT`] bytes); other calls
+    /// ignore it.
+    pub result: Option<&'a [u8]>,
+    /// The job's progress, written by its next extend; other calls ignore it.
+    pub progress: Option<&'a Progress>,
 }
 
-impl LeaseRef<'_> {
+impl<'a> LeaseRef<'a> {
     /// The same lease, held in partition `partition` of a partitioned queue.
     pub fn in_partition(mut self, partition: usize) -> Self {
         self.partition = partition;
         self
     }
+
+    /// The same lease, acked with `result` (see [`MAX_RESULT`]).
+    pub fn with_result(mut self, result: &'a [u8]) -> Self {
+        self.result = Some(result);
+        self
+    }
+
+    /// The same lease, extended with `progress`.
+    pub fn with_progress(mut self, progress: &'a Progress) -> Self {
+        self.progress = Some(progress);
+        self
+    }
+}
+
+/// The most bytes of a job's result (ack's and settle_claim's `results` block).
+pub const MAX_RESULT: usize = 65536;
+/// The most bytes of a progress message (extend's `progress` block).
+pub const MAX_PROGRESS_TEXT: usize = 256;
+
+/// How far a running job is: a percent and a short message, sent with its lease's next
+/// extend and kept in its hash (`progress`, `progress_msg`, `progress_at`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+pub struct Progress {
+    /// 0 to 100.
+    pub percent: u8,
+    /// At most [`MAX_PROGRESS_TEXT`] bytes.
+    pub message: String,
+    /// When it was written (ms, the Redis clock); `None` in a progress not yet sent.
+    pub at: Option<i64>,
+}
+
+impl Progress {
+    /// A progress report, refused (naming what is wrong) when the percent is over 100 or
+    /// the message over [`MAX_PROGRESS_TEXT`] bytes.
+    pub fn new(percent: u8, message: impl Into<String>) -> super::Result<Progress> {
+        let message = message.into();
+        if percent > 100 {
+            return Err(super::Error::InvalidArgument {
+                what: "progress",
+                reason: format!("{percent} is not a percent from 0 to 100"),
+            });
+        }
+        if message.len() > MAX_PROGRESS_TEXT {
+            return Err(super::Error::InvalidArgument {
+                what: "progress",
+                reason: format!(
+                    "the message is {} bytes, more than {MAX_PROGRESS_TEXT}",
+                    message.len()
+                ),
+            });
+        }
+        Ok(Progress {
+            percent,
+            message,
+            at: None,
+        })
+    }
+}
+
+/// How a job ended, as a waiter learns it ([`crate::queue::Queue::wait_for`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobEnd {
+    /// Acked, with its result (empty when it stored none).
+    Done(Bytes),
+    /// Dead-lettered, with the error of its last attempt.
+    Dead(String),
+    /// Cancelled.
+    Cancelled,
+    /// Its hash is gone (deleted or purged, or kept for less than the wait lasted).
+    Gone,
+}
+
+/// One entry of a queue's events stream (`P:{T}:events`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct JobEvent {
+    /// The stream entry's id (`<ms>-<seq>`).
+    pub stream_id: String,
+    /// `acked`, `failed`, `dead` or `cancelled`.
+    pub event: String,
+    pub id: JobId,
+    /// The attempt's error, for `failed` and `dead` (its first 256 bytes).
+    pub error: Option<String>,
 }
 
 impl<'a> From<&'a Lease> for LeaseRef<'a> {
@@ -452,7 +768,7 @@ impl<'a> From<(&'a str, &'a str)> for LeaseRef<'a> {
         LeaseRef {
             id: id.as_bytes(),
             token,
-            partition: 0,
+            ..Default::default()
         }
     }
 }
@@ -462,7 +778,7 @@ impl<'a> From<(&'a JobId, &'a str)> for LeaseRef<'a> {
         LeaseRef {
             id: id.as_bytes(),
             token,
-            partition: 0,
+            ..Default::default()
         }
     }
 }
@@ -525,6 +841,10 @@ pub struct Claimed {
     /// 100 due delayed jobs) with fewer leases than asked: claim again at once instead of
     /// waiting for a wake marker.
     pub more: bool,
+    /// The queue's rate limit had no claim slot left when the call ended: the next one
+    /// opens this long from the call (on the Redis clock). Claiming before then leases
+    /// nothing.
+    pub rate_wait: Option<Duration>,
     /// Set when the call carried the request id of an earlier claim whose reply was lost
     /// on every try: when that claim was first sent. Redis answers such a call with the
     /// leases the earlier claim made (they end one visibility after it reached Redis, not
@@ -693,6 +1013,18 @@ pub struct JobInfo {
     /// The errors of the job's last failed attempts (at most [`ERRORS_KEPT`], each cut to
     /// [`ERROR_BYTES`]), oldest first.
     pub errors: Vec<AttemptError>,
+    /// The job's unique key (shown as an id is) and its mode, when it was enqueued with
+    /// one; kept after the key is released.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unique_key: Option<JobId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unique_mode: Option<String>,
+    /// The last progress its worker reported (fields `progress`, `progress_msg`,
+    /// `progress_at`).
+    pub progress: Option<Progress>,
+    /// The result its ack stored (field `result`).
+    #[serde(serialize_with = "serialize_opt_payload")]
+    pub result: Option<Bytes>,
 }
 
 /// How many failed attempts' errors a job keeps (`error:1` .. `error:5` of its hash).
@@ -825,6 +1157,16 @@ impl SetAside {
 
 fn serialize_payload<S: serde::Serializer>(payload: &Bytes, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&String::from_utf8_lossy(payload))
+}
+
+fn serialize_opt_payload<S: serde::Serializer>(
+    payload: &Option<Bytes>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match payload {
+        Some(p) => s.serialize_some(&String::from_utf8_lossy(p)),
+        None => s.serialize_none(),
+    }
 }
 
 const ID_ALPHABET: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";

@@ -1,8 +1,9 @@
 //! A handler that runs a command per job, so a worker can be written in any language.
 //!
 //! The child gets the payload on stdin and `JOBQUEUE_JOB_ID`, `JOBQUEUE_ATTEMPT`,
-//! `JOBQUEUE_QUEUE` and `JOBQUEUE_WORKER_ID` in its environment; its stdout and stderr
-//! pass through to the worker's. Its exit decides the job:
+//! `JOBQUEUE_QUEUE` and `JOBQUEUE_WORKER_ID` in its environment; its stderr passes
+//! through to the worker's, its stdout is the job's result (below). Its exit decides the
+//! job:
 //!
 //! | child | job |
 //! | --- | --- |
@@ -11,6 +12,16 @@
 //! | any other exit, or killed by a signal | failed, retried per the queue's policy |
 //!
 //! The last [`DEFAULT_STDERR_TAIL`] bytes of its stderr become the job's `last_error`.
+//!
+//! Its stdout is the job's result: stored with the ack (field `result`, see
+//! [`JobContext::set_result`]) when the command exits 0. A stdout longer than the result
+//! limit ([`ExecHandler::result_limit`], by default [`crate::queue::MAX_RESULT`], 64 KiB)
+//! fails the job with an error that says so, never a result cut short. A line of stdout
+//! that begins with [`PROGRESS_PREFIX`] (`jobqueue:progress `), followed by a percent
+//! 0..100, a space and a message, reports progress ([`JobContext::progress`]; the message
+//! cut to 256 bytes) and is not part of the result; such a line with no valid percent is
+//! ignored. With a result limit of 0 stdout passes through to the worker's stdout, as
+//! before results existed, and no progress is read.
 //! The worker's own credentials ([`CREDENTIAL_VARS`]) are removed from the child's
 //! environment unless [`ExecHandler::keep_credentials`] says otherwise.
 //!
@@ -77,7 +88,12 @@ pub struct ExecHandler {
     keep_credentials: bool,
     stop_on_start_failure: Option<CancellationToken>,
     start_failure: Arc<OnceLock<String>>,
+    result_limit: usize,
 }
+
+/// A stdout line that begins with this reports the job's progress: `jobqueue:progress 40
+/// copying files`.
+pub const PROGRESS_PREFIX: &str = "jobqueue:progress ";
 
 impl ExecHandler {
     pub fn new(
@@ -95,7 +111,16 @@ impl ExecHandler {
             keep_credentials: false,
             stop_on_start_failure: None,
             start_failure: Arc::default(),
+            result_limit: crate::queue::MAX_RESULT,
         }
+    }
+
+    /// The most bytes of stdout stored as the job's result (1 to
+    /// [`crate::queue::MAX_RESULT`]; more fails the job); 0 stores none and passes stdout
+    /// through to the worker's.
+    pub fn result_limit(mut self, bytes: usize) -> Self {
+        self.result_limit = bytes.min(crate::queue::MAX_RESULT);
+        self
     }
 
     /// Run each command under `program __supervise` (the `jobqueue` binary: see
@@ -204,7 +229,11 @@ impl ExecHandler {
             .env("JOBQUEUE_QUEUE", ctx.queue())
             .env("JOBQUEUE_WORKER_ID", ctx.worker_id())
             .stdin(Stdio::piped())
-            .stdout(Stdio::inherit())
+            .stdout(if self.result_limit > 0 {
+                Stdio::piped()
+            } else {
+                Stdio::inherit()
+            })
             .stderr(Stdio::piped());
         if !self.keep_credentials {
             for name in CREDENTIAL_VARS {
@@ -274,6 +303,11 @@ impl ExecHandler {
             .stderr
             .take()
             .map(|stderr| tokio::spawn(read_stderr(stderr, tail.clone(), self.forward_stderr)));
+        let stdout = child
+            .get()
+            .stdout
+            .take()
+            .map(|stdout| tokio::spawn(read_stdout(stdout, ctx.clone(), self.result_limit)));
 
         let mut termed = false;
         let mut shutdown_termed = false;
@@ -337,6 +371,30 @@ impl ExecHandler {
                 "interrupted by the worker's shutdown: {text}"
             ))),
             other => other,
+        };
+        // stdout is the result of a command that succeeded
+        let result = match (result, stdout) {
+            (Ok(()), Some(reader)) => {
+                match tokio::time::timeout(Duration::from_millis(500), reader).await {
+                    Ok(Ok((_, total))) if total > self.result_limit => {
+                        Err(JobError::Retry(format!(
+                            "the command's stdout is {total} bytes, more than the result limit of {} \
+                             (--result-limit)",
+                            self.result_limit
+                        )))
+                    }
+                    Ok(Ok((out, _))) => ctx.set_result(out),
+                    _ => Err(JobError::Retry(
+                        "the command's stdout could not be read to its end".to_string(),
+                    )),
+                }
+            }
+            (other, reader) => {
+                if let Some(reader) = reader {
+                    reader.abort();
+                }
+                other
+            }
         };
         if let Err(err) = &result
             && ctx.lease_lost()
@@ -440,6 +498,52 @@ async fn read_stderr(
             }
         }
     }
+}
+
+/// Read a command's stdout: progress lines go to the job's context, the rest is the
+/// result, kept up to `limit` + 1 bytes. Returns the bytes kept and how many there were.
+async fn read_stdout(
+    stdout: tokio::process::ChildStdout,
+    ctx: JobContext,
+    limit: usize,
+) -> (Vec<u8>, usize) {
+    use tokio::io::AsyncBufReadExt;
+    let mut reader = tokio::io::BufReader::new(stdout);
+    let mut out = Vec::new();
+    let mut total = 0usize;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        // A line is read whole only while it could be a progress line; a long one is
+        // counted in pieces, so memory stays bounded by the limit.
+        match (&mut reader).take(8192).read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => return (out, total),
+            Ok(_) => {}
+        }
+        if let Some(rest) = line.strip_prefix(PROGRESS_PREFIX.as_bytes()) {
+            if let Some((percent, message)) = parse_progress(rest) {
+                let _ = ctx.progress(percent, message);
+            }
+            continue;
+        }
+        total += line.len();
+        let room = (limit + 1).saturating_sub(out.len());
+        out.extend_from_slice(&line[..line.len().min(room)]);
+    }
+}
+
+/// `<percent> <message>` of a progress line (its newline dropped): percent 0..100, the
+/// message cut to [`crate::queue::MAX_PROGRESS_TEXT`] bytes at a character boundary.
+fn parse_progress(rest: &[u8]) -> Option<(u8, String)> {
+    let text = String::from_utf8_lossy(rest);
+    let text = text.trim_end_matches(['\n', '\r']);
+    let (percent, message) = text.split_once(' ').unwrap_or((text, ""));
+    let percent: u8 = percent.parse().ok().filter(|p| *p <= 100)?;
+    let mut end = message.len().min(crate::queue::MAX_PROGRESS_TEXT);
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    Some((percent, message[..end].to_string()))
 }
 
 /// The last `max` bytes written to a stream.
@@ -690,6 +794,24 @@ fn is_executable(path: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_progress_line_gives_a_percent_and_a_bounded_message() {
+        assert_eq!(
+            parse_progress(b"40 copying files\n"),
+            Some((40, "copying files".to_string()))
+        );
+        assert_eq!(parse_progress(b"100\r\n"), Some((100, String::new())));
+        assert_eq!(parse_progress(b"101 too far\n"), None);
+        assert_eq!(parse_progress(b"-1 x\n"), None);
+        assert_eq!(parse_progress(b"forty x\n"), None);
+        // cut to 256 bytes, at a character boundary
+        let long = format!("5 {}", "é".repeat(200));
+        let (p, m) = parse_progress(long.as_bytes()).unwrap();
+        assert_eq!(p, 5);
+        assert_eq!(m.len(), 256);
+        assert!(m.chars().all(|c| c == 'é'));
+    }
 
     #[test]
     fn the_job_id_reaches_the_child_as_its_bytes() {

@@ -145,6 +145,8 @@ impl<E: std::error::Error + Send + Sync + 'static> From<E> for JobError {
 /// What a handler learns about its job besides the lease.
 #[derive(Debug, Clone)]
 pub struct JobContext {
+    /// What the handler reports: progress and result (see [`JobContext::progress`]).
+    pub(crate) outcome: Arc<JobOutcome>,
     cancel: CancellationToken,
     shutdown: CancellationToken,
     lost: Arc<AtomicBool>,
@@ -152,7 +154,65 @@ pub struct JobContext {
     queue: Arc<str>,
 }
 
+/// A job's progress and result as its handler reports them, read by the renewer (progress,
+/// sent with the lease's next extend) and the ack (result).
+#[derive(Debug, Default)]
+pub(crate) struct JobOutcome {
+    /// The latest progress, and whether it still has to be sent.
+    pub(crate) progress: std::sync::Mutex<Option<(crate::queue::Progress, bool)>>,
+    /// The result: its bytes, or the size of one refused for being over
+    /// [`crate::queue::MAX_RESULT`] (the job then fails).
+    pub(crate) result: std::sync::Mutex<Option<std::result::Result<Vec<u8>, usize>>>,
+    /// Poked when a progress is reported: the renewer sends it within
+    /// [`PROGRESS_DELAY`] unless a renewal is due sooner.
+    pub(crate) reported: Arc<tokio::sync::Notify>,
+}
+
+/// The longest a reported progress waits for the next renewal: sooner, the renewer sends
+/// an early one (one `extend` for every lease held, as a regular renewal).
+pub const PROGRESS_DELAY: Duration = Duration::from_secs(1);
+
 impl JobContext {
+    /// Report how far the job is: a percent (0 to 100) and a message of at most
+    /// [`crate::queue::MAX_PROGRESS_TEXT`] bytes. It rides on the lease's next renewal
+    /// (at most [`PROGRESS_DELAY`] later), which writes it into the job's hash
+    /// (`progress`, `progress_msg`, `progress_at`); a later report replaces one not yet
+    /// sent. Refused, changing nothing, when either is out of bounds.
+    pub fn progress(
+        &self,
+        percent: u8,
+        message: impl Into<String>,
+    ) -> std::result::Result<(), JobError> {
+        let p = crate::queue::Progress::new(percent, message).map_err(JobError::permanent)?;
+        *self
+            .outcome
+            .progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some((p, true));
+        self.outcome.reported.notify_one();
+        Ok(())
+    }
+
+    /// Store `result` with the job's ack (at most [`crate::queue::MAX_RESULT`] bytes): it
+    /// is kept in the job's hash (`result`) as long as the hash is kept. A result over the
+    /// bound is refused with an error, and the job then fails with that error (its
+    /// attempt is retried or dead-lettered as usual) even if the handler succeeds: a
+    /// result is never cut short.
+    pub fn set_result(&self, result: impl Into<Vec<u8>>) -> std::result::Result<(), JobError> {
+        let result = result.into();
+        let mut slot = self
+            .outcome
+            .result
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if result.len() > crate::queue::MAX_RESULT {
+            *slot = Some(Err(result.len()));
+            return Err(JobError::retry(result_too_large(result.len())));
+        }
+        *slot = Some(Ok(result));
+        Ok(())
+    }
+
     /// Cancelled when the job must stop now: its lease was lost (a renewal came back
     /// stale, or the lease's local deadline passed without a renewal; the result will
     /// not be acked whatever it is), or the worker's shutdown deadline passed.
@@ -191,6 +251,14 @@ impl JobContext {
     }
 }
 
+/// The error of a job whose result is over [`crate::queue::MAX_RESULT`].
+pub(crate) fn result_too_large(len: usize) -> String {
+    format!(
+        "the job's result is {len} bytes, more than the {} a result may hold",
+        crate::queue::MAX_RESULT
+    )
+}
+
 /// Counters of one worker since it started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WorkerStats {
@@ -223,6 +291,9 @@ pub struct WorkerStats {
     /// Under `replicated` durability: calls (claims, acks, fails) that took effect on the
     /// primary but that fewer replicas than asked confirmed in time.
     pub unconfirmed: u64,
+    /// Claims answered by the queue's rate limit with the wait for its next slot (the
+    /// worker then claims again when it opens, without polling).
+    pub rate_limited: u64,
 }
 
 #[derive(Debug, Default)]
@@ -241,6 +312,7 @@ pub(crate) struct Counters {
     redis_errors: AtomicU64,
     reaped: AtomicU64,
     unconfirmed: AtomicU64,
+    rate_limited: AtomicU64,
 }
 
 impl Counters {
@@ -265,6 +337,7 @@ impl Counters {
             redis_errors: get(&self.redis_errors),
             reaped: get(&self.reaped),
             unconfirmed: get(&self.unconfirmed),
+            rate_limited: get(&self.rate_limited),
         }
     }
 }

@@ -26,7 +26,10 @@ use tracing::{debug, error, info, warn};
 
 use super::lease::{self, Step};
 use super::source::{JobSource, PartitionWake};
-use super::{Counters, JobContext, JobError, MAX_ERROR_TEXT, RetryDelay, Worker, WorkerStats};
+use super::{
+    Counters, JobContext, JobError, JobOutcome, MAX_ERROR_TEXT, PROGRESS_DELAY, RetryDelay, Worker,
+    WorkerStats,
+};
 use crate::duration;
 use crate::queue::auto_visibility::Timing;
 use crate::queue::{
@@ -58,6 +61,10 @@ struct InFlight {
     abort: Option<AbortHandle>,
     /// The lease's local deadline ([`lease::deadline`]), moved by each renewal.
     deadline: Instant,
+    /// The job's own lease length ([`Lease::visibility`]): Redis leases it for this long
+    /// at every renewal whatever the call asks, so its deadline moves by this. `None`:
+    /// the worker's lease length.
+    own_len: Option<Duration>,
     /// When the handler was cancelled because the lease was lost, or because the job's
     /// cancellation was asked for (`jobqueue cancel`).
     lost_at: Option<Instant>,
@@ -66,6 +73,8 @@ struct InFlight {
     cancelled: Arc<AtomicBool>,
     /// The partition the lease is held in (0 unless the queue is partitioned).
     partition: usize,
+    /// The handler's progress and result.
+    outcome: Arc<JobOutcome>,
 }
 
 impl InFlight {
@@ -97,6 +106,9 @@ struct Shared {
     /// Poked when a lease is added with a deadline earlier than the deadline watcher's
     /// next wake, or a deadline changes.
     deadlines_changed: Notify,
+    /// Poked when a lease of a job with its own lease length starts: the renewer looks
+    /// again at how soon its next round must come.
+    renewals_changed: Notify,
     /// When the deadline watcher wakes next (`None`: not before it is poked). Written by
     /// the watcher and read by `start_job` with `inflight` locked, so a new lease is
     /// either seen by the watcher's scan or compared with the wake that scan set.
@@ -109,6 +121,10 @@ struct Shared {
     /// Poked when this worker's fail put a job in `delayed`: an idle claim loop reads
     /// the earliest due time again.
     delayed_changed: Notify,
+    /// Poked to wake the reaper's schedule firer, which waits for it while no schedule
+    /// runs: by the reaper when its round trip found a schedule tick, and by the claim
+    /// loop when a wake marker found no job (`schedule` put and resume push one).
+    schedules_seen: Notify,
     /// In-flight leases by job id and claim token (a job can come back to this worker
     /// under a new token while an old attempt still unwinds; the leases of one
     /// settle_claim call share a token).
@@ -122,6 +138,8 @@ struct Shared {
     endings: Mutex<Endings>,
     /// Poked when `endings` gets something.
     endings_ready: Notify,
+    /// Poked when a handler reports progress: the renewer sends it soon.
+    progress_reported: Arc<Notify>,
     /// Cancelled once shutdown begins.
     shutdown: CancellationToken,
     /// Cancelled at the shutdown deadline: stop retrying, abandon what is left.
@@ -317,7 +335,10 @@ impl Ending {
     fn settle(&self, backoff: crate::queue::Backoff) -> Settle<'_> {
         let lease = self.c.lease.lease_ref();
         match &self.kind {
-            EndKind::Ack => Settle::Ack(lease),
+            EndKind::Ack => Settle::Ack(match &self.c.result {
+                Some(r) => lease.with_result(r),
+                None => lease,
+            }),
             EndKind::Fail(text, mode) => Settle::Fail {
                 lease,
                 error: text,
@@ -356,6 +377,8 @@ struct Completion {
     outcome: Outcome,
     /// How long the handler ran, for the per-job log line.
     took: Duration,
+    /// The result its ack stores ([`JobContext::set_result`]).
+    result: Option<Vec<u8>>,
     _permit: OwnedSemaphorePermit,
 }
 
@@ -391,12 +414,14 @@ where
         lease_ms: AtomicU64::new(0),
         lease_grace: config.lease_grace,
         deadlines_changed: Notify::new(),
+        renewals_changed: Notify::new(),
         watch_next: Mutex::new(None),
         retry_backoff: config.retry_backoff,
         retry_initial: config.retry_initial,
         retry_max: config.retry_max,
         poll: config.poll_interval,
         delayed_changed: Notify::new(),
+        schedules_seen: Notify::new(),
         inflight: Mutex::new(HashMap::new()),
         renew_gate: tokio::sync::Mutex::new(()),
         counters: counters.clone(),
@@ -405,6 +430,7 @@ where
             items: Vec::new(),
         }),
         endings_ready: Notify::new(),
+        progress_reported: Arc::new(Notify::new()),
         shutdown,
         hard_stop: CancellationToken::new(),
         quiet_until: Mutex::new(None),
@@ -511,9 +537,29 @@ async fn claim_until_shutdown<H, F>(
     let shutdown = &shared.shutdown;
     let mut waker = Waker::default();
     let mut delay = shared.delay();
+    // The last wait ended with a wake marker that no claim has turned into a job yet.
+    let mut marker = false;
+    // The queue's rate limit left no claim slot: no claim before this (a claim that ends
+    // leases is sent all the same, its claim part answering the wait again).
+    let mut rate_until: Option<Instant> = None;
     loop {
         let endings = shared.take_endings();
         let mut permits = Vec::new();
+        if endings.is_empty()
+            && let Some(until) = rate_until.take()
+            && until > Instant::now()
+        {
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return,
+                _ = shared.endings_ready.notified() => {
+                    rate_until = Some(until);
+                    continue;
+                }
+                _ = tokio::time::sleep_until(until) => {}
+            }
+            continue;
+        }
         if endings.is_empty() {
             tokio::select! {
                 biased;
@@ -546,12 +592,24 @@ async fn claim_until_shutdown<H, F>(
         for ending in endings {
             permits.push(ending.c._permit);
         }
+        if let Ok(claimed) = &reply {
+            rate_until = claimed.rate_wait.map(|wait| {
+                Counters::add(&shared.counters.rate_limited, 1);
+                Instant::now() + wait
+            });
+        }
         match reply {
             Ok(claimed) if claimed.leases.is_empty() => {
                 delay.reset();
                 drop(permits);
-                if claimed.more {
-                    // A run of orphans in front of the jobs: claim again at once.
+                // A marker with no job behind it: a schedule may have been added or
+                // resumed (or a job delayed), so the idle schedule firer looks.
+                if std::mem::take(&mut marker) {
+                    shared.schedules_seen.notify_one();
+                }
+                if claimed.more || claimed.rate_wait.is_some() {
+                    // A run of orphans in front of the jobs: claim again at once; or the
+                    // rate limit: claim again when its next slot opens (above).
                     continue;
                 }
                 // Jobs that finished during the call: end them (and claim) before waiting.
@@ -568,10 +626,11 @@ async fn claim_until_shutdown<H, F>(
                 let woke = tokio::select! {
                     biased;
                     _ = shutdown.cancelled() => return,
-                    _ = shared.delayed_changed.notified() => Ok(()),
+                    _ = shared.delayed_changed.notified() => Ok(false),
                     woke = waker.wait(&shared.queue, shared.poll, until) => woke,
                 };
                 shared.set_endings_open(true);
+                marker = matches!(woke, Ok(true));
                 if let Err(err) = woke {
                     let wait = delay.next_delay();
                     shared.redis_error("waiting for jobs", &err, wait);
@@ -583,14 +642,20 @@ async fn claim_until_shutdown<H, F>(
             }
             Ok(claimed) => {
                 delay.reset();
-                // A replay of a claim whose reply was lost counts from that claim's send.
-                let deadline = lease::claim_deadline(sent, claimed.first_sent, lease_len);
+                marker = false;
                 let leases = claimed.leases;
                 Counters::add(&shared.counters.claimed, leases.len() as u64);
                 debug!(queue = %shared.queue_name, n = leases.len(), "claimed");
                 let mut permits = permits.into_iter();
                 for lease in leases {
                     let permit = permits.next().expect("claim returns at most n jobs");
+                    // A replay of a claim whose reply was lost counts from that claim's
+                    // send; a job with its own lease length was leased for that long.
+                    let deadline = lease::claim_deadline(
+                        sent,
+                        claimed.first_sent,
+                        lease.visibility.unwrap_or(lease_len),
+                    );
                     start_job(shared, handler, lease, deadline, permit, done);
                 }
             }
@@ -778,6 +843,7 @@ fn start_job<H, F>(
             lease,
             outcome: Outcome::NotStarted,
             took: Duration::ZERO,
+            result: None,
             _permit: permit,
         });
         return;
@@ -787,7 +853,13 @@ fn start_job<H, F>(
     let lost = Arc::new(AtomicBool::new(false));
     let cancelled = Arc::new(AtomicBool::new(false));
     let cancelled_flag = cancelled.clone();
+    let outcome = Arc::new(JobOutcome {
+        reported: shared.progress_reported.clone(),
+        ..Default::default()
+    });
+    let reported = outcome.clone();
     let ctx = JobContext {
+        outcome: outcome.clone(),
         cancel: cancel.clone(),
         // A child: a handler cancelling it must not shut the worker down.
         shutdown: shared.shutdown.child_token(),
@@ -807,9 +879,11 @@ fn start_job<H, F>(
                 completing: false,
                 abort: Some(abort),
                 deadline,
+                own_len: lease.visibility,
                 lost_at: None,
                 cancelled,
                 partition: lease.partition,
+                outcome,
             },
         );
         let next = *shared.watch_next.lock().unwrap_or_else(|p| p.into_inner());
@@ -819,13 +893,17 @@ fn start_job<H, F>(
     if wake_watcher {
         shared.deadlines_changed.notify_one();
     }
+    if lease.visibility.is_some() {
+        shared.renewals_changed.notify_one();
+    }
     let done = done.clone();
     let handler = handler.clone();
     let shared = shared.clone();
     // One task runs the handler and reports its outcome: a panic (even while building the
     // handler's future) is caught as one, and the deadline watcher's or the shutdown's
     // abort ends it as `Aborted`.
-    let limit = shared.timeout;
+    // The job's own maximum run time, else the worker's.
+    let limit = lease.timeout.or(shared.timeout);
     tokio::spawn(async move {
         let started = Instant::now();
         let job = lease.clone();
@@ -848,10 +926,24 @@ fn start_job<H, F>(
             (Some(Ok(Err(panic))), None) => Outcome::Panicked(panic_text(panic)),
             (None, None) => Outcome::Aborted,
         };
+        // The result the handler set: a refused one (over the bound) fails the job.
+        let result = reported
+            .result
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let (outcome, result) = match (outcome, result) {
+            (Outcome::Finished(Ok(())), Some(Err(len))) => (
+                Outcome::Finished(Err(JobError::retry(super::result_too_large(len)))),
+                None,
+            ),
+            (outcome, result) => (outcome, result.and_then(|r| r.ok())),
+        };
         let c = Completion {
             lease,
             outcome,
             took: started.elapsed(),
+            result,
             _permit: permit,
         };
         if let Some(c) = hand_success_to_claimer(&shared, c) {
@@ -1001,7 +1093,13 @@ async fn ack_all(shared: &Shared, acks: Vec<Completion>) {
     if acks.is_empty() {
         return;
     }
-    let refs: Vec<LeaseRef<'_>> = acks.iter().map(|c| c.lease.lease_ref()).collect();
+    let refs: Vec<LeaseRef<'_>> = acks
+        .iter()
+        .map(|c| match &c.result {
+            Some(r) => c.lease.lease_ref().with_result(r),
+            None => c.lease.lease_ref(),
+        })
+        .collect();
     let answer = with_retry(shared, "ack", || shared.queue.ack_many(&refs)).await;
     if let Some((_, Some(short))) = &answer {
         shared.note_unconfirmed(&format!("{} ack(s)", acks.len()), *short);
@@ -1150,19 +1248,40 @@ async fn queue_visibility(queue: &JobSource) -> Duration {
 }
 
 /// Renews every lease in flight in one `extend` call, at a third of the lease length
-/// (the queue's setting, re-read each round, unless the worker has its own). A reply
-/// moves each renewed lease's local deadline to the call's send time + the lease length;
-/// the call waits for its reply no longer than the earliest deadline it covers. A stale
-/// answer cancels that job's context.
+/// (the queue's setting, re-read each round, unless the worker has its own), or of the
+/// shortest own lease length of a job in flight when that is shorter (a job enqueued
+/// with its own visibility: Redis renews it by that length whatever the call asks). A
+/// reply moves each renewed lease's local deadline to the call's send time + its lease
+/// length; the call waits for its reply no longer than the earliest deadline it covers.
+/// A stale answer cancels that job's context.
 async fn renew_leases(shared: Arc<Shared>, mut visibility: Duration, stop: CancellationToken) {
     let mut delay = shared.delay();
     let mut wait = visibility / 3;
+    let mut last = Instant::now();
     loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(wait) => {}
+        // The next round: `wait` after the last one, sooner while a job with a shorter
+        // lease of its own is in flight (looked at again when one starts); a reported
+        // progress moves it to within PROGRESS_DELAY.
+        let mut soon: Option<Instant> = None;
+        loop {
+            let mut next = match shortest_own_lease(&shared) {
+                Some(own) => last + wait.min(renewal_interval(own)),
+                None => last + wait,
+            };
+            if let Some(soon) = soon {
+                next = next.min(soon);
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep_until(next) => break,
+                _ = shared.renewals_changed.notified() => {}
+                _ = shared.progress_reported.notified() => {
+                    let by = Instant::now() + PROGRESS_DELAY;
+                    soon = Some(soon.map_or(by, |s| s.min(by)));
+                }
+            }
         }
-        let interval = (visibility / 3).max(Duration::from_millis(10));
+        let interval = renewal_interval(visibility);
         if shared.visibility.is_none()
             && let Ok(Ok(settings)) = tokio::time::timeout(interval, shared.queue.settings()).await
         {
@@ -1172,16 +1291,38 @@ async fn renew_leases(shared: Arc<Shared>, mut visibility: Duration, stop: Cance
                 .lease_ms
                 .store(visibility.as_millis().max(1) as u64, Ordering::Relaxed);
         }
-        let interval = (visibility / 3).max(Duration::from_millis(10));
+        let interval = renewal_interval(visibility);
         let lease_len = shared.lease_len();
         let _gate = shared.renew_gate.lock().await;
         let sent = Instant::now();
+        last = sent;
         // Leases past their deadline are the watcher's: a reply cannot save them.
-        let held: Vec<(JobId, String, Instant, usize)> = shared
+        #[allow(clippy::type_complexity)]
+        let held: Vec<(
+            JobId,
+            String,
+            Instant,
+            usize,
+            Option<crate::queue::Progress>,
+        )> = shared
             .inflight()
             .iter()
             .filter(|(_, f)| !f.completing && !f.is_lost(sent))
-            .map(|((_, token), f)| (f.id.clone(), token.clone(), f.deadline, f.partition))
+            .map(|((_, token), f)| {
+                // the progress not sent yet, if any
+                let progress = match &*f.outcome.progress.lock().unwrap_or_else(|e| e.into_inner())
+                {
+                    Some((p, true)) => Some(p.clone()),
+                    _ => None,
+                };
+                (
+                    f.id.clone(),
+                    token.clone(),
+                    f.deadline,
+                    f.partition,
+                    progress,
+                )
+            })
             .collect();
         let Some(budget) = lease::extend_timeout(sent, held.iter().map(|h| h.2)) else {
             wait = interval;
@@ -1189,7 +1330,13 @@ async fn renew_leases(shared: Arc<Shared>, mut visibility: Duration, stop: Cance
         };
         let refs: Vec<LeaseRef<'_>> = held
             .iter()
-            .map(|(id, token, _, p)| LeaseRef::from((id, token.as_str())).in_partition(*p))
+            .map(|(id, token, _, p, progress)| {
+                let r = LeaseRef::from((id, token.as_str())).in_partition(*p);
+                match progress {
+                    Some(progress) => r.with_progress(progress),
+                    None => r,
+                }
+            })
             .collect();
         let reply = tokio::time::timeout(budget, shared.queue.renew_many(&refs, Some(lease_len)));
         match reply.await {
@@ -1197,14 +1344,23 @@ async fn renew_leases(shared: Arc<Shared>, mut visibility: Duration, stop: Cance
                 delay.reset();
                 Counters::add(&shared.counters.renewals, 1);
                 wait = interval;
-                let renewed = lease::deadline(sent, lease_len);
                 let now = Instant::now();
                 let mut map = shared.inflight();
-                for ((id, token, _, _), until) in held.iter().zip(results) {
+                for ((id, token, _, _, sent_progress), until) in held.iter().zip(results) {
                     let Some(f) = map.get_mut(&(id.clone(), token.clone())) else {
                         continue;
                     };
+                    // The progress sent is written: not sent again unless replaced.
+                    if let Some(sent_progress) = sent_progress {
+                        let mut p = f.outcome.progress.lock().unwrap_or_else(|e| e.into_inner());
+                        if let Some((latest, unsent)) = p.as_mut()
+                            && latest == sent_progress
+                        {
+                            *unsent = false;
+                        }
+                    }
                     if until != Renewal::Stale {
+                        let renewed = lease::deadline(sent, f.own_len.unwrap_or(lease_len));
                         f.deadline = f.deadline.max(renewed);
                     }
                     if until == Renewal::Cancelled && !f.completing && f.lost_at.is_none() {
@@ -1237,6 +1393,22 @@ async fn renew_leases(shared: Arc<Shared>, mut visibility: Duration, stop: Cance
             }
         }
     }
+}
+
+/// A third of a lease length (at least 10 ms): how often a lease of that length is
+/// renewed.
+fn renewal_interval(lease: Duration) -> Duration {
+    (lease / 3).max(Duration::from_millis(10))
+}
+
+/// The shortest own lease length ([`Lease::visibility`]) of a job in flight, if any.
+fn shortest_own_lease(shared: &Shared) -> Option<Duration> {
+    shared
+        .inflight()
+        .values()
+        .filter(|f| !f.completing)
+        .filter_map(|f| f.own_len)
+        .min()
 }
 
 /// Enforces each lease's local deadline: when it passes without a renewal the lease is
@@ -1303,11 +1475,7 @@ async fn watch_deadlines(shared: Arc<Shared>, stop: CancellationToken) {
 async fn reap_now_and_then(shared: Arc<Shared>, tuning: Timing) {
     let mut wait = reap_interval(shared.lease_len()).mul_f64(rand::random::<f64>());
     let writer = format!("reaper:{}", shared.worker_id);
-    let schedules_seen = Arc::new(tokio::sync::Notify::new());
-    let _firer = AbortOnDrop(tokio::spawn(fire_schedules_on_time(
-        shared.clone(),
-        schedules_seen.clone(),
-    )));
+    let _firer = AbortOnDrop(tokio::spawn(fire_schedules_on_time(shared.clone())));
     loop {
         tokio::select! {
             _ = shared.shutdown.cancelled() => return,
@@ -1325,7 +1493,7 @@ async fn reap_now_and_then(shared: Arc<Shared>, tuning: Timing) {
                 .await
                 .map(|(o, first_tick)| {
                     if first_tick.is_some() {
-                        schedules_seen.notify_one();
+                        shared.schedules_seen.notify_one();
                     }
                     o
                 }),
@@ -1362,10 +1530,11 @@ impl Drop for AbortOnDrop {
 /// The reaper's schedule firer (docs/protocol.md, Schedules): fires the queue's due
 /// schedules at their tick (plus up to 20 ms, so a fleet's firers do not all race for
 /// it), looking again at least every [`SCHEDULE_POLL`] while a schedule runs. When none
-/// runs it sends nothing: it waits for `seen`, which the reaper's rounds notify when
-/// their round trip found a schedule tick. Twins firing one tick make one job. Not on a
-/// partitioned queue.
-async fn fire_schedules_on_time(shared: Arc<Shared>, seen: Arc<tokio::sync::Notify>) {
+/// runs it sends nothing: it waits for `Shared::schedules_seen`, which the reaper's
+/// rounds notify when their round trip found a schedule tick, and the claim loop when a
+/// wake marker found no job (a schedule put or resumed pushes one). Twins firing one
+/// tick make one job. Not on a partitioned queue.
+async fn fire_schedules_on_time(shared: Arc<Shared>) {
     let JobSource::One(queue) = &shared.queue else {
         return;
     };
@@ -1393,7 +1562,7 @@ async fn fire_schedules_on_time(shared: Arc<Shared>, seen: Arc<tokio::sync::Noti
             },
             None => tokio::select! {
                 _ = shared.shutdown.cancelled() => return,
-                _ = seen.notified() => {}
+                _ = shared.schedules_seen.notified() => {}
             },
         }
     }
@@ -1456,18 +1625,19 @@ impl Waker {
     /// command's timeout on its own timer (to within ~100 ms), too coarse for a due time,
     /// so `until` is kept here: when it passes first, the connection is dropped with its
     /// BLPOP. A marker that BLPOP took before the drop was pushed before the claim that
-    /// follows, so that claim sees its job: no wake-up is lost.
+    /// follows, so that claim sees its job: no wake-up is lost. True when BLPOP took a
+    /// marker (always false on a partitioned queue, which has no schedule firer).
     async fn wait(
         &mut self,
         source: &JobSource,
         block: Duration,
         until: Option<Duration>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let queue = match source {
             JobSource::One(queue) => queue,
             JobSource::Partitioned(queue) => {
                 self.partitions.wait(queue, block, until).await;
-                return Ok(());
+                return Ok(false);
             }
         };
         // Taken out for the wait: a wait dropped halfway (shutdown, a poke) drops the
@@ -1483,16 +1653,18 @@ impl Waker {
         let result = match until {
             Some(until) => match tokio::time::timeout(until, blpop).await {
                 Ok(result) => result,
-                Err(_) => return Ok(()),
+                Err(_) => return Ok(false),
             },
             None => blpop.await,
         };
-        if let Err(err) = result {
-            return Err(
-                Error::from_redis(queue.name(), "BLPOP wake", err).with_user(queue.redis().user())
-            );
-        }
+        let popped = match result {
+            Ok(reply) => !matches!(reply, Value::Nil),
+            Err(err) => {
+                return Err(Error::from_redis(queue.name(), "BLPOP wake", err)
+                    .with_user(queue.redis().user()));
+            }
+        };
         self.conn = Some(conn);
-        Ok(())
+        Ok(popped)
     }
 }

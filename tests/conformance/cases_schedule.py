@@ -167,3 +167,29 @@ def bad_arguments_are_named_and_write_nothing():
     r.set(q.p + 'schedules', 'x')
     assert 'wrong type' in err_of(lambda: put(q, 's'))
     r.delete(q.p + 'schedules')
+
+
+@test
+def a_schedule_that_starts_running_pushes_one_wake_marker():
+    # An idle worker's schedule firer sleeps while no schedule runs; the marker wakes a
+    # worker, whose claim finds no job, and it wakes its firer.
+    q = fresh('sc7')
+    assert put(q, 's') == 1 and r.llen(q.wake) == 1
+    assert put(q, 's') == 0 and r.llen(q.wake) == 1           # unchanged: none
+    assert put(q, 's', spec='2000') == 2 and r.llen(q.wake) == 2  # changed
+    assert put(q, 'p', paused='1') == 1 and r.llen(q.wake) == 2   # paused: none
+    assert sched(q, 'pause', 's') == 1 and r.llen(q.wake) == 2
+    assert put(q, 's', spec='3000', paused='1') == 2 and r.llen(q.wake) == 2
+    assert sched(q, 'resume', 's', '0') == 1 and r.llen(q.wake) == 3
+    assert sched(q, 'resume', 's', '0') == 0 and r.llen(q.wake) == 3
+    assert sched(q, 'rm', 's') == 1 and r.llen(q.wake) == 3
+    assert q.claim(1) == [] and r.llen(q.wake) == 0           # claim consumes them
+    # trimmed to the 1024 newest like every push
+    r.rpush(q.wake, *(['1'] * 1024))
+    assert put(q, 't') == 1 and r.llen(q.wake) == 1024
+    # a wrong-typed wake key is named, and the rule is not written
+    r.delete(q.wake)
+    r.set(q.wake, 'x')
+    assert 'wrong type' in err_of(lambda: put(q, 'u'))
+    assert r.hget(q.p + 'schedules', 'u') is None
+    r.delete(q.wake)

@@ -196,14 +196,21 @@ class Q:
                        request, len(acks), len(fails), *args)
     def settle_claim(self, n, acks=(), fails=(), worker='w1', vis=0, request=None):
         """The reply as [jobs, more, acked, failed], each job [id, payload, attempts, token,
-        lease_until] as claim gives it. acks: (id, token) pairs; fails: (id, token, error,
+        lease_until] as claim gives it (and timeout_ms, visibility_timeout_ms after them for
+        a job with its own, as claim). acks: (id, token) pairs; fails: (id, token, error,
         mode, backoff) quintuples. A fresh request id unless given."""
         flat = self.settle_claim_flat(n, acks, fails, worker, vis, request)
         a, f = len(acks), len(fails)
         more, token = flat[0], flat[1]
         rest = flat[2 + a + f:]
+        # one array more at the end when a leased job has its own options
+        opts = rest.pop() if len(rest) % 4 == 1 else None
         jobs = [[rest[i], rest[i + 1], rest[i + 2], token, rest[i + 3]]
                 for i in range(0, len(rest), 4)]
+        if opts is not None:
+            for c, job in enumerate(jobs):
+                if opts[2 * c] or opts[2 * c + 1]:
+                    job += [opts[2 * c], opts[2 * c + 1]]
         return [jobs, more, flat[2:2 + a], flat[2 + a:2 + a + f]]
     def ack(self, pairs):
         args = []

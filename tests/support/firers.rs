@@ -118,6 +118,22 @@ impl Firers {
     }
 }
 
+/// `jobqueue schedule ARGS…` on queue `tag` of the Redis at `url`; it must succeed.
+pub fn schedule_cli(url: &str, tag: &str, args: &[&str]) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_jobqueue"))
+        .arg("schedule")
+        .arg(args[0])
+        .args(["--redis", url, "--tag", tag])
+        .args(&args[1..])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "jobqueue schedule {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The ticks schedule `name` of queue `tag` fired jobs for, sorted, from the job hashes
 /// (`jq:{tag}:job:sched:<name>:<tick>`; done jobs are kept an hour).
 pub fn fired_ticks(conn: &mut redis::Connection, tag: &str, name: &str) -> Vec<i64> {

@@ -232,6 +232,7 @@ pub fn workers(min: i32, max: i32) -> WorkersSpec {
         },
         min_replicas: min,
         max_replicas: max,
+        concurrency: 1,
         target_backlog_per_replica: 10,
         activation_backlog: 0,
         scale_down_stabilization: "5m".into(),

@@ -242,6 +242,11 @@ impl Fleet {
         }
     }
 
+    /// The log of slot `i`'s processes.
+    pub fn log(&self, i: usize) -> String {
+        std::fs::read_to_string(self.dir.join(self.log_name(i))).unwrap_or_default()
+    }
+
     pub fn logs(&self) -> String {
         (0..self.procs.len())
             .map(|i| std::fs::read_to_string(self.dir.join(self.log_name(i))).unwrap_or_default())

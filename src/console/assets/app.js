@@ -494,6 +494,11 @@ async function jobPage() {
       j.died_at ? ["died", fmtTime(j.died_at)] : null,
       ["worker", j.worker || "-"],
       ["last error", h("pre", { class: "payload", id: "job-error-text" }, j.last_error || "-")],
+      // outcomes: the progress its worker last reported, the result its ack stored
+      j.progress ? ["progress", h("span", { id: "job-progress" },
+        `${j.progress.percent}% ${j.progress.message}${j.progress.at ? " (at " + fmtTime(j.progress.at) + ")" : ""}`)] : null,
+      j.result !== null && j.result !== undefined
+        ? ["result", h("pre", { class: "payload", id: "job-result" }, j.result)] : null,
       ["payload", h("div", {},
         h("pre", { class: "payload", id: "job-payload" }, j.payload),
         h("a", { href: `/api/payload?${qs(withPart({ q, id_hex: j.id_hex }, j.part))}`, id: "job-download" },
