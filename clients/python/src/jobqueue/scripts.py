@@ -4,8 +4,8 @@ One place loads them (the copies the build embedded in the package, ``jobqueue/l
 an editable install reads the repository's ``lua/``; ``JOBQUEUE_LUA`` overrides both)
 and one place calls them: :meth:`Scripts.call` sends ``EVALSHA`` with the SHA-1 of the
 source and, when the server does not have the script (``NOSCRIPT``: a restart, a
-failover, ``SCRIPT FLUSH``, another Cluster node), sends the source itself with
-``EVAL``, which also caches it there. Replies that say the command did not run
+failover, ``SCRIPT FLUSH``, another Cluster node), loads it there with ``SCRIPT LOAD``
+and sends the call again (it did not run). Replies that say the command did not run
 (``TRYAGAIN``, ``CLUSTERDOWN``, ``MASTERDOWN``, ``LOADING``) are sent again for up to 3
 seconds. Nothing else is resent here: a lost reply is the caller's to handle (only
 claim and settle_claim may be resent, with their request id).
@@ -75,6 +75,17 @@ class Scripts:
         self.sources: Dict[str, bytes] = dict(sources if sources is not None else load_sources())
         self.shas: Dict[str, str] = {n: hashlib.sha1(s).hexdigest() for n, s in self.sources.items()}
 
+    async def load(self, client: Any, name: str, key: Optional[Arg] = None) -> None:
+        """SCRIPT LOAD on the server that runs the calls: on a Cluster, the node that
+        holds ``key``'s slot (a worker's ACL grants ``script|load``, not ``eval``)."""
+        from redis.asyncio.cluster import RedisCluster
+
+        if isinstance(client, RedisCluster) and key is not None:
+            node = client.get_node_from_key(key)
+            await client.execute_command("SCRIPT LOAD", self.sources[name], target_nodes=node)
+        else:
+            await client.script_load(self.sources[name])
+
     async def call(self, client: Any, name: str, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
         """Run script ``name`` with ``keys`` (all of them, in protocol order) and ``args``
         (ARGV, from ARGV[1], the job-key prefix)."""
@@ -87,7 +98,8 @@ class Scripts:
                 try:
                     return await client.evalsha(sha, len(keys), *keys, *args)
                 except NoScriptError:
-                    return await client.eval(self.sources[name], len(keys), *keys, *args)
+                    await self.load(client, name, keys[0] if keys else None)
+                    return await client.evalsha(sha, len(keys), *keys, *args)
             except (TryAgainError, ClusterDownError, MasterDownError, BusyLoadingError):
                 if loop.time() + wait > give_up:
                     raise

@@ -9,7 +9,7 @@
   third of the lease length; a stale answer cancels that job, ``-1`` (cancellation asked
   for) stops it and ends its lease as cancelled.
 - **A local lease deadline**: the moment the call that granted or last renewed a lease
-  was sent, plus the lease length. When it passes without a renewal the handler is
+  was sent, plus the lease length, less a margin (:func:`local_deadline`). When it passes without a renewal the handler is
   cancelled (its result is never acked); one that does not stop within
   ``lease_grace`` is abandoned. A claim whose reply came after the deadline is released
   without running.
@@ -46,6 +46,15 @@ REAP_CALLS = 10
 ABORT_GRACE = 2.0
 
 
+def local_deadline(sent: float, lease_s: float) -> float:
+    """When a lease granted or renewed by a call sent at ``sent`` (the loop's clock),
+    asking for ``lease_s``, is treated as gone here. Redis starts the lease no earlier
+    than it receives the call, so ``sent + lease_s`` comes before the lease ends; the
+    deadline is put a little earlier still (5 % of the lease, at most 250 ms) because an
+    event loop's timers fire late by a few milliseconds when it is busy."""
+    return sent + lease_s - min(lease_s * 0.05, 0.25)
+
+
 class DeadLetter(Exception):
     """Raised by a handler: the job goes to the dead-letter set at once, not retried."""
 
@@ -77,7 +86,10 @@ class WorkerStats:
 class _InFlight:
     lease: Lease
     deadline: float
+    #: The handler's task (cancelled when the lease is lost or at the shutdown deadline).
     task: Optional["asyncio.Task[Any]"] = None
+    #: The task that runs the handler and reports its outcome.
+    runner: Optional["asyncio.Task[Any]"] = None
     completing: bool = False
     lost_at: Optional[float] = None
     cancelled: bool = False
@@ -265,7 +277,7 @@ class Worker:
             delay.reset()
             leases = reply.claimed.leases
             if leases:
-                deadline = min(sent, first_sent) + lease_s
+                deadline = local_deadline(min(sent, first_sent), lease_s)
                 self.stats.claimed += len(leases)
                 for lease in leases:
                     self._start(lease, deadline)
@@ -374,14 +386,15 @@ class Worker:
             self.stats.lost += 1
             self._finish(f, _Ending(lease, ("", "release", 0)))
             return
-        f.task = asyncio.ensure_future(self._run_job(f))
+        f.task = asyncio.ensure_future(self.handler(lease))
+        f.runner = asyncio.ensure_future(self._run_job(f))
         assert self._wake_watcher is not None
         self._wake_watcher.set()
 
     async def _run_job(self, f: _InFlight) -> None:
         lease = f.lease
-        handler_task = asyncio.ensure_future(self.handler(lease))
-        f.task = handler_task
+        handler_task = f.task
+        assert handler_task is not None
         error: Optional[BaseException] = None
         try:
             if self.timeout is not None:
@@ -583,7 +596,7 @@ class Worker:
             now = loop.time()
             for f, until in zip(held, results):
                 if until != 0:
-                    f.deadline = max(f.deadline, sent + lease_s)
+                    f.deadline = max(f.deadline, local_deadline(sent, lease_s))
                 if f.completing or f.lost_at is not None:
                     continue
                 if until == -1:
@@ -703,8 +716,10 @@ class Worker:
                 log.warning("job %s: shutdown deadline passed: cancelling and releasing it", f.lease.id)
                 if f.task is not None:
                     f.task.cancel()
-            tasks = [f.task for f in left if f.task is not None]
-            if tasks:
-                await asyncio.wait(tasks, timeout=ABORT_GRACE)
-            await asyncio.sleep(0)
+            runners = [f.runner for f in left if f.runner is not None]
+            if runners:
+                await asyncio.wait(runners, timeout=ABORT_GRACE)
             await self._complete_direct()
+            for f in left:
+                if f.runner is not None and not f.runner.done():
+                    log.warning("job %s still runs after its cancellation; leaving its lease to expire", f.lease.id)
