@@ -719,7 +719,11 @@ class Worker:
             runners = [f.runner for f in left if f.runner is not None]
             if runners:
                 await asyncio.wait(runners, timeout=ABORT_GRACE)
-            await self._complete_direct()
+            # Their releases (sent by this loop or the completer) are answered, or give up.
+            give_up = loop.time() + ABORT_GRACE
+            while any(f.completing for f in self._inflight.values()) and loop.time() < give_up:
+                await self._complete_direct()
+                await asyncio.sleep(0.01)
             for f in left:
                 if f.runner is not None and not f.runner.done():
                     log.warning("job %s still runs after its cancellation; leaving its lease to expire", f.lease.id)
