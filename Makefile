@@ -97,11 +97,14 @@ bench-instructions: redis
 ## jobqueue and BullMQ side by side on one private redis-server: enqueue, processing at
 ## concurrency 1, 16 and 64 with an empty handler, bytes per waiting job, and the ratios.
 ## Installs the pinned BullMQ (benches/peers/package-lock.json) into benches/peers/node_modules;
-## needs Node.js 18+ and npm. Options through PEERS_ARGS: `--jobs N` (default 50000), `--quick`.
+## needs Node.js 18+ and npm. Then the Python worker (clients/python) beside arq (pinned in
+## scripts/python-peers.sh, from PyPI) on the same workload, each in a venv under .tools/.
+## Options through PEERS_ARGS: `--jobs N` (default 50000), `--quick`.
 PEERS_ARGS ?=
 bench-peers: redis
 	@./scripts/ensure-peers.sh
 	$(CARGO) bench --bench peers -- $(PEERS_ARGS)
+	./scripts/python-peers.sh $(PEERS_ARGS)
 
 ## The embedded demo: a private redis-server on a free loopback port, worker processes of
 ## which some are SIGKILLed mid-job, the reaper, live counts, and a check that no job was

@@ -132,3 +132,45 @@ async def eventually(check: Callable[[], Awaitable[T]], what: str, timeout: floa
             return got
         assert time.monotonic() < deadline, f"timed out waiting for {what} (last: {got!r})"
         await asyncio.sleep(0.02)
+
+
+def openssl(directory: str, *args: str) -> None:
+    out = subprocess.run(["openssl", *args], cwd=directory, capture_output=True, text=True)
+    assert out.returncode == 0, f"openssl {args}: {out.stderr}"
+
+
+def make_certs(directory: str) -> None:
+    """ca.crt, a server certificate for 127.0.0.1 and a client certificate signed by it
+    (as tests/support/certs.rs makes them)."""
+    openssl(directory, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=jobqueue test ca",
+            "-keyout", "ca.key", "-out", "ca.crt")
+    for name, ext in (("server", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"),
+                      ("client", "extendedKeyUsage=clientAuth\n")):
+        openssl(directory, "req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}", "-keyout", f"{name}.key",
+                "-out", f"{name}.csr")
+        Path(directory, f"{name}.ext").write_text(ext)
+        openssl(directory, "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+                "-days", "1", "-extfile", f"{name}.ext", "-out", f"{name}.crt")
+
+
+def start_sentinel(directory: str, primary: int) -> subprocess.Popen:
+    """One Sentinel (quorum 1) that monitors the server on `primary` as `mymaster`;
+    returns the process, its port in `.port`."""
+    binary = os.environ.get("REDIS_SERVER", "redis-server")
+    port = free_port()
+    conf = Path(directory, f"sentinel-{port}.conf")
+    conf.write_text(f"port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {directory}\n"
+                    f"sentinel monitor mymaster 127.0.0.1 {primary} 1\n"
+                    f"sentinel down-after-milliseconds mymaster 1000\n")
+    proc = subprocess.Popen([binary, str(conf), "--sentinel"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc.port = port  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            r = redis.Redis(port=port)
+            if r.execute_command("SENTINEL", "get-master-addr-by-name", "mymaster"):
+                return proc
+        except redis.ConnectionError:
+            pass
+        assert time.monotonic() < deadline and proc.poll() is None, "the Sentinel did not start"
+        time.sleep(0.02)

@@ -87,3 +87,45 @@ async def test_a_queue_on_a_cluster(cluster):
 
 async def _acked(q, n):
     return (await q.stats()).get("acked", 0) >= n
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory):
+    from support import make_certs
+
+    certs = str(tmp_path_factory.mktemp("certs"))
+    make_certs(certs)
+    s = RedisServer(["--tls-port", "{0}", "--tls-cert-file", f"{certs}/server.crt", "--tls-key-file",
+                     f"{certs}/server.key", "--tls-ca-cert-file", f"{certs}/ca.crt", "--tls-auth-clients", "yes"], ports=1)
+    s.certs = certs
+    yield s
+    s.stop()
+
+
+async def test_mutual_tls(tls_server):
+    c = tls_server.certs
+    port = tls_server.others[0]
+    q = jobqueue.Queue.connect("tls", f"rediss://127.0.0.1:{port}", tls_ca=f"{c}/ca.crt", tls_cert=f"{c}/client.crt",
+                               tls_key=f"{c}/client.key")
+    stats = await _run_one_job(q)
+    assert stats.acked == 1 and stats.redis_errors == 0, stats
+    no_cert = jobqueue.Queue.connect("tls", f"rediss://127.0.0.1:{port}", tls_ca=f"{c}/ca.crt")
+    with pytest.raises(redis.ConnectionError):
+        await no_cert.stats()  # the server asks for a client certificate
+
+
+async def test_a_primary_behind_sentinel(tmp_path):
+    from support import start_sentinel
+
+    primary = RedisServer()
+    sentinel = start_sentinel(str(tmp_path), primary.port)
+    try:
+        q = jobqueue.Queue.connect("sentinel", sentinels=[("127.0.0.1", sentinel.port)], master_name="mymaster")
+        stats = await _run_one_job(q)
+        assert stats.acked == 1 and stats.redis_errors == 0, stats
+        assert primary.client().exists("jq:{sentinel}:stats"), "the calls went to the primary the Sentinel names"
+        await q.aclose()
+    finally:
+        sentinel.kill()
+        sentinel.wait()
+        primary.stop()

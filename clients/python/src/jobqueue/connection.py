@@ -62,7 +62,8 @@ class ConnectOptions:
             kw["password"] = self.password
         tls = self.tls or bool(self.url and self.url.startswith("rediss://"))
         if tls:
-            kw["ssl"] = True
+            if not (self.url and self.url.startswith("rediss://")):
+                kw["ssl"] = True  # a rediss:// URL chooses the TLS connection itself
             if self.tls_ca:
                 kw["ssl_ca_certs"] = self.tls_ca
             if self.tls_cert:

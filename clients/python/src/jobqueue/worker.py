@@ -397,16 +397,18 @@ class Worker:
         assert handler_task is not None
         error: Optional[BaseException] = None
         try:
-            if self.timeout is not None:
+            if self.timeout is None:
+                await handler_task
+            else:
                 done, _ = await asyncio.wait({handler_task}, timeout=self.timeout)
                 if not done:
+                    # Past its run time: cancelled, given the grace to stop, then failed
+                    # (retried or dead) whether or not it stopped.
                     f.timed_out = True
                     handler_task.cancel()
                     await asyncio.wait({handler_task}, timeout=self.lease_grace)
-            await asyncio.wait({handler_task})
-        except asyncio.CancelledError:
-            # Abandoned (lost lease past its grace, or the shutdown deadline).
-            pass
+        except BaseException:
+            pass  # the outcome is read from the task below
         if handler_task.done() and not handler_task.cancelled():
             error = handler_task.exception()
         shutting = self._shutdown is not None and self._shutdown.is_set()
