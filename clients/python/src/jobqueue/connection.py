@@ -93,7 +93,7 @@ def connect(options: Optional[ConnectOptions] = None, **kwargs: Any) -> Any:
         for k in ("ssl", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname"):
             if k in kw:
                 sentinel_kwargs[k] = kw[k]
-        sentinel = Sentinel(list(o.sentinels), sentinel_kwargs=sentinel_kwargs, **kw)
+        sentinel = Sentinel(list(o.sentinels), sentinel_kwargs=sentinel_kwargs, **kw)  # type: ignore[no-untyped-call]
         return sentinel.master_for(o.master_name, db=o.db)
     if o.cluster:
         if o.url:

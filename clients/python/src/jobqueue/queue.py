@@ -285,7 +285,7 @@ class Queue:
         for j in jobs:
             payload = j.payload.encode() if isinstance(j.payload, str) else bytes(j.payload)
             given = j.id is not None
-            raw = validate_id(j.id) if given else new_id().encode()
+            raw = validate_id(j.id) if j.id is not None else new_id().encode()
             prepared.append((raw, payload, j.delay_arg(), j.options(), given))
         results: List[Optional[Enqueued]] = [None] * len(prepared)
         todo = list(range(len(prepared)))
@@ -315,7 +315,7 @@ class Queue:
     @staticmethod
     def _runs(todo: List[int], prepared: List[Any]) -> List[List[int]]:
         runs: List[List[int]] = []
-        seen: set = set()
+        seen: "set[bytes]" = set()
         for i in todo:
             if runs and prepared[runs[-1][0]][3] == prepared[i][3] and len(runs[-1]) < MAX_BATCH and prepared[i][0] not in seen:
                 runs[-1].append(i)
@@ -398,7 +398,7 @@ class Queue:
 
     async def end_cancelled(self, lease: Lease) -> bool:
         reply = await self.run("manage", [self.keys.job(lease.id_bytes)], "cancelled", lease.id_bytes, lease.token)
-        return reply == 1
+        return bool(reply == 1)
 
     async def reap(self, batch: int = 100) -> Reaped:
         return parse_reap(await self.run("reap", [self.keys.orphans], batch))
@@ -406,7 +406,7 @@ class Queue:
     async def now_ms(self) -> int:
         """The Redis clock of the node that holds the queue's slot."""
         if is_cluster(self.client):
-            node = self.client.get_node_from_key(self.keys.pending)
+            node = self.client.get_node_from_key(self.keys.pending.decode())
             s, us = await self.client.execute_command("TIME", target_nodes=node)
         else:
             s, us = await self.client.time()

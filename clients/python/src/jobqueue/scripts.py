@@ -81,7 +81,7 @@ class Scripts:
         from redis.asyncio.cluster import RedisCluster
 
         if isinstance(client, RedisCluster) and key is not None:
-            node = client.get_node_from_key(key)
+            node = client.get_node_from_key(key.decode() if isinstance(key, bytes) else str(key))
             await client.execute_command("SCRIPT LOAD", self.sources[name], target_nodes=node)
         else:
             await client.script_load(self.sources[name])

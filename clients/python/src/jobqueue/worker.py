@@ -192,7 +192,7 @@ class Worker:
         self._shutdown, self._hard_stop = asyncio.Event(), asyncio.Event()
         self._wake_claimer, self._wake_completer, self._wake_watcher = asyncio.Event(), asyncio.Event(), asyncio.Event()
         self._wake_idle = asyncio.Event()
-        installed: List[int] = []
+        installed: List[signal.Signals] = []
         if self.handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 try:
