@@ -120,16 +120,36 @@ class Lease:
     attempts: int
     token: bytes
     lease_until: int
+    #: Reply fields this client does not read (a newer protocol's), as they came.
+    extra: List[Any] = field(default_factory=list)
 
     @property
     def id(self) -> str:
         return id_text(self.id_bytes)
 
+    @property
+    def claimed_at(self) -> Optional[int]:
+        """When the lease was granted (ms, Redis clock): the claim_token's first part,
+        read only as 1 to 16 decimal digits (docs/protocol.md, Job hash)."""
+        head = self.token.split(b":", 1)[0]
+        return int(head) if 1 <= len(head) <= 16 and head.isdigit() and b":" in self.token else None
+
+    @property
+    def granted_ms(self) -> Optional[int]:
+        """The lease length Redis granted (lease_until - claimed_at), whatever was asked:
+        a job may carry its own."""
+        at = self.claimed_at
+        return None if at is None else self.lease_until - at
+
 
 @dataclass
 class Claimed:
     leases: List[Lease]
+    #: Ready work may be left beyond the call's bounds: claim again at once.
     more: bool
+    #: The queue's rate limit had no slot left: the ms to wait before claiming again
+    #: (a negative ``more`` in the reply); 0 otherwise.
+    wait_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -183,13 +203,21 @@ def parse_lease(v: Any) -> Lease:
     (fields after the fifth are ignored)."""
     if not isinstance(v, list) or len(v) < 5:
         raise ProtocolError(f"claim: a job reply of {v!r}")
-    return Lease(bytes(v[0]), bytes(v[1]), _int(v[2], "attempts"), bytes(v[3]), _int(v[4], "lease_until"))
+    return Lease(bytes(v[0]), bytes(v[1]), _int(v[2], "attempts"), bytes(v[3]), _int(v[4], "lease_until"), list(v[5:]))
+
+
+def _more(v: Any) -> Tuple[bool, int]:
+    """claim's and settle_claim's ``more``: 1 more work, 0 none, below 0 the rate
+    limit's wait in ms."""
+    more = _int(v, "more")
+    return more == 1, max(0, -more)
 
 
 def parse_claim(reply: Any) -> Claimed:
     if not isinstance(reply, list) or len(reply) < 2 or not isinstance(reply[0], list):
         raise ProtocolError(f"claim: {reply!r}")
-    return Claimed([parse_lease(j) for j in reply[0]], _int(reply[1], "more") == 1)
+    more, wait = _more(reply[1])
+    return Claimed([parse_lease(j) for j in reply[0]], more, wait)
 
 
 #: settle_claim's entries per leased job after its head: id, payload, attempts, lease_until.
@@ -198,18 +226,27 @@ SETTLE_JOB_FIELDS = 4
 
 def parse_settle_claim(reply: Any, acks: int, fails: int) -> SettleReply:
     """settle_claim's flat reply: more, the leases' token, the ack results, the fail
-    outcomes, then ``SETTLE_JOB_FIELDS`` entries per leased job."""
+    outcomes, then ``SETTLE_JOB_FIELDS`` entries per leased job. Arrays after those (a
+    newer protocol's per-job fields) are kept, in order, as the leases' ``extra``."""
     head = 2 + acks + fails
-    if not isinstance(reply, list) or len(reply) < head or (len(reply) - head) % SETTLE_JOB_FIELDS:
-        raise ProtocolError(f"settle_claim: {len(reply) if isinstance(reply, list) else reply!r} entries for {acks} acks and {fails} fails")
-    more = _int(reply[0], "more") == 1
+    if not isinstance(reply, list) or len(reply) < head:
+        raise ProtocolError(f"settle_claim: {reply!r} for {acks} acks and {fails} fails")
+    entries = list(reply[head:])
+    extras: List[Any] = []
+    while entries and isinstance(entries[-1], list):
+        extras.insert(0, entries.pop())
+    if len(entries) % SETTLE_JOB_FIELDS:
+        raise ProtocolError(f"settle_claim: {len(reply)} entries for {acks} acks and {fails} fails")
+    more, wait = _more(reply[0])
     token = bytes(reply[1])
     acked = [_int(v, "ack result") == 1 for v in reply[2 : 2 + acks]]
     failed = [_text(v) for v in reply[2 + acks : head]]
     leases = []
-    for i in range(head, len(reply), SETTLE_JOB_FIELDS):
-        leases.append(Lease(bytes(reply[i]), bytes(reply[i + 1]), _int(reply[i + 2], "attempts"), token, _int(reply[i + 3], "lease_until")))
-    return SettleReply(Claimed(leases, more), acked, failed)
+    for n, i in enumerate(range(0, len(entries), SETTLE_JOB_FIELDS)):
+        extra = [extras[n]] if len(extras) == len(entries) // SETTLE_JOB_FIELDS else []
+        leases.append(Lease(bytes(entries[i]), bytes(entries[i + 1]), _int(entries[i + 2], "attempts"), token,
+                            _int(entries[i + 3], "lease_until"), extra))
+    return SettleReply(Claimed(leases, more, wait), acked, failed)
 
 
 def parse_reap(reply: Any) -> Reaped:

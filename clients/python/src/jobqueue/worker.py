@@ -86,6 +86,9 @@ class WorkerStats:
 class _InFlight:
     lease: Lease
     deadline: float
+    #: The lease length in force: the one asked for, or the job's own when Redis
+    #: granted less (lease_until - claimed_at).
+    lease_s: float
     #: The handler's task (cancelled when the lease is lost or at the shutdown deadline).
     task: Optional["asyncio.Task[Any]"] = None
     #: The task that runs the handler and reports its outcome.
@@ -277,12 +280,17 @@ class Worker:
             delay.reset()
             leases = reply.claimed.leases
             if leases:
-                deadline = local_deadline(min(sent, first_sent), lease_s)
                 self.stats.claimed += len(leases)
                 for lease in leases:
-                    self._start(lease, deadline)
+                    own = lease.granted_ms
+                    held_s = lease_s if own is None or own <= 0 else min(lease_s, own / 1000)
+                    self._start(lease, local_deadline(min(sent, first_sent), held_s), held_s)
                 continue
             if reply.claimed.more:
+                continue
+            if reply.claimed.wait_ms > 0:
+                # The queue's rate limit: no slot before then.
+                await self._sleep_or_shutdown(min(reply.claimed.wait_ms / 1000, self.poll_interval))
                 continue
             await self._idle_wait()
 
@@ -376,10 +384,10 @@ class Worker:
 
     # --- running a job ----------------------------------------------------------------
 
-    def _start(self, lease: Lease, deadline: float) -> None:
+    def _start(self, lease: Lease, deadline: float, lease_s: float) -> None:
         loop = asyncio.get_running_loop()
         key = (lease.id_bytes, lease.token)
-        f = _InFlight(lease, deadline)
+        f = _InFlight(lease, deadline, lease_s)
         self._inflight[key] = f
         if loop.time() >= deadline:
             log.warning("job %s: the claim's reply came after the lease's local deadline; releasing it", lease.id)
@@ -563,7 +571,9 @@ class Worker:
         delay = _Delay()
         wait = self._lease_s / 3
         while True:
-            await asyncio.sleep(wait)
+            # A job whose own lease is shorter than the worker's is renewed as often.
+            shortest = min((f.lease_s for f in self._inflight.values()), default=self._lease_s)
+            await asyncio.sleep(min(wait, max(shortest / 3, 0.01)))
             if self.visibility is None:
                 try:
                     self._lease_s = (await asyncio.wait_for(self.queue.settings(), max(self._lease_s / 3, 0.01))).visibility_timeout_ms / 1000
@@ -598,7 +608,7 @@ class Worker:
             now = loop.time()
             for f, until in zip(held, results):
                 if until != 0:
-                    f.deadline = max(f.deadline, local_deadline(sent, lease_s))
+                    f.deadline = max(f.deadline, local_deadline(sent, min(lease_s, f.lease_s)))
                 if f.completing or f.lost_at is not None:
                     continue
                 if until == -1:
