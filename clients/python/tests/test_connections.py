@@ -129,3 +129,61 @@ async def test_a_primary_behind_sentinel(tmp_path):
         sentinel.kill()
         sentinel.wait()
         primary.stop()
+
+
+async def test_a_worker_follows_the_primary_through_a_sentinel_failover(tmp_path):
+    from support import start_sentinel
+
+    primary = RedisServer()
+    replica = RedisServer(["--replicaof", "127.0.0.1", str(primary.port)])
+    sentinel = start_sentinel(str(tmp_path), primary.port)
+    s = redis.Redis(port=sentinel.port)
+    try:
+        await eventually(lambda: _sentinel_knows_replica(s), "the Sentinel found the replica")
+        q = jobqueue.Queue.connect("failover", sentinels=[("127.0.0.1", sentinel.port)], master_name="mymaster")
+        seen = set()
+
+        async def handle(job):
+            seen.add(job.id)
+
+        w = Worker(q, handle, visibility=2, handle_signals=False)
+        task = asyncio.ensure_future(w.run())
+        await q.enqueue_many([Job(b"", id=f"before-{i}") for i in range(20)])
+        await eventually(lambda: _len_at_least(seen, 20), "the jobs before the failover")
+        await eventually(lambda: _replica_synced(replica), "the replica in sync")
+        s.execute_command("SENTINEL", "FAILOVER", "mymaster")
+        await eventually(lambda: _primary_is(s, replica.port), "the replica promoted", timeout=30)
+        for i in range(20):
+            while True:  # a producer retries an enqueue refused during the switch
+                try:
+                    await q.enqueue(b"", id=f"after-{i}")
+                    break
+                except (redis.ConnectionError, redis.ReadOnlyError):
+                    await asyncio.sleep(0.1)
+        await eventually(lambda: _len_at_least(seen, 40), "the jobs after the failover, on the new primary", timeout=30)
+        w.shutdown()
+        stats = await asyncio.wait_for(task, 30)
+        assert stats.acked >= 40, stats
+        assert replica.client().exists("jq:{failover}:stats")
+    finally:
+        sentinel.kill()
+        sentinel.wait()
+        replica.stop()
+        primary.stop()
+
+
+async def _sentinel_knows_replica(s):
+    return bool(s.execute_command("SENTINEL", "REPLICAS", "mymaster"))
+
+
+async def _replica_synced(replica):
+    return replica.client().info("replication").get("master_link_status") == "up"
+
+
+async def _primary_is(s, port):
+    addr = s.execute_command("SENTINEL", "get-master-addr-by-name", "mymaster")
+    return addr is not None and int(addr[1]) == port
+
+
+async def _len_at_least(x, n):
+    return len(x) >= n
