@@ -296,8 +296,9 @@ class Worker:
 
     async def _idle_wait(self) -> None:
         """Nothing to claim: sleep on the wake list up to the poll interval, or until the
-        earliest delayed job is due, or a job finishes or shutdown begins. Meanwhile the
-        completer ends finished jobs' leases."""
+        earliest delayed job is due, this worker delays a job, or shutdown begins.
+        Meanwhile the completer ends finished jobs' leases (the wait is never cut short
+        by one, which would drop the BLPOP's connection)."""
         assert self._shutdown is not None and self._wake_idle is not None
         self._endings_open = False
         if self._endings:
