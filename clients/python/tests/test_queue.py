@@ -129,3 +129,17 @@ async def test_a_wrong_typed_key_is_named(queue):
     await queue.client.set(queue.keys.stats, "x")
     with pytest.raises(jobqueue.ScriptError, match="wrong type"):
         await queue.enqueue(b"a")
+
+
+async def test_unique_keys(queue):
+    first = await queue.enqueue(b"a", id="u1", unique_key="user-7")
+    refused = await queue.enqueue(b"b", id="u2", unique_key="user-7")
+    assert first.created and not refused.created and refused.held_by == "u1", refused
+    other = await queue.enqueue_many([Job(b"c", unique_key="user-8"), Job(b"d"), Job(b"e", unique_key="user-9", unique_mode="until-started")])
+    assert [e.created for e in other] == [True, True, True]
+    h = await queue.client.hgetall(queue.keys.job("u1"))
+    assert h[b"unique_key"] == b"user-7" and h[b"unique_mode"] == b"until-done"
+    d1 = await queue.enqueue(b"v1", id="d1", unique_key="deb", unique_mode="debounce", delay=60)
+    d2 = await queue.enqueue(b"v2", id="d2", unique_key="deb", unique_mode="debounce")
+    assert d1.created and not d2.created and d2.replaced and d2.held_by == "d1", d2
+    assert await queue.client.hget(queue.keys.job("d1"), "payload") == b"v2"

@@ -81,6 +81,18 @@ class Job:
     backoff_initial: Union[float, _dt.timedelta, None] = None
     backoff_max: Union[float, _dt.timedelta, None] = None
     backoff_multiplier: Optional[float] = None
+    #: A unique key (docs/protocol.md, Unique keys): at most one job of the queue holds
+    #: it; ``unique_mode`` ``until-done`` (default), ``until-started`` or ``debounce``;
+    #: ``unique_for`` a window (seconds) after which the key is free anyway.
+    unique_key: Optional[Id] = None
+    unique_mode: str = "until-done"
+    unique_for: Union[float, _dt.timedelta, None] = None
+
+    def unique(self) -> Optional[Tuple[str, str]]:
+        """(mode, window ms) of the job's unique block, or None without a key."""
+        if self.unique_key is None:
+            return None
+        return self.unique_mode, str(_ms(self.unique_for) if self.unique_for is not None else 0)
 
     def delay_arg(self) -> Arg:
         if self.at is not None and self.delay is not None:
@@ -111,8 +123,14 @@ class Job:
 @dataclass(frozen=True)
 class Enqueued:
     id: str
-    #: False when a job with this (caller-given) id was already there.
+    #: False when a job with this (caller-given) id was already there, or its unique key
+    #: is held by another job.
     created: bool
+    #: The job that holds the unique key: refused (``created`` False), or, in
+    #: ``debounce`` mode, the waiting job that took this one's payload and delay.
+    held_by: Optional[str] = None
+    #: ``debounce``: the holder was updated instead.
+    replaced: bool = False
 
 
 @dataclass
@@ -273,6 +291,20 @@ def parse_stats(reply: Any) -> Dict[str, int]:
     return out
 
 
+def parse_enqueue(reply: Any, n: int) -> List[Tuple[int, Optional[bytes]]]:
+    """enqueue's entries: 1 enqueued, 0 already there, ``{2, holder}`` refused (unique
+    key held), ``{3, holder}`` replaced (debounce)."""
+    if not isinstance(reply, list) or len(reply) != n:
+        raise ProtocolError(f"enqueue: {reply!r} for {n} jobs")
+    out: List[Tuple[int, Optional[bytes]]] = []
+    for v in reply:
+        if isinstance(v, list) and len(v) >= 2:
+            out.append((_int(v[0], "enqueue"), bytes(v[1])))
+        else:
+            out.append((_int(v, "enqueue"), None))
+    return out
+
+
 def parse_ints(reply: Any, n: int, script: str) -> List[int]:
     if not isinstance(reply, list) or len(reply) != n:
         raise ProtocolError(f"{script}: {reply!r} for {n} jobs")
@@ -323,34 +355,40 @@ class Queue:
         """Enqueue jobs in as few calls as possible: runs of jobs with the same options,
         at most 1000 per call. A generated id that was taken is drawn again."""
         jobs = list(jobs)
-        prepared: List[Tuple[bytes, bytes, Arg, Tuple[Tuple[str, str], ...], bool]] = []
+        prepared: List[Tuple[bytes, bytes, Arg, Any, bool]] = []
         for j in jobs:
             payload = j.payload.encode() if isinstance(j.payload, str) else bytes(j.payload)
             given = j.id is not None
             raw = validate_id(j.id) if j.id is not None else new_id().encode()
-            prepared.append((raw, payload, j.delay_arg(), j.options(), given))
+            # jobs of one call share their options and their unique block's mode and window
+            group = (j.options(), j.unique(), id_bytes(j.unique_key) if j.unique_key is not None else None)
+            prepared.append((raw, payload, j.delay_arg(), group, given))
         results: List[Optional[Enqueued]] = [None] * len(prepared)
         todo = list(range(len(prepared)))
         while todo:
             retry: List[int] = []
             for run in self._runs(todo, prepared):
-                opts = prepared[run[0]][3]
+                opts, unique, _ = prepared[run[0]][3]
                 args: List[Arg] = [len(run)]
                 for i in run:
                     raw, payload, delay, _, _ = prepared[i]
                     args += [raw, payload, delay]
+                if unique is not None:
+                    args += ["unique", unique[0], unique[1]]
+                    args += [prepared[i][3][2] for i in run]
                 if opts:
                     args.append("options")
                     for k, v in opts:
                         args += [k, v]
                 reply = await self.run("enqueue", [self.keys.job(prepared[i][0]) for i in run], *args)
-                for i, flag in zip(run, parse_ints(reply, len(run), "enqueue")):
+                for i, (flag, holder) in zip(run, parse_enqueue(reply, len(run))):
                     raw, payload, delay, o, given = prepared[i]
                     if flag == 0 and not given:
                         prepared[i] = (new_id().encode(), payload, delay, o, given)
                         retry.append(i)
                     else:
-                        results[i] = Enqueued(id_text(raw), flag == 1)
+                        held = id_text(holder) if holder is not None else None
+                        results[i] = Enqueued(id_text(raw), flag == 1, held, flag == 3)
             todo = retry
         return [r for r in results if r is not None]
 
@@ -359,7 +397,8 @@ class Queue:
         runs: List[List[int]] = []
         seen: "set[bytes]" = set()
         for i in todo:
-            if runs and prepared[runs[-1][0]][3] == prepared[i][3] and len(runs[-1]) < MAX_BATCH and prepared[i][0] not in seen:
+            same = prepared[runs[-1][0]][3][:2] == prepared[i][3][:2] if runs else False
+            if runs and same and len(runs[-1]) < MAX_BATCH and prepared[i][0] not in seen:
                 runs[-1].append(i)
             else:
                 runs.append([i])
