@@ -3,7 +3,7 @@
 CARGO ?= cargo
 export REDIS_SERVER ?= redis-server
 
-.PHONY: all build test lint fmt demo chaos model bench bench-instructions bench-peers crds lua chart-check conformance clean redis browser screenshots
+.PHONY: all build test lint fmt demo chaos model bench bench-instructions bench-peers crds lua chart-check conformance node-client clean redis browser screenshots
 
 all: build
 
@@ -36,6 +36,7 @@ test: redis browser
 	./scripts/chart-check.sh
 	./scripts/conformance.sh
 	$(CARGO) test --all-targets
+	./scripts/node-client.sh
 	$(CARGO) fmt --manifest-path model/Cargo.toml -- --check
 	$(CARGO) test --manifest-path model/Cargo.toml --release
 
@@ -142,6 +143,12 @@ chart-check:
 ## only, on a private redis-server); installs redis-py into .tools/ on first use.
 conformance: redis
 	./scripts/conformance.sh
+
+## The Node.js package (clients/node): npm ci, build, its tests (private redis-servers, a
+## 3-master Cluster, jobs passed to and from the jobqueue binary), and the conformance
+## cases through its script-calling layer (scripts/conformance-node.sh). Needs Node.js 18+.
+node-client: redis
+	./scripts/node-client.sh
 
 lint:
 	$(CARGO) fmt --all -- --check
