@@ -734,7 +734,9 @@ async fn main() {
             let bull_run = bull_runs.get(&c);
             lines.push(Line {
                 name: format!("process_node.c{c}"),
-                what: format!("process, empty handler, concurrency {c}: Node package (clients/node)"),
+                what: format!(
+                    "process, empty handler, concurrency {c}: Node package (clients/node)"
+                ),
                 unit: "jobs/s",
                 jq: run.rate(),
                 jq_batched: None,
