@@ -252,16 +252,26 @@ export class Queue {
   }
 
   async ack(leases: readonly LeaseRef[]): Promise<boolean[]> {
-    const args: Arg[] = [String(leases.length)];
-    for (const l of leases) args.push(l.id, l.token);
-    return replies.parseAck(await this.call('ack', leases.map((l) => this.keys.job(l.id)), args));
+    const out: boolean[] = [];
+    for (let i = 0; i < leases.length; i += MAX_BATCH) {
+      const chunk = leases.slice(i, i + MAX_BATCH);
+      const args: Arg[] = [String(chunk.length)];
+      for (const l of chunk) args.push(l.id, l.token);
+      out.push(...replies.parseAck(await this.call('ack', chunk.map((l) => this.keys.job(l.id)), args)));
+    }
+    return out;
   }
 
   /** extend: renew these leases for `ms` (0: the queue's visibility timeout). */
   async extend(leases: readonly LeaseRef[], ms: number): Promise<replies.Renewal[]> {
-    const args: Arg[] = [String(ms), String(leases.length)];
-    for (const l of leases) args.push(l.id, l.token);
-    return replies.parseExtend(await this.call('extend', leases.map((l) => this.keys.job(l.id)), args));
+    const out: replies.Renewal[] = [];
+    for (let i = 0; i < leases.length; i += MAX_BATCH) {
+      const chunk = leases.slice(i, i + MAX_BATCH);
+      const args: Arg[] = [String(ms), String(chunk.length)];
+      for (const l of chunk) args.push(l.id, l.token);
+      out.push(...replies.parseExtend(await this.call('extend', chunk.map((l) => this.keys.job(l.id)), args)));
+    }
+    return out;
   }
 
   /** fail: retry (backoff -1: the policy's), dead-letter, or release the job. */

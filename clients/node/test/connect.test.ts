@@ -47,6 +47,10 @@ test('a 3-master Cluster: queues on different slots, jobs enqueued and run', asy
       c.disconnect();
     }
     assert.ok(holding >= 2, `keys on ${holding} masters`);
+    // The idle wait's read of the earliest delayed job works on a Cluster too.
+    await queues[0].enqueue('later', { delayMs: 60_000 });
+    assert.ok((await queues[0].nextDueIn())! > 50_000);
+    assert.equal(await queues[1].nextDueIn(), null);
     await Promise.all(queues.map((q) => q.close()));
   } finally {
     cluster.stop();

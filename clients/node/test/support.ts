@@ -142,3 +142,49 @@ export function jobqueue(args: string[], env: Record<string, string> = {}): { st
   const r = spawnSync(bin, args, { encoding: 'utf8', env: { ...process.env, ...env } });
   return { status: r.status, stdout: r.stdout, stderr: r.stderr };
 }
+
+/** A CA `ca`, a server certificate for 127.0.0.1 `server`, and a client certificate `client`, in a scratch directory. */
+export function makeCerts(): { dir: string; path: (f: string) => string } {
+  const dir = mkdtempSync(join(tmpdir(), 'jobqueue-node-certs-'));
+  const ssl = (...args: string[]) => {
+    const r = spawnSync('openssl', args, { cwd: dir, encoding: 'utf8' });
+    if (r.status !== 0) throw new Error(`openssl ${args.join(' ')}: ${r.stderr}`);
+  };
+  ssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', '/CN=jobqueue test ca', '-keyout', 'ca.key', '-out', 'ca.crt');
+  const issue = (name: string, cn: string, ext: string) => {
+    ssl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', `/CN=${cn}`, '-keyout', `${name}.key`, '-out', `${name}.csr`);
+    require('node:fs').writeFileSync(join(dir, `${name}.ext`), ext);
+    ssl('x509', '-req', '-in', `${name}.csr`, '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial', '-days', '1', '-extfile', `${name}.ext`, '-out', `${name}.crt`);
+  };
+  issue('server', '127.0.0.1', 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n');
+  issue('client', 'client', 'extendedKeyUsage=clientAuth\n');
+  return { dir, path: (f) => join(dir, f) };
+}
+
+/** A Sentinel (`redis-server --sentinel`) watching the primary on `primaryPort` as `mymaster`, quorum 1. */
+export async function startSentinel(primaryPort: number): Promise<{ port: number; stop: () => void }> {
+  const port = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), 'jobqueue-node-sentinel-'));
+  const conf = join(dir, 'sentinel.conf');
+  require('node:fs').writeFileSync(conf, [
+    `port ${port}`, 'bind 127.0.0.1', 'protected-mode no', `dir ${dir}`, `logfile ${join(dir, 'sentinel.log')}`,
+    `sentinel monitor mymaster 127.0.0.1 ${primaryPort} 1`,
+    'sentinel down-after-milliseconds mymaster 1000',
+    'sentinel failover-timeout mymaster 3000',
+  ].join('\n') + '\n');
+  const proc = spawn(process.env.REDIS_SERVER ?? 'redis-server', [conf, '--sentinel'], { stdio: 'ignore' });
+  const c = new Redis({ port, host: '127.0.0.1', lazyConnect: true, retryStrategy: () => 20 });
+  c.on('error', () => {});
+  await eventually('the Sentinel to know its replica', async () => {
+    const replicas = (await c.call('SENTINEL', 'REPLICAS', 'mymaster')) as unknown[];
+    return replicas.length > 0;
+  }, 20_000);
+  c.disconnect();
+  return {
+    port,
+    stop: () => {
+      proc.kill('SIGKILL');
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
