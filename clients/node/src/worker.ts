@@ -334,8 +334,11 @@ export class Worker extends EventEmitter {
 
   /**
    * One settle_claim: the endings' acks and fails, and a claim of up to n jobs. A call
-   * that carries endings is sent again unchanged (same request id) while its failure is
-   * transient, inside the retry window; past it, as a new request.
+   * whose failure is transient (its reply may be lost) is sent again unchanged, same
+   * request id, so Redis answers it from its record: the endings are settled once and
+   * the leases it made reach this worker. Past the retry window, as a new request (each
+   * ending still applied at most once, by its token; leases of the lost call expire to
+   * the reaper). A claim with nothing to settle is not resent once shutdown began.
    */
   private async settleAndClaim(endings: Ending[], n: number, leaseMs: number, backoff: Backoff): Promise<{ leases: LeaseReply[]; more: boolean; firstSent: number } | 'failed'> {
     const acks = endings.filter((e) => e.kind === 'ack');
@@ -355,7 +358,7 @@ export class Worker extends EventEmitter {
         });
         break;
       } catch (err) {
-        if (endings.length === 0) {
+        if (endings.length === 0 && (this.stopping || !isTransient(err))) {
           this.redisError('claim', err);
           return 'failed';
         }

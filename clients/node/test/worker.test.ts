@@ -174,3 +174,38 @@ test("the worker's reaper puts back the job of a worker that died, and runs it",
   assert.deepEqual(runs, [2]);
   assert.ok(w.counters.reaped >= 1);
 });
+
+/** A queue whose settle_claim replies are lost after the call ran, `lose` times. */
+class LosingQueue extends Queue {
+  lose = 0;
+  override async settleClaim(p: Parameters<Queue['settleClaim']>[0]) {
+    const reply = await super.settleClaim(p);
+    if (this.lose > 0 && (p.acks.length > 0 || reply.leases.length > 0)) {
+      this.lose--;
+      throw new Error('connection lost (the reply of a call that ran)');
+    }
+    return reply;
+  }
+}
+
+test('a settle_claim whose reply was lost is sent again with its request id: settled once, its leases run once', async () => {
+  const q = new LosingQueue(client, 'lost-replies');
+  q.lose = 4;
+  const runs = new Map<string, number>();
+  const w = new Worker(q, (job) => {
+    runs.set(job.id, (runs.get(job.id) ?? 0) + 1);
+  }, { handleSignals: false, logger: quiet, concurrency: 4 });
+  const done = w.run();
+  await q.enqueueMany(Array.from({ length: 40 }, (_, i) => ({ payload: 'x', id: `l${i}` })));
+  await eventually('40 acks', async () => (await q.stats()).acked === 40);
+  await w.close();
+  await done;
+  const s = await q.stats();
+  assert.equal(q.lose, 0);
+  assert.equal(s.replayed, 4);
+  assert.equal(s.stale ?? 0, 0);
+  assert.equal(s.claimed, 40);
+  assert.equal(runs.size, 40);
+  assert.ok([...runs.values()].every((n) => n === 1), 'every job ran once');
+  assert.equal(w.counters.acked, 40);
+});
