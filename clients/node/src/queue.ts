@@ -5,7 +5,7 @@ import { randomBytes } from 'node:crypto';
 import { connect, type ConnectOptions } from './connect';
 import { QueueKeys, type JobId } from './keys';
 import * as replies from './replies';
-import { callScript, type Arg, type Client, type Reply, type ScriptName } from './scripts';
+import { callScript, callScriptAndWait, type Arg, type Client, type Reply, type ScriptName } from './scripts';
 
 /** The most jobs, acks or fails one script call takes (docs/protocol.md, Clock and numbers). */
 export const MAX_BATCH = 1000;
@@ -21,6 +21,37 @@ export interface QueueOptions {
   prefix?: string;
   /** Largest payload enqueue sends, in bytes (default 64 MiB). */
   maxPayload?: number;
+  /**
+   * `primary` (default) or `replicated[:N[:TIMEOUT]]` (e.g. `replicated:1:500ms`): every
+   * write is followed by `WAIT N TIMEOUT` in the same round trip (docs/operations.md,
+   * Durability).
+   */
+  durability?: string;
+}
+
+export interface Durability {
+  replicas: number;
+  timeoutMs: number;
+}
+
+/** A write that ran on the primary and that fewer replicas than asked confirmed in time. */
+export class NotReplicated extends Error {
+  constructor(readonly what: string, readonly confirmed: number, readonly wanted: number, readonly timeoutMs: number) {
+    super(`jobqueue: ${what} ran on the primary but only ${confirmed} of ${wanted} replica(s) confirmed it within ${timeoutMs}ms: it may be lost if the primary fails now, and sending it again may run it twice`);
+    this.name = 'NotReplicated';
+  }
+}
+
+/** `primary`, `replicated`, `replicated:N`, `replicated:N:TIMEOUT` (ms or s): null for primary. */
+export function parseDurability(text: string): Durability | null {
+  const t = text.trim();
+  if (t === 'primary') return null;
+  const m = /^replicated(?::(\d+)(?::(\d+)(ms|s)?)?)?$/.exec(t);
+  if (!m) throw new Error(`jobqueue: invalid durability: ${JSON.stringify(text)}: write primary, replicated, replicated:N or replicated:N:TIMEOUT (e.g. replicated:1:500ms)`);
+  const replicas = m[1] === undefined ? 1 : Number(m[1]);
+  const timeoutMs = m[2] === undefined ? 1000 : Number(m[2]) * (m[3] === 's' ? 1000 : 1);
+  if (replicas < 1 || timeoutMs < 1) throw new Error(`jobqueue: invalid durability: ${JSON.stringify(text)}: at least 1 replica and 1 ms`);
+  return { replicas, timeoutMs };
 }
 
 /** A job's own retry policy (docs/protocol.md, Per-job options). */
@@ -58,6 +89,8 @@ export interface QueueSettings {
   backoffMultiplier: number;
   backoffMaxMs: number;
   paused: boolean;
+  /** The durability the operator publishes for workers (`replicated:1:1000ms`), if any. */
+  durability?: string;
 }
 
 export type FailMode = 'retry' | 'dead' | 'release';
@@ -127,17 +160,24 @@ function setting(meta: Record<string, string>, name: string, def: number, least 
 export class Queue {
   readonly keys: QueueKeys;
   readonly maxPayload: number;
+  /** Writes wait for this many replicas (null: the primary alone). */
+  durability: Durability | null;
+  /** Told of each write that too few replicas confirmed (the worker counts and logs them). */
+  onUnconfirmed?: (e: NotReplicated) => void;
   private owned = false;
 
   constructor(readonly client: Client, opts: QueueOptions | string) {
     const o = typeof opts === 'string' ? { tag: opts } : opts;
     this.keys = new QueueKeys(o.tag, o.prefix ?? 'jq');
     this.maxPayload = o.maxPayload ?? DEFAULT_MAX_PAYLOAD;
+    this.durability = o.durability ? parseDurability(o.durability) : null;
   }
 
   /** A queue on a connection of its own, closed by `close()`. */
   static connect(queue: QueueOptions | string, conn: ConnectOptions = {}): Queue {
     const q = new Queue(connect(conn), queue);
+    // Each call's failure reaches its caller; the connection's own events are not printed.
+    q.client.on('error', () => {});
     q.owned = true;
     return q;
   }
@@ -157,6 +197,23 @@ export class Queue {
    */
   call(name: ScriptName, extraKeys: readonly (string | Buffer)[], args: readonly Arg[]): Promise<Reply> {
     return callScript(this.client, name, [...this.keys.queue, ...extraKeys], [this.keys.jobPrefix, ...args]);
+  }
+
+  /**
+   * A write: `call`, followed by WAIT under `replicated` durability. Too few confirmations
+   * go to `onUnconfirmed` when it is set (the reply is still returned: the call ran),
+   * else throw NotReplicated.
+   */
+  private async write(what: string, name: ScriptName, extraKeys: readonly (string | Buffer)[], args: readonly Arg[]): Promise<Reply> {
+    const d = this.durability;
+    if (!d) return this.call(name, extraKeys, args);
+    const { reply, confirmed } = await callScriptAndWait(this.client, name, [...this.keys.queue, ...extraKeys], [this.keys.jobPrefix, ...args], d.replicas, d.timeoutMs);
+    if (confirmed < d.replicas) {
+      const e = new NotReplicated(what, confirmed, d.replicas, d.timeoutMs);
+      if (!this.onUnconfirmed || name === 'enqueue') throw e;
+      this.onUnconfirmed(e);
+    }
+    return reply;
   }
 
   /** Enqueue one job; returns its id and whether it was added. */
@@ -192,7 +249,7 @@ export class Queue {
         const args: Arg[] = [String(run.length)];
         for (const p of run) args.push(p.id, p.payload, p.delay);
         if (run[0].opts.length > 0) args.push('options', ...run[0].opts);
-        const added = replies.parseEnqueue(await this.call('enqueue', run.map((p) => this.keys.job(p.id)), args));
+        const added = replies.parseEnqueue(await this.write(`an enqueue of ${run.length} job(s)`, 'enqueue', run.map((p) => this.keys.job(p.id)), args));
         const again: typeof run = [];
         run.forEach((p, k) => {
           if (!added[k] && p.generated && attempt < 5) again.push({ ...p, id: generateId() });
@@ -220,6 +277,7 @@ export class Queue {
       backoffMultiplier: setting(meta, 'backoff_multiplier', 2),
       backoffMaxMs: setting(meta, 'backoff_max_ms', 300000),
       paused: meta.paused !== undefined,
+      durability: meta.durability,
     };
   }
 
@@ -231,7 +289,7 @@ export class Queue {
   /** claim: up to n jobs, leased to `worker` for `visibilityMs` (0: the queue's). */
   async claim(n: number, worker: string, visibilityMs = 0, request = newToken()): Promise<replies.ClaimReply> {
     const tokens = Array.from({ length: n }, () => newToken());
-    const r = await this.call('claim', [this.keys.orphans, this.keys.claimreq(request)], [String(n), worker, String(visibilityMs), request, ...tokens]);
+    const r = await this.write(`a claim of up to ${n} job(s)`, 'claim', [this.keys.orphans, this.keys.claimreq(request)], [String(n), worker, String(visibilityMs), request, ...tokens]);
     return replies.parseClaim(r);
   }
 
@@ -247,7 +305,8 @@ export class Queue {
     const args: Arg[] = [String(p.n), p.worker, String(p.visibilityMs), p.request, String(p.acks.length), String(p.fails.length)];
     for (const a of p.acks) args.push(a.id, a.token);
     for (const f of p.fails) args.push(f.lease.id, f.lease.token, f.error, f.mode, String(f.backoffMs ?? -1));
-    const r = await this.call('settle_claim', [this.keys.orphans, this.keys.claimreq(p.request)], args);
+    const what = `the end of ${p.acks.length + p.fails.length} lease(s) and a claim of up to ${p.n} job(s)`;
+    const r = await this.write(what, 'settle_claim', [this.keys.orphans, this.keys.claimreq(p.request)], args);
     return replies.parseSettleClaim(r, p.acks.length, p.fails.length);
   }
 
@@ -257,7 +316,7 @@ export class Queue {
       const chunk = leases.slice(i, i + MAX_BATCH);
       const args: Arg[] = [String(chunk.length)];
       for (const l of chunk) args.push(l.id, l.token);
-      out.push(...replies.parseAck(await this.call('ack', chunk.map((l) => this.keys.job(l.id)), args)));
+      out.push(...replies.parseAck(await this.write(`${chunk.length} ack(s)`, 'ack', chunk.map((l) => this.keys.job(l.id)), args)));
     }
     return out;
   }
@@ -276,7 +335,7 @@ export class Queue {
 
   /** fail: retry (backoff -1: the policy's), dead-letter, or release the job. */
   async fail(lease: LeaseRef, error: string, mode: FailMode = 'retry', backoffMs = -1): Promise<replies.FailOutcome> {
-    const r = await this.call('fail', [this.keys.job(lease.id)], [lease.id, lease.token, error, mode, String(backoffMs)]);
+    const r = await this.write(mode === 'release' ? 'a release' : 'a fail', 'fail', [this.keys.job(lease.id)], [lease.id, lease.token, error, mode, String(backoffMs)]);
     return replies.parseFail(r);
   }
 
@@ -298,7 +357,7 @@ export class Queue {
 
   /** One reap call: expired leases back in line (or dead), due delayed jobs promoted. */
   async reap(batch = 100): Promise<replies.ReapReply> {
-    return replies.parseReap(await this.call('reap', [this.keys.orphans], [String(batch)]));
+    return replies.parseReap(await this.write('a reap', 'reap', [this.keys.orphans], [String(batch)]));
   }
 
   /** The ms until the earliest delayed job is due on Redis's clock (null: none). */

@@ -35,3 +35,35 @@ export async function callScript(
     return (await client.callBuffer('eval', [script.source, keys.length, ...keys, ...args])) as Reply;
   }
 }
+
+/**
+ * The same call followed by `WAIT replicas timeoutMs` on the same connection, in the same
+ * round trip (a pipeline): the script's reply and how many replicas confirmed it.
+ */
+export async function callScriptAndWait(
+  client: Client,
+  name: ScriptName,
+  keys: readonly (string | Buffer)[],
+  args: readonly Arg[],
+  replicas: number,
+  timeoutMs: number,
+): Promise<{ reply: Reply; confirmed: number }> {
+  const script = SCRIPTS[name];
+  const run = async (how: 'evalsha' | 'eval') => {
+    const res = (await client
+      .pipeline()
+      .callBuffer(how, [how === 'evalsha' ? script.sha : script.source, keys.length, ...keys, ...args])
+      .call('WAIT', String(replicas), String(timeoutMs))
+      .exec())!;
+    const [[err, reply], [werr, confirmed]] = res;
+    if (err) throw err;
+    if (werr) throw werr;
+    return { reply: reply as Reply, confirmed: Number(confirmed) };
+  };
+  try {
+    return await run('evalsha');
+  } catch (err) {
+    if (!isNoScript(err)) throw err;
+    return run('eval');
+  }
+}

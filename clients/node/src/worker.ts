@@ -18,7 +18,7 @@ import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
 import type { Cluster, Redis } from 'ioredis';
 import type { LeaseRef } from './queue';
-import { newToken, Queue, type FailMode, MAX_BATCH } from './queue';
+import { newToken, parseDurability, Queue, type FailMode, MAX_BATCH } from './queue';
 import type { FailOutcome, LeaseReply } from './replies';
 
 /** Thrown by a handler: the job goes to the dead-letter set at once, never retried. */
@@ -79,6 +79,11 @@ export interface WorkerOptions {
   handleSignals?: boolean;
   workerId?: string;
   logger?: Logger;
+  /**
+   * `primary` or `replicated[:N[:TIMEOUT]]`; default: the queue's own (`Queue`'s
+   * `durability`), else the `durability` the operator publishes in the queue's meta.
+   */
+  durability?: string;
 }
 
 export interface WorkerCounters {
@@ -93,6 +98,8 @@ export interface WorkerCounters {
   reaped: number;
   renewals: number;
   redisErrors: number;
+  /** Calls applied on the primary that too few replicas confirmed. */
+  unconfirmed: number;
 }
 
 const RETRY_WINDOW_MS = 30_000;
@@ -106,7 +113,7 @@ const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms).unref?.
 
 /** Connection failures and Redis's "try again" replies; not a script's own error. */
 export function isTransient(err: unknown): boolean {
-  if (!(err instanceof Error)) return false;
+  if (!(err instanceof Error) || err.name === 'NotReplicated') return false;
   if (err.name !== 'ReplyError') return true;
   return /^(LOADING|BUSY|TRYAGAIN|CLUSTERDOWN|MASTERDOWN|READONLY|NOSCRIPT)/.test(err.message);
 }
@@ -156,7 +163,7 @@ function errorText(err: unknown): string {
 export class Worker extends EventEmitter {
   readonly workerId: string;
   readonly counters: WorkerCounters = {
-    claimed: 0, acked: 0, retried: 0, dead: 0, stale: 0, lost: 0, released: 0, cancelled: 0, reaped: 0, renewals: 0, redisErrors: 0,
+    claimed: 0, acked: 0, retried: 0, dead: 0, stale: 0, lost: 0, released: 0, cancelled: 0, reaped: 0, renewals: 0, redisErrors: 0, unconfirmed: 0,
   };
   private readonly concurrency: number;
   private readonly maxClaim: number;
@@ -245,7 +252,20 @@ export class Worker extends EventEmitter {
       process.on('SIGINT', this.signalHandler);
     }
     try {
-      this.leaseMs = this.opts.visibilityMs ?? (await this.queue.settings().catch(() => ({ visibilityTimeoutMs: 30_000 }))).visibilityTimeoutMs;
+      const settings = await this.queue.settings().catch(() => null);
+      this.leaseMs = this.opts.visibilityMs ?? settings?.visibilityTimeoutMs ?? 30_000;
+      if (this.opts.durability !== undefined) this.queue.durability = parseDurability(this.opts.durability);
+      else if (!this.queue.durability && settings?.durability) {
+        this.queue.durability = parseDurability(settings.durability);
+        this.log.info("using the queue's durability setting", { durability: settings.durability });
+      }
+      let quietUntil = 0;
+      this.queue.onUnconfirmed = (e) => {
+        this.counters.unconfirmed++;
+        if (now() < quietUntil) return;
+        quietUntil = now() + 10_000;
+        this.log.warn(`${e.what} applied on the primary but not confirmed by ${e.wanted} replica(s) (only ${e.confirmed} within ${e.timeoutMs}ms): a failover now may undo it; calls not confirmed in the next 10s are not logged`);
+      };
       this.log.info('worker started', { queue: this.queue.name, worker: this.workerId, concurrency: this.concurrency, leaseMs: this.leaseMs });
       const renewer = this.renewLoop();
       const reaper = this.opts.reaper === false ? Promise.resolve() : this.reapLoop();
