@@ -9,7 +9,9 @@ cd "$(dirname "$0")/.."
 bridge="$PWD/clients/node/dist/src/bridge.js"
 [ -f "$bridge" ] || { echo "error: $bridge is missing: build clients/node first (npm run build)" >&2; exit 1; }
 TOOLS="${JOBQUEUE_TOOLS_DIR:-$PWD/.tools}"
-venv="$TOOLS/conformance-venv-6.4.0"
+# The venv scripts/conformance.sh makes (its pinned redis-py).
+version="$(sed -n 's/^REDIS_PY_VERSION=//p' scripts/conformance.sh)"
+venv="$TOOLS/conformance-venv-$version"
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import redis' 2>/dev/null; then
   # scripts/conformance.sh installs redis-py into the venv on first use.
   ./scripts/conformance.sh >/dev/null 2>&1 || true
