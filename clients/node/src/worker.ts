@@ -15,6 +15,7 @@
 // - SIGTERM (and SIGINT): stop claiming, let the jobs in flight finish up to
 //   `shutdownTimeoutMs`, then abort them and release what stopped (a second signal: now).
 import { EventEmitter } from 'node:events';
+import { setTimeout as sleepFor } from 'node:timers/promises';
 import { hostname } from 'node:os';
 import type { Cluster, Redis } from 'ioredis';
 import type { LeaseRef } from './queue';
@@ -180,7 +181,6 @@ export class Worker extends EventEmitter {
   private hardStop = false;
   private renewing: Promise<void> | null = null;
   private blocker: Redis | Cluster | null = null;
-  private timers = new Set<NodeJS.Timeout>();
   private running: Promise<void> | null = null;
   private idleResolve: (() => void) | null = null;
   private directs = new Set<Promise<unknown>>();
@@ -273,7 +273,6 @@ export class Worker extends EventEmitter {
       await this.shutdown();
       await Promise.all([renewer, reaper]);
     } finally {
-      for (const t of this.timers) clearTimeout(t);
       this.blocker?.disconnect();
       if (this.signalHandler) {
         process.off('SIGTERM', this.signalHandler);
@@ -601,40 +600,24 @@ export class Worker extends EventEmitter {
 
   // ---- renewals, reaper, shutdown -------------------------------------------------
 
-  private async pause(ms: number): Promise<boolean> {
-    if (this.stopping) return false;
-    await new Promise<void>((resolve) => {
-      const t = setTimeout(() => {
-        this.timers.delete(t);
-        resolve();
-      }, ms);
-      this.timers.add(t);
-      void this.stoppedRenewing.then(() => {
-        clearTimeout(t);
-        this.timers.delete(t);
-        resolve();
-      });
-    });
-    return !this.renewalsOver;
-  }
+  /** Ends the renewer's and the reaper's waits at the end of shutdown. */
+  private readonly background = new AbortController();
 
-  private renewalsOver = false;
-  private stoppedRenewingResolve!: () => void;
-  private stoppedRenewing = new Promise<void>((r) => (this.stoppedRenewingResolve = r));
+  /** Wait `ms`; false once the background tasks are stopped. */
+  private async nap(ms: number): Promise<boolean> {
+    if (this.background.signal.aborted) return false;
+    try {
+      await sleepFor(ms, undefined, { signal: this.background.signal });
+      return true;
+    } catch {
+      return false;
+    }
+  }
 
   private async renewLoop() {
     const backoff = new Backoff();
     let wait = this.leaseMs / 3;
-    for (;;) {
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, wait);
-        this.timers.add(t);
-        void this.stoppedRenewing.then(() => {
-          clearTimeout(t);
-          resolve();
-        });
-      });
-      if (this.renewalsOver) return;
+    while (await this.nap(wait)) {
       if (this.opts.visibilityMs === undefined) {
         try {
           this.leaseMs = (await this.queue.settings()).visibilityTimeoutMs;
@@ -697,7 +680,7 @@ export class Worker extends EventEmitter {
   private async reapLoop() {
     // The first pass at a random point of the first interval.
     let wait = this.reapInterval() * Math.random();
-    while (await this.pause(wait)) {
+    while (!this.stopping && (await this.nap(wait))) {
       wait = this.reapInterval();
       try {
         for (let i = 0; i < REAP_CALLS; i++) {
@@ -746,7 +729,6 @@ export class Worker extends EventEmitter {
       this.hardStop = true;
     }
     await Promise.all([...this.directs]);
-    this.renewalsOver = true;
-    this.stoppedRenewingResolve();
+    this.background.abort();
   }
 }
