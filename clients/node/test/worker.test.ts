@@ -209,3 +209,19 @@ test('a settle_claim whose reply was lost is sent again with its request id: set
   assert.ok([...runs.values()].every((n) => n === 1), 'every job ran once');
   assert.equal(w.counters.acked, 40);
 });
+
+test('ids of any bytes (not UTF-8, 1024 bytes) and binary payloads reach the handler exactly and are acked', async () => {
+  const ids = [Buffer.from([0xff, 0x00, 0xfe]), Buffer.alloc(1024, 0x61)];
+  const payload = Buffer.from([0, 1, 2, 0xff]);
+  const got: Buffer[] = [];
+  const { q, w } = start('binary-ids', (job) => {
+    assert.ok(job.payload.equals(payload));
+    got.push(job.idBytes);
+  });
+  const added = await q.enqueueMany(ids.map((id) => ({ id, payload })));
+  assert.ok(added.every((a) => a.added));
+  await eventually('2 acks', async () => (await q.stats()).acked === 2);
+  await w.close();
+  assert.deepEqual(got.map((b) => b.toString('hex')).sort(), ids.map((b) => b.toString('hex')).sort());
+  await assert.rejects(q.enqueue('x', { id: Buffer.alloc(1025, 0x61) }), /invalid id/);
+});
