@@ -7,7 +7,8 @@
 //! migrated between Cluster nodes under load; and behind Sentinel, the primary
 //! SIGKILLed under load and a manual failover while workers hold leases; `replicated`
 //! durability whose `WAIT` times out (no replica, a replica SIGSTOPped); ids of 1024
-//! bytes and ids that are not UTF-8 through the exec worker. At the end every job is
+//! bytes and ids that are not UTF-8 through the exec worker; schedules fired by the
+//! workers through their SIGKILLs and Redis restarts with an AOF (every tick one job). At the end every job is
 //! acked or dead and none is lost; every job run more than once is explained by an
 //! expired lease. Runs are counted from each worker process's own records
 //! (tests/support/runs.rs): no job is dead-lettered without having run
@@ -22,8 +23,7 @@ mod support;
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -31,6 +31,7 @@ use std::time::Duration;
 use jobqueue::queue::{ConnectOptions, NewJob, Queue, QueueSettings, Redis};
 use rand::Rng;
 use support::eventually::Wait;
+use support::fleet::{Fleet, TAG};
 use support::procs;
 use support::proxy::Proxy;
 use support::redis::{RedisCluster, RedisServer, enqueue_raw};
@@ -40,10 +41,6 @@ use support::sentinel::{MASTER, SentinelSetup};
 use support::slot_migration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-
-const BIN: &str = env!("CARGO_BIN_EXE_jobqueue");
-const TAG: &str = "chaos";
-const VISIBILITY: &str = "1s";
 
 /// The overlap bound of the suite: every worker runs with `--kill-grace 1s` (or less),
 /// so two runs of one job may overlap by at most this (docs/reliability.md, "The lease's
@@ -130,194 +127,6 @@ async fn connect(url: &str, cluster: bool) -> Queue {
     .await
     .expect("connect");
     Queue::new(redis, "jq", TAG).unwrap()
-}
-
-/// Worker processes, killed and restarted at will.
-struct Fleet {
-    url: String,
-    cluster: bool,
-    dir: PathBuf,
-    procs: Vec<Option<Child>>,
-    /// The worker id of each slot's current process.
-    ids: Vec<String>,
-    generation: usize,
-    /// Names the log files (`NAME-i.log`) and the worker ids (`NAMEi-gN`): unique per
-    /// scenario, since scenarios run at once and processes are found by worker id.
-    name: &'static str,
-    /// The handler's command (tests/support/runs.rs).
-    command: Vec<String>,
-    extra: Vec<String>,
-}
-
-impl Fleet {
-    fn start(url: &str, cluster: bool, dir: &Path, count: usize) -> Fleet {
-        Fleet::start_with(url, cluster, dir, count, "w", Work::Sleep, &[])
-    }
-
-    fn start_with(
-        url: &str,
-        cluster: bool,
-        dir: &Path,
-        count: usize,
-        name: &'static str,
-        work: Work,
-        extra: &[&str],
-    ) -> Fleet {
-        let mut fleet = Fleet {
-            url: url.to_string(),
-            cluster,
-            dir: dir.to_path_buf(),
-            procs: (0..count).map(|_| None).collect(),
-            ids: vec![String::new(); count],
-            generation: 0,
-            name,
-            command: runs::command(work),
-            extra: extra.iter().map(|s| s.to_string()).collect(),
-        };
-        for i in 0..count {
-            fleet.spawn(i);
-        }
-        fleet
-    }
-
-    fn spawn(&mut self, i: usize) {
-        self.generation += 1;
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join(self.log_name(i)))
-            .unwrap();
-        // The test process's pid keeps the ids (and the processes found by them) apart
-        // from those of another run of the same scenario on the machine.
-        self.ids[i] = format!(
-            "{}{i}-g{}-p{}",
-            self.name,
-            self.generation,
-            std::process::id()
-        );
-        let mut cmd = Command::new(BIN);
-        cmd.arg("worker");
-        // A scenario behind Sentinel names the Sentinels instead (both are refused).
-        if !self.extra.iter().any(|a| a == "--sentinel") {
-            cmd.args(["--redis", &self.url]);
-        }
-        cmd.args(["--tag", TAG])
-            .args(["--concurrency", "4", "--shutdown-timeout", "3s"])
-            .args(["--worker-id", &self.ids[i]])
-            .args(&self.extra);
-        // Leases of VISIBILITY unless the scenario asks for its own.
-        if !self.extra.iter().any(|a| a == "--visibility") {
-            cmd.args(["--visibility", VISIBILITY]);
-        }
-        // A lost lease's command gets SIGTERM, then SIGKILL a grace later: GRACE unless
-        // the scenario asks for less.
-        if !self.extra.iter().any(|a| a == "--kill-grace") {
-            cmd.args(["--kill-grace", "1s"]);
-        }
-        if self.cluster {
-            cmd.arg("--cluster");
-        }
-        let child = cmd
-            .arg("--exec")
-            .args(&self.command)
-            .env(runs::RUNS_ENV, &self.dir)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("run jobqueue worker");
-        self.procs[i] = Some(child);
-    }
-
-    fn log_name(&self, i: usize) -> String {
-        if self.name == "w" {
-            format!("worker-{i}.log")
-        } else {
-            format!("{}-{i}.log", self.name)
-        }
-    }
-
-    /// SIGKILL one running worker; returns its slot.
-    fn kill_random(&mut self) -> Option<usize> {
-        let running: Vec<usize> = (0..self.procs.len())
-            .filter(|&i| self.procs[i].is_some())
-            .collect();
-        if running.is_empty() {
-            return None;
-        }
-        let i = running[rand::rng().random_range(0..running.len())];
-        let mut child = self.procs[i].take().unwrap();
-        runs::note_kill(&self.dir, &self.ids[i]);
-        let _ = child.kill();
-        let _ = child.wait();
-        Some(i)
-    }
-
-    /// Workers that exited without being killed by the test.
-    fn crashed(&mut self) -> Vec<String> {
-        self.procs
-            .iter_mut()
-            .enumerate()
-            .filter_map(|(i, p)| {
-                let status = p.as_mut()?.try_wait().ok()??;
-                Some(format!("worker {i} exited: {status}"))
-            })
-            .collect()
-    }
-
-    /// SIGTERM everyone and wait; returns how many exited cleanly.
-    fn stop(&mut self) -> usize {
-        let mut clean = 0;
-        for child in self.procs.iter_mut().flatten() {
-            // SAFETY: kill has no memory effects.
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        }
-        for mut child in self.procs.iter_mut().filter_map(Option::take) {
-            if child.wait().map(|s| s.success()).unwrap_or(false) {
-                clean += 1;
-            }
-        }
-        clean
-    }
-
-    /// Worker processes alive (as far as the test knows).
-    fn running(&self) -> usize {
-        self.procs.iter().filter(|p| p.is_some()).count()
-    }
-
-    /// One more worker process, as a new pod would be.
-    fn grow(&mut self) {
-        self.procs.push(None);
-        self.ids.push(String::new());
-        self.spawn(self.procs.len() - 1);
-    }
-
-    /// SIGTERM the newest running worker and wait for it, as a scale-down would.
-    fn shrink(&mut self) {
-        if let Some(slot) = self.procs.iter_mut().rev().find(|p| p.is_some()) {
-            let mut child = slot.take().unwrap();
-            // SAFETY: kill has no memory effects.
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-            let _ = child.wait();
-        }
-    }
-
-    fn logs(&self) -> String {
-        (0..self.procs.len())
-            .map(|i| std::fs::read_to_string(self.dir.join(self.log_name(i))).unwrap_or_default())
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-}
-
-impl Drop for Fleet {
-    fn drop(&mut self) {
-        for mut child in self.procs.iter_mut().filter_map(Option::take) {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }
 
 /// Reapers (each on its own connection) that keep going through Redis failures.
@@ -435,7 +244,7 @@ impl std::fmt::Display for Tally {
     }
 }
 
-fn report(tally: &Tally) {
+fn report(tally: &impl std::fmt::Display) {
     println!("{tally}");
     if let Ok(path) = std::env::var("JOBQUEUE_CHAOS_REPORT") {
         let mut f = std::fs::OpenOptions::new()
@@ -2202,4 +2011,159 @@ async fn o_long_and_byte_ids_through_exec_workers_sigkilled() {
     )
     .await;
     assert!(kills > 0 && tally.acked > 0);
+}
+
+/// (p)'s figures: ticks due while the workers fired, jobs fired for them, ticks with no
+/// job (`lost`) and jobs beyond one per tick (`doubled`).
+#[derive(Debug, Default)]
+struct ScheduleTally {
+    scenario: &'static str,
+    ticks: usize,
+    fired: usize,
+    lost: usize,
+    doubled: u64,
+    worker_kills: usize,
+    redis_restarts: usize,
+}
+
+impl std::fmt::Display for ScheduleTally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "chaos {}: ticks={} fired={} lost={} doubled={} | faults={} (worker_kills={} \
+             redis_restarts={})",
+            self.scenario,
+            self.ticks,
+            self.fired,
+            self.lost,
+            self.doubled,
+            self.worker_kills + self.redis_restarts,
+            self.worker_kills,
+            self.redis_restarts,
+        )
+    }
+}
+
+/// (p): two `every 1s` schedules (`skip` and `once`) fired by three worker processes
+/// only, through worker SIGKILLs and Redis SIGKILLed and restarted with an AOF
+/// (`appendfsync always`): every tick from the first to the last before the schedules
+/// are paused has exactly one job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p_schedules_fire_each_tick_once_through_worker_kills_and_redis_restarts() {
+    use jobqueue::queue::schedule::{Missed, Rule, Schedule};
+    use support::firers::{fired_ticks, gaps, scheduled};
+
+    let scale = scale();
+    let mut server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let queue = connect(&url, false).await;
+    queue.configure(&settings()).await.unwrap();
+    let names = ["p-skip", "p-once"];
+    for (name, missed) in names.into_iter().zip([Missed::Skip, Missed::Once]) {
+        let s = Schedule {
+            name: name.into(),
+            rule: Rule::Every(Duration::from_secs(1)),
+            payload: b"ok 0.050\n".to_vec(),
+            options: Default::default(),
+            missed,
+            paused: false,
+        };
+        queue.put_schedule(&s).await.unwrap();
+    }
+    let first = queue
+        .schedule(names[0])
+        .await
+        .unwrap()
+        .unwrap()
+        .next_tick
+        .unwrap();
+    assert_eq!(
+        queue.schedule(names[1]).await.unwrap().unwrap().next_tick,
+        Some(first)
+    );
+    let mut fleet = Fleet::start_with(&url, false, dir.path(), 3, "sch", Work::Sleep, &[]);
+
+    // 12 s (× scale) of faults every 400–900 ms: a worker SIGKILLed and restarted
+    // 100–300 ms later, every third fault Redis SIGKILLed and restarted 50–300 ms later.
+    let until = first + 12_000 * scale as i64;
+    let (mut worker_kills, mut redis_restarts) = (0, 0);
+    let observer = connect(&url, false).await;
+    loop {
+        tokio::time::sleep(Duration::from_millis(rand::rng().random_range(400..900))).await;
+        let Ok(now) = observer.now_ms().await else {
+            continue;
+        };
+        if now > until {
+            break;
+        }
+        if (worker_kills + redis_restarts) % 3 == 2 {
+            tokio::task::block_in_place(|| {
+                server.kill();
+                std::thread::sleep(Duration::from_millis(rand::rng().random_range(50..300)));
+                server.restart();
+            });
+            redis_restarts += 1;
+        } else if let Some(i) = fleet.kill_random() {
+            worker_kills += 1;
+            tokio::time::sleep(Duration::from_millis(rand::rng().random_range(100..300))).await;
+            fleet.spawn(i);
+        }
+    }
+    // The schedules stop; the last tick each fired is the end of its run.
+    let mut tally = ScheduleTally {
+        scenario: "(p) schedules through worker SIGKILLs and Redis restarts, AOF always",
+        worker_kills,
+        redis_restarts,
+        ..ScheduleTally::default()
+    };
+    // A new connection: the old one may have seen the last restart.
+    let queue = connect(&url, false).await;
+    let mut conn = server.conn();
+    let mut problems = Vec::new();
+    for name in names {
+        assert_eq!(queue.pause_schedule(name, true).await.unwrap(), Some(true));
+        let last = queue
+            .schedule(name)
+            .await
+            .unwrap()
+            .unwrap()
+            .last_tick
+            .unwrap();
+        let now = queue.now_ms().await.unwrap();
+        assert!(
+            last >= now - 2_000,
+            "{name}: the last tick fired, {last}, is a tick before the pause at {now}\n{}",
+            fleet.logs()
+        );
+        let ticks = fired_ticks(&mut conn, TAG, name);
+        let due = ((last - first) / 1000 + 1) as usize;
+        tally.ticks += due;
+        tally.fired += ticks.len();
+        tally.lost += due - ticks.len().min(due);
+        if ticks.first() != Some(&first) || ticks.last() != Some(&last) {
+            problems.push(format!(
+                "{name}: ticks from {first} to {last}, fired {ticks:?}"
+            ));
+        }
+        for (a, b) in gaps(&ticks, 1000) {
+            problems.push(format!("{name}: no job for the ticks between {a} and {b}"));
+        }
+    }
+    tally.doubled = scheduled(&mut conn, TAG).saturating_sub(tally.fired as u64);
+    let crashed = fleet.crashed();
+    assert!(
+        crashed.is_empty(),
+        "workers must survive Redis restarts: {crashed:?}"
+    );
+    fleet.stop();
+    report(&tally);
+    assert!(
+        problems.is_empty(),
+        "{}\n{}",
+        problems.join("\n"),
+        fleet.logs()
+    );
+    assert_eq!((tally.lost, tally.doubled), (0, 0), "{tally}");
+    assert!(worker_kills > 0 && redis_restarts > 0, "{tally}");
 }

@@ -363,21 +363,18 @@ async fn every_api_error_is_json_and_writes_and_outages_are_audited() {
         b"{}",
     );
     assert_eq!(refused.code, 403, "{refused:?}");
-    let writes = audit("write")(&ui.log());
-    assert!(
-        writes
-            .iter()
-            .any(|v| v["path"] == "/api/dead/purge" && v["status"] == 403),
-        "{}",
-        ui.log()
-    );
-    assert!(
-        writes
-            .iter()
-            .any(|v| v["path"] == "/api/dead/redrive" && v["status"] == 200),
-        "{}",
-        ui.log()
-    );
+    // The log is read from the console's stderr as it comes: wait for the lines.
+    Wait::for_("audit lines for the refused purge and the redrive")
+        .explained_by(|| ui.log())
+        .until_blocking(|| {
+            let writes = audit("write")(&ui.log());
+            writes
+                .iter()
+                .any(|v| v["path"] == "/api/dead/purge" && v["status"] == 403)
+                && writes
+                    .iter()
+                    .any(|v| v["path"] == "/api/dead/redrive" && v["status"] == 200)
+        });
     server.kill();
     let outage = Wait::for_("an audit line for the outage")
         .explained_by(|| ui.log())

@@ -1048,7 +1048,11 @@ impl Queue {
         cmd.arg(batch);
         // Under `replicated`, a reap's outcome counts once replicas confirmed it.
         let reply = self.run_durable(&SCRIPTS.reap, &cmd).await?;
-        match int_array(&reply).as_deref() {
+        self.reap_outcome(&reply)
+    }
+
+    fn reap_outcome(&self, reply: &Value) -> Result<ReapOutcome> {
+        match int_array(reply).as_deref() {
             Some(&[requeued, dead_lettered, more, promoted, restored]) => Ok(ReapOutcome {
                 requeued: requeued.max(0) as u64,
                 dead_lettered: dead_lettered.max(0) as u64,
@@ -1071,6 +1075,79 @@ impl Queue {
             }
         }
         Ok(total)
+    }
+
+    /// [`Queue::reap_expired`], with the earliest schedule tick (ms, Redis clock; `None`
+    /// when no schedule runs) read in the first reap call's round trip: a worker's reaper
+    /// learns whether its schedule firer has anything to look at without a round trip of
+    /// its own. Under `replicated` durability the read is a round trip of its own.
+    pub async fn reap_expired_and_first_tick(
+        &self,
+        batch: usize,
+        max_calls: usize,
+    ) -> Result<(ReapOutcome, Option<i64>)> {
+        check_count("batch", batch)?;
+        let (mut total, first_tick) = if matches!(self.durability, Durability::Primary) {
+            let mut cmd = self.script_cmd(&SCRIPTS.reap, std::slice::from_ref(&self.keys.orphans));
+            cmd.arg(batch);
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            pipe.cmd("ZRANGE")
+                .arg(&self.keys.schedule_due)
+                .arg(0)
+                .arg(0)
+                .arg("WITHSCORES");
+            pipe.add_command(cmd);
+            let mut conn = self.redis.clone();
+            let replies: Vec<Value> = pipe
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| self.err(SCRIPTS.reap.name, e))?;
+            let [due, reply] = <[Value; 2]>::try_from(replies).map_err(|r| {
+                self.protocol(
+                    SCRIPTS.reap.name,
+                    format!("{} replies to ZRANGE + reap", r.len()),
+                )
+            })?;
+            let first_tick = self.first_tick(due)?;
+            let pass = match reply {
+                Value::ServerError(e) => {
+                    let e: redis::RedisError = e.into();
+                    if e.kind() != redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) {
+                        return Err(self.err(SCRIPTS.reap.name, e));
+                    }
+                    // The server forgot the script (restart, failover): reap() loads it.
+                    self.reap(batch).await?
+                }
+                reply => self.reap_outcome(&reply)?,
+            };
+            (pass, first_tick)
+        } else {
+            let mut conn = self.redis.clone();
+            let due: Value = redis::cmd("ZRANGE")
+                .arg(&self.keys.schedule_due)
+                .arg(0)
+                .arg(0)
+                .arg("WITHSCORES")
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| self.err_on("schedules", &self.keys.schedule_due, e))?;
+            (self.reap(batch).await?, self.first_tick(due)?)
+        };
+        if total.more && max_calls > 1 {
+            total += self.reap_expired(batch, max_calls - 1).await?;
+        }
+        Ok((total, first_tick))
+    }
+
+    /// The earliest tick of a `ZRANGE schedule_due 0 0 WITHSCORES` reply.
+    fn first_tick(&self, due: Value) -> Result<Option<i64>> {
+        if let Value::ServerError(e) = due {
+            return Err(self.err_on("schedules", &self.keys.schedule_due, e.into()));
+        }
+        let due: Vec<(String, f64)> = redis::from_redis_value(due)
+            .map_err(|e| self.protocol("schedules", format!("schedule_due: {e}")))?;
+        Ok(due.first().map(|(_, t)| *t as i64))
     }
 
     /// Counts and counters, and whether the queue is paused, in one round trip.

@@ -1303,7 +1303,11 @@ async fn watch_deadlines(shared: Arc<Shared>, stop: CancellationToken) {
 async fn reap_now_and_then(shared: Arc<Shared>, tuning: Timing) {
     let mut wait = reap_interval(shared.lease_len()).mul_f64(rand::random::<f64>());
     let writer = format!("reaper:{}", shared.worker_id);
-    let _firer = AbortOnDrop(tokio::spawn(fire_schedules_on_time(shared.clone())));
+    let schedules_seen = Arc::new(tokio::sync::Notify::new());
+    let _firer = AbortOnDrop(tokio::spawn(fire_schedules_on_time(
+        shared.clone(),
+        schedules_seen.clone(),
+    )));
     loop {
         tokio::select! {
             _ = shared.shutdown.cancelled() => return,
@@ -1313,7 +1317,21 @@ async fn reap_now_and_then(shared: Arc<Shared>, tuning: Timing) {
         if let JobSource::One(queue) = &shared.queue {
             tune_visibility(&shared, queue, &writer, &tuning, wait).await;
         }
-        match shared.queue.reap_expired(REAP_BATCH, REAP_CALLS).await {
+        // One queue: the first reap call's round trip reads the earliest schedule tick
+        // too, and wakes the schedule firer when a schedule runs.
+        let pass = match &shared.queue {
+            JobSource::One(queue) => queue
+                .reap_expired_and_first_tick(REAP_BATCH, REAP_CALLS)
+                .await
+                .map(|(o, first_tick)| {
+                    if first_tick.is_some() {
+                        schedules_seen.notify_one();
+                    }
+                    o
+                }),
+            JobSource::Partitioned(_) => shared.queue.reap_expired(REAP_BATCH, REAP_CALLS).await,
+        };
+        match pass {
             Ok(o) => {
                 let reaped = o.requeued + o.dead_lettered;
                 Counters::add(&shared.counters.reaped, reaped);
@@ -1329,7 +1347,7 @@ async fn reap_now_and_then(shared: Arc<Shared>, tuning: Timing) {
 }
 
 /// The longest the reaper's schedule firer waits between looks at the queue's schedules
-/// (a schedule added meanwhile is seen within it).
+/// while one runs (a schedule added meanwhile is seen within it).
 const SCHEDULE_POLL: Duration = Duration::from_secs(1);
 
 /// Aborts its task when dropped: the reaper's schedule firer ends with the reaper.
@@ -1343,9 +1361,11 @@ impl Drop for AbortOnDrop {
 
 /// The reaper's schedule firer (docs/protocol.md, Schedules): fires the queue's due
 /// schedules at their tick (plus up to 20 ms, so a fleet's firers do not all race for
-/// it), looking again at least every [`SCHEDULE_POLL`]. Twins firing one tick make one
-/// job. Not on a partitioned queue.
-async fn fire_schedules_on_time(shared: Arc<Shared>) {
+/// it), looking again at least every [`SCHEDULE_POLL`] while a schedule runs. When none
+/// runs it sends nothing: it waits for `seen`, which the reaper's rounds notify when
+/// their round trip found a schedule tick. Twins firing one tick make one job. Not on a
+/// partitioned queue.
+async fn fire_schedules_on_time(shared: Arc<Shared>, seen: Arc<tokio::sync::Notify>) {
     let JobSource::One(queue) = &shared.queue else {
         return;
     };
@@ -1356,20 +1376,25 @@ async fn fire_schedules_on_time(shared: Arc<Shared>) {
                     debug!(queue = %shared.queue_name, fired = f.fired, skipped = f.skipped,
                         "fired schedules");
                 }
-                let until = f
-                    .next_tick
-                    .map(|t| Duration::from_millis(t.saturating_sub(f.now_ms).max(0) as u64))
-                    .unwrap_or(SCHEDULE_POLL);
-                until.min(SCHEDULE_POLL) + Duration::from_millis(rand::random::<u64>() % 20)
+                f.next_tick.map(|t| {
+                    let until = Duration::from_millis(t.saturating_sub(f.now_ms).max(0) as u64);
+                    until.min(SCHEDULE_POLL) + Duration::from_millis(rand::random::<u64>() % 20)
+                })
             }
             Err(err) => {
                 shared.redis_error("fire schedules", &err, SCHEDULE_POLL);
-                SCHEDULE_POLL
+                Some(SCHEDULE_POLL)
             }
         };
-        tokio::select! {
-            _ = shared.shutdown.cancelled() => return,
-            _ = tokio::time::sleep(wait) => {}
+        match wait {
+            Some(wait) => tokio::select! {
+                _ = shared.shutdown.cancelled() => return,
+                _ = tokio::time::sleep(wait) => {}
+            },
+            None => tokio::select! {
+                _ = shared.shutdown.cancelled() => return,
+                _ = seen.notified() => {}
+            },
         }
     }
 }

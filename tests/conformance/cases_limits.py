@@ -19,29 +19,30 @@ PROMPT_S = 3
 
 def prompt(what, q, name, extra_keys, *args):
     """q.ev(name, ...) on a connection that waits PROMPT_S seconds for the answer."""
-    kw = r.connection_pool.connection_kwargs
+    node = node_of(q.pending)
+    kw = node.connection_pool.connection_kwargs
     # no retry: a call resent after the timeout would only queue behind the running one
     c = redis.Redis(host=kw.get('host', 'localhost'), port=kw['port'], socket_timeout=PROMPT_S,
                     retry=Retry(NoBackoff(), 0))
     try:
         return c.evalsha(SHAS[name], len(q.K) + len(extra_keys), *q.K, *extra_keys, q.jp, *args)
     except redis.TimeoutError:
-        _kill_script()
+        _kill_script(node)
         raise AssertionError(f'{what} did not answer within {PROMPT_S} s') from None
     except redis.ResponseError as e:
         if str(e).startswith('BUSY'):
-            _kill_script()
+            _kill_script(node)
             raise AssertionError(f'{what} did not answer within {PROMPT_S} s') from None
         raise
     finally:
         c.close()
 
 
-def _kill_script():
+def _kill_script(node):
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
-            r.script_kill()
+            node.script_kill()
         except redis.ResponseError as e:
             if 'NOTBUSY' in str(e):
                 return

@@ -1,34 +1,60 @@
-"""A minimal client of the protocol with redis-py, on a private redis-server.
+"""A minimal client of the protocol with redis-py, on private redis-servers.
 
-The server is started on a free loopback port (REDIS_SERVER or redis-server on PATH)
-and stopped by stop_server(); nothing here touches a server that was already running.
+JOBQUEUE_CONFORMANCE_MODE picks where the cases run: `standalone` (the default), one
+redis-server; `cluster`, a 3-master Redis Cluster (redis-server --cluster-enabled yes,
+joined by CLUSTER MEET and ADDSLOTSRANGE), reached through redis-py's RedisCluster so
+that every EVALSHA and every direct command goes to the node of its keys. The servers
+are started on free loopback ports (REDIS_SERVER or redis-server on PATH) and stopped by
+stop_server(); nothing here touches a server that was already running.
 """
 import atexit, os, shutil, socket, subprocess, tempfile, time
 
 import redis
+from redis.cluster import RedisCluster
 
 LUA = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'lua')
 NAMES = ['enqueue', 'claim', 'settle_claim', 'ack', 'extend', 'fail', 'reap', 'stats', 'redrive',
          'purge', 'preview', 'manage', 'schedule']
+MODE = os.environ.get('JOBQUEUE_CONFORMANCE_MODE', 'standalone')
+if MODE not in ('standalone', 'cluster'):
+    raise SystemExit(f'conformance: JOBQUEUE_CONFORMANCE_MODE={MODE!r}: expected standalone or cluster')
+CLUSTER = MODE == 'cluster'
 
 
-def _start_server():
-    binary = os.environ.get('REDIS_SERVER', 'redis-server')
-    workdir = tempfile.mkdtemp(prefix='jobqueue-conformance-')
-    for _ in range(20):
+def _free_port(cluster_bus=False):
+    """A loopback port nobody listens on; with cluster_bus, its bus port (+10000) too."""
+    while True:
         with socket.socket() as s:
             s.bind(('127.0.0.1', 0))
             port = s.getsockname()[1]
+        if not cluster_bus:
+            return port
+        if port + 10000 > 65535:
+            continue
+        with socket.socket() as b:
+            try:
+                b.bind(('127.0.0.1', port + 10000))
+            except OSError:
+                continue
+        return port
+
+
+def _spawn(workdir, extra=(), cluster_bus=False):
+    """One redis-server in workdir: (process, port), once it answers PING."""
+    binary = os.environ.get('REDIS_SERVER', 'redis-server')
+    for _ in range(20):
+        port = _free_port(cluster_bus)
         proc = subprocess.Popen(
             [binary, '--port', str(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no',
-             '--dir', workdir, '--logfile', os.path.join(workdir, 'redis.log')],
+             '--dir', workdir, '--logfile', os.path.join(workdir, f'redis-{port}.log'), *extra],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         client = redis.Redis(port=port)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and proc.poll() is None:
             try:
                 client.ping()
-                return proc, client, workdir
+                client.close()
+                return proc, port
             except redis.ConnectionError:
                 time.sleep(0.01)
         proc.kill()
@@ -36,18 +62,72 @@ def _start_server():
     raise SystemExit('conformance: could not start redis-server')
 
 
-_proc, r, _workdir = _start_server()
+def _start_cluster(workdir):
+    """Three masters, 16384 slots split between them, joined by CLUSTER MEET; returns the
+    processes and a RedisCluster client once every node says cluster_state:ok."""
+    procs, ports = [], []
+    for i in range(3):
+        proc, port = _spawn(workdir, ['--cluster-enabled', 'yes', '--cluster-node-timeout', '5000',
+                                      '--cluster-config-file', f'nodes-{i}-{os.getpid()}.conf'],
+                            cluster_bus=True)
+        procs.append(proc)
+        ports.append(port)
+    nodes = [redis.Redis(port=p) for p in ports]
+    bounds = [0, 5461, 10923, 16384]
+    for i, node in enumerate(nodes):
+        node.execute_command('CLUSTER', 'ADDSLOTSRANGE', bounds[i], bounds[i + 1] - 1)
+        if i:
+            node.execute_command('CLUSTER', 'MEET', '127.0.0.1', ports[0])
+    deadline = time.monotonic() + 30
+    while True:
+        states = [n.execute_command('CLUSTER', 'INFO') for n in nodes]
+        if isinstance(states[0], bytes):
+            states = [s.decode() for s in states]
+        known = [len(n.execute_command('CLUSTER', 'NODES').splitlines()) for n in nodes]
+        if all('cluster_state:ok' in s for s in states) and all(k == 3 for k in known):
+            break
+        if time.monotonic() > deadline:
+            for p in procs:
+                p.kill()
+            raise SystemExit(f'conformance: the cluster did not come up: {states}')
+        time.sleep(0.05)
+    for n in nodes:
+        n.close()
+    return procs, RedisCluster(host='127.0.0.1', port=ports[0])
+
+
+def _start():
+    workdir = tempfile.mkdtemp(prefix='jobqueue-conformance-')
+    if CLUSTER:
+        procs, client = _start_cluster(workdir)
+        return procs, client, workdir
+    proc, port = _spawn(workdir)
+    return [proc], redis.Redis(port=port), workdir
+
+
+_procs, r, _workdir = _start()
 
 
 def stop_server():
-    if _proc.poll() is None:
-        _proc.kill()
-        _proc.wait()
+    for p in _procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
     shutil.rmtree(_workdir, ignore_errors=True)
 
 
 atexit.register(stop_server)
+# On a Cluster, redis-py sends SCRIPT LOAD to every primary: each node has the scripts.
 SHAS = {n: r.script_load(open(f"{LUA}/{n}.lua", "rb").read()) for n in NAMES}
+
+
+def node_of(key):
+    """A client of the one server that holds `key` (the server itself when standalone),
+    for commands about a server rather than a key (INFO, SCRIPT KILL)."""
+    if not CLUSTER:
+        return r
+    node = r.get_node_from_key(key)
+    return r.get_redis_connection(node)
 
 def now_ms():
     s, us = r.time()

@@ -1,7 +1,8 @@
 """Conformance of lua/ to the protocol, checked by a client in another language.
 
 Calls the scripts exactly as docs/protocol.md says (SCRIPT LOAD, EVALSHA, KEYS and ARGV
-in protocol order) with redis-py only, on a private redis-server, and checks every rule:
+in protocol order) with redis-py only, on a private redis-server or a private 3-master
+Redis Cluster (JOBQUEUE_CONFORMANCE_MODE, jq.py), and checks every rule:
 FIFO, batches, duplicates, payload bytes, fencing by token, expiry, fail and backoff,
 reap and trimming, redrive and purge, orphans, wake markers, wrong-typed keys (named,
 nothing changed) and malformed arguments. Run by scripts/conformance.sh. The cases of newer areas live in cases_*.py beside this
@@ -154,10 +155,12 @@ def enqueue_refuses_a_job_key_that_is_not_prefix_and_id():
     e = err_of(lambda: q.ev('enqueue', [q.jk('a'), q.jk('x')], 2, 'a', 'p', 0, 'b', 'p', 0))
     assert e.startswith('jobqueue: invalid keys: triple 2'), e
     assert q.jp + 'x' in e and 'b' in e, e
-    e = err_of(lambda: q.ev('enqueue', ['other:job:a'], 1, 'a', 'p', 0))
+    # another key of the queue's slot (a Cluster refuses one of another slot itself)
+    other = 'other:' + q.p + 'job:a'
+    e = err_of(lambda: q.ev('enqueue', [other], 1, 'a', 'p', 0))
     assert e.startswith('jobqueue: invalid keys: triple 1'), e
     assert q.snapshot() == before
-    assert not r.exists(q.jk('x')) and not r.exists('other:job:a')
+    assert not r.exists(q.jk('x')) and not r.exists(other)
     # the right keys still work, binary ids included
     assert q.enqueue([('a', 'p', 0), (b'\xff b', 'p', 5)]) == [1, 1]
 
@@ -759,17 +762,17 @@ def leading_zero_and_minus_zero():
 def orphans_set_aside_and_restored():
     q = fresh('orph')
     q.enqueue([('a', 'p', 0), ('b', 'p', 0), ('l', 'p', 0), ('d', 'p', 1)])
-    r.rename(q.jk('a'), 'away:a')               # a slot migration: the hash is elsewhere
+    r.rename(q.jk('a'), 'away:' + q.p + 'a')    # a slot migration: the hash is elsewhere
     jobs, more = q.claim_reply(1)
     assert [j[0] for j in jobs] == [b'b'] and more == 0
     assert r.zrange(q.orphans, 0, -1) == [b'a']  # set aside, scored when
     st = q.stats(); assert st['orphaned'] == 1 and st['set_aside'] == 1 and st['orphans'] == 1, st
     assert q.claim(1, vis=1)[0][0] == b'l'
-    r.rename(q.jk('l'), 'away:l'); wait_ms(5)
+    r.rename(q.jk('l'), 'away:' + q.p + 'l'); wait_ms(5)
     assert q.reap_reply() [:3] == [0, 0, 0]     # the expired lease of l: hash absent, set aside
     assert r.zcard(q.processing) == 1 and r.zscore(q.orphans, 'l') is not None
     assert q.reap_reply()[4] == 0               # still absent: they stay
-    r.rename('away:a', q.jk('a')); r.rename('away:l', q.jk('l'))
+    r.rename('away:' + q.p + 'a', q.jk('a')); r.rename('away:' + q.p + 'l', q.jk('l'))
     res = q.reap_reply()
     assert res[4] == 2 and r.zcard(q.orphans) == 0, res
     assert r.lrange(q.pending, -1, -1) == [b'a']          # pending: the front
@@ -777,11 +780,11 @@ def orphans_set_aside_and_restored():
     st = q.stats(); assert st['restored'] == 2 and st['orphaned'] == 0, st
     # purge's orphans form forgets only ids whose hash is still absent
     q.enqueue([('g', 'p', 0), ('h', 'p', 0)])
-    r.delete(q.jk('g')); r.rename(q.jk('h'), 'away:h')
+    r.delete(q.jk('g')); r.rename(q.jk('h'), 'away:' + q.p + 'h')
     r.delete(q.pending); q.enqueue([('x', 'p', 0)]); r.lpush(q.pending, 'g', 'h')
     q.claim(3)
     assert sorted(r.zrange(q.orphans, 0, -1)) == [b'g', b'h']
-    r.rename('away:h', q.jk('h'))
+    r.rename('away:' + q.p + 'h', q.jk('h'))
     assert q.purge_orphans(10) == 1 and r.zrangebyscore(q.orphans, 0, '+inf') == [b'h']
     assert r.zscore(q.orphans, 'g') < 0          # forgotten, remembered for reap a while
     assert q.stats()['orphans_purged'] == 1
@@ -1032,11 +1035,11 @@ def settle_claim_wrong_typed_keys_are_named_and_change_nothing():
     # processing, when nothing is claimed: pending is empty now
     q.claim(1, tokens=['tb'])
     tb = q.tok('b')
-    r.rename(q.processing, 'saved-processing'); r.set(q.processing, 'oops')
+    r.rename(q.processing, 'saved:' + q.processing); r.set(q.processing, 'oops')
     snap = q.snapshot()
     m = err_of(lambda: q.settle_claim(1, acks=[('a', ta)]))
     assert q.processing in m and 'wrong type' in m and q.snapshot() == snap, m
-    r.delete(q.processing); r.rename('saved-processing', q.processing)
+    r.delete(q.processing); r.rename('saved:' + q.processing, q.processing)
     assert q.settle_claim(1, acks=[('a', ta), ('b', tb)])[2] == [1, 1]
 
 # the job layout ---------------------------------------------------------------------
@@ -1094,7 +1097,7 @@ def main():
             failed += 1
             print('FAIL', f.__name__)
             traceback.print_exc()
-    print(f'conformance: {len(TESTS) - failed} passed, {failed} failed')
+    print(f'conformance ({MODE}): {len(TESTS) - failed} passed, {failed} failed')
     return 1 if failed else 0
 
 

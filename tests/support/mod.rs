@@ -5,16 +5,19 @@
 //! stand-in API server over real HTTP (`standin`), TCP proxies that cut a connection the
 //! way a partition does (`proxy`) or lose the replies of chosen requests
 //! (`reply_dropper`), moving a Cluster slot between nodes key by key (`slot_migration`),
-//! the web console and its browser scenarios (`console`),
-//! the process table (`procs`), and the workers' own records of the runs of jobs that
-//! the chaos tallies count (`runs`).
+//! the web console and its browser scenarios (`console`), worker processes killed and
+//! restarted at will (`fleet`), every process that fires schedules, workers and
+//! operators, stopped and started together (`firers`), the process table (`procs`), and
+//! the workers' own records of the runs of jobs that the chaos tallies count (`runs`).
 //! Every test binary includes it with `mod support;` and uses a part.
 #![allow(dead_code)]
 
 pub mod certs;
 pub mod console;
 pub mod eventually;
+pub mod firers;
 pub mod fixtures;
+pub mod fleet;
 pub mod mock_api;
 pub mod procs;
 pub mod proxy;
