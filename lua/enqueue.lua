@@ -19,7 +19,13 @@
                  (0..10^15, 0 = ready now; or `@` and a time in ms since the epoch,
                  0..10^15, read against the Redis clock: the delay is that time - now,
                  ready now when it is not in the future)
-  ARGV[3+3n..]   optional per-job options for every job of the call: the word `options`,
+  ARGV[3+3n..]   optional unique block (docs/protocol.md, Unique keys): the word `unique`,
+                 the mode (`until-started`, `until-done` or `debounce`), the window in ms
+                 (0..10^15, 0 = none), then n keys, one per triple in triple order, each
+                 1..1024 bytes (any bytes). A bad one: `invalid unique`, `invalid
+                 unique_mode`, `invalid unique_for_ms` or `invalid unique_key`, nothing
+                 written
+  then           optional per-job options for every job of the call: the word `options`,
                  then name, value pairs, each name at most once, of max_attempts
                  (1..1000000), backoff_initial_ms, backoff_max_ms (0..10^15, max not below
                  initial when both are given), backoff_multiplier (decimal, 1..1000).
@@ -27,9 +33,23 @@
                  meta's for that job in fail, settle_claim and reap. A bad one: `invalid
                  options` or `invalid <name>`, nothing written
 
-  Returns: an array of n integers, in triple order: 1 enqueued, 0 when the id is already
+  Returns: an array of n entries, in triple order: 1 enqueued, 0 when the id is already
            there (its job hash exists, whatever its status, or it came earlier in this
-           call); nothing changes for a refused id.
+           call); nothing changes for a refused id. With the unique block, also
+           {2, holder id}: refused, the key is held by that job (nothing changes for it),
+           or {3, holder id}: debounce mode, the waiting holder took this triple's
+           payload and delay (the last such triple of the call wins).
+
+  Unique keys: P:{T}:unique:<key> (STRING, built from ARGV[1] with `job:` replaced by
+  `unique:`) names the job that holds the key; PX the window when one is given. A key is
+  held while its lock names a job whose hash holds unique_key = key and whose status is
+  pending (or none), delayed, or processing when its mode is until-done; any other lock
+  is free and taken over. A new job with a free key takes it (SET) and records
+  unique_key and unique_mode in its hash. A debounce triple whose holder is pending or
+  delayed replaces the holder's payload and its delay: delay 0 keeps it in pending (or
+  moves it from delayed to pending, a wake marker), a delay > 0 puts it in delayed at
+  now + delay (LREM from pending, O(length of pending)), run_at updated; the lock's
+  window starts again (PEXPIRE, or PERSIST without one). A refused triple writes nothing.
 
   A new job ready now holds its payload and enqueued_at (ms, Redis clock): a job hash
   without `status` is pending. A new delayed job holds payload, status `delayed`,
@@ -276,13 +296,44 @@ local function jobMaxAttempts(v, def)
 end
 -- END include/job_options.lua
 
+-- the longest unique key, in bytes (docs/protocol.md, Unique keys)
+local MAX_UNIQUE_KEY = 1024
+
 -- arguments ------------------------------------------------------------------
 local n = int(ARGV[2], 1, 1000)
 if not n then return bad('n', 'expected an integer 1..1000, got ' .. shown(ARGV[2])) end
--- the per-job options block, when given, follows the triples (perJob counts it in)
-local opts, optN, e = jobOptions(3 + 3 * n)
+-- the unique block, when given, follows the triples: `unique`, mode, window, n keys
+local at = 3 + 3 * n
+local uMode, uFor, uAt -- uAt: the key of triple i is ARGV[uAt + i]
+if ARGV[at] == 'unique' then
+  if #ARGV < at + 2 + n then
+    return bad('unique', 'expected the mode, the window and ' .. n .. ' keys (one per triple) ' ..
+      'after "unique", got ' .. (#ARGV - at) .. ' arguments')
+  end
+  uMode = ARGV[at + 1]
+  if uMode ~= 'until-started' and uMode ~= 'until-done' and uMode ~= 'debounce' then
+    return bad('unique_mode', 'expected "until-started", "until-done" or "debounce", got ' ..
+      shown(uMode))
+  end
+  uFor = int(ARGV[at + 2], 0, MAXMS)
+  if not uFor then
+    return bad('unique_for_ms', 'expected an integer 0..10^15 (0: no window), got ' ..
+      shown(ARGV[at + 2]))
+  end
+  uAt = at + 2
+  for i = 1, n do
+    local kl = #ARGV[uAt + i]
+    if kl < 1 or kl > MAX_UNIQUE_KEY then
+      return bad('unique_key', 'triple ' .. i .. ': expected a key of 1..' .. MAX_UNIQUE_KEY ..
+        ' bytes, got ' .. kl .. ' bytes')
+    end
+  end
+  at = at + 3 + n
+end
+-- the per-job options block, when given, comes last (perJob counts both blocks in)
+local opts, optN, e = jobOptions(at)
 if e then return e end
-e = perJob(n, 2 + optN, 3, 'triple', 'id, payload, delay_ms')
+e = perJob(n, at - 3 * n - 1 + optN, 3, 'triple', 'id, payload, delay_ms')
 if e then return e end
 local delays = {}
 local absAt -- the triples whose delay_ms is an absolute time (`@<ms>`), by index
@@ -347,8 +398,68 @@ for i = 1, n do
     res[i] = 0
   end
 end
+
+-- unique keys: each new job's key is free (it takes its lock), or held by a job that
+-- still holds it (the new job is refused, or in debounce mode replaces the holder's
+-- payload and delay while the holder waits). A lock whose job no longer holds it (its
+-- hash gone, or naming another key, or past the state its mode holds the key in) is free.
+local payloadOf = {}   -- triple index -> the triple whose payload and delay it takes
+local locks = nil      -- triple indexes of the new jobs that take their key's lock
+local swaps = nil      -- the existing holders a debounce call replaces, in order
+local uBase
+if uAt then
+  uBase = string.sub(ARGV[1], 1, -5) .. 'unique:'
+  local byKey = {}     -- key -> false (free) or its holder { id, st, i (a job of this call), from }
+  local keep, keepIdx = {}, {}
+  for j = 1, #newIdx do
+    local i = newIdx[j]
+    local k = ARGV[uAt + i]
+    local held = byKey[k]
+    if held == nil then
+      held = false
+      local lk = uBase .. k
+      local cur = redis.pcall('GET', lk)
+      e = failure(cur, lk, 'string')
+      if e then return e end
+      if cur then
+        local hh = redis.pcall('HMGET', ARGV[1] .. cur, 'status', 'unique_key', 'unique_mode')
+        if not hh.err and hh[2] == k then
+          local st = hh[1] or 'pending'
+          if st == 'pending' or st == 'delayed' or (st == 'processing' and hh[3] ~= 'until-started' and hh[3] ~= 'debounce') then
+            held = { id = cur, st = st }
+          end
+        end
+      end
+    end
+    if held then
+      if uMode == 'debounce' and held.st ~= 'processing' then
+        res[i] = { 3, held.id }
+        if held.i then
+          payloadOf[held.i] = i
+        else
+          if not held.from then
+            swaps = swaps or {}
+            swaps[#swaps + 1] = held
+          end
+          held.from = i
+        end
+      else
+        res[i] = { 2, held.id }
+      end
+    else
+      held = { id = ARGV[3 * i], st = 'pending', i = i }
+      keep[#keep + 1] = newKeys[j]
+      keepIdx[#keepIdx + 1] = i
+      locks = locks or {}
+      locks[#locks + 1] = i
+    end
+    byKey[k] = held
+  end
+  newKeys, newIdx = keep, keepIdx
+end
+
 local nn = #newKeys
-if nn == 0 then return res end
+if nn == 0 and not swaps then return res end
 
 effects()
 local now = clock()
@@ -359,9 +470,30 @@ if absAt then
     delays[i] = at > now and at - now or 0
   end
 end
+-- a job of this call a later one debounced takes the later one's payload and delay
+for i, from in pairs(payloadOf) do delays[i] = delays[from] end
 
 local firstAt -- the earliest run-at among the delayed jobs added
 local runAt = {} -- the run-at of each delayed job, by triple, as a decimal string
+-- the holders a debounce call replaces: ready now (from delayed), or delayed anew
+local outPending, outDelayed = false, false
+if swaps then
+  for s = 1, #swaps do
+    local w = swaps[s]
+    local d = delays[w.from]
+    if d > 0 then
+      local at = now + d
+      if firstAt == nil or at < firstAt then firstAt = at end
+      w.runAt = S(at)
+      later[#later + 1] = w.runAt
+      later[#later + 1] = w.id
+      if w.st ~= 'delayed' then outPending = true end
+    elseif w.st == 'delayed' then
+      ready[#ready + 1] = w.id
+      outDelayed = true
+    end
+  end
+end
 for j = 1, nn do
   local i = newIdx[j]
   local id = ARGV[3 * i]
@@ -386,8 +518,13 @@ if #ready > 0 or #later > 0 then
 end
 -- the earliest run-at before this call (reading it checks delayed's type)
 local before
-if #later > 0 then
+if #later > 0 or outDelayed then
   before, e = earliest(K_DELAYED)
+  if e then return e end
+end
+-- a replaced holder leaves pending before the first write
+if outPending then
+  e = expect(K_PENDING, 'list')
   if e then return e end
 end
 
@@ -402,17 +539,61 @@ if #later > 0 then
   e = failure(r, K_DELAYED, 'zset')
   if e then return e end
 end
+-- the holders a debounce call replaces (their new place is written above)
+if swaps then
+  for s = 1, #swaps do
+    local w = swaps[s]
+    local key = ARGV[1] .. w.id
+    local d = delays[w.from]
+    if d > 0 then
+      if w.st ~= 'delayed' then redis.call('LREM', K_PENDING, '0', w.id) end
+      redis.call('HSET', key, 'payload', ARGV[3 * w.from + 1], 'status', 'delayed',
+        'run_at', w.runAt)
+    elseif w.st == 'delayed' then
+      redis.call('ZREM', K_DELAYED, w.id)
+      redis.call('HSET', key, 'payload', ARGV[3 * w.from + 1], 'status', 'pending')
+    else
+      redis.call('HSET', key, 'payload', ARGV[3 * w.from + 1])
+    end
+    -- the window starts again with each replacement (none: the lock lasts its mode)
+    if uFor > 0 then
+      redis.call('PEXPIRE', uBase .. ARGV[uAt + w.from], S(uFor))
+    else
+      redis.call('PERSIST', uBase .. ARGV[uAt + w.from])
+    end
+  end
+end
 for j = 1, nn do
   local i = newIdx[j]
   -- no `attempts` field (absent reads as 0); a job ready now has its payload and
   -- enqueued_at (no status means pending): the time stats reads the queue's latency from
-  if delays[i] > 0 then
-    redis.call('HSET', newKeys[j], 'payload', ARGV[3 * i + 1], 'status', 'delayed',
+  local payload = ARGV[3 * (payloadOf[i] or i) + 1]
+  if uAt then
+    if delays[i] > 0 then
+      redis.call('HSET', newKeys[j], 'payload', payload, 'status', 'delayed',
+        'enqueued_at', nowS, 'run_at', runAt[i], 'unique_key', ARGV[uAt + i], 'unique_mode', uMode)
+    else
+      redis.call('HSET', newKeys[j], 'payload', payload, 'enqueued_at', nowS,
+        'unique_key', ARGV[uAt + i], 'unique_mode', uMode)
+    end
+  elseif delays[i] > 0 then
+    redis.call('HSET', newKeys[j], 'payload', payload, 'status', 'delayed',
       'enqueued_at', nowS, 'run_at', runAt[i])
   else
-    redis.call('HSET', newKeys[j], 'payload', ARGV[3 * i + 1], 'enqueued_at', nowS)
+    redis.call('HSET', newKeys[j], 'payload', payload, 'enqueued_at', nowS)
   end
   if opts then redis.call('HSET', newKeys[j], unpack(opts)) end
+end
+-- the new jobs' locks, each naming its job (a window: PX)
+if locks then
+  for l = 1, #locks do
+    local i = locks[l]
+    if uFor > 0 then
+      redis.call('SET', uBase .. ARGV[uAt + i], ARGV[3 * i], 'PX', S(uFor))
+    else
+      redis.call('SET', uBase .. ARGV[uAt + i], ARGV[3 * i])
+    end
+  end
 end
 if #ready > 0 then
   local marks = {}
@@ -423,6 +604,8 @@ end
 wakeEarlier(K_WAKE, before, firstAt)
 -- counters use pcall: stats was type-checked before the first write, and a counter
 -- holding a non-number must not fail a call whose changes are already made
-redis.pcall('HINCRBY', K_STATS, 'enqueued', S(nn))
-tallyCount('e', nn, now)
+if nn > 0 then
+  redis.pcall('HINCRBY', K_STATS, 'enqueued', S(nn))
+  tallyCount('e', nn, now)
+end
 return res

@@ -25,7 +25,8 @@ INCLUDE = os.path.join(LUA, 'include')
 # the two scripts that act on chosen dead jobs, the claim in the two that claim, the
 # histogram bucket and the backoff policy in the scripts that end leases, the request
 # records in the two that keep them and in ack, which deletes them; the per-job options
-# in enqueue, which writes them, and the three scripts that retry or dead-letter.
+# in enqueue, which writes them, and the three scripts that retry or dead-letter; the release
+# of unique keys in the scripts that claim or end jobs.
 REQUIRED = {
     'prelude.lua': None,
     'dead_selection.lua': ['purge.lua', 'redrive.lua'],
@@ -35,6 +36,8 @@ REQUIRED = {
     'attempt_errors.lua': ['fail.lua', 'reap.lua', 'settle_claim.lua'],
     'history.lua': ['ack.lua', 'enqueue.lua', 'fail.lua', 'reap.lua', 'schedule.lua', 'settle_claim.lua'],
     'job_options.lua': ['enqueue.lua', 'fail.lua', 'reap.lua', 'schedule.lua', 'settle_claim.lua'],
+    'unique.lua': ['ack.lua', 'claim.lua', 'fail.lua', 'manage.lua', 'purge.lua', 'reap.lua',
+                   'settle_claim.lua'],
 }
 
 

@@ -109,16 +109,6 @@ async fn a_producer_a_worker_and_the_operator_run_under_their_smallest_acl() {
     };
     let done = ops.maintain(&settings, 100, 4).await.unwrap();
     assert!(done.configured, "{done:?}");
-    // spec.schedules: the operator writes a schedule (the worker's reaper fires it too)
-    let every_second = jobqueue::queue::schedule::Schedule {
-        name: "tick".into(),
-        rule: jobqueue::queue::schedule::Rule::Every(Duration::from_secs(1)),
-        payload: b"tick".to_vec(),
-        options: Default::default(),
-        missed: jobqueue::queue::schedule::Missed::Once,
-        paused: false,
-    };
-    assert_eq!(ops.put_schedule(&every_second).await.unwrap(), 1);
 
     let jobs = queue_as(&server, &producer, "pp", "emails").await;
     for payload in ["ok-1", "ok-2", "fail"] {
@@ -187,6 +177,18 @@ async fn a_producer_a_worker_and_the_operator_run_under_their_smallest_acl() {
     let done = ops.maintain(&settings, 100, 4).await.unwrap();
     assert_eq!(done.reaped.requeued, 1, "{done:?}");
     assert_eq!(done.stats.pending, 1, "{done:?}");
+
+    // spec.schedules: the operator writes a schedule, written only now: the worker process
+    // above would have fired its ticks among the jobs it counts.
+    let every_second = jobqueue::queue::schedule::Schedule {
+        name: "tick".into(),
+        rule: jobqueue::queue::schedule::Rule::Every(Duration::from_secs(1)),
+        payload: b"tick".to_vec(),
+        options: Default::default(),
+        missed: jobqueue::queue::schedule::Missed::Once,
+        paused: false,
+    };
+    assert_eq!(ops.put_schedule(&every_second).await.unwrap(), 1);
 
     // The schedule, fired by the worker's user and by the operator's upkeep.
     let tick = ops.schedule("tick").await.unwrap().unwrap();

@@ -293,6 +293,13 @@ const ROWS: &[Row] = &[
     row("schedule-missed-word", &["schedule", "add", "--redis", "{url}", "--tag", "bi", "s", "--every", "1s", "--missed", "all", "x"], 2, "[possible values: skip, once]"),
     row("schedule-name", &["schedule", "add", "--redis", "{url}", "--tag", "bi", "a b", "--every", "1s", "x"], 2, "invalid schedule name: \"a b\": expected 1..200 characters"),
     row("schedule-absent", &["schedule", "rm", "--redis", "{url}", "--tag", "bi", "nope"], 1, "no schedule nope on jq:{bi}"),
+    row("enqueue-unique-for-no-key", &["enqueue", "--redis", "{url}", "--tag", "bi", "--unique-for", "10m", "x"], 2, "--unique-key <KEY>"),
+    row("enqueue-unique-mode-no-key", &["enqueue", "--redis", "{url}", "--tag", "bi", "--unique-mode", "debounce", "x"], 2, "--unique-key <KEY>"),
+    row("enqueue-unique-mode-word", &["enqueue", "--redis", "{url}", "--tag", "bi", "--unique-key", "k", "--unique-mode", "forever", "x"], 2, "[possible values: until-started, until-done, debounce]"),
+    row("enqueue-unique-key-long", &["enqueue", "--redis", "{url}", "--tag", "bi", "--unique-key", "{long_id}", "x"], 2, "invalid unique key: 1025 bytes: must be 1 to 1024 bytes"),
+    row("enqueue-unique-key-empty", &["enqueue", "--redis", "{url}", "--tag", "bi", "--unique-key", "", "x"], 2, "invalid unique key: 0 bytes: must be 1 to 1024 bytes"),
+    row("enqueue-unique-for-zero", &["enqueue", "--redis", "{url}", "--tag", "bi", "--unique-key", "k", "--unique-for", "0", "x"], 2, "invalid unique window: 0s must be from 1 ms to 10^15 ms"),
+    row("enqueue-unique-held", &["enqueue", "--redis", "{url}", "--tag", "ubi", "--unique-key", "held", "x"], 7, "unique key \"held\" is held by job u1 in jq:{ubi}: nothing enqueued"),
 ];
 
 /// Rows of the library and the protocol (no process, no exit code: the doc says `-`):
@@ -310,6 +317,21 @@ const LIB_ROWS: &[(&str, &str, bool)] = &[
     (
         "script-id-long",
         "jobqueue: invalid id: triple 1: expected an id of 1..1024 bytes, got 1025 bytes",
+        true,
+    ),
+    (
+        "lib-unique-mode-no-key",
+        "a unique mode or window needs a unique key",
+        true,
+    ),
+    (
+        "script-unique-key-long",
+        "jobqueue: invalid unique_key: triple 1: expected a key of 1..1024 bytes, got 1025 bytes",
+        true,
+    ),
+    (
+        "script-unique-mode",
+        "jobqueue: invalid unique_mode: expected \"until-started\", \"until-done\" or \"debounce\", got \"forever\"",
         true,
     ),
 ];
@@ -392,6 +414,46 @@ async fn lib_case(id: &str, server: &RedisServer, lease: &jobqueue::queue::Lease
                 &["jq:{lb}:job:", "1", &id, "x", "0"],
             )
         }
+        "lib-unique-mode-no-key" => {
+            let job = NewJob::new(&b"x"[..]).unique_mode(jobqueue::queue::UniqueMode::Debounce);
+            match queue.enqueue(job).await {
+                Ok(v) => format!("{v:?}"),
+                Err(e) => e.to_string(),
+            }
+        }
+        "script-unique-key-long" => {
+            let key = "k".repeat(1025);
+            script(
+                SCRIPTS.enqueue.source,
+                &["jq:{lb}:job:u1"],
+                &[
+                    "jq:{lb}:job:",
+                    "1",
+                    "u1",
+                    "x",
+                    "0",
+                    "unique",
+                    "until-done",
+                    "0",
+                    &key,
+                ],
+            )
+        }
+        "script-unique-mode" => script(
+            SCRIPTS.enqueue.source,
+            &["jq:{lb}:job:u1"],
+            &[
+                "jq:{lb}:job:",
+                "1",
+                "u1",
+                "x",
+                "0",
+                "unique",
+                "forever",
+                "0",
+                "k",
+            ],
+        ),
         other => panic!("no case for {other}"),
     }
 }
@@ -615,6 +677,20 @@ fn seed(conn: &mut redis::Connection) {
     let _: () = conn.hset("jq:{bi}:meta", "max_attempts", 5).unwrap();
     // A queue whose max_attempts another client set to something that is not a number.
     let _: () = conn.hset("jq:{mb}:meta", "max_attempts", "banana").unwrap();
+    // A queue whose job u1 holds the unique key `held`, as enqueue writes it.
+    let _: () = conn
+        .hset_multiple(
+            "jq:{ubi}:job:u1",
+            &[
+                ("payload", "x"),
+                ("enqueued_at", &now.to_string()),
+                ("unique_key", "held"),
+                ("unique_mode", "until-done"),
+            ],
+        )
+        .unwrap();
+    let _: () = conn.lpush("jq:{ubi}:pending", "u1").unwrap();
+    let _: () = conn.set("jq:{ubi}:unique:held", "u1").unwrap();
     // A queue whose pending list was overwritten by something else.
     let _: () = conn.set("jq:{wt}:pending", "not a list").unwrap();
     // A queue of 3 partitions, recorded; and a record another client garbled.

@@ -34,6 +34,18 @@ const REQUIRED: &[(&str, Option<&[&str]>)] = &[
             "settle_claim.lua",
         ]),
     ),
+    (
+        "unique.lua",
+        Some(&[
+            "ack.lua",
+            "claim.lua",
+            "fail.lua",
+            "manage.lua",
+            "purge.lua",
+            "reap.lua",
+            "settle_claim.lua",
+        ]),
+    ),
 ];
 
 const BEGIN: &str = "-- BEGIN include/";

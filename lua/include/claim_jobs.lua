@@ -2,7 +2,8 @@
 -- claim (docs/protocol.md) on KEYS[1..8]: promote due delayed jobs, lease up to n ready
 -- jobs to worker (the c-th gets the caller's token ARGV[tokenAt + c]; with flat, every
 -- lease gets the caller's token tokenAt itself), set aside or drop orphans, empty wake
--- when pending ran dry; on a paused queue (meta's `paused` field) it leases and promotes
+-- when pending ran dry, release the unique key of each leased job that holds one until
+-- it starts (docs/protocol.md, Unique keys); on a paused queue (meta's `paused` field) it leases and promotes
 -- nothing and empties wake. Every call scores worker now in P:{T}:workers (built from
 -- the job-key prefix, as the request records' keys). nS is n as Redis reads a count; vis 0 means meta's
 -- visibility_timeout_ms (read only when a job is leased). check(nc, orphans), when given,
@@ -59,10 +60,11 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   end
   local promo, promoAtt, promoSet = due, nil, due -- empty unless something is due
   if #due > 0 then promo, promoAtt, promoSet = {}, {}, {} end
+  local promoUni = nil       -- by index in promo: a unique key released at the claim
   for i = 1, #due do
     local id = due[i]
     local key = prefix .. id
-    local h = redis.pcall('HMGET', key, 'status', 'attempts')
+    local h = redis.pcall('HMGET', key, 'status', 'attempts', 'unique_key', 'unique_mode')
     if h.err then
       if not wrongTyped(h) then return nil, failure(h, key, 'hash') end
       -- a job key that is not a hash: set aside, the queue keeps flowing
@@ -73,6 +75,10 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
       promo[#promo + 1] = id
       promoAtt[#promo] = h[2]
       promoSet[id] = true
+      if h[3] and atClaim(h[4]) then
+        promoUni = promoUni or {}
+        promoUni[#promo] = h[3]
+      end
     else
       orphans = orphans + 1
       -- a hash without status that exists is a pending job: this entry is a stray one
@@ -88,6 +94,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   -- it reveals a wrong-typed pending key before anything changed, and if a later check
   -- fails, unclaim() pushes the popped ids back where they were.
   local cIds, cKeys, cAtt, cPay = {}, {}, {}, {}
+  local cUni = nil           -- by lease: the unique key released at this claim
   local taken = {}
   local pops = {}            -- the RPOP replies, in order
   local budget = n + 100
@@ -119,7 +126,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
           wrong = wrong + 1
           h = {}
         end
-        local st, att, pay = nil, nil, nil
+        local st, att, pay, uk, um = nil, nil, nil, nil, nil
         for f = 1, #h, 2 do
           local name = h[f]
           if name == 'payload' then
@@ -128,6 +135,10 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
             st = h[f + 1]
           elseif name == 'attempts' then
             att = h[f + 1]
+          elseif name == 'unique_key' then
+            uk = h[f + 1]
+          elseif name == 'unique_mode' then
+            um = h[f + 1]
           end
         end
         -- a job enqueued ready has no status: a hash that exists without status is pending
@@ -137,6 +148,10 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
           taken[key] = true
           local c = #cIds + 1
           cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, att, pay or ''
+          if uk and atClaim(um) then
+            cUni = cUni or {}
+            cUni[c] = uk
+          end
         else
           orphans = orphans + 1
           if not st then
@@ -157,6 +172,10 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
         taken[key] = true
         local c = #cIds + 1
         cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, promoAtt[promoUsed], false
+        if promoUni and promoUni[promoUsed] then
+          cUni = cUni or {}
+          cUni[c] = promoUni[promoUsed]
+        end
       end
     end
   end
@@ -273,6 +292,8 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     if not token then token = stamp .. ARGV[tokenAt + c] end
     redis.call('HSET', cKeys[c], 'status', 'processing', 'claim_token', token,
       'attempts', attS, 'lease_until', leaseS)
+    -- the job started: a unique key held until then is released
+    if cUni and cUni[c] then unlock(cUni[c], cIds[c]) end
     if flat then
       local f = #flat
       flat[f + 1], flat[f + 2], flat[f + 3], flat[f + 4] = cIds[c], cPay[c], att, lease

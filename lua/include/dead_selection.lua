@@ -1,6 +1,6 @@
 -- The `ids` and `oldest` forms of redrive and purge: checks ARGV and KEYS, then selects
 -- the dead jobs to act on, writing nothing. Leaves deadIds and deadKeys (each job whose
--- status is `dead`, once), nd = #deadIds, dropIds (the entries to remove from dead:
+-- status is `dead`, once), deadUnique (their unique keys, by index), nd = #deadIds, dropIds (the entries to remove from dead:
 -- those jobs and the orphans) and orphans (dead entries whose hash is gone or not `dead`).
 
 -- arguments ------------------------------------------------------------------
@@ -55,18 +55,21 @@ else
 end
 
 local deadIds, deadKeys, dropIds = {}, {}, {}
+local deadUnique = {}      -- by index in deadIds: the job's unique key, when it has one
 local seen = {}
 local orphans = 0
 for i = 1, #ids do
   local key = keys[i]
-  local st = redis.pcall('HGET', key, 'status')
-  e = failure(st, key, 'hash')
+  local h = redis.pcall('HMGET', key, 'status', 'unique_key')
+  e = failure(h, key, 'hash')
   if e then return e end
+  local st = h[1]
   if not seen[key] then
     seen[key] = true
     if st == 'dead' then
       deadIds[#deadIds + 1] = ids[i]
       deadKeys[#deadKeys + 1] = key
+      deadUnique[#deadIds] = h[2]
       dropIds[#dropIds + 1] = ids[i]
     elseif inDead[i] then
       orphans = orphans + 1

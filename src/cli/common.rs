@@ -14,6 +14,12 @@ pub struct Interrupted(pub &'static str);
 #[error("{0}")]
 pub struct UsageError(pub String);
 
+/// A job refused because another job holds its unique key (exit code 7): the message
+/// names the key and the holder's id.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UniqueHeld(pub String);
+
 /// A job id named on the command line: an argument's own bytes (any the shell passes),
 /// or `--id-hex HEX` decoded (`hex:` in front is taken, as text output prints byte ids).
 /// Checked against the protocol's only limits, 1 to [`MAX_ID_LEN`](crate::queue::MAX_ID_LEN)

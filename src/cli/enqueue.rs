@@ -8,10 +8,13 @@ use anyhow::Context;
 use clap::{ArgGroup, Args};
 
 use super::ConnectArgs;
-use super::common::UsageError;
+use super::common::{UniqueHeld, UsageError};
 use super::format::count;
 use super::progress::Progress;
-use crate::queue::{Enqueued, JobId, JobOptions, MAX_BATCH, NewJob, PartitionedQueue, Queue};
+use crate::queue::{
+    Enqueued, JobId, JobOptions, MAX_BATCH, NewJob, PartitionedQueue, Queue, Unique, UniqueMode,
+    UniqueOutcome,
+};
 
 pub const EXAMPLES: &str = "\
 Examples:
@@ -22,9 +25,19 @@ Examples:
   jobqueue enqueue --tag emails --id-hex 626164ff --file job.json   # an id of any bytes
   jobqueue enqueue --tag emails --stdin < jobs.ndjson     # one payload per line
   jobqueue enqueue --tag emails --partitions 6 --partition-key ada@example.com '{...}'
+  jobqueue enqueue --tag reports --unique-key report:42 --unique-for 10m '{\"id\":42}'
+  jobqueue enqueue --tag search --unique-key reindex:ada --unique-mode debounce --delay 5s '{}'
 
 Prints the job id (one per line with --stdin --print-ids, else a count). With --id, an
 id that already exists is left unchanged and reported on stderr.
+
+--unique-key KEY: at most one job with KEY at a time. While a job holds KEY (until a
+worker claims it with --unique-mode until-started; until it is acked, dead, cancelled,
+deleted or purged with until-done, the default; and at most --unique-for, whichever
+ends first), another enqueue with KEY is refused: the holder's id is printed on stdout,
+the reason on stderr, exit code 7. With --unique-mode debounce it instead replaces the
+payload and the delay of the holder while it waits (pending or delayed) and prints the
+holder's id (exit 0). Keys: any 1 to 1024 bytes.
 
 --max-attempts and --backoff-* set this job's own retry policy, each instead of the
 queue's setting (`jobqueue configure`) for this job alone; they are kept in its hash.
@@ -85,6 +98,19 @@ pub struct EnqueueArgs {
         help_heading = "This job's own retry policy (instead of the queue's)"
     )]
     pub backoff_multiplier: Option<f64>,
+    /// At most one job with this key at a time (any 1 to 1024 bytes): while a job holds
+    /// it, this one is refused (exit 7, the holder's id printed).
+    #[arg(long, value_name = "KEY", value_parser = clap::value_parser!(std::ffi::OsString), help_heading = "Unique jobs")]
+    pub unique_key: Option<std::ffi::OsString>,
+    /// Hold the key at most this long from the enqueue, e.g. `10m` (whichever of this
+    /// and the mode ends first).
+    #[arg(long, value_name = "DURATION", requires = "unique_key", value_parser = crate::duration::parse, help_heading = "Unique jobs")]
+    pub unique_for: Option<Duration>,
+    /// How long the key is held: until-started (until claimed), until-done (until
+    /// acked, dead, cancelled, deleted or purged; the default) or debounce (until
+    /// claimed; a later enqueue replaces the waiting job's payload and delay).
+    #[arg(long, value_name = "MODE", requires = "unique_key", value_parser = unique_mode, help_heading = "Unique jobs")]
+    pub unique_mode: Option<UniqueMode>,
     /// With --stdin: print each new job's id instead of a count.
     #[arg(long, requires = "stdin")]
     pub print_ids: bool,
@@ -97,6 +123,12 @@ pub struct EnqueueArgs {
     /// (refused on a queue of one partition).
     #[arg(long, value_name = "KEY", conflicts_with = "partition")]
     pub partition_key: Option<String>,
+}
+
+/// `--unique-mode`: one of the three words.
+fn unique_mode(text: &str) -> Result<UniqueMode, String> {
+    text.parse::<UniqueMode>()
+        .map_err(|_| "[possible values: until-started, until-done, debounce]".to_string())
 }
 
 /// `--at`: an RFC 3339 time with its offset.
@@ -114,12 +146,26 @@ fn run_at(text: &str) -> Result<std::time::SystemTime, String> {
 impl EnqueueArgs {
     /// A job of this call: its payload, when it runs and its own options.
     fn job(&self, payload: impl Into<bytes::Bytes>) -> NewJob {
-        let job = NewJob::new(payload)
+        let mut job = NewJob::new(payload)
             .delay(self.delay)
             .options(self.options());
+        job.unique = self.unique();
         match self.at {
             Some(at) => job.at(at),
             None => job,
+        }
+    }
+
+    /// The job's unique key, mode and window given on the command line.
+    fn unique(&self) -> Unique {
+        use std::os::unix::ffi::OsStrExt;
+        Unique {
+            key: self
+                .unique_key
+                .as_ref()
+                .map(|k| bytes::Bytes::copy_from_slice(k.as_bytes())),
+            mode: self.unique_mode,
+            window: self.unique_for,
         }
     }
 
@@ -234,6 +280,9 @@ pub async fn run(args: EnqueueArgs) -> anyhow::Result<()> {
     // Checked before connecting: a bad id needs no server to be refused.
     let given = super::common::given_id(args.id.as_deref(), args.id_hex.as_deref())?;
     args.options().validate()?;
+    args.unique()
+        .validate()
+        .map_err(|e| UsageError(e.to_string()))?;
     let queue = Producer::open(&args).await?;
     if args.stdin {
         return enqueue_lines(&queue, std::io::stdin().lock(), &args).await;
@@ -261,6 +310,9 @@ pub async fn run(args: EnqueueArgs) -> anyhow::Result<()> {
         }
         Err(err) => return Err(explain_size(queue.any(), size, err).await),
     };
+    if let Some(unique) = &out.unique {
+        return held(&out, unique, &args, queue.name());
+    }
     writeln!(std::io::stdout().lock(), "{}", out.id)?;
     if !out.created {
         eprintln!(
@@ -270,6 +322,43 @@ pub async fn run(args: EnqueueArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// A job whose unique key another job holds: the holder's id on stdout; refused, an
+/// error naming the key and the holder (exit 7); debounced, a note on stderr.
+fn held(
+    out: &Enqueued,
+    unique: &UniqueOutcome,
+    args: &EnqueueArgs,
+    queue: &str,
+) -> anyhow::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let key = JobId::from(
+        args.unique_key
+            .as_deref()
+            .map(|k| k.as_bytes())
+            .unwrap_or_default(),
+    );
+    match unique {
+        UniqueOutcome::Refused { existing } => {
+            writeln!(std::io::stdout().lock(), "{existing}")?;
+            Err(UniqueHeld(format!(
+                "unique key {:?} is held by job {existing} in {queue}: nothing enqueued",
+                key.to_string()
+            ))
+            .into())
+        }
+        UniqueOutcome::Replaced { existing } => {
+            writeln!(std::io::stdout().lock(), "{existing}")?;
+            eprintln!(
+                "unique key {:?}: job {existing} in {queue} is still waiting and took this \
+                 payload and delay (debounce); job {} was not made",
+                key.to_string(),
+                out.id
+            );
+            Ok(())
+        }
+    }
 }
 
 /// The server's `proto-max-bulk-len` (Redis: 1 MiB to 512 MiB) is the likely cause when a
@@ -314,6 +403,7 @@ async fn enqueue_lines(
     args: &EnqueueArgs,
 ) -> anyhow::Result<()> {
     let (mut created, mut existed) = (0u64, 0u64);
+    let (mut refused, mut replaced) = (0u64, 0u64);
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut line = Vec::new();
     let mut out = std::io::stdout().lock();
@@ -346,7 +436,12 @@ async fn enqueue_lines(
         }
         if batch.len() == MAX_BATCH || (n == 0 && !batch.is_empty()) {
             for job in queue.send(std::mem::take(&mut batch)).await? {
-                if job.created {
+                if let Some(unique) = &job.unique {
+                    match unique {
+                        UniqueOutcome::Refused { .. } => refused += 1,
+                        UniqueOutcome::Replaced { .. } => replaced += 1,
+                    }
+                } else if job.created {
                     created += 1;
                     if args.print_ids && closed.is_none() {
                         match writeln!(out, "{}", job.id) {
@@ -360,7 +455,7 @@ async fn enqueue_lines(
                     existed += 1;
                 }
             }
-            progress.update(created + existed);
+            progress.update(created + existed + refused + replaced);
         }
         if n == 0 {
             break;
@@ -381,6 +476,13 @@ async fn enqueue_lines(
             if existed == 1 { "it" } else { "them" }
         );
     }
+    if replaced > 0 {
+        eprintln!(
+            "{} replaced the payload and delay of the waiting job holding the unique key \
+             (debounce)",
+            count(replaced, "line")
+        );
+    }
     if let Some(err) = closed {
         return Err(err.into());
     }
@@ -391,6 +493,13 @@ async fn enqueue_lines(
             count(created, "job"),
             queue.name()
         )?;
+    }
+    if refused > 0 {
+        return Err(UniqueHeld(format!(
+            "{} refused: another job holds the unique key",
+            count(refused, "line")
+        ))
+        .into());
     }
     Ok(())
 }

@@ -46,6 +46,9 @@ pub mod exit {
     pub const WRONG_TYPE: i32 = 5;
     /// The Redis URL is malformed, or the Sentinels know no master of that name.
     pub const BAD_URL: i32 = 6;
+    /// `enqueue --unique-key`: another job holds the key; nothing was enqueued (the
+    /// holder's id is printed).
+    pub const UNIQUE_HELD: i32 = 7;
     /// Stopped by Ctrl-C or SIGTERM before finishing (128 + SIGINT).
     pub const INTERRUPTED: i32 = 130;
 }
@@ -682,6 +685,9 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
     }
     if err.downcast_ref::<common::UsageError>().is_some() {
         return exit::USAGE;
+    }
+    if err.downcast_ref::<common::UniqueHeld>().is_some() {
+        return exit::UNIQUE_HELD;
     }
     match err.downcast_ref::<Error>() {
         Some(Error::Connect { .. } | Error::Unavailable(_) | Error::NoSentinel { .. }) => {

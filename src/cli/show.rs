@@ -105,6 +105,10 @@ pub fn write_text(view: &JobView, out: &mut impl Write, payload: Payload) -> std
         rows.push(("died", time(view.filed_at)));
     }
     rows.push(("worker", info.worker.clone().unwrap_or_else(|| "-".into())));
+    if let Some(key) = &info.unique_key {
+        let mode = info.unique_mode.as_deref().unwrap_or("until-done");
+        rows.push(("unique key", format!("{key} ({mode})")));
+    }
     if let Some(a) = &view.aside {
         let (label, until) = if a.purged {
             (

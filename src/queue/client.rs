@@ -309,11 +309,14 @@ impl Queue {
         let mut out = Vec::with_capacity(jobs.len());
         let mut jobs = jobs.into_iter().peekable();
         while let Some(first) = jobs.peek() {
-            // One call carries one set of per-job options: a run of jobs with the same.
+            // One call carries one set of per-job options and one unique mode and window
+            // (or none): a run of jobs with the same.
             let options = first.options.clone();
+            let shape = first.unique.call_shape();
             let mut chunk = Vec::new();
             while chunk.len() < MAX_BATCH
-                && let Some(job) = jobs.next_if(|j| j.options == options)
+                && let Some(job) =
+                    jobs.next_if(|j| j.options == options && j.unique.call_shape() == shape)
             {
                 chunk.push(job);
             }
@@ -326,6 +329,7 @@ impl Queue {
         let mut ids = Vec::with_capacity(jobs.len());
         for job in &jobs {
             job.options.validate()?;
+            job.unique.validate()?;
             job.delay_arg()?;
             if job.payload.len() > self.max_payload {
                 return Err(Error::InvalidArgument {
@@ -351,11 +355,20 @@ impl Queue {
         // A generated id that is taken (a collision, however unlikely with 71 random
         // bits) is no duplicate: its job is sent again under a new id.
         let mut created = vec![false; jobs.len()];
+        let mut unique: Vec<Option<UniqueOutcome>> = vec![None; jobs.len()];
         let mut todo: Vec<usize> = (0..jobs.len()).collect();
         for draw in 1..=ID_DRAWS {
             let flags = self.enqueue_call(&jobs, &ids, &todo).await?;
             let mut again = Vec::new();
             for (&i, flag) in todo.iter().zip(flags) {
+                let flag = match flag {
+                    EnqueueFlag::Id(flag) => flag,
+                    EnqueueFlag::Unique(outcome) => {
+                        // a key held by another job: no collision, nothing to draw again
+                        unique[i] = Some(outcome);
+                        continue;
+                    }
+                };
                 created[i] = flag == 1;
                 if flag != 1 && jobs[i].id.is_none() && draw < ID_DRAWS {
                     ids[i] = (self.new_id)().into();
@@ -372,17 +385,23 @@ impl Queue {
         Ok(ids
             .into_iter()
             .zip(created)
-            .map(|(id, created)| Enqueued { id, created })
+            .zip(unique)
+            .map(|((id, created), unique)| Enqueued {
+                id,
+                created,
+                unique,
+            })
             .collect())
     }
 
-    /// One enqueue call for the jobs at `which`: a flag per job, 1 when enqueued.
+    /// One enqueue call for the jobs at `which`: an answer per job (1 when enqueued, 0
+    /// when its id is taken, or its unique key's holder).
     async fn enqueue_call(
         &self,
         jobs: &[NewJob],
         ids: &[JobId],
         which: &[usize],
-    ) -> Result<Vec<i64>> {
+    ) -> Result<Vec<EnqueueFlag>> {
         let job_keys: Vec<Vec<u8>> = which
             .iter()
             .map(|&i| self.keys.job_key(ids[i].as_bytes()))
@@ -393,6 +412,14 @@ impl Queue {
             cmd.arg(&ids[i])
                 .arg(jobs[i].payload.as_ref())
                 .arg(jobs[i].delay_arg()?);
+        }
+        // Every job of a call has the same unique mode and window (enqueue_many splits
+        // runs by them), and a key each.
+        if let Some((mode, window)) = which.first().and_then(|&i| jobs[i].unique.call_shape()) {
+            cmd.arg("unique").arg(mode.as_str()).arg(window.to_string());
+            for &i in which {
+                cmd.arg(jobs[i].unique.key.as_deref().unwrap_or_default());
+            }
         }
         // Every job of a call has the same options (enqueue_many splits runs by them).
         let options = which
@@ -407,7 +434,7 @@ impl Queue {
         }
         let reply = self.run_durable(&SCRIPTS.enqueue, &cmd).await?;
         let flags =
-            int_array(&reply).ok_or_else(|| self.protocol("enqueue", format!("{reply:?}")))?;
+            enqueue_flags(&reply).ok_or_else(|| self.protocol("enqueue", format!("{reply:?}")))?;
         if flags.len() != which.len() {
             return Err(self.protocol("enqueue", "reply length differs from the job count"));
         }
@@ -2089,6 +2116,8 @@ fn info_from_fields(id: &[u8], fields: &HashMap<String, Vec<u8>>) -> JobInfo {
         last_error: text("last_error"),
         worker: text("worker").or(lease.map(|l| l.1)),
         errors: AttemptError::from_fields(fields),
+        unique_key: fields.get("unique_key").map(|k| JobId::from(&k[..])),
+        unique_mode: text("unique_mode"),
     }
 }
 
@@ -2127,6 +2156,35 @@ fn as_str(v: &Value) -> Option<&str> {
         Value::SimpleString(s) => Some(s),
         _ => None,
     }
+}
+
+/// One entry of enqueue's reply: 1 or 0, or `{2, holder}` / `{3, holder}` for a unique
+/// key held by another job.
+enum EnqueueFlag {
+    Id(i64),
+    Unique(UniqueOutcome),
+}
+
+fn enqueue_flags(v: &Value) -> Option<Vec<EnqueueFlag>> {
+    let Value::Array(items) = v else { return None };
+    items
+        .iter()
+        .map(|item| match item {
+            Value::Int(n) => Some(EnqueueFlag::Id(*n)),
+            Value::Array(pair) => match pair.as_slice() {
+                [Value::Int(code), Value::BulkString(id)] => {
+                    let existing = JobId::from(&id[..]);
+                    match code {
+                        2 => Some(EnqueueFlag::Unique(UniqueOutcome::Refused { existing })),
+                        3 => Some(EnqueueFlag::Unique(UniqueOutcome::Replaced { existing })),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
 }
 
 fn int_array(v: &Value) -> Option<Vec<i64>> {

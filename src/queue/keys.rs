@@ -93,6 +93,16 @@ impl QueueKeys {
         key.extend_from_slice(id);
         key
     }
+
+    /// `PREFIX:{tag}:unique:<key>`: the lock of a unique key, naming the job that holds
+    /// it (docs/protocol.md, *Unique keys*). The scripts build it from the job prefix.
+    pub fn unique_lock(&self, key: &[u8]) -> Vec<u8> {
+        let base = format!("{}:unique:", self.name);
+        let mut out = Vec::with_capacity(base.len() + key.len());
+        out.extend_from_slice(base.as_bytes());
+        out.extend_from_slice(key);
+        out
+    }
 }
 
 /// The longest hash tag, in bytes: it is part of every key name and log line.
@@ -134,6 +144,10 @@ fn validate_prefix(prefix: &str) -> Result<()> {
 /// The longest job id, in bytes: what every part can carry (a key name, a log line, an
 /// exec worker's `JOBQUEUE_JOB_ID`). enqueue refuses a longer or empty one (`invalid id`).
 pub const MAX_ID_LEN: usize = 1024;
+
+/// The longest unique key, in bytes (enqueue refuses a longer or empty one:
+/// `invalid unique_key`).
+pub const MAX_UNIQUE_KEY_LEN: usize = 1024;
 
 /// A job id this client makes or sends: 1 to [`MAX_ID_LEN`] bytes of any kind, the
 /// protocol's only limits (a space, a control character or bytes that are not UTF-8 are

@@ -43,7 +43,9 @@ pub use connection::{
 };
 pub use durability::{DEFAULT_WAIT_TIMEOUT, Durability, Unconfirmed};
 pub use error::{Error, Result, TlsProblem};
-pub use keys::{DEFAULT_PREFIX, MAX_ID_LEN, QueueKeys, validate_id, validate_tag};
+pub use keys::{
+    DEFAULT_PREFIX, MAX_ID_LEN, MAX_UNIQUE_KEY_LEN, QueueKeys, validate_id, validate_tag,
+};
 pub use partitioned::{
     PartitionWaiter, PartitionedConsumer, PartitionedQueue, PartitionedStats, add_stats,
 };
@@ -59,7 +61,8 @@ pub use types::{
     AttemptError, Backoff, Cancellation, Claimed, Deletion, ERROR_BYTES, ERRORS_KEPT, Enqueued,
     FailMode, FailOutcome, HEX_PREFIX, JobId, JobInfo, JobOptions, JobStatus, Lease, LeaseRef,
     MAX_JOB_ATTEMPTS, Maintenance, NewJob, PURGED_REMEMBERED_MS, ReapOutcome, Renewal, Selection,
-    SetAside, Settle, Settled, SettledClaim, new_job_id, new_token,
+    SetAside, Settle, Settled, SettledClaim, Unique, UniqueMode, UniqueOutcome, new_job_id,
+    new_token,
 };
 
 /// The most items one script call takes (the protocol's bound on every count).

@@ -230,7 +230,8 @@ impl PartitionedQueue {
         })
     }
 
-    /// Enqueue many jobs, each in the partition of its id; the partitions' parts are sent
+    /// Enqueue many jobs, each in the partition of its id (of its unique key when it has
+    /// one: a key is held in one partition); the partitions' parts are sent
     /// in parallel. One entry per job, in order. An error of any part fails the call
     /// (other parts may have been enqueued: enqueue again with the same ids, which
     /// deduplicates).
@@ -244,9 +245,13 @@ impl PartitionedQueue {
                 job
             })
             .collect();
+        // A job with a unique key goes to its key's partition, where the key's lock is.
         let route: Vec<usize> = jobs
             .iter()
-            .map(|j| self.partition_for(j.id.as_ref().map_or(&b""[..], JobId::as_bytes)))
+            .map(|j| match &j.unique.key {
+                Some(key) => self.partition_for(key),
+                None => self.partition_for(j.id.as_ref().map_or(&b""[..], JobId::as_bytes)),
+            })
             .collect();
         self.enqueue_routed(jobs, route).await
     }

@@ -22,6 +22,117 @@ pub struct NewJob {
     pub at: Option<std::time::SystemTime>,
     /// Settings of this job's own that override its queue's.
     pub options: JobOptions,
+    /// At most one job per key at a time (docs/protocol.md, *Unique keys*).
+    pub unique: Unique,
+}
+
+/// A job's unique key: while a job holds the key, another job enqueued with it is
+/// refused with the holder's id ([`UniqueOutcome::Refused`]), or in
+/// [`UniqueMode::Debounce`] replaces the holder's payload and delay
+/// ([`UniqueOutcome::Replaced`]). `key: None` (the default): no unique key; a mode or a
+/// window without a key is refused.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Unique {
+    /// 1 to [`MAX_UNIQUE_KEY_LEN`](super::MAX_UNIQUE_KEY_LEN) bytes of any kind.
+    pub key: Option<Bytes>,
+    /// How long the key is held; [`UniqueMode::UntilDone`] when `None`.
+    pub mode: Option<UniqueMode>,
+    /// At most this long from the enqueue (a TTL on the lock), whichever ends first.
+    pub window: Option<Duration>,
+}
+
+/// How long a job holds its unique key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum UniqueMode {
+    /// Until a worker claims the job (or it is cancelled or deleted before that).
+    UntilStarted,
+    /// Until the job ends: acked, dead, cancelled, deleted or purged.
+    #[default]
+    UntilDone,
+    /// As `UntilStarted`, and a job enqueued with the key meanwhile replaces the waiting
+    /// job's payload and delay instead of being refused.
+    Debounce,
+}
+
+impl UniqueMode {
+    /// The mode as the protocol and the CLI write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UniqueMode::UntilStarted => "until-started",
+            UniqueMode::UntilDone => "until-done",
+            UniqueMode::Debounce => "debounce",
+        }
+    }
+}
+
+impl fmt::Display for UniqueMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for UniqueMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "until-started" => Ok(UniqueMode::UntilStarted),
+            "until-done" => Ok(UniqueMode::UntilDone),
+            "debounce" => Ok(UniqueMode::Debounce),
+            other => Err(format!(
+                "{other:?} is not a unique mode: until-started, until-done or debounce"
+            )),
+        }
+    }
+}
+
+impl Unique {
+    /// Refuse what the enqueue script would refuse, naming what is wrong.
+    pub fn validate(&self) -> super::Result<()> {
+        let bad = |what: &'static str, reason: String| {
+            Err(super::Error::InvalidArgument { what, reason })
+        };
+        let Some(key) = &self.key else {
+            if self.mode.is_some() || self.window.is_some() {
+                return bad(
+                    "unique key",
+                    "a unique mode or window needs a unique key".to_string(),
+                );
+            }
+            return Ok(());
+        };
+        if key.is_empty() || key.len() > super::MAX_UNIQUE_KEY_LEN {
+            return bad(
+                "unique key",
+                format!(
+                    "{} bytes: must be 1 to {} bytes",
+                    key.len(),
+                    super::MAX_UNIQUE_KEY_LEN
+                ),
+            );
+        }
+        if let Some(w) = self.window
+            && (w.as_millis() == 0 || w.as_millis() > super::settings::MAX_MS)
+        {
+            return bad(
+                "unique window",
+                format!(
+                    "{} must be from 1 ms to 10^15 ms",
+                    crate::duration::format(w)
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// What one enqueue call shares among its jobs: the mode and the window.
+    pub(crate) fn call_shape(&self) -> Option<(UniqueMode, u128)> {
+        self.key.as_ref().map(|_| {
+            (
+                self.mode.unwrap_or_default(),
+                self.window.map_or(0, |w| w.as_millis()),
+            )
+        })
+    }
 }
 
 /// A job's own retry settings, overriding its queue's for it alone (docs/protocol.md,
@@ -124,7 +235,27 @@ impl NewJob {
             delay: Duration::ZERO,
             at: None,
             options: JobOptions::default(),
+            unique: Unique::default(),
         }
+    }
+
+    /// At most one job with this key at a time: see [`Unique`]. Held until the job ends
+    /// unless [`NewJob::unique_mode`] says otherwise.
+    pub fn unique_key(mut self, key: impl Into<Bytes>) -> NewJob {
+        self.unique.key = Some(key.into());
+        self
+    }
+
+    /// How long the unique key is held.
+    pub fn unique_mode(mut self, mode: UniqueMode) -> NewJob {
+        self.unique.mode = Some(mode);
+        self
+    }
+
+    /// Hold the unique key at most this long (whichever of this and the mode ends first).
+    pub fn unique_for(mut self, window: Duration) -> NewJob {
+        self.unique.window = Some(window);
+        self
     }
 
     /// Run at this time (the Redis clock's), not before; now when it is past. Instead
@@ -364,8 +495,32 @@ impl serde::Serialize for JobId {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Enqueued {
     pub id: JobId,
-    /// False when a job with this id already existed; nothing was changed then.
+    /// False when a job with this id already existed, or another job held its unique key
+    /// (then `unique` says which); no job was made under `id` then.
     pub created: bool,
+    /// Set when the job's unique key was held by another job.
+    pub unique: Option<UniqueOutcome>,
+}
+
+impl Enqueued {
+    /// The job that holds this job's unique key, when that refused or absorbed this one.
+    pub fn existing(&self) -> Option<&JobId> {
+        match &self.unique {
+            Some(UniqueOutcome::Refused { existing } | UniqueOutcome::Replaced { existing }) => {
+                Some(existing)
+            }
+            None => None,
+        }
+    }
+}
+
+/// A job whose unique key was held when it was enqueued.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UniqueOutcome {
+    /// Nothing was written: `existing` holds the key.
+    Refused { existing: JobId },
+    /// Debounce: the waiting job `existing` took this job's payload and delay.
+    Replaced { existing: JobId },
 }
 
 /// A claimed job: the worker holds it until `lease_until`, and proves it with `token`.
@@ -669,6 +824,12 @@ pub struct JobInfo {
     /// The errors of the job's last failed attempts (at most [`ERRORS_KEPT`], each cut to
     /// [`ERROR_BYTES`]), oldest first.
     pub errors: Vec<AttemptError>,
+    /// The job's unique key (shown as an id is) and its mode, when it was enqueued with
+    /// one; kept after the key is released.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unique_key: Option<JobId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unique_mode: Option<String>,
 }
 
 /// How many failed attempts' errors a job keeps (`error:1` .. `error:5` of its hash).

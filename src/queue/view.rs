@@ -171,6 +171,8 @@ pub async fn find(queue: &Queue, id: &[u8]) -> Result<Option<JobView>> {
             last_error: None,
             worker: None,
             errors: Vec::new(),
+            unique_key: None,
+            unique_mode: None,
         },
         (Ok(None), None) => return Ok(None),
         (Err(e), _) => return Err(e),
