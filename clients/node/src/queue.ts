@@ -63,7 +63,18 @@ export interface JobOptions {
   backoffMultiplier?: number | string;
 }
 
+/** A unique key (docs/protocol.md, Unique keys): at most one job of the queue holds it. */
+export interface UniqueKey {
+  /** 1 to 1024 bytes. */
+  key: JobId;
+  /** `until-started` (default), `until-done` or `debounce`. */
+  mode?: 'until-started' | 'until-done' | 'debounce';
+  /** The lock's window in ms (0 or absent: none). */
+  forMs?: number;
+}
+
 export interface EnqueueOptions extends JobOptions {
+  unique?: UniqueKey;
   /** The job's id (1 to 1024 bytes); generated (12 base62 characters) when absent. */
   id?: JobId;
   /** Run after this many ms (Redis's clock). */
@@ -78,8 +89,10 @@ export interface NewJob extends EnqueueOptions {
 
 export interface Enqueued {
   id: JobId;
-  /** false: a job with this id was already there (only for ids the caller gave). */
+  /** false: a job with this id was already there, or its unique key is held. */
   added: boolean;
+  /** With a unique key: `refused` (held by `holder`) or `replaced` (debounce: `holder` took this job). */
+  unique?: { outcome: 'refused' | 'replaced'; holder: Buffer };
 }
 
 export interface QueueSettings {
@@ -237,7 +250,13 @@ export class Queue {
         throw new Error(`jobqueue: invalid id: job ${i}: expected an id of 1..${MAX_ID_LEN} bytes, got ${byteLength(job.id)} bytes`);
       }
       const opts = optionPairs(job);
-      return { id: job.id ?? generateId(), generated: job.id === undefined, payload, delay: delayArg(job, i), opts, group: opts.join('\0') };
+      const u = job.unique;
+      if (u && (byteLength(u.key) < 1 || byteLength(u.key) > MAX_ID_LEN)) {
+        throw new Error(`jobqueue: invalid unique_key: job ${i}: expected a key of 1..${MAX_ID_LEN} bytes, got ${byteLength(u.key)} bytes`);
+      }
+      const uniqueHead = u ? ['unique', u.mode ?? 'until-started', wholeMs('unique forMs', u.forMs ?? 0)] : [];
+      const group = [...uniqueHead, '', ...opts].join('\0');
+      return { id: job.id ?? generateId(), generated: job.id === undefined, payload, delay: delayArg(job, i), opts, uniqueHead, uniqueKey: u?.key, group };
     });
     const out: Enqueued[] = new Array(prepared.length);
     let start = 0;
@@ -248,12 +267,15 @@ export class Queue {
       for (let attempt = 0; run.length > 0; attempt++) {
         const args: Arg[] = [String(run.length)];
         for (const p of run) args.push(p.id, p.payload, p.delay);
+        if (run[0].uniqueHead.length > 0) args.push(...run[0].uniqueHead, ...run.map((p) => p.uniqueKey!));
         if (run[0].opts.length > 0) args.push('options', ...run[0].opts);
-        const added = replies.parseEnqueue(await this.write(`an enqueue of ${run.length} job(s)`, 'enqueue', run.map((p) => this.keys.job(p.id)), args));
+        const outcomes = replies.parseEnqueue(await this.write(`an enqueue of ${run.length} job(s)`, 'enqueue', run.map((p) => this.keys.job(p.id)), args));
         const again: typeof run = [];
         run.forEach((p, k) => {
-          if (!added[k] && p.generated && attempt < 5) again.push({ ...p, id: generateId() });
-          else out[p.at] = { id: p.id, added: added[k] };
+          const o = outcomes[k];
+          if (o.kind === 'exists' && p.generated && attempt < 5) again.push({ ...p, id: generateId() });
+          else if (o.kind === 'refused' || o.kind === 'replaced') out[p.at] = { id: p.id, added: false, unique: { outcome: o.kind, holder: o.holder } };
+          else out[p.at] = { id: p.id, added: o.kind === 'added' };
         });
         run = again;
       }

@@ -48,9 +48,24 @@ function buf(r: Reply | undefined): Buffer {
   throw new Error('jobqueue: unexpected reply: expected a string');
 }
 
-/** enqueue: one integer per job, 1 enqueued, 0 already there. */
-export function parseEnqueue(r: Reply): boolean[] {
-  return arr(r, 'enqueue').map((x) => num(x) === 1);
+/** What enqueue did with one job. */
+export type EnqueueOutcome =
+  | { kind: 'added' }
+  | { kind: 'exists' }
+  /** Its unique key is held by the job `holder`: nothing written. */
+  | { kind: 'refused'; holder: Buffer }
+  /** debounce: the waiting holder took this job's payload and delay. */
+  | { kind: 'replaced'; holder: Buffer };
+
+/** enqueue: per job 1 enqueued, 0 already there, `{2, holder}` refused, `{3, holder}` replaced. */
+export function parseEnqueue(r: Reply): EnqueueOutcome[] {
+  return arr(r, 'enqueue').map((x): EnqueueOutcome => {
+    if (Array.isArray(x)) {
+      const [code, holder] = x;
+      return { kind: num(code) === 3 ? 'replaced' : 'refused', holder: buf(holder) };
+    }
+    return num(x) === 1 ? { kind: 'added' } : { kind: 'exists' };
+  });
 }
 
 /** claim: `{jobs, more}`, each job `{id, payload, attempts, token, lease_until}`. */

@@ -84,3 +84,21 @@ test('settle_claim acks, fails and claims in one call; its reply is read in one 
   assert.equal(s.dead, 1);
   assert.deepEqual(replies.parseExtend([5, 0, -1]).map((r) => r.kind), ['renewed', 'stale', 'cancelled']);
 });
+
+test('unique keys: a held key refuses the next job and names its holder; debounce replaces the waiting holder', async () => {
+  const qu = new Queue(q.client, 'unique');
+  const first = await qu.enqueue('a', { id: 'u1', unique: { key: 'report:7', mode: 'until-done' } });
+  assert.equal(first.added, true);
+  const second = await qu.enqueue('b', { id: 'u2', unique: { key: 'report:7', mode: 'until-done' } });
+  assert.equal(second.added, false);
+  assert.equal(second.unique?.outcome, 'refused');
+  assert.equal(second.unique?.holder.toString(), 'u1');
+  await qu.enqueue('v1', { id: 'd1', unique: { key: 'search', mode: 'debounce', forMs: 60_000 } });
+  const replaced = await qu.enqueue('v2', { id: 'd2', unique: { key: 'search', mode: 'debounce', forMs: 60_000 } });
+  assert.equal(replaced.unique?.outcome, 'replaced');
+  assert.equal(await q.client.hget(qu.keys.job('d1') as string, 'payload'), 'v2');
+  // Jobs with and without keys in one batch: split into calls that each carry a key per job or none.
+  const mixed = await qu.enqueueMany([{ payload: 'x', unique: { key: 'k1' } }, { payload: 'y' }, { payload: 'z', unique: { key: 'k1' } }]);
+  assert.deepEqual(mixed.map((m) => m.added), [true, true, false]);
+  await assert.rejects(qu.enqueue('x', { unique: { key: '' } }), /invalid unique_key/);
+});
