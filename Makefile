@@ -3,7 +3,7 @@
 CARGO ?= cargo
 export REDIS_SERVER ?= redis-server
 
-.PHONY: all build test lint fmt demo chaos model bench bench-instructions bench-peers crds lua chart-check conformance python-client clean redis browser screenshots
+.PHONY: all build test lint fmt demo chaos model bench bench-instructions bench-peers crds lua chart-check conformance python-client node-client clean redis browser screenshots
 
 all: build
 
@@ -37,6 +37,7 @@ test: redis browser
 	./scripts/conformance.sh
 	$(CARGO) test --all-targets
 	./scripts/python-client.sh
+	./scripts/node-client.sh
 	$(CARGO) fmt --manifest-path model/Cargo.toml -- --check
 	$(CARGO) test --manifest-path model/Cargo.toml --release
 
@@ -152,6 +153,12 @@ conformance: redis
 ## ACL users), the conformance cases through its script layer, interop with the Rust CLI.
 python-client: redis
 	./scripts/python-client.sh
+
+## The Node.js package (clients/node): npm ci, build, its tests (private redis-servers, a
+## 3-master Cluster, jobs passed to and from the jobqueue binary), and the conformance
+## cases through its script-calling layer (scripts/conformance-node.sh). Needs Node.js 18+.
+node-client: redis
+	./scripts/node-client.sh
 
 lint:
 	$(CARGO) fmt --all -- --check
