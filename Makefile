@@ -3,7 +3,7 @@
 CARGO ?= cargo
 export REDIS_SERVER ?= redis-server
 
-.PHONY: all build test lint fmt demo chaos model bench bench-instructions bench-peers crds lua chart-check conformance clean redis browser screenshots
+.PHONY: all build test lint fmt demo chaos model bench bench-instructions bench-peers crds lua chart-check conformance python-client node-client clean redis browser screenshots
 
 all: build
 
@@ -36,6 +36,8 @@ test: redis browser
 	./scripts/chart-check.sh
 	./scripts/conformance.sh
 	$(CARGO) test --all-targets
+	./scripts/python-client.sh
+	./scripts/node-client.sh
 	$(CARGO) fmt --manifest-path model/Cargo.toml -- --check
 	$(CARGO) test --manifest-path model/Cargo.toml --release
 
@@ -96,11 +98,14 @@ bench-instructions: redis
 ## jobqueue and BullMQ side by side on one private redis-server: enqueue, processing at
 ## concurrency 1, 16 and 64 with an empty handler, bytes per waiting job, and the ratios.
 ## Installs the pinned BullMQ (benches/peers/package-lock.json) into benches/peers/node_modules;
-## needs Node.js 18+ and npm. Options through PEERS_ARGS: `--jobs N` (default 50000), `--quick`.
+## needs Node.js 18+ and npm. Then the Python worker (clients/python) beside arq (pinned in
+## scripts/python-peers.sh, from PyPI) on the same workload, each in a venv under .tools/.
+## Options through PEERS_ARGS: `--jobs N` (default 50000), `--quick`.
 PEERS_ARGS ?=
 bench-peers: redis
 	@./scripts/ensure-peers.sh
 	$(CARGO) bench --bench peers -- $(PEERS_ARGS)
+	./scripts/python-peers.sh $(PEERS_ARGS)
 
 ## The embedded demo: a private redis-server on a free loopback port, worker processes of
 ## which some are SIGKILLed mid-job, the reaper, live counts, and a check that no job was
@@ -142,6 +147,18 @@ chart-check:
 ## only, on a private redis-server); installs redis-py into .tools/ on first use.
 conformance: redis
 	./scripts/conformance.sh
+
+## The Python package (clients/python, docs/clients.md): pip-installed into .tools/, then
+## its pytest suite: producer and worker against private redis-servers (a 3-master Cluster,
+## ACL users), the conformance cases through its script layer, interop with the Rust CLI.
+python-client: redis
+	./scripts/python-client.sh
+
+## The Node.js package (clients/node): npm ci, build, its tests (private redis-servers, a
+## 3-master Cluster, jobs passed to and from the jobqueue binary), and the conformance
+## cases through its script-calling layer (scripts/conformance-node.sh). Needs Node.js 18+.
+node-client: redis
+	./scripts/node-client.sh
 
 lint:
 	$(CARGO) fmt --all -- --check

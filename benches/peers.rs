@@ -14,6 +14,10 @@
 //! and claims its next 32 (one call per batch, as a batching consumer makes). BullMQ's side
 //! is `benches/peers/bullmq.mjs` under node (BullMQ pinned in benches/peers/package.json,
 //! installed by `make bench-peers` into benches/peers/node_modules), one process per run.
+//! Beside BullMQ's worker, the Node.js package's (clients/node, built by `make
+//! bench-peers`) runs the same processing workload at concurrency 1 and 64
+//! (`benches/peers/jobqueue-node.mjs`), its jobs enqueued by this process, and is compared
+//! with the same run's BullMQ figure.
 //!
 //! `priorities`: the same with priorities, beside BullMQ's: N jobs enqueued in batches of
 //! 100, the k-th batch of priority k mod 10 (BullMQ: 10 - k mod 10, its 1 the highest),
@@ -460,6 +464,63 @@ impl Bull {
 }
 
 // ---------------------------------------------------------------------------------------
+// The Node.js package's worker (clients/node)
+
+/// Concurrencies the Node package's worker runs at, beside BullMQ's.
+const NODE_CONCURRENCY: [usize; 2] = [1, 64];
+
+struct NodeClient {
+    node: String,
+    script: PathBuf,
+}
+
+impl NodeClient {
+    /// The package as `make bench-peers` builds it (clients/node/dist), or why it cannot run.
+    fn find() -> Result<NodeClient, String> {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let built = root.join("clients/node/dist/src/index.js");
+        if !built.exists() {
+            return Err(format!(
+                "the Node package is not built ({} is missing; make bench-peers builds it)",
+                built.display()
+            ));
+        }
+        Ok(NodeClient {
+            node: std::env::var("NODE").unwrap_or_else(|_| "node".into()),
+            script: root.join("benches/peers/jobqueue-node.mjs"),
+        })
+    }
+
+    /// `jobs` jobs already in the queue, processed by a Node worker at `concurrency`.
+    fn process(&self, s: &mut Server, jobs: usize, concurrency: usize) -> Run {
+        let cpu = s.cpu();
+        let out = Command::new(&self.node)
+            .arg(&self.script)
+            .args(["process", "--jobs", &jobs.to_string()])
+            .args(["--concurrency", &concurrency.to_string()])
+            .args(["--port", &s.redis.port.to_string(), "--tag", TAG])
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {} ({e})", self.node));
+        assert!(
+            out.status.success(),
+            "jobqueue-node.mjs failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let line = String::from_utf8_lossy(&out.stdout);
+        let v: serde_json::Value = line
+            .lines()
+            .rev()
+            .find_map(|l| serde_json::from_str(l).ok())
+            .unwrap_or_else(|| panic!("jobqueue-node.mjs printed no result: {line}"));
+        Run {
+            jobs,
+            seconds: v["seconds"].as_f64().expect("seconds in its result"),
+            redis_cpu: s.cpu() - cpu,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 /// `tasks` tasks each ending their previous `CLAIM_BATCH` leases and claiming the next
 /// ones in one `settle_claim` call, until the backlog is gone.
 async fn jq_settled(s: &mut Server, q: &Queue, jobs: usize, tasks: usize) -> Run {
@@ -679,6 +740,14 @@ async fn main() {
         }
         Err(why) => panic!("{why}"),
     };
+    let node_client = match NodeClient::find() {
+        Ok(n) => Some(n),
+        Err(why) if args.smoke => {
+            println!("bench-peers: the Node package's side skipped: {why}");
+            None
+        }
+        Err(why) => panic!("{why}"),
+    };
     let load = std::fs::read_to_string("/proc/loadavg")
         .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_default();
@@ -750,6 +819,7 @@ async fn main() {
         }
     }
 
+    let mut bull_runs: HashMap<usize, Run> = HashMap::new();
     if args.runs("process") {
         for c in CONCURRENCY {
             eprintln!("process, concurrency {c} …");
@@ -766,6 +836,7 @@ async fn main() {
             if let Some(b) = &bull {
                 s.flush();
                 bull_run = Some(b.process(&mut s, n, c));
+                bull_runs.insert(c, bull_run.unwrap());
             }
             lines.push(Line {
                 name: format!("process.c{c}"),
@@ -892,6 +963,32 @@ async fn main() {
             bull: bull_run.map(|(_, c)| c as f64 / jobs as f64),
             cpu: [None; 4],
         });
+    }
+    if let (true, Some(node)) = (args.runs("process"), &node_client) {
+        for c in NODE_CONCURRENCY {
+            eprintln!("process, the Node package's worker, concurrency {c} …");
+            s.flush();
+            fill(&q, n).await;
+            let run = node.process(&mut s, n, c);
+            let bull_run = bull_runs.get(&c);
+            lines.push(Line {
+                name: format!("process_node.c{c}"),
+                what: format!(
+                    "process, empty handler, concurrency {c}: Node package (clients/node)"
+                ),
+                unit: "jobs/s",
+                jq: run.rate(),
+                jq_batched: None,
+                jq_settled: None,
+                bull: bull_run.map(|r| r.rate()),
+                cpu: [
+                    per_job_cpu(&run),
+                    None,
+                    None,
+                    bull_run.and_then(per_job_cpu),
+                ],
+            });
+        }
     }
     let keys_left = s.keys();
 

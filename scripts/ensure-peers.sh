@@ -22,3 +22,11 @@ if [ "$installed" != "$pinned" ]; then
   echo "bench-peers: installing BullMQ $pinned (npm ci) into $PWD/node_modules" >&2
   npm ci --silent --no-audit --no-fund >&2
 fi
+
+# The Node.js package's worker runs beside BullMQ's: build clients/node when it is not built.
+cd ../../clients/node
+if [ ! -f dist/src/index.js ] || [ ! -d node_modules/ioredis ]; then
+  echo "bench-peers: building the Node package (npm ci, npm run build) in $PWD" >&2
+  npm ci --silent --no-audit --no-fund >&2
+  npm run --silent build >&2
+fi

@@ -286,3 +286,9 @@ def fresh(tag):
     q = Q(tag)
     q.clear()
     return q
+
+
+# The same cases through the Node package's script-calling layer (scripts/conformance-node.sh).
+if os.environ.get('JOBQUEUE_CONFORMANCE_NODE'):
+    import node_bridge
+    atexit.register(node_bridge.install(Q, r, os.environ['JOBQUEUE_CONFORMANCE_NODE']).stop)

@@ -406,9 +406,10 @@ def dead_trimming():
     assert [x.decode() for x in r.zrange(q.dead, 0, -1)] == ['c', 'd', 'e']
     assert not r.exists(q.jk('a')) and not r.exists(q.jk('b')) and r.exists(q.jk('c'))
     assert q.stats()['dead_trimmed'] == 2
-    # retention
-    r.hset(q.meta, mapping={'dead_max_len': 0, 'dead_retention_ms': 1})
-    wait_ms(5)
+    # retention: the entries there died 5 s ago, f now (a retention of 1 ms raced the
+    # reap's own call against f's death)
+    r.hset(q.meta, mapping={'dead_max_len': 0, 'dead_retention_ms': 1000})
+    r.zadd(q.dead, {m: s - 5000 for m, s in r.zrange(q.dead, 0, -1, withscores=True)}, xx=True)
     make_dead(q, ['f'])
     assert q.reap() == [0, 0, 0]
     assert [x.decode() for x in r.zrange(q.dead, 0, -1)] == ['f']
