@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 const REFRESH: Duration = Duration::from_millis(200);
 
-/// The `stats` calls since the reset: the stats script runs LLEN once per call, and no
+/// The `stats` calls since the reset: the stats script runs LLEN ten times per call (one per priority), and no
 /// other read of the console does (the queue page's lists call the preview script, so
 /// EVALSHA would count them too).
 fn script_calls(conn: &mut redis::Connection) -> u64 {
@@ -42,8 +42,11 @@ fn script_calls(conn: &mut redis::Connection) -> u64 {
             Some((name, calls.parse().ok()?))
         })
         .collect();
-    calls.get("cmdstat_llen").copied().unwrap_or(0)
+    calls.get("cmdstat_llen").copied().unwrap_or(0) / LLEN_PER_STATS
 }
+
+/// The LLENs of one `stats` call: the ready list of each priority, 0 to 9.
+const LLEN_PER_STATS: u64 = 10;
 
 async fn get(addr: SocketAddr, path: &str) -> bool {
     let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
