@@ -62,7 +62,10 @@ pub use settings::QueueSettings;
 pub use stats::{Histogram, OwnRuns, QueueStats};
 pub use types::{
     AttemptError, Backoff, Cancellation, Claimed, Deletion, ERROR_BYTES, ERRORS_KEPT, Enqueued,
-    FailMode, FailOutcome, HEX_PREFIX, JobId, JobInfo, JobOptions, JobStatus, Lease, LeaseRef, MAX_JOB_ATTEMPTS, Maintenance, NewJob, PURGED_REMEMBERED_MS, ReapOutcome, Renewal, Selection, SetAside, Settle, Settled, SettledClaim, Unique, UniqueMode, UniqueOutcome, new_job_id, new_token, JobEnd, JobEvent, MAX_PROGRESS_TEXT, MAX_RESULT, Progress,
+    FailMode, FailOutcome, HEX_PREFIX, JobEnd, JobEvent, JobId, JobInfo, JobOptions, JobStatus,
+    Lease, LeaseRef, MAX_JOB_ATTEMPTS, MAX_PROGRESS_TEXT, MAX_RESULT, Maintenance, NewJob,
+    PURGED_REMEMBERED_MS, Progress, ReapOutcome, Renewal, Selection, SetAside, Settle, Settled,
+    SettledClaim, Unique, UniqueMode, UniqueOutcome, new_job_id, new_token,
 };
 
 /// The most items one script call takes (the protocol's bound on every count).
