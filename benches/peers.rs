@@ -19,13 +19,17 @@
 //! (`benches/peers/jobqueue-node.mjs`), its jobs enqueued by this process, and is compared
 //! with the same run's BullMQ figure.
 //!
+//! `priorities`: the same with priorities, beside BullMQ's: N jobs enqueued in batches of
+//! 100, the k-th batch of priority k mod 10 (BullMQ: 10 - k mod 10, its 1 the highest),
+//! then processed at concurrency 16 (highest priority first on both sides).
+//!
 //! Rate limited (`ratelimit`): N/10 jobs (at least 200, at most 5000) at a limit of a
 //! fifth of them per second, one worker at concurrency 16 on each side (jobqueue's
 //! `rate_limit`, BullMQ's Worker `limiter`): the seconds to finish (about 4 when the
 //! limit holds) and the Redis commands per job (`INFO commandstats`: what a limited
 //! worker costs the server while it waits).
 //!
-//! `cargo bench --bench peers -- [--jobs N] [--quick] [--only enqueue,process,memory,ratelimit]`
+//! `cargo bench --bench peers -- [--jobs N] [--quick] [--only enqueue,process,memory,priorities,ratelimit]`
 //! N defaults to 50,000 (a few minutes); `--quick` is N/10. Run without `--bench` (as
 //! `cargo test --all-targets` does) it makes a smoke pass of 500 jobs, BullMQ's side only
 //! when it is installed.
@@ -49,6 +53,10 @@ use common::RedisServer;
 const TAG: &str = "bench";
 const CONCURRENCY: [usize; 3] = [1, 16, 64];
 const CLAIM_BATCH: usize = 32;
+/// The batch size of the priorities' runs: one priority per batch, ten levels.
+const PRIORITY_BATCH: usize = 100;
+/// The concurrency of the priorities' processing run.
+const PRIORITY_CONCURRENCY: usize = 16;
 
 /// The 45-byte JSON payload both sides send: BullMQ's JSON.stringify of its job data
 /// gives the same bytes.
@@ -161,6 +169,31 @@ async fn fill(q: &Queue, n: usize) {
         let jobs: Vec<NewJob> = (i..i + k).map(|j| NewJob::new(payload(j))).collect();
         q.enqueue_many(jobs).await.unwrap();
         i += k;
+    }
+}
+
+/// Batches of [`PRIORITY_BATCH`], the k-th of priority k mod 10.
+async fn fill_prioritized(q: &Queue, n: usize) {
+    let mut i = 0;
+    while i < n {
+        let k = (n - i).min(PRIORITY_BATCH);
+        let p = ((i / PRIORITY_BATCH) % 10) as u8;
+        let jobs: Vec<NewJob> = (i..i + k)
+            .map(|j| NewJob::new(payload(j)).priority(p))
+            .collect();
+        q.enqueue_many(jobs).await.unwrap();
+        i += k;
+    }
+}
+
+async fn jq_enqueue_prioritized(s: &mut Server, q: &Queue, jobs: usize) -> Run {
+    let cpu = s.cpu();
+    let start = Instant::now();
+    fill_prioritized(q, jobs).await;
+    Run {
+        jobs,
+        seconds: start.elapsed().as_secs_f64(),
+        redis_cpu: s.cpu() - cpu,
     }
 }
 
@@ -330,6 +363,11 @@ impl Bull {
     }
 
     fn enqueue(&self, s: &mut Server, jobs: usize, batch: usize) -> Run {
+        self.enqueue_with(s, jobs, batch, false)
+    }
+
+    /// With `priorities`: the k-th batch of priority 10 - k mod 10.
+    fn enqueue_with(&self, s: &mut Server, jobs: usize, batch: usize, priorities: bool) -> Run {
         let cpu = s.cpu();
         let seconds = self.run(
             s.redis.port,
@@ -339,6 +377,8 @@ impl Bull {
                 &jobs.to_string(),
                 "--batch",
                 &batch.to_string(),
+                "--priorities",
+                if priorities { "1" } else { "0" },
             ],
         );
         Run {
@@ -385,7 +425,23 @@ impl Bull {
     }
 
     fn process(&self, s: &mut Server, jobs: usize, concurrency: usize) -> Run {
-        self.enqueue(s, jobs, 1000);
+        self.process_with(s, jobs, concurrency, false)
+    }
+
+    /// With `priorities`: the backlog added as [`Bull::enqueue_with`] adds it, in batches
+    /// of [`PRIORITY_BATCH`].
+    fn process_with(
+        &self,
+        s: &mut Server,
+        jobs: usize,
+        concurrency: usize,
+        priorities: bool,
+    ) -> Run {
+        if priorities {
+            self.enqueue_with(s, jobs, PRIORITY_BATCH, true);
+        } else {
+            self.enqueue(s, jobs, 1000);
+        }
         let cpu = s.cpu();
         let seconds = self.run(
             s.redis.port,
@@ -798,6 +854,64 @@ async fn main() {
                 ],
             });
         }
+    }
+    if args.runs("priorities") {
+        eprintln!("priorities: enqueue …");
+        s.flush();
+        let jq = jq_enqueue_prioritized(&mut s, &q, n).await;
+        let mut bull_run = None;
+        if let Some(b) = &bull {
+            s.flush();
+            bull_run = Some(b.enqueue_with(&mut s, n, PRIORITY_BATCH, true));
+        }
+        lines.push(Line {
+            name: format!("priorities.enqueue.b{PRIORITY_BATCH}"),
+            what: format!(
+                "enqueue with 10 priorities, batches of {PRIORITY_BATCH} (Queue.addBulk, opts.priority)"
+            ),
+            unit: "jobs/s",
+            jq: jq.rate(),
+            jq_batched: None,
+            jq_settled: None,
+            bull: bull_run.map(|r| r.rate()),
+            cpu: [
+                per_job_cpu(&jq),
+                None,
+                None,
+                bull_run.as_ref().and_then(per_job_cpu),
+            ],
+        });
+        let c = PRIORITY_CONCURRENCY;
+        eprintln!("priorities: process, concurrency {c} …");
+        s.flush();
+        fill_prioritized(&q, n).await;
+        let jq = jq_worker(&mut s, &q, n, c).await;
+        s.flush();
+        fill_prioritized(&q, n).await;
+        let batched = jq_batched(&mut s, &q, n, c).await;
+        s.flush();
+        fill_prioritized(&q, n).await;
+        let settled = jq_settled(&mut s, &q, n, c).await;
+        let mut bull_run = None;
+        if let Some(b) = &bull {
+            s.flush();
+            bull_run = Some(b.process_with(&mut s, n, c, true));
+        }
+        lines.push(Line {
+            name: format!("priorities.process.c{c}"),
+            what: format!("process jobs of 10 priorities, empty handler, concurrency {c}"),
+            unit: "jobs/s",
+            jq: jq.rate(),
+            jq_batched: Some(batched.rate()),
+            jq_settled: Some(settled.rate()),
+            bull: bull_run.map(|r| r.rate()),
+            cpu: [
+                per_job_cpu(&jq),
+                per_job_cpu(&batched),
+                per_job_cpu(&settled),
+                bull_run.as_ref().and_then(per_job_cpu),
+            ],
+        });
     }
     if args.runs("ratelimit") {
         let jobs = (n / 10).clamp(200, 5000);

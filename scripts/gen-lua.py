@@ -25,8 +25,10 @@ INCLUDE = os.path.join(LUA, 'include')
 # the two scripts that act on chosen dead jobs, the claim in the two that claim, the
 # histogram bucket and the backoff policy in the scripts that end leases, the request
 # records in the two that keep them and in ack, which deletes them; the per-job options
-# in enqueue, which writes them, and the three scripts that retry or dead-letter; the release
-# of unique keys in the scripts that claim or end jobs.
+# in enqueue, which writes them, and the three scripts that retry or dead-letter; the
+# priorities' ready lists in every script that pushes onto, pops from or counts them; the
+# release of unique keys in the scripts that claim or end jobs; the outcomes in the scripts
+# that end or extend leases and in manage.
 REQUIRED = {
     'prelude.lua': None,
     'dead_selection.lua': ['purge.lua', 'redrive.lua'],
@@ -36,6 +38,8 @@ REQUIRED = {
     'attempt_errors.lua': ['fail.lua', 'reap.lua', 'settle_claim.lua'],
     'history.lua': ['ack.lua', 'enqueue.lua', 'fail.lua', 'reap.lua', 'schedule.lua', 'settle_claim.lua'],
     'job_options.lua': ['enqueue.lua', 'fail.lua', 'reap.lua', 'schedule.lua', 'settle_claim.lua'],
+    'priority.lua': ['claim.lua', 'enqueue.lua', 'fail.lua', 'manage.lua', 'reap.lua', 'redrive.lua',
+                     'schedule.lua', 'settle_claim.lua', 'stats.lua'],
     'unique.lua': ['ack.lua', 'claim.lua', 'fail.lua', 'manage.lua', 'purge.lua', 'reap.lua',
                    'settle_claim.lua'],
     'outcomes.lua': ['ack.lua', 'extend.lua', 'fail.lua', 'manage.lua', 'reap.lua', 'settle_claim.lua'],

@@ -317,6 +317,11 @@ const ROWS: &[Row] = &[
     row("rate-limit-no-unit", &["configure", "--redis", "{url}", "--tag", "bi", "--rate-limit", "10/1"], 2, "has no unit"),
     row("rate-limit-per-key-no-value", &["configure", "--redis", "{url}", "--tag", "bi", "--rate-limit-per-key"], 2, "a value is required for '--rate-limit-per-key <N/WINDOW>'"),
     row("rate-key-empty", &["enqueue", "--redis", "{url}", "--tag", "bi", "--rate-key", "", "x"], 2, "invalid rate key: 0 bytes: a rate key is 1 to 256 bytes"),
+    // Priorities
+    row("enqueue-priority-ten", &["enqueue", "--redis", "{url}", "--tag", "bi", "--priority", "10", "x"], 2, "invalid value '10' for '--priority <N>': \"10\" is not a priority: a whole number from 0 (the default, lowest) to 9 (highest)"),
+    row("enqueue-priority-negative", &["enqueue", "--redis", "{url}", "--tag", "bi", "--priority", "-1", "x"], 2, "invalid value '-1' for '--priority <N>': must not be negative"),
+    row("enqueue-priority-text", &["enqueue", "--redis", "{url}", "--tag", "bi", "--priority", "high", "x"], 2, "invalid value 'high' for '--priority <N>': \"high\" is not a priority"),
+    row("configure-priority-mode-word", &["configure", "--redis", "{url}", "--tag", "bi", "--priority-mode", "fair"], 2, "invalid value 'fair' for '--priority-mode <MODE>': \"fair\" is not a priority mode: strict or weighted"),
 ];
 
 /// Rows of the library and the protocol (no process, no exit code: the doc says `-`):
@@ -390,6 +395,21 @@ const LIB_ROWS: &[(&str, &str, bool)] = &[
     (
         "script-visibility-exponent",
         "jobqueue: invalid visibility_timeout_ms: expected an integer 1..10^15 ms, got \"1e3\"",
+        true,
+    ),
+    (
+        "lib-priority-ten",
+        "invalid priority: 10 is not between 0 and 9",
+        true,
+    ),
+    (
+        "script-priority-ten",
+        "jobqueue: invalid priority: expected an integer 0..9, got \"10\"",
+        true,
+    ),
+    (
+        "script-priority-text",
+        "jobqueue: invalid priority: expected an integer 0..9, got \"high\"",
         true,
     ),
 ];
@@ -585,6 +605,31 @@ async fn lib_case(id: &str, server: &RedisServer, lease: &jobqueue::queue::Lease
                 SCRIPTS.enqueue.source,
                 &["jq:{lb}:job:o1"],
                 &["jq:{lb}:job:", "1", "o1", "x", "0", "options", name, value],
+            )
+        }
+        "lib-priority-ten" => match queue.enqueue(NewJob::new(&b"x"[..]).priority(10)).await {
+            Ok(v) => format!("{v:?}"),
+            Err(e) => e.to_string(),
+        },
+        "script-priority-ten" | "script-priority-text" => {
+            let p = if id == "script-priority-ten" {
+                "10"
+            } else {
+                "high"
+            };
+            script(
+                SCRIPTS.enqueue.source,
+                &["jq:{lb}:job:n1"],
+                &[
+                    "jq:{lb}:job:",
+                    "1",
+                    "n1",
+                    "x",
+                    "0",
+                    "options",
+                    "priority",
+                    p,
+                ],
             )
         }
         other => panic!("no case for {other}"),

@@ -266,8 +266,8 @@ async fn bad_options_are_refused_naming_what_is_wrong_and_write_nothing() {
     let cases: [(&[&str], &str); 5] = [
         (&["options"], "invalid options: expected name, value pairs"),
         (
-            &["options", "priority", "1"],
-            "invalid options: \"priority\" is not an option",
+            &["options", "lifo", "1"],
+            "invalid options: \"lifo\" is not an option",
         ),
         (
             &["options", "max_attempts", "1", "max_attempts", "2"],

@@ -35,6 +35,20 @@ const REQUIRED: &[(&str, Option<&[&str]>)] = &[
         ]),
     ),
     (
+        "priority.lua",
+        Some(&[
+            "claim.lua",
+            "enqueue.lua",
+            "fail.lua",
+            "manage.lua",
+            "reap.lua",
+            "redrive.lua",
+            "schedule.lua",
+            "settle_claim.lua",
+            "stats.lua",
+        ]),
+    ),
+    (
         "unique.lua",
         Some(&[
             "ack.lua",

@@ -12,6 +12,9 @@
 //       then a Worker with concurrency C and an empty async processor, timed from its
 //       creation to the N-th 'completed' event. With --max M --duration MS the Worker
 //       has BullMQ's rate limiter, `limiter: {max: M, duration: MS}` (global to the queue).
+//   --priorities 1 (with either mode): the k-th batch of jobs added gets priority
+//       10 - (k mod 10), BullMQ's 1 (highest) to 10, as jobqueue's side gives its k-th
+//       batch priority k mod 10 (9 highest): ten levels, one per batch.
 //
 // Prints one JSON line: {"system":"bullmq","version":…,"mode":…,"jobs":…,"seconds":…}.
 import { readFileSync } from 'node:fs';
@@ -22,13 +25,13 @@ const NAME = 'j';
 
 function parse(argv) {
   const [mode, ...rest] = argv;
-  const opts = { mode, port: 6379, jobs: 1000, batch: 1, concurrency: 1, fill: 1, max: 0, duration: 0 };
+  const opts = { mode, port: 6379, jobs: 1000, batch: 1, concurrency: 1, fill: 1, priorities: 0, max: 0, duration: 0 };
   for (let i = 0; i < rest.length; i += 2) {
     const key = rest[i].replace(/^--/, '');
     const value = Number(rest[i + 1]);
-    const least = key === 'fill' ? 0 : 1;
+    const least = key === 'fill' || key === 'priorities' ? 0 : 1;
     if (!(key in opts) || key === 'mode' || !Number.isInteger(value) || value < least) {
-      throw new Error(`bad argument ${rest[i]} ${rest[i + 1]}: expected --port, --jobs, --batch, --concurrency, --max or --duration with a positive integer, or --fill 0`);
+      throw new Error(`bad argument ${rest[i]} ${rest[i + 1]}: expected --port, --jobs, --batch, --concurrency, --max or --duration with a positive integer, --fill 0 or --priorities 0 or 1`);
     }
     opts[key] = value;
   }
@@ -44,14 +47,16 @@ function data(i) {
   return { to: `u${String(i % 10_000_000).padStart(7, '0')}@example.com`, tpl: 'welcome' };
 }
 
-async function addAll(queue, jobs, batch) {
+async function addAll(queue, jobs, batch, priorities) {
   for (let i = 0; i < jobs; i += batch) {
     const k = Math.min(batch, jobs - i);
+    // BullMQ: 1 is the highest priority; jobqueue's batch priority p is BullMQ's 10 - p
+    const opts = priorities ? { priority: 10 - ((i / batch) % 10) } : undefined;
     if (k === 1) {
-      await queue.add(NAME, data(i));
+      await queue.add(NAME, data(i), opts);
     } else {
       const bulk = [];
-      for (let j = i; j < i + k; j++) bulk.push({ name: NAME, data: data(j) });
+      for (let j = i; j < i + k; j++) bulk.push({ name: NAME, data: data(j), opts });
       await queue.addBulk(bulk);
     }
   }
@@ -68,10 +73,10 @@ async function main() {
   let seconds;
   if (opts.mode === 'enqueue') {
     const start = process.hrtime.bigint();
-    await addAll(queue, opts.jobs, opts.batch);
+    await addAll(queue, opts.jobs, opts.batch, opts.priorities);
     seconds = Number(process.hrtime.bigint() - start) / 1e9;
   } else {
-    if (opts.fill) await addAll(queue, opts.jobs, 1000);
+    if (opts.fill) await addAll(queue, opts.jobs, 1000, opts.priorities);
     let completed = 0;
     let failed = 0;
     let done;
@@ -95,7 +100,7 @@ async function main() {
   await queue.close();
   console.log(JSON.stringify({
     system: 'bullmq', version, mode: opts.mode, jobs: opts.jobs, batch: opts.batch,
-    concurrency: opts.concurrency, seconds,
+    concurrency: opts.concurrency, priorities: opts.priorities, seconds,
   }));
 }
 

@@ -2,11 +2,12 @@
 -- claim (docs/protocol.md) on KEYS[1..8]: promote due delayed jobs, lease up to n ready
 -- jobs to worker (the c-th gets the caller's token ARGV[tokenAt + c]; with flat, every
 -- lease gets the caller's token tokenAt itself), set aside or drop orphans, empty wake
--- when pending ran dry, release the unique key of each leased job that holds one until
--- it starts (docs/protocol.md, Unique keys); on a paused queue (meta's `paused` field) it leases and promotes
--- nothing and empties wake; under meta's rate limits it cuts n to the queue's slots left
--- (a gate before any pop), sets aside the jobs whose rate key has no slot left (right
--- after the pop) and answers more = -(ms to the next slot) when none is left. Every call scores worker now in P:{T}:workers (built from
+-- when every ready list ran dry, release the unique key of each leased job that holds one
+-- until it starts (docs/protocol.md, Unique keys); on a paused queue (meta's `paused` field)
+-- it leases and promotes nothing and empties wake; under meta's rate limits it cuts n to the
+-- queue's slots left (a gate before any pop), sets aside the jobs whose rate key has no slot
+-- left (right after the pop) and answers more = -(ms to the next slot) when none is left.
+-- Every call scores worker now in P:{T}:workers (built from
 -- the job-key prefix, as the request records' keys). nS is n as Redis reads a count; vis 0 means meta's
 -- visibility_timeout_ms (read only when a job is leased). check(nc, orphans), when given,
 -- runs after the reads and before the first write but the RPOPs: an error it returns
@@ -27,7 +28,7 @@
 -- and the error reply.
 -- unclaim(pops, first, firstBy, err): what claimJobs wrote before it failed, undone: the
 -- counter first taken back by firstBy (when first is given), the ids of pops (the RPOP
--- replies, in order) pushed back where they were; returns nil, err
+-- replies, in order, each {list, ids}) pushed back where they were; returns nil, err
 local function unclaim(pops, first, firstBy, err)
   if first then
     -- a counter at zero was absent before (counters only ever grow)
@@ -35,12 +36,12 @@ local function unclaim(pops, first, firstBy, err)
       redis.call('HDEL', KEYS[6], first)
     end
   end
-  local back = {}
   for b = #pops, 1, -1 do
-    local ids = pops[b]
+    local ids = pops[b][2]
+    local back = {}
     for i = #ids, 1, -1 do back[#back + 1] = ids[i] end
+    if #back > 0 then redis.call('RPUSH', pops[b][1], unpack(back)) end
   end
-  if #back > 0 then redis.call('RPUSH', KEYS[1], unpack(back)) end
   return nil, err
 end
 -- Rate limits (docs/protocol.md, Rate limits): a log per limit, a sorted set of the
@@ -119,21 +120,23 @@ local function rateTake(key, per, used, k, now, nowS)
   redis.call('PEXPIRE', key, S(per))
 end
 local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, flat, nowS)
-  local K_PENDING, K_PROCESSING, K_DELAYED = KEYS[1], KEYS[2], KEYS[3]
+  local K_PROCESSING, K_DELAYED = KEYS[2], KEYS[3]
   local K_META, K_STATS, K_WAKE, K_ORPHANS = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
   local prefix = ARGV[1]
   nowS = nowS or S(now)
   -- a paused queue (meta holds a `paused` field) leases and promotes nothing; the caller's
-  -- gone leases still leave processing, and wake is emptied (pendingDone below)
-  -- one read of meta: paused, and the rate limits (docs/protocol.md, Rate limits)
-  local m0 = redis.pcall('HMGET', K_META, 'paused', 'rate_limit', 'rate_limit_per_key')
-  if m0.err then return nil, failure(m0, K_META, 'hash') end
-  local paused = m0[1] ~= false
+  -- gone leases still leave processing, and wake is emptied (allDry below). One read of
+  -- meta: paused, the rate limits (docs/protocol.md, Rate limits), the priorities whose
+  -- lists may hold ids and the priority mode (include/priority)
+  local m = redis.pcall('HMGET', K_META, 'paused', 'rate_limit', 'rate_limit_per_key',
+    'priorities', 'priority_mode', 'priority_turn')
+  if m.err then return nil, failure(m, K_META, 'hash') end
+  local paused = m[1] ~= false
   if paused then n, undue = 0, {} end
   -- rate limit gate, before anything is popped: n cut to the slots left, none left
   -- leases and promotes nothing and answers the wait for the next slot
   local rate, e0 = nil, nil
-  if not paused then rate, e0 = rateGate(prefix, m0[2], now) end
+  if not paused then rate, e0 = rateGate(prefix, m[2], now) end
   if e0 then return nil, e0 end
   if rate then
     if rate.left <= 0 then
@@ -144,7 +147,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   end
   -- per-key limit: the logs read so far (by key), the ids set aside and their run-at
   local keyed = nil
-  if not paused then keyed = rateOf(m0[3]) end
+  if not paused then keyed = rateOf(m[3]) end
   if keyed then keyed.logs, keyed.ids, keyed.at = {}, {}, {} end
   local orphans = 0
   local aside = nil          -- ids whose hash is absent: set aside, never forgotten
@@ -159,6 +162,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     if due.err then return nil, failure(due, K_DELAYED, 'zset') end
   end
   local promo, promoAtt, promoSet = due, nil, due -- empty unless something is due
+  local promoOf = {} -- by priority: the indices in promo of its promoted jobs, in order
   local promoOpt = nil -- position in promo -> { timeout_ms, visibility_timeout_ms } stored
   if #due > 0 then promo, promoAtt, promoSet = {}, {}, {} end
   local promoUni = nil       -- by index in promo: a unique key released at the claim
@@ -166,7 +170,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     local id = due[i]
     local key = prefix .. id
     local h = redis.pcall('HMGET', key, 'status', 'attempts', 'unique_key', 'unique_mode',
-      'timeout_ms', 'visibility_timeout_ms', 'rate_key')
+      'timeout_ms', 'visibility_timeout_ms', 'rate_key', 'priority')
     if h.err then
       if not wrongTyped(h) then return nil, failure(h, key, 'hash') end
       -- a job key that is not a hash: set aside, the queue keeps flowing
@@ -185,6 +189,10 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
         promoUni = promoUni or {}
         promoUni[#promo] = h[3]
       end
+      -- a promoted job goes behind the ids of its own priority's list
+      local pp = priorityOf(h[8])
+      promoOf[pp] = promoOf[pp] or {}
+      promoOf[pp][#promoOf[pp] + 1] = #promo
     else
       orphans = orphans + 1
       -- a hash without status that exists is a pending job: this entry is a stray one
@@ -195,33 +203,53 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     end
   end
 
-  -- ids leave pending from its RPOP end: first the ids already there, then the
-  -- promoted ones (they go behind them). The first RPOP is the first write of the call:
-  -- it reveals a wrong-typed pending key before anything changed, and if a later check
-  -- fails, unclaim() pushes the popped ids back where they were.
+  -- ids leave each list from its RPOP end: first the ids already there, then the
+  -- promoted ones of that priority (they go behind them). The lists are taken in the
+  -- order of readyOrder (include/priority): highest priority first, or by the weighted
+  -- round robin's shares. The first RPOP is the first write of the call: it reveals a
+  -- wrong-typed list before anything changed, and if a later check fails, unclaim()
+  -- pushes the popped ids back where they were.
   local cIds, cKeys, cAtt, cPay = {}, {}, {}, {}
   -- the per-job options of the c-th job, when it has one: its timeout and visibility (ms)
   local cTmo, cVis = nil, nil
   local cUni = nil           -- by lease: the unique key released at this claim
   local taken = {}
-  local pops = {}            -- the RPOP replies, in order
+  local pops = {}            -- the RPOP replies, in order, each {list, ids}
   local budget = n + 100
-  local popped, promoUsed = 0, 0
-  local pendingDone = paused
+  local popped = 0
+  local known = readyDigits(m[4])
+  known[0] = true
+  for p in pairs(promoOf) do known[p] = true end
+  local weighted = m[5] == 'weighted'
+  local turn = 0
+  if weighted then turn = int(m[6], 0, TURN_WRAP) or 0 end
+  local order = {}
+  if not paused then order = readyOrder(known, n, weighted, turn) end
+  local dry = {}             -- priorities whose list an RPOP found short: empty now
+  local promoNext = {}       -- by priority: how many of its promoted jobs were used
+  local lv, got = 1, 0       -- the entry of order being popped, jobs it claimed so far
 
-  while #cIds < n and popped < budget do
-    if not pendingDone then
-      local want = n - #cIds
+  while #cIds < n and popped < budget and lv <= #order do
+    local p, cap = order[lv][1], order[lv][2]
+    local want = n - #cIds
+    if cap and cap - got < want then want = cap - got end
+    local promos = promoOf[p]
+    local used = promoNext[p] or 0
+    if want <= 0 then
+      lv, got = lv + 1, 0
+    elseif not dry[p] then
       if budget - popped < want then want = budget - popped end
-      local ids = redis.pcall('RPOP', K_PENDING, want == n and nS or S(want))
+      local list = readyKey(p)
+      local ids = redis.pcall('RPOP', list, want == n and nS or S(want))
       if not ids then
         ids = {}
       elseif ids.err then
-        return unclaim(pops, nil, 0, failure(ids, K_PENDING, 'list'))
+        return unclaim(pops, nil, 0, failure(ids, list, 'list'))
       end
-      pops[#pops + 1] = ids
+      pops[#pops + 1] = { list, ids }
       popped = popped + #ids
-      if #ids < want then pendingDone = true end
+      if #ids < want then dry[p] = true end
+      local before = #cIds
       for j = 1, #ids do
         local id = ids[j]
         local key = prefix .. id
@@ -291,11 +319,13 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
           end
         end
       end
-    else
-      if promoUsed >= #promo then break end
-      promoUsed = promoUsed + 1
+      got = got + #cIds - before
+    elseif promos and used < #promos then
+      used = used + 1
+      promoNext[p] = used
       popped = popped + 1
-      local id = promo[promoUsed]
+      local i = promos[used]
+      local id = promo[i]
       local key = prefix .. id
       if taken[key] then
         orphans = orphans + 1 -- already claimed through an older copy in pending
@@ -309,8 +339,9 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
         end
         if not full then
           local c = #cIds + 1
-          cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, promoAtt[promoUsed], false
-          local o = promoOpt and promoOpt[promoUsed]
+          cIds[c], cKeys[c], cAtt[c], cPay[c] = id, key, promoAtt[i], false
+          got = got + 1
+          local o = promoOpt and promoOpt[i]
           if o then
             local tmo, jvis = int(o[1], 1, MAXMS), int(o[2], 1, MAXMS)
             if tmo or jvis then
@@ -318,19 +349,39 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
               cTmo[c], cVis[c] = tmo or 0, jvis or 0
             end
           end
-          if promoUni and promoUni[promoUsed] then
+          if promoUni and promoUni[i] then
             cUni = cUni or {}
-            cUni[c] = promoUni[promoUsed]
+            cUni[c] = promoUni[i]
           end
         end
       end
+    else
+      lv, got = lv + 1, 0
+    end
+  end
+  -- every list known found empty and every promoted job used: the queue ran dry (a
+  -- paused queue counts as dry: its idle workers sleep)
+  local allDry = true
+  local left = {}            -- by priority: its promoted jobs not used, in order
+  for p in pairs(known) do
+    if not dry[p] and not paused then allDry = false end
+    local promos = promoOf[p]
+    if promos and (promoNext[p] or 0) < #promos then
+      allDry = false
+      local rest = {}
+      for i = (promoNext[p] or 0) + 1, #promos do rest[#rest + 1] = promo[promos[i]] end
+      left[p] = rest
     end
   end
 
   local nc = #cIds
   local more = 0
-  if nc < n and ((popped >= budget and redis.call('LLEN', K_PENDING) > 0) or #due == 100) then
+  if nc < n and #due == 100 then
     more = 1
+  elseif nc < n and popped >= budget then
+    for p in pairs(known) do
+      if more == 0 and not dry[p] and redis.call('LLEN', readyKey(p)) > 0 then more = 1 end
+    end
   end
   local e
   -- the orphans key is written without having been read: its type is checked first
@@ -438,13 +489,14 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     e = failure(r, K_PROCESSING, 'zset')
     if e then return unclaim(pops, first, firstBy, e) end
   end
-  if promoUsed < #promo then
-    local rest = {}
-    for i = promoUsed + 1, #promo do rest[#rest + 1] = promo[i] end
-    redis.call('LPUSH', K_PENDING, unpack(rest))
-    for i = 1, #rest do
-      local key = prefix .. rest[i]
-      if not taken[key] then redis.call('HSET', key, 'status', 'pending') end
+  for p = 0, 9 do
+    local rest = left[p]
+    if rest then
+      redis.call('LPUSH', readyKey(p), unpack(rest))
+      for i = 1, #rest do
+        local key = prefix .. rest[i]
+        if not taken[key] then redis.call('HSET', key, 'status', 'pending') end
+      end
     end
   end
   if #due > 0 then
@@ -521,11 +573,26 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   if nc > 0 and orphans > 0 then redis.pcall('HINCRBY', K_STATS, 'orphans', S(orphans)) end
   if aside then redis.pcall('HINCRBY', K_STATS, 'set_aside', S(#aside)) end
   if wrong > 0 then redis.pcall('HINCRBY', K_STATS, 'wrong_type', S(wrong)) end
-  -- markers of the jobs just taken must not wake idle workers: when an RPOP found pending
-  -- short of what it asked and no promoted job was left there (pending is empty), wake is
-  -- emptied (a wrong-typed wake is left as it is); while pending holds ids, its markers
-  -- are worth a claim
-  if pendingDone and promoUsed >= #promo then redis.pcall('LTRIM', K_WAKE, '1', '0') end
+  -- markers of the jobs just taken must not wake idle workers: when an RPOP found each
+  -- list short of what it asked and no promoted job was left there (pending is empty),
+  -- wake is emptied (a wrong-typed wake is left as it is); while a list holds ids, its
+  -- markers are worth a claim
+  if allDry then redis.pcall('LTRIM', K_WAKE, '1', '0') end
+  -- meta's record of the lists that may hold ids: the digits of lists found empty go,
+  -- those of lists promoted jobs were pushed onto come; the weighted turn advances by the
+  -- jobs claimed (one HSET, only when something changed: never without priorities)
+  local rec = {}
+  for p = 1, 9 do
+    if known[p] and (not dry[p] or left[p]) then rec[p] = true end
+  end
+  rec = readyRecord(rec)
+  local mw = {}
+  if rec ~= (m[4] or '') then mw = { 'priorities', rec } end
+  if weighted and nc > 0 and #order > 1 then
+    mw[#mw + 1] = 'priority_turn'
+    mw[#mw + 1] = S((turn + nc) % TURN_WRAP)
+  end
+  if #mw > 0 then redis.call('HSET', K_META, unpack(mw)) end
   -- the worker was seen: P:{T}:workers scores it now (reap forgets it an hour later); a
   -- wrong-typed key is left as it is
   redis.pcall('ZADD', string.sub(prefix, 1, -5) .. 'workers', nowS, worker)

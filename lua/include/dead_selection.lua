@@ -1,6 +1,6 @@
 -- The `ids` and `oldest` forms of redrive and purge: checks ARGV and KEYS, then selects
 -- the dead jobs to act on, writing nothing. Leaves deadIds and deadKeys (each job whose
--- status is `dead`, once), deadUnique (their unique keys, by index), nd = #deadIds, dropIds (the entries to remove from dead:
+-- status is `dead`, once), deadPrio (their `priority` fields as read), deadUnique (their unique keys, by index), nd = #deadIds, dropIds (the entries to remove from dead:
 -- those jobs and the orphans) and orphans (dead entries whose hash is gone or not `dead`).
 
 -- arguments ------------------------------------------------------------------
@@ -55,12 +55,13 @@ else
 end
 
 local deadIds, deadKeys, dropIds = {}, {}, {}
+local deadPrio = {} -- each dead job's `priority` field as read (false when absent)
 local deadUnique = {}      -- by index in deadIds: the job's unique key, when it has one
 local seen = {}
 local orphans = 0
 for i = 1, #ids do
   local key = keys[i]
-  local h = redis.pcall('HMGET', key, 'status', 'unique_key')
+  local h = redis.pcall('HMGET', key, 'status', 'priority', 'unique_key')
   e = failure(h, key, 'hash')
   if e then return e end
   local st = h[1]
@@ -69,7 +70,8 @@ for i = 1, #ids do
     if st == 'dead' then
       deadIds[#deadIds + 1] = ids[i]
       deadKeys[#deadKeys + 1] = key
-      deadUnique[#deadIds] = h[2]
+      deadPrio[#deadKeys] = h[2]
+      deadUnique[#deadIds] = h[3]
       dropIds[#dropIds + 1] = ids[i]
     elseif inDead[i] then
       orphans = orphans + 1

@@ -4,7 +4,8 @@
 -- writes them; fail, settle_claim and reap read the retry policy where they read meta's;
 -- claim, settle_claim and extend read visibility_timeout_ms as the length of its leases.
 local JOB_OPTIONS = { max_attempts = true, backoff_initial_ms = true, backoff_max_ms = true,
-  backoff_multiplier = true, visibility_timeout_ms = true, timeout_ms = true, rate_key = true }
+  backoff_multiplier = true, visibility_timeout_ms = true, timeout_ms = true, rate_key = true,
+  priority = true }
 -- outcomes: `notify` (ms, 1..10^15): the job's end is appended to P:{T}:done and its hash
 -- kept at least that long after it ends (docs/protocol.md, Outcomes)
 JOB_OPTIONS.notify = true
@@ -25,12 +26,15 @@ local function jobOptions(at)
     if not JOB_OPTIONS[name] or seen[name] then
       return nil, nil, bad('options', shown(name) .. (seen[name] and ' is given twice' or
         ' is not an option (max_attempts, backoff_initial_ms, backoff_max_ms, backoff_multiplier, ' ..
-        'visibility_timeout_ms, timeout_ms, rate_key, notify)'))
+        'visibility_timeout_ms, timeout_ms, rate_key, notify, priority)'))
     end
     seen[name] = v
     local ok
     if name == 'max_attempts' then
       ok = int(v, 1, 1000000)
+    elseif name == 'priority' then
+      -- one digit: the job's hash holds it as the scripts read it (priorityOf)
+      ok = type(v) == 'string' and #v == 1 and int(v, 0, 9)
     elseif name == 'visibility_timeout_ms' or name == 'timeout_ms' or name == 'notify' then
       ok = int(v, 1, MAXMS)
     elseif name == 'rate_key' then
@@ -48,6 +52,8 @@ local function jobOptions(at)
         want = 'an integer 1..1000000'
       elseif name == 'backoff_multiplier' then
         want = 'a decimal number 1..1000'
+      elseif name == 'priority' then
+        want = 'an integer 0..9'
       elseif name == 'rate_key' then
         want = 'a key of 1..256 bytes'
       elseif name == 'visibility_timeout_ms' or name == 'timeout_ms' or name == 'notify' then
@@ -64,6 +70,15 @@ local function jobOptions(at)
       seen.backoff_initial_ms .. '), got ' .. shown(seen.backoff_max_ms))
   end
   return out, 1 + pairsN
+end
+-- optionPriority(opts): the priority an options block gives (0 when none)
+local function optionPriority(opts)
+  if opts then
+    for i = 1, #opts, 2 do
+      if opts[i] == 'priority' then return tonumber(opts[i + 1]) end
+    end
+  end
+  return 0
 end
 -- jobMaxAttempts(v, def): a job's own max_attempts (v, as read from its hash) when it is one
 -- (an integer 1..1000000), else def, the queue's

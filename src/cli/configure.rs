@@ -9,7 +9,9 @@ use super::ConnectArgs;
 use super::common::{UsageError, absent_note, open_target};
 use crate::duration;
 use crate::queue::auto_visibility::{self, AutoBounds, VisibilityRecord};
-use crate::queue::{PartitionRecord, QueueSettings, RateLimit, RateLimits, partition_tags};
+use crate::queue::{
+    PartitionRecord, PriorityMode, QueueSettings, RateLimit, RateLimits, partition_tags,
+};
 
 pub const EXAMPLES: &str = "\
 Examples:
@@ -23,6 +25,7 @@ Examples:
   jobqueue configure --tag emails --rate-limit-per-key 5/1s   # per enqueue --rate-key
   jobqueue configure --tag emails --rate-limit off
   jobqueue configure --tag emails --visibility-timeout auto   # the workers' reapers tune it
+  jobqueue configure --tag emails --priority-mode weighted   # low priorities get a share
   jobqueue configure --tag emails --visibility-timeout auto --auto-min 5s --auto-max 15m --auto-margin 2
 
 Settings not given keep their current value. Under the operator, the JobQueue resource
@@ -67,6 +70,11 @@ pub struct ConfigureArgs {
     /// The reaper keeps at most this many dead jobs; 0: no limit.
     #[arg(long, allow_hyphen_values = true)]
     pub dead_max_len: Option<u64>,
+    /// How claims choose among priorities: `strict` (the highest priority with a ready
+    /// job first, always) or `weighted` (priority p gets a share of the claims weighing
+    /// 2^p, so low priorities never starve). Not written by the operator.
+    #[arg(long, value_name = "MODE", value_parser = PriorityMode::parse)]
+    pub priority_mode: Option<PriorityMode>,
     /// Keep the queue's completion events (acked, failed, dead, cancelled) in a stream of
     /// about this many entries, for `jobqueue events`; 0 turns them off (the default).
     #[arg(long, value_name = "N", value_parser = events_len)]
@@ -428,6 +436,19 @@ pub async fn run(args: ConfigureArgs) -> anyhow::Result<()> {
             (current, false)
         }
     };
+    if let Some(mode) = args.priority_mode {
+        if let Some(note) = &absent
+            && !args.create
+        {
+            return Err(UsageError(format!(
+                "{note}; to make a new queue with this priority mode, add --create"
+            ))
+            .into());
+        }
+        for queue in &queues {
+            queue.set_priority_mode(mode).await?;
+        }
+    }
     // Outcomes: the events stream's cap, a meta field of its own (events_max_len)
     if let Some(n) = args.events {
         if let Some(note) = &absent
@@ -469,6 +490,11 @@ pub async fn run(args: ConfigureArgs) -> anyhow::Result<()> {
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(0);
     let record = VisibilityRecord::from_fields(&fields);
+    let priority_mode = PriorityMode::from_field(
+        fields
+            .get(crate::queue::PRIORITY_MODE_FIELD)
+            .map(String::as_str),
+    );
     let rates = RateLimits::from_fields(&fields);
     let mut out = std::io::stdout().lock();
     if args.json {
@@ -492,6 +518,7 @@ pub async fn run(args: ConfigureArgs) -> anyhow::Result<()> {
             }
         }
         fields.insert("visibility".into(), visibility_json(&record));
+        fields.insert("priority_mode".into(), priority_mode.as_str().into());
         fields.insert(crate::queue::EVENTS_FIELD.into(), events.into());
         let rate = |l: Option<RateLimit>| {
             l.map_or(
@@ -525,6 +552,16 @@ pub async fn run(args: ConfigureArgs) -> anyhow::Result<()> {
         writeln!(out, "  {:<22}{count} ({state})", "partitions")?;
     }
     write!(out, "{}", visibility_lines(&record))?;
+    let weights = match priority_mode {
+        PriorityMode::Strict => "the highest priority ready first",
+        PriorityMode::Weighted => "priority p gets a share weighing 2^p",
+    };
+    writeln!(
+        out,
+        "  {:<22}{} ({weights})",
+        "priority mode",
+        priority_mode.as_str()
+    )?;
     write!(out, "{}", rate_lines(&rates))?;
     Ok(())
 }

@@ -24,6 +24,7 @@ Examples:
   jobqueue enqueue --tag emails --file job.json
   jobqueue enqueue --tag emails --id-hex 626164ff --file job.json   # an id of any bytes
   jobqueue enqueue --tag emails --stdin < jobs.ndjson     # one payload per line
+  jobqueue enqueue --tag emails --priority 9 '{\"to\":\"ceo@example.com\"}'   # claimed first
   jobqueue enqueue --tag emails --rate-key customer-42 '{...}'   # per-key rate limit
   jobqueue enqueue --tag emails --partitions 6 --partition-key ada@example.com '{...}'
   jobqueue enqueue --tag reports --unique-key report:42 --unique-for 10m '{\"id\":42}'
@@ -104,6 +105,11 @@ pub struct EnqueueArgs {
         help_heading = "This job's own retry policy (instead of the queue's)"
     )]
     pub backoff_multiplier: Option<f64>,
+    /// The job's priority, 0 (the default, lowest) to 9: a higher priority is claimed
+    /// first, jobs of one priority in their order (`jobqueue configure --priority-mode`
+    /// says how strictly).
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = parse_priority)]
+    pub priority: Option<u8>,
     /// The longest one run of this job may take (e.g. `2m`): past it, its worker stops it
     /// (an exec command gets SIGTERM, then SIGKILL after the worker's --kill-grace) and
     /// fails it with `timed out after <DURATION>`, retried or dead-lettered as any
@@ -163,6 +169,17 @@ fn unique_mode(text: &str) -> Result<UniqueMode, String> {
         .map_err(|_| "[possible values: until-started, until-done, debounce]".to_string())
 }
 
+/// `--priority`: a whole number 0 to 9.
+fn parse_priority(text: &str) -> Result<u8, String> {
+    match text.parse::<u8>() {
+        Ok(p) if p <= crate::queue::MAX_PRIORITY => Ok(p),
+        _ => Err(format!(
+            "{text:?} is not a priority: a whole number from 0 (the default, lowest) to {} (highest)",
+            crate::queue::MAX_PRIORITY
+        )),
+    }
+}
+
 /// `--at`: an RFC 3339 time with its offset.
 fn run_at(text: &str) -> Result<std::time::SystemTime, String> {
     let t: k8s_openapi::jiff::Timestamp = text.parse().map_err(|e| {
@@ -208,6 +225,7 @@ impl EnqueueArgs {
             backoff_initial: self.backoff_initial,
             backoff_max: self.backoff_max,
             backoff_multiplier: self.backoff_multiplier,
+            priority: self.priority,
             visibility: self.visibility,
             timeout: self.timeout,
             rate_key: self.rate_key.clone(),

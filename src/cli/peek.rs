@@ -1,4 +1,5 @@
-//! `jobqueue peek`: the jobs next in line, without claiming them; or the delayed jobs
+//! `jobqueue peek`: the jobs next in line (every priority's, the highest first, as a
+//! strict claim takes them), without claiming them; or the delayed jobs
 //! next due, or the claimed jobs whose leases end first. Read-only. The AGE of a job is
 //! since its `enqueued_at` (or its redrive); `-` for a job enqueued ready by a release
 //! that wrote no `enqueued_at` (docs/protocol.md, job hash).
@@ -72,6 +73,15 @@ async fn peek(queue: &Queue, args: &PeekArgs) -> anyhow::Result<()> {
     let stats = queue.stats().await?;
     let ids = queue.pending_ids(args.count as usize).await?;
     let now = queue.now_ms().await?;
+    // a PRIORITY column while jobs of a priority above 0 wait
+    let prioritized = stats.pending_by_priority[1..].iter().any(|&n| n > 0);
+    let priority = |p: String| {
+        if prioritized {
+            format!("  {p:>8}")
+        } else {
+            String::new()
+        }
+    };
     let mut out = std::io::stdout().lock();
     if !args.json {
         if stats.pending == 0 {
@@ -86,8 +96,12 @@ async fn peek(queue: &Queue, args: &PeekArgs) -> anyhow::Result<()> {
             )?;
             writeln!(
                 out,
-                "{:>4}  {:<24}  {:>8}  {:>5}  PAYLOAD",
-                "#", "ID", "ATTEMPTS", "AGE"
+                "{:>4}  {:<24}{}  {:>8}  {:>5}  PAYLOAD",
+                "#",
+                "ID",
+                priority("PRIORITY".into()),
+                "ATTEMPTS",
+                "AGE"
             )?;
         }
     }
@@ -106,9 +120,10 @@ async fn peek(queue: &Queue, args: &PeekArgs) -> anyhow::Result<()> {
             .map_or_else(|| "-".into(), |t| format_age(now, t));
         writeln!(
             out,
-            "{:>4}  {:<24}  {:>8}  {:>5}  {}",
+            "{:>4}  {:<24}{}  {:>8}  {:>5}  {}",
             i + 1,
             id,
+            priority(info.priority.to_string()),
             info.attempts,
             age,
             preview(&info.payload, args.width)

@@ -228,6 +228,19 @@ fn to_json_named(name: &str, stats: &QueueStats) -> serde_json::Value {
 
 /// The queue's latency, under the counts: how long the next job has waited to be
 /// claimed (shown while a job waits).
+/// The pending jobs of each priority, highest first, when any is above 0; else nothing.
+fn priorities_line(s: &QueueStats) -> String {
+    if s.pending_by_priority[1..].iter().all(|&n| n == 0) {
+        return String::new();
+    }
+    let counts: Vec<String> = (0..s.pending_by_priority.len())
+        .rev()
+        .filter(|&p| s.pending_by_priority[p] > 0)
+        .map(|p| format!("p{p} {}", s.pending_by_priority[p]))
+        .collect();
+    format!("  {:<16}{}\n", "by priority", counts.join(", "))
+}
+
 fn oldest_pending_line(s: &QueueStats) -> String {
     if s.pending + s.due == 0 && s.oldest_pending_ms.unwrap_or(0) == 0 {
         return String::new();
@@ -273,6 +286,7 @@ pub fn table(name: &str, endpoint: &str, s: &QueueStats, all: bool) -> String {
         ],
     );
     out.push_str(&oldest_pending_line(s));
+    out.push_str(&priorities_line(s));
     section(
         &mut out,
         "since the queue began",

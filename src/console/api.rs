@@ -135,7 +135,7 @@ fn entry_json(console: &Console, e: &Entry) -> Value {
         json!({
             "pending": s.pending, "due": s.due, "processing": s.processing,
             "expired": s.expired, "delayed": s.delayed, "dead": s.dead,
-            "orphaned": s.orphaned,
+            "orphaned": s.orphaned, "pending_by_priority": s.pending_by_priority,
         })
     });
     let paused = s.map(|s| json!({"paused": s.paused, "paused_at": s.paused_at}));
@@ -482,40 +482,20 @@ async fn queue_page(
     let mut delayed = Vec::new();
     let mut skip = offset;
     let members = members(&e, &queue, None)?;
-    let many = members.len() > 1;
     for (part, q) in members {
-        let mut conn = q.redis().clone();
         if pending.len() < limit {
-            // Where a page starts across partitions needs each one's length; one queue's
-            // page is one LRANGE (a page past its end is empty).
-            let len: usize = if many {
-                redis::cmd("LLEN")
-                    .arg(&q.keys().pending)
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(failed)?
-            } else {
-                usize::MAX
-            };
-            if skip >= len {
-                skip -= len;
-            } else {
-                // Next in line is the list's tail: page `skip` counts from there.
-                let want = limit - pending.len();
-                let start = -((skip + want) as i64);
-                let stop = -((skip + 1) as i64);
-                skip = 0;
-                let mut ids: Vec<Vec<u8>> = redis::cmd("LRANGE")
-                    .arg(&q.keys().pending)
-                    .arg(start)
-                    .arg(stop)
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(failed)?;
-                ids.reverse();
-                let ids = ids.into_iter().map(|id| (id, None)).collect();
-                pending.extend(rows(&q, part, ids, JobStatus::Pending).await?);
-            }
+            // Where a page starts across partitions needs each one's length: the page
+            // read answers it, over every priority's list (highest priority first).
+            let (ids, len) = q
+                .pending_page(skip, limit - pending.len())
+                .await
+                .map_err(failed)?;
+            skip = skip.saturating_sub(len);
+            let ids = ids
+                .into_iter()
+                .map(|id| (id.into_bytes().to_vec(), None))
+                .collect();
+            pending.extend(rows(&q, part, ids, JobStatus::Pending).await?);
         }
         let held = q.processing_ids(limit).await.map_err(failed)?;
         leases.extend(rows(&q, part, scored(held), JobStatus::Processing).await?);

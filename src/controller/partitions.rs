@@ -122,6 +122,7 @@ pub fn total(parts: &[PartitionObservation]) -> QueueStats {
 fn add(t: &mut QueueStats, s: &QueueStats) {
     let QueueStats {
         pending,
+        pending_by_priority,
         processing,
         expired,
         delayed,
@@ -162,6 +163,9 @@ fn add(t: &mut QueueStats, s: &QueueStats) {
         own,
     } = s;
     t.pending += pending;
+    for (t, p) in t.pending_by_priority.iter_mut().zip(pending_by_priority) {
+        *t += p;
+    }
     t.processing += processing;
     t.expired += expired;
     t.delayed += delayed;

@@ -802,7 +802,11 @@ async fn holds_jobs(
     let queue = Queue::new(redis.clone(), &prefix, &tag)?;
     let k = queue.keys();
     let mut pipe = redis::pipe();
-    for key in [&k.pending, &k.processing, &k.delayed, &k.dead, &k.orphans] {
+    for key in [&k.processing, &k.delayed, &k.dead, &k.orphans] {
+        pipe.cmd("TYPE").arg(key);
+    }
+    // the ready list of every priority (pending is priority 0's)
+    for key in k.ready_lists() {
         pipe.cmd("TYPE").arg(key);
     }
     let mut conn = redis;

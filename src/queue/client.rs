@@ -2005,18 +2005,77 @@ impl Queue {
         Ok(Some(Duration::from_millis(left as u64)))
     }
 
-    /// Ids next in line to be claimed, the next one first.
+    /// Ids next in line to be claimed, the next one first: the highest priority's first,
+    /// each priority's in its order (as strict claims take them).
     pub async fn pending_ids(&self, count: usize) -> Result<Vec<JobId>> {
+        Ok(self.pending_page(0, count.max(1)).await?.0)
+    }
+
+    /// A page of the ready jobs in claim order (highest priority first, as strict claims
+    /// take them): `want` ids after the first `skip`, and how many jobs are ready in all.
+    /// One round trip for the lengths, one for the page.
+    pub async fn pending_page(&self, skip: usize, want: usize) -> Result<(Vec<JobId>, usize)> {
+        let lists = self.keys.ready_lists();
         let mut conn = self.redis.clone();
-        let count = count.max(1) as i64;
-        let ids: Vec<JobId> = redis::cmd("LRANGE")
-            .arg(&self.keys.pending)
-            .arg(-count)
-            .arg(-1)
+        let mut pipe = redis::pipe();
+        for key in &lists {
+            pipe.cmd("LLEN").arg(key);
+        }
+        let lens: Vec<usize> = pipe
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err_on("LLEN pending", &self.keys.pending, e))?;
+        let total = lens.iter().sum();
+        // the range of each list the page covers; next in line is a list's tail
+        let mut pipe = redis::pipe();
+        let (mut skip, mut want, mut asked) = (skip, want, 0);
+        for (key, &len) in lists.iter().zip(&lens) {
+            if want == 0 {
+                break;
+            }
+            if skip >= len {
+                skip -= len;
+                continue;
+            }
+            let take = want.min(len - skip);
+            pipe.cmd("LRANGE")
+                .arg(key)
+                .arg(-((skip + take) as i64))
+                .arg(-((skip + 1) as i64));
+            asked += 1;
+            skip = 0;
+            want -= take;
+        }
+        if asked == 0 {
+            return Ok((Vec::new(), total));
+        }
+        let pages: Vec<Vec<JobId>> = pipe
             .query_async(&mut conn)
             .await
             .map_err(|e| self.err_on("LRANGE pending", &self.keys.pending, e))?;
-        Ok(ids.into_iter().rev().collect())
+        let ids = pages
+            .into_iter()
+            .flat_map(|page| page.into_iter().rev())
+            .collect();
+        Ok((ids, total))
+    }
+
+    /// The queue's priority mode (`meta`'s `priority_mode`; strict when absent).
+    pub async fn priority_mode(&self) -> Result<super::PriorityMode> {
+        let mut conn = self.redis.clone();
+        let v: Option<String> = redis::cmd("HGET")
+            .arg(&self.keys.meta)
+            .arg(super::PRIORITY_MODE_FIELD)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err_on("HGET meta", &self.keys.meta, e))?;
+        Ok(super::PriorityMode::from_field(v.as_deref()))
+    }
+
+    /// Set the queue's priority mode: how claims choose among the priorities' ready lists.
+    pub async fn set_priority_mode(&self, mode: super::PriorityMode) -> Result<()> {
+        self.write_meta(&[(super::PRIORITY_MODE_FIELD, mode.as_str().to_string())])
+            .await
     }
 
     /// A consumer for `worker`, whose `next_job` blocks on its own connection.
@@ -2219,6 +2278,11 @@ fn info_from_fields(id: &[u8], fields: &HashMap<String, Vec<u8>>) -> JobInfo {
                 .then(|| JobStatus::Pending.as_str().to_string())
         }),
         attempts: int("attempts").unwrap_or(0).max(0) as u32,
+        // as the scripts read it: one digit 1..9, anything else 0
+        priority: match fields.get("priority").map(Vec::as_slice) {
+            Some(&[d]) if (b'1'..=b'9').contains(&d) => d - b'0',
+            _ => 0,
+        },
         enqueued_at: int("enqueued_at"),
         claimed_at: int("claimed_at").or(lease.as_ref().map(|l| l.0)),
         lease_until: int("lease_until"),

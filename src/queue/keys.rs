@@ -8,6 +8,9 @@ use super::error::{Error, Result};
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "jq";
 
+/// The highest job priority; 0, the default, is the lowest.
+pub const MAX_PRIORITY: u8 = 9;
+
 /// The names of one queue's keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueKeys {
@@ -78,6 +81,21 @@ impl QueueKeys {
     pub fn all_keys(&self) -> [&str; 8] {
         let [a, b, c, d, e, f, g] = self.queue_keys();
         [a, b, c, d, e, f, g, &self.orphans]
+    }
+
+    /// The ready list of priority `p` (0..=9): `pending` for 0, `pending:<p>` above
+    /// (docs/protocol.md, Priorities).
+    pub fn ready(&self, p: u8) -> String {
+        if p == 0 {
+            self.pending.clone()
+        } else {
+            format!("{}:{p}", self.pending)
+        }
+    }
+
+    /// The ready lists of every priority, the one claimed first (9) first.
+    pub fn ready_lists(&self) -> Vec<String> {
+        (0..=MAX_PRIORITY).rev().map(|p| self.ready(p)).collect()
     }
 
     /// The record of claim request `request`: KEYS[9] of claim.

@@ -46,7 +46,8 @@ pub use connection::{
 pub use durability::{DEFAULT_WAIT_TIMEOUT, Durability, Unconfirmed};
 pub use error::{Error, Result, TlsProblem};
 pub use keys::{
-    DEFAULT_PREFIX, MAX_ID_LEN, MAX_UNIQUE_KEY_LEN, QueueKeys, validate_id, validate_tag,
+    DEFAULT_PREFIX, MAX_ID_LEN, MAX_PRIORITY, MAX_UNIQUE_KEY_LEN, QueueKeys, validate_id,
+    validate_tag,
 };
 pub use partitioned::{
     PartitionWaiter, PartitionedConsumer, PartitionedQueue, PartitionedStats, add_stats,
@@ -58,7 +59,7 @@ pub use partitions::{
 pub use rate_limit::{RateLimit, RateLimits};
 pub use scripts::{SCRIPTS, Script, Scripts};
 pub use sentinel::SentinelOptions;
-pub use settings::QueueSettings;
+pub use settings::{PRIORITY_MODE_FIELD, PriorityMode, QueueSettings};
 pub use stats::{Histogram, OwnRuns, QueueStats};
 pub use types::{
     AttemptError, Backoff, Cancellation, Claimed, Deletion, ERROR_BYTES, ERRORS_KEPT, Enqueued,

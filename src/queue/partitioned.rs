@@ -771,6 +771,7 @@ fn sum_reaps(outcomes: Vec<ReapOutcome>) -> ReapOutcome {
 pub fn add_stats(total: &mut QueueStats, s: &QueueStats) {
     let QueueStats {
         pending,
+        pending_by_priority,
         processing,
         expired,
         delayed,
@@ -811,6 +812,13 @@ pub fn add_stats(total: &mut QueueStats, s: &QueueStats) {
         own,
     } = s;
     total.pending += pending;
+    for (t, p) in total
+        .pending_by_priority
+        .iter_mut()
+        .zip(pending_by_priority)
+    {
+        *t += p;
+    }
     total.processing += processing;
     total.expired += expired;
     total.delayed += delayed;

@@ -10,6 +10,52 @@ use super::rate_limit::{RATE_LIMIT_FIELD, RATE_LIMIT_PER_KEY_FIELD, RateLimit};
 /// clients: the scripts do not read it. Absent means `primary`.
 pub const DURABILITY_FIELD: &str = "durability";
 
+/// The field of `meta` that holds the queue's priority mode, `strict` (or absent) or
+/// `weighted`: how claim chooses among the ready lists of the priorities (docs/protocol.md,
+/// *Priorities*). Written by `jobqueue configure --priority-mode`, not by the operator.
+pub const PRIORITY_MODE_FIELD: &str = "priority_mode";
+
+/// How claims choose among priorities.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PriorityMode {
+    /// The highest priority with a ready job first, always: a steady flow of high
+    /// priority jobs keeps lower ones waiting.
+    #[default]
+    Strict,
+    /// A weighted round robin: priority p weighs 2^p, so each ready priority gets its
+    /// share of the claims and none starves.
+    Weighted,
+}
+
+impl PriorityMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PriorityMode::Strict => "strict",
+            PriorityMode::Weighted => "weighted",
+        }
+    }
+
+    /// A mode as a user writes it: `strict` or `weighted`.
+    pub fn parse(text: &str) -> std::result::Result<PriorityMode, String> {
+        match text {
+            "strict" => Ok(PriorityMode::Strict),
+            "weighted" => Ok(PriorityMode::Weighted),
+            _ => Err(format!(
+                "{text:?} is not a priority mode: strict or weighted"
+            )),
+        }
+    }
+
+    /// The mode a `meta` field value means to the scripts: `weighted`, or strict.
+    pub fn from_field(v: Option<&str>) -> PriorityMode {
+        match v {
+            Some("weighted") => PriorityMode::Weighted,
+            _ => PriorityMode::Strict,
+        }
+    }
+}
+
 /// The settings of `meta`. `Default` gives what the scripts assume for absent fields.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct QueueSettings {

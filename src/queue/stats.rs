@@ -49,7 +49,10 @@ impl Histogram {
 /// One `stats` call: the live counts, then the counters since the queue began.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct QueueStats {
+    /// Jobs ready to be claimed, of every priority.
     pub pending: u64,
+    /// Of `pending`, the jobs of each priority (index 0 to 9).
+    pub pending_by_priority: [u64; 10],
     pub processing: u64,
     /// Leases past due, not yet reaped.
     pub expired: u64,
@@ -143,6 +146,15 @@ impl QueueStats {
             let v = value.max(0) as u64;
             match name {
                 "pending" => s.pending = v,
+                other if other.starts_with("pending:") => {
+                    if let Some(p) = other["pending:".len()..]
+                        .parse::<usize>()
+                        .ok()
+                        .filter(|p| (1..10).contains(p))
+                    {
+                        s.pending_by_priority[p] = v;
+                    }
+                }
                 "processing" => s.processing = v,
                 "expired" => s.expired = v,
                 "delayed" => s.delayed = v,
@@ -191,6 +203,9 @@ impl QueueStats {
                 }
             }
         }
+        // priority 0's are the rest: stats names the lists of priorities 1..9
+        let above: u64 = s.pending_by_priority[1..].iter().sum();
+        s.pending_by_priority[0] = s.pending.saturating_sub(above);
         s
     }
 }

@@ -151,6 +151,9 @@ pub struct JobOptions {
     pub backoff_max: Option<Duration>,
     /// Each retry's delay is the previous one's times this (1 to 1000).
     pub backoff_multiplier: Option<f64>,
+    /// The job's priority, 0 to [`MAX_PRIORITY`](super::MAX_PRIORITY): a higher one is
+    /// claimed first (docs/protocol.md, *Priorities*). `None` and 0: the default, 0.
+    pub priority: Option<u8>,
     /// Announce the job's end on the queue's `done` stream and keep its hash at least this
     /// long after it ends, for a waiter ([`crate::queue::Queue::wait_for`]); 1 ms to 10^15 ms.
     pub notify: Option<Duration>,
@@ -188,6 +191,14 @@ impl JobOptions {
             return bad(
                 "max attempts",
                 format!("{n} is not between 1 and {MAX_JOB_ATTEMPTS}"),
+            );
+        }
+        if let Some(p) = self.priority
+            && p > super::MAX_PRIORITY
+        {
+            return bad(
+                "priority",
+                format!("{p} is not between 0 and {}", super::MAX_PRIORITY),
             );
         }
         if let Some(m) = self.backoff_multiplier
@@ -258,6 +269,10 @@ impl JobOptions {
         }
         if let Some(m) = self.backoff_multiplier {
             out.push(("backoff_multiplier", super::settings::format_multiplier(m)));
+        }
+        // 0 is the default: a job hash without the field has it
+        if let Some(p) = self.priority.filter(|&p| p > 0) {
+            out.push(("priority", p.to_string()));
         }
         if let Some(d) = self.notify {
             out.push(("notify", d.as_millis().max(1).to_string()));
@@ -352,6 +367,13 @@ impl NewJob {
         self.options.backoff_initial = initial;
         self.options.backoff_max = max;
         self.options.backoff_multiplier = multiplier;
+        self
+    }
+
+    /// This job's priority, 0 (the default) to [`MAX_PRIORITY`](super::MAX_PRIORITY):
+    /// higher is claimed first; FIFO among jobs of one priority.
+    pub fn priority(mut self, p: u8) -> NewJob {
+        self.options.priority = Some(p);
         self
     }
 
@@ -981,6 +1003,8 @@ pub struct JobInfo {
     pub payload: Bytes,
     pub status: Option<String>,
     pub attempts: u32,
+    /// Its priority (0 to 9; 0 when the hash holds none, as the scripts read it).
+    pub priority: u8,
     pub enqueued_at: Option<i64>,
     pub claimed_at: Option<i64>,
     pub lease_until: Option<i64>,

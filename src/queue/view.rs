@@ -165,6 +165,7 @@ pub async fn find(queue: &Queue, id: &[u8]) -> Result<Option<JobView>> {
             payload: Default::default(),
             status: None,
             attempts: 0,
+            priority: 0,
             enqueued_at: None,
             claimed_at: None,
             lease_until: None,

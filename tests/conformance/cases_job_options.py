@@ -109,7 +109,7 @@ def bad_option_blocks_are_refused_writing_nothing():
     cases = [
         ((), 'jobqueue: invalid options: expected name, value pairs after "options", got 0'),
         (('max_attempts',), 'jobqueue: invalid options: expected name, value pairs'),
-        (('priority', '1'), 'jobqueue: invalid options: "priority" is not an option'),
+        (('lifo', '1'), 'jobqueue: invalid options: "lifo" is not an option'),
         (('max_attempts', '1', 'max_attempts', '2'),
          'jobqueue: invalid options: "max_attempts" is given twice'),
         (('max_attempts', '0'), 'jobqueue: invalid max_attempts: expected an integer 1..1000000, got "0"'),
