@@ -478,6 +478,14 @@ const FEATURES: &[Feature] = &[
         events: None,
     },
     Feature {
+        name: "priority",
+        what: "priority 5 (strict)",
+        job: |i| NewJob::new(payload(i)).priority(5),
+        result: false,
+        rate: (None, None),
+        events: None,
+    },
+    Feature {
         name: "events",
         what: "queue events on",
         job: plain_job,
