@@ -87,7 +87,7 @@ bench: redis
 
 ## The instructions redis-server executes per job, counted by valgrind's callgrind (they do
 ## not drift with the machine as wall-clock figures do): claim+ack at batch 1 and 32,
-## enqueue at 1 and 1000, reap at 250, the combined ack+claim when the protocol has it, the
+## the same with each feature of a job or a queue in use (`features`), enqueue at 1 and 1000, reap at 250, the combined ack+claim when the protocol has it, the
 ## worker runtime; each also in units of the claim-shaped script. Installs valgrind with
 ## apt-get when missing. Options through INSTR_ARGS: `--quick`, `--only claim_ack,reap`.
 INSTR_ARGS ?=

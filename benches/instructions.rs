@@ -11,7 +11,9 @@
 //! with redis-benchmark), counted in the same run.
 //!
 //! `cargo bench --bench instructions -- [--quick] [--only NAME[,NAME…]]`
-//! Phases (names for `--only`): claim_shaped, enqueue, claim_ack, reap, combined, worker.
+//! Phases (names for `--only`): claim_shaped, enqueue, claim_ack, features, reap, combined,
+//! worker. `features` is claim+ack again with each feature of a job or a queue in use, one
+//! at a time, beside the plain figure it is compared with (the `FEATURES` table).
 //! `--quick` runs a tenth of the calls. Run without `--bench` (as `cargo test
 //! --all-targets` does) it makes a smoke pass of a hundredth, or says it skipped when
 //! valgrind is missing. The server runs with `--hz 1`: its timer work then adds about
@@ -26,7 +28,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use jobqueue::queue::{ConnectOptions, Lease, NewJob, Queue, Redis, SCRIPTS, Settle};
+use jobqueue::queue::{ConnectOptions, Lease, NewJob, Queue, RateLimit, Redis, SCRIPTS, Settle};
 use serde_json::json;
 
 const TAG: &str = "bench";
@@ -203,6 +205,7 @@ impl Drop for Grind {
 // ---------------------------------------------------------------------------------------
 // Results
 
+#[derive(Default)]
 struct Line {
     name: String,
     what: String,
@@ -211,6 +214,10 @@ struct Line {
     instructions: u64,
     /// Wall time of the phase: the server's own timer work while it ran is counted too.
     seconds: f64,
+    /// Instructions per job over those of the plain claim+ack of the same batch.
+    vs_plain: Option<f64>,
+    /// In the JSON lines only (the claim and ack parts of a feature's claim+ack).
+    hidden: bool,
 }
 
 impl Line {
@@ -232,27 +239,37 @@ fn thousands(v: f64) -> String {
 }
 
 fn print_table(lines: &[Line], unit: Option<f64>, skipped: &[String]) {
-    let head = [
+    // The ratio to the plain claim+ack, when a phase gives one (`features`).
+    let ratio = lines.iter().any(|l| l.vs_plain.is_some());
+    let mut head = vec![
         "phase",
         "calls",
         "jobs",
         "instructions per job",
         "claim-shaped units",
     ];
-    let rows: Vec<[String; 5]> = lines
+    if ratio {
+        head.push("× plain claim+ack");
+    }
+    let rows: Vec<Vec<String>> = lines
         .iter()
+        .filter(|l| !l.hidden)
         .map(|l| {
-            [
+            let mut r = vec![
                 l.what.clone(),
                 l.calls.to_string(),
                 l.jobs.to_string(),
                 thousands(l.per_job()),
                 unit.map(|u| format!("{:.2}", l.per_job() / u))
                     .unwrap_or_default(),
-            ]
+            ];
+            if ratio {
+                r.push(l.vs_plain.map(|v| format!("{v:.2}")).unwrap_or_default());
+            }
+            r
         })
         .collect();
-    let mut width = head.map(|h| h.chars().count());
+    let mut width: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
     for r in &rows {
         for (i, c) in r.iter().enumerate() {
             width[i] = width[i].max(c.chars().count());
@@ -270,7 +287,10 @@ fn print_table(lines: &[Line], unit: Option<f64>, skipped: &[String]) {
         }
         s
     };
-    println!("{}", fmt(&head.map(String::from)));
+    println!(
+        "{}",
+        fmt(&head.iter().map(|h| h.to_string()).collect::<Vec<_>>())
+    );
     let sep: Vec<String> = width
         .iter()
         .enumerate()
@@ -366,6 +386,160 @@ async fn run_worker(q: &Queue, concurrency: usize, jobs: usize) {
     stop.cancel();
     let end = run.await.unwrap();
     assert_eq!(end.acked, jobs as u64, "the worker acked every job once");
+}
+
+/// One feature of a job or a queue in use for the `features` phase's claim+ack.
+struct Feature {
+    name: &'static str,
+    what: &'static str,
+    /// The i-th job enqueued.
+    job: fn(usize) -> NewJob,
+    /// Each lease acked with a result (`LeaseRef::with_result`).
+    result: bool,
+    /// The queue's rate limits (the queue's, the per-key one), set before the fill.
+    rate: (Option<RateLimit>, Option<RateLimit>),
+    /// The queue's events stream on, this long.
+    events: Option<u64>,
+}
+
+/// A limit that never binds here: a million claims a second.
+const UNBOUND: Option<RateLimit> = Some(RateLimit {
+    max: 1_000_000,
+    per: Duration::from_secs(1),
+});
+
+/// What a job acked with a result carries (a small JSON document).
+const RESULT: &[u8] = br#"{"sent":true,"message_id":"0123456789abcdef"}"#;
+
+fn plain_job(i: usize) -> NewJob {
+    NewJob::new(payload(i))
+}
+
+/// The first is the plain claim+ack every other is compared with.
+const FEATURES: &[Feature] = &[
+    Feature {
+        name: "plain",
+        what: "plain",
+        job: plain_job,
+        result: false,
+        rate: (None, None),
+        events: None,
+    },
+    Feature {
+        name: "unique",
+        what: "unique key (until-done)",
+        job: |i| NewJob::new(payload(i)).unique_key(format!("user-{i:07}")),
+        result: false,
+        rate: (None, None),
+        events: None,
+    },
+    Feature {
+        name: "own_timeout",
+        what: "own timeout and visibility",
+        job: |i| {
+            NewJob::new(payload(i))
+                .timeout(Duration::from_secs(60))
+                .visibility(Duration::from_secs(120))
+        },
+        result: false,
+        rate: (None, None),
+        events: None,
+    },
+    Feature {
+        name: "rate_limit",
+        what: "queue rate limit (never binds)",
+        job: plain_job,
+        result: false,
+        rate: (UNBOUND, None),
+        events: None,
+    },
+    Feature {
+        name: "rate_key",
+        what: "per-key rate limit, rate key (1 of 100)",
+        job: |i| NewJob::new(payload(i)).rate_key(format!("customer-{:02}", i % 100)),
+        result: false,
+        rate: (None, UNBOUND),
+        events: None,
+    },
+    Feature {
+        name: "notify",
+        what: "notify",
+        job: notify_job,
+        result: false,
+        rate: (None, None),
+        events: None,
+    },
+    Feature {
+        name: "notify_result",
+        what: "notify, acked with a result",
+        job: notify_job,
+        result: true,
+        rate: (None, None),
+        events: None,
+    },
+    Feature {
+        name: "priority",
+        what: "priority 5 (strict)",
+        job: |i| NewJob::new(payload(i)).priority(5),
+        result: false,
+        rate: (None, None),
+        events: None,
+    },
+    Feature {
+        name: "events",
+        what: "queue events on",
+        job: plain_job,
+        result: false,
+        rate: (None, None),
+        events: Some(10_000),
+    },
+];
+
+fn notify_job(i: usize) -> NewJob {
+    let mut job = NewJob::new(payload(i));
+    job.options.notify = Some(Duration::from_secs(600));
+    job
+}
+
+/// The instructions of `calls` claims of `batch` jobs each (from a backlog of `job`s just
+/// filled), then of their acks, and the seconds of each.
+async fn claim_then_ack(
+    g: &Grind,
+    q: &Queue,
+    batch: usize,
+    calls: usize,
+    job: fn(usize) -> NewJob,
+    result: Option<&[u8]>,
+) -> ((u64, f64), (u64, f64)) {
+    let mut i = 0;
+    while i < batch * calls {
+        let k = (batch * calls - i).min(1000);
+        let made = q.enqueue_many((i..i + k).map(job).collect()).await.unwrap();
+        assert!(made.iter().all(|e| e.created), "every job was made");
+        i += k;
+    }
+    let mut held = Vec::with_capacity(calls);
+    g.begin();
+    for _ in 0..calls {
+        let leases = q.claim(batch, "grind", None).await.unwrap();
+        assert_eq!(leases.len(), batch, "the backlog holds a full batch");
+        held.push(leases);
+    }
+    let claim = (g.end(), g.seconds.get());
+    g.begin();
+    for leases in &held {
+        let refs: Vec<_> = leases
+            .iter()
+            .map(|l| match result {
+                Some(r) => l.lease_ref().with_result(r),
+                None => l.lease_ref(),
+            })
+            .collect();
+        let acked = q.ack_many(&refs).await.unwrap();
+        assert!(acked.iter().all(|a| *a), "every lease was acked");
+    }
+    let ack = (g.end(), g.seconds.get());
+    (claim, ack)
 }
 
 struct Args {
@@ -483,6 +657,7 @@ async fn main() {
             jobs: calls,
             instructions: ir,
             seconds: g.seconds.get(),
+            ..Default::default()
         });
     }
 
@@ -503,6 +678,7 @@ async fn main() {
             jobs: calls,
             instructions: ir,
             seconds: g.seconds.get(),
+            ..Default::default()
         });
         flush(&mut conn);
         let calls = args.n(20);
@@ -526,6 +702,7 @@ async fn main() {
             jobs: calls * 1000,
             instructions: ir,
             seconds: g.seconds.get(),
+            ..Default::default()
         });
     }
 
@@ -534,23 +711,8 @@ async fn main() {
         for (batch, calls) in [(1usize, args.n(2000)), (32, args.n(200))] {
             eprintln!("claim+ack, batch {batch} …");
             flush(&mut conn);
-            fill(&q, batch * calls).await;
-            let mut held = Vec::with_capacity(calls);
-            g.begin();
-            for _ in 0..calls {
-                let leases = q.claim(batch, "grind", None).await.unwrap();
-                assert_eq!(leases.len(), batch, "the backlog holds a full batch");
-                held.push(leases);
-            }
-            let claim = g.end();
-            let claim_s = g.seconds.get();
-            g.begin();
-            for leases in &held {
-                let refs: Vec<_> = leases.iter().map(Lease::lease_ref).collect();
-                let acked = q.ack_many(&refs).await.unwrap();
-                assert!(acked.iter().all(|a| *a), "every lease was acked");
-            }
-            let ack = g.end();
+            let ((claim, claim_s), (ack, ack_s)) =
+                claim_then_ack(&g, &q, batch, calls, plain_job, None).await;
             let jobs = batch * calls;
             lines.push(Line {
                 name: format!("claim_ack.b{batch}"),
@@ -558,9 +720,9 @@ async fn main() {
                 calls: 2 * calls,
                 jobs,
                 instructions: claim + ack,
-                seconds: claim_s + g.seconds.get(),
+                seconds: claim_s + ack_s,
+                ..Default::default()
             });
-            let ack_s = g.seconds.get();
             for (name, ir, seconds) in [("claim", claim, claim_s), ("ack", ack, ack_s)] {
                 lines.push(Line {
                     name: format!("{name}.b{batch}"),
@@ -569,7 +731,55 @@ async fn main() {
                     jobs,
                     instructions: ir,
                     seconds,
+                    ..Default::default()
                 });
+            }
+        }
+    }
+
+    // claim then ack with each feature in use, batch 1 and 32 ---------------------------
+    if args.runs("features") {
+        for (batch, calls) in [(1usize, args.n(2000)), (32, args.n(200))] {
+            let mut plain = None;
+            for f in FEATURES {
+                eprintln!("claim+ack, {}, batch {batch} …", f.what);
+                flush(&mut conn);
+                if f.rate != (None, None) {
+                    q.set_rate_limits(Some(f.rate.0), Some(f.rate.1))
+                        .await
+                        .unwrap();
+                }
+                if let Some(n) = f.events {
+                    q.set_events(n).await.unwrap();
+                }
+                let result = f.result.then_some(RESULT);
+                let ((claim, claim_s), (ack, ack_s)) =
+                    claim_then_ack(&g, &q, batch, calls, f.job, result).await;
+                let jobs = batch * calls;
+                let per_job = (claim + ack) as f64 / jobs as f64;
+                let plain = *plain.get_or_insert(per_job);
+                lines.push(Line {
+                    name: format!("features.{}.b{batch}", f.name),
+                    what: format!("claim+ack, {}, batch {batch}", f.what),
+                    calls: 2 * calls,
+                    jobs,
+                    instructions: claim + ack,
+                    seconds: claim_s + ack_s,
+                    vs_plain: Some(per_job / plain),
+                    ..Default::default()
+                });
+                for (part, ir, seconds) in [("claim", claim, claim_s), ("ack", ack, ack_s)] {
+                    lines.push(Line {
+                        name: format!("features.{}.{part}.b{batch}", f.name),
+                        what: format!("{part} part, {}, batch {batch}", f.what),
+                        calls,
+                        jobs,
+                        instructions: ir,
+                        seconds,
+                        hidden: true,
+                        ..Default::default()
+                    });
+                }
             }
         }
     }
@@ -609,6 +819,7 @@ async fn main() {
                         jobs: batch * calls,
                         instructions: ir,
                         seconds: g.seconds.get(),
+                        ..Default::default()
                     });
                 }
             }
@@ -654,6 +865,7 @@ async fn main() {
             jobs: leases,
             instructions: ir,
             seconds: g.seconds.get(),
+            ..Default::default()
         });
     }
 
@@ -673,6 +885,7 @@ async fn main() {
                 jobs,
                 instructions: ir,
                 seconds: g.seconds.get(),
+                ..Default::default()
             });
         }
     }
@@ -698,6 +911,9 @@ async fn main() {
         });
         if let Some(u) = unit {
             o["claim_shaped_units"] = json!((l.per_job() / u * 100.0).round() / 100.0);
+        }
+        if let Some(v) = l.vs_plain {
+            o["vs_plain_claim_ack"] = json!((v * 100.0).round() / 100.0);
         }
         println!("{o}");
     }
