@@ -29,8 +29,9 @@ use tokio_util::sync::CancellationToken;
 
 const REFRESH: Duration = Duration::from_millis(200);
 
-/// The `stats` calls since the reset: the stats script runs LLEN ten times per call (one per priority), and no
-/// other read of the console does (the queue page's lists call the preview script, so
+/// The `stats` calls since the reset: the stats script runs ZCOUNT three times per call
+/// (expired, due, orphaned), and no other read of the console does (the queue page reads
+/// the ready lists' lengths with LLEN, and its lists call the preview script, so
 /// EVALSHA would count them too).
 fn script_calls(conn: &mut redis::Connection) -> u64 {
     let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
@@ -42,11 +43,11 @@ fn script_calls(conn: &mut redis::Connection) -> u64 {
             Some((name, calls.parse().ok()?))
         })
         .collect();
-    calls.get("cmdstat_llen").copied().unwrap_or(0) / LLEN_PER_STATS
+    calls.get("cmdstat_zcount").copied().unwrap_or(0) / ZCOUNT_PER_STATS
 }
 
-/// The LLENs of one `stats` call: the ready list of each priority, 0 to 9.
-const LLEN_PER_STATS: u64 = 10;
+/// The ZCOUNTs of one `stats` call: expired leases, due delayed jobs, set-aside ids.
+const ZCOUNT_PER_STATS: u64 = 3;
 
 async fn get(addr: SocketAddr, path: &str) -> bool {
     let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {

@@ -533,9 +533,8 @@ fn wait_for_job(ui: &Ui, auth: &[(&str, &str)], bytes: u64) -> Value {
 }
 
 /// Redis's count of `stats` script calls since the last CONFIG RESETSTAT: the calls of
-/// LLEN, which the stats script runs ten times per call (on the ready list of each
-/// priority) and no other read of the
-/// console runs (Redis counts the commands a script runs; the queue page's lists call a
+/// ZCOUNT, which the stats script runs three times per call (expired, due, orphaned) and no
+/// other read of the console runs (Redis counts the commands a script runs; the queue page's lists call a
 /// script too, `preview`, so EVALSHA alone would count them with the refreshes).
 fn script_calls(conn: &mut redis::Connection) -> u64 {
     let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
@@ -547,11 +546,11 @@ fn script_calls(conn: &mut redis::Connection) -> u64 {
             Some((name, calls.parse().ok()?))
         })
         .collect();
-    calls.get("cmdstat_llen").copied().unwrap_or(0) / LLEN_PER_STATS
+    calls.get("cmdstat_zcount").copied().unwrap_or(0) / ZCOUNT_PER_STATS
 }
 
-/// The LLENs of one `stats` call: the ready list of each priority, 0 to 9.
-const LLEN_PER_STATS: u64 = 10;
+/// The ZCOUNTs of one `stats` call: expired leases, due delayed jobs, set-aside ids.
+const ZCOUNT_PER_STATS: u64 = 3;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_queues_and_ten_pollers_cost_one_stats_call_per_queue_per_refresh() {
