@@ -3,7 +3,8 @@
 //! exactly one job per tick of an `every 1s` schedule, by the Redis clock; after all of
 //! them were stopped for five ticks, the missed-tick policy holds; a worker on a
 //! queue without schedules sends nothing for schedules beyond its reaper's round trips;
-//! and a schedule added while the workers idle fires its first tick on time.
+//! and a schedule added while the workers idle fires its first tick on time; a tick due
+//! while Redis restarts fires once it is back, still on time.
 
 mod support;
 
@@ -296,4 +297,94 @@ async fn a_schedule_added_while_the_workers_idle_fires_its_first_tick_on_time() 
         ticks[0],
         (ticks[0] - first_due) / 1000
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_firer_that_finds_redis_down_at_a_tick_fires_it_once_redis_is_back() {
+    use jobqueue::queue::QueueSettings;
+    use jobqueue::queue::schedule::{Missed, Rule, Schedule};
+
+    let mut server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let dir = tempfile::tempdir().unwrap();
+    let queue = server.queue("down").await;
+    // Done jobs are kept, so their hashes tell which ticks fired.
+    queue
+        .configure(&QueueSettings {
+            completed_retention: Duration::from_secs(3600),
+            ..QueueSettings::default()
+        })
+        .await
+        .unwrap();
+    queue
+        .put_schedule(&Schedule {
+            name: "s".into(),
+            rule: Rule::Every(Duration::from_secs(1)),
+            payload: b"ok 0.010\n".to_vec(),
+            options: Default::default(),
+            missed: Missed::Skip,
+            paused: false,
+        })
+        .await
+        .unwrap();
+    let mut fleet = Fleet::configured(
+        &server.url(),
+        false,
+        dir.path(),
+        "down",
+        Work::Sleep,
+        &["--visibility", "3s"],
+    )
+    .tag("down")
+    .log_level("jobqueue::worker=debug")
+    .started(1);
+    let mut conn = server.conn();
+    Wait::for_("the schedule's first job")
+        .within(Duration::from_secs(30))
+        .every(Duration::from_millis(20))
+        .explained_by(|| fleet.logs())
+        .until(async || (!fired_ticks(&mut conn, "down", "s").is_empty()).then_some(()))
+        .await;
+    // Redis stalls 850 ms after a tick the worker fired, so that the firer's call at the
+    // next tick waits for its reply; 300 ms later Redis is SIGKILLed, failing that call,
+    // and started again at once: the tick is still on time (less than its interval late)
+    // when Redis is back.
+    let tick = (queue.now_ms().await.unwrap() / 1000 + 1) * 1000;
+    Wait::for_(format!(
+        "tick {tick} fired and the Redis clock past {}",
+        tick + 850
+    ))
+    .within(Duration::from_secs(30))
+    .every(Duration::from_millis(10))
+    .explained_by(|| fleet.logs())
+    .until(async || {
+        let now = queue.now_ms().await.ok()?;
+        (now > tick + 850 && fired_ticks(&mut conn, "down", "s").contains(&tick)).then_some(())
+    })
+    .await;
+    server.pause(true);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::task::block_in_place(|| server.restart());
+    let mut conn = server.conn();
+    let ticks = Wait::for_(format!("two jobs for ticks after {tick}"))
+        .within(Duration::from_secs(30))
+        .every(Duration::from_millis(50))
+        .explained_by(|| fleet.logs())
+        .until(async || {
+            let ticks = fired_ticks(&mut conn, "down", "s");
+            (ticks.iter().filter(|&&t| t > tick).count() >= 2).then_some(ticks)
+        })
+        .await;
+    let after: Vec<i64> = ticks.into_iter().filter(|&t| t >= tick).collect();
+    println!(
+        "Redis stalled at {tick} + 850 ms, killed 300 ms later and restarted: ticks fired {after:?}"
+    );
+    assert_eq!(
+        after[1],
+        tick + 1000,
+        "the tick due while Redis was down fired once it was back\n{}",
+        fleet.logs()
+    );
+    assert_eq!(gaps(&after, 1000), [], "no tick missed");
+    assert!(fleet.crashed().is_empty());
+    fleet.stop();
 }

@@ -1538,9 +1538,11 @@ async fn fire_schedules_on_time(shared: Arc<Shared>) {
     let JobSource::One(queue) = &shared.queue else {
         return;
     };
+    let mut retry = shared.delay();
     loop {
         let wait = match queue.fire_schedules(None).await {
             Ok(f) => {
+                retry.reset();
                 if f.fired + f.skipped > 0 {
                     debug!(queue = %shared.queue_name, fired = f.fired, skipped = f.skipped,
                         "fired schedules");
@@ -1550,9 +1552,13 @@ async fn fire_schedules_on_time(shared: Arc<Shared>) {
                     until.min(SCHEDULE_POLL) + Duration::from_millis(rand::random::<u64>() % 20)
                 })
             }
+            // Tried again soon, as the claim loop does: a tick is still on time when it
+            // fires less than its interval late, and a firer that waited a whole poll
+            // after a Redis restart would skip the ticks of an `every 1s` schedule.
             Err(err) => {
-                shared.redis_error("fire schedules", &err, SCHEDULE_POLL);
-                Some(SCHEDULE_POLL)
+                let wait = retry.next_delay().min(SCHEDULE_POLL);
+                shared.redis_error("fire schedules", &err, wait);
+                Some(wait)
             }
         };
         match wait {
