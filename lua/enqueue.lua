@@ -64,7 +64,9 @@
   without `status` is pending. A new delayed job holds payload, status `delayed`,
   enqueued_at and run_at (ms, its score in delayed).
   `attempts` is absent until the first claim (absent counts as 0). Either also holds the
-  call's per-job options.
+  call's per-job options, and end_opts = 1 when it has a unique key or one of the
+  options notify, timeout_ms, visibility_timeout_ms (ack and settle_claim read those
+  fields only for a job that holds it).
 
   History: counts the jobs enqueued (kind e) in P:{T}:hist:<kind>:<hour> (a hash per kind and hour since the
   epoch, the field the minute of the hour; the key built from ARGV[1] with `job:` replaced
@@ -328,6 +330,23 @@ local function jobOptions(at)
   end
   return out, 1 + pairsN
 end
+-- A job whose end acts on a field of its own, unique_key (written with the enqueue's
+-- unique block), notify, timeout_ms or visibility_timeout_ms, also holds `end_opts` = 1:
+-- ack and settle_claim read those fields only for a job that holds it, so a job without
+-- them costs its ack no more than the two fields its lease is checked by.
+-- withEndOpts(opts): the options block's pairs, with end_opts 1 when one of them is such
+-- an option (opts itself otherwise)
+local function withEndOpts(opts)
+  for i = 1, #opts, 2 do
+    local name = opts[i]
+    if name == 'notify' or name == 'timeout_ms' or name == 'visibility_timeout_ms' then
+      local out = { 'end_opts', '1' }
+      for j = 1, #opts do out[j + 2] = opts[j] end
+      return out
+    end
+  end
+  return opts
+end
 -- optionPriority(opts): the priority an options block gives (0 when none)
 local function optionPriority(opts)
   if opts then
@@ -526,6 +545,7 @@ if ARGV[at] == 'unique' then
 end
 -- the per-job options block, when given, comes last (perJob counts both blocks in)
 local opts, optN, e = jobOptions(at)
+if opts then opts = withEndOpts(opts) end
 if e then return e end
 e = perJob(n, at - 3 * n - 1 + optN, 3, 'triple', 'id, payload, delay_ms')
 if e then return e end
@@ -784,10 +804,11 @@ for j = 1, nn do
   if uAt then
     if delays[i] > 0 then
       redis.call('HSET', newKeys[j], 'payload', payload, 'status', 'delayed',
-        'enqueued_at', nowS, 'run_at', runAt[i], 'unique_key', ARGV[uAt + i], 'unique_mode', uMode)
+        'enqueued_at', nowS, 'run_at', runAt[i], 'unique_key', ARGV[uAt + i], 'unique_mode', uMode,
+        'end_opts', '1')
     else
       redis.call('HSET', newKeys[j], 'payload', payload, 'enqueued_at', nowS,
-        'unique_key', ARGV[uAt + i], 'unique_mode', uMode)
+        'unique_key', ARGV[uAt + i], 'unique_mode', uMode, 'end_opts', '1')
     end
   elseif delays[i] > 0 then
     redis.call('HSET', newKeys[j], 'payload', payload, 'status', 'delayed',

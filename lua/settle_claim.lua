@@ -96,6 +96,10 @@
   Rate limits: the claim part keeps the queue's and the per-key rate limits exactly as
   claim does (see claim.lua), its acks and fails applied as ever. The record keeps a
   negative more as 0.
+  An acked job is read with one HMGET of claim_token, status and end_opts; unique_key,
+  unique_mode, notify, timeout_ms and visibility_timeout_ms with a second one only when
+  end_opts is there (enqueue writes it with them).
+
   Unique keys: an acked or dead-lettered job that holds its unique key until done (hash
   field unique_key, unique_mode not until-started or debounce) releases it, and the claim
   part releases the keys of the jobs it leases that hold theirs until started, as claim:
@@ -617,6 +621,23 @@ local function jobOptions(at)
   end
   return out, 1 + pairsN
 end
+-- A job whose end acts on a field of its own, unique_key (written with the enqueue's
+-- unique block), notify, timeout_ms or visibility_timeout_ms, also holds `end_opts` = 1:
+-- ack and settle_claim read those fields only for a job that holds it, so a job without
+-- them costs its ack no more than the two fields its lease is checked by.
+-- withEndOpts(opts): the options block's pairs, with end_opts 1 when one of them is such
+-- an option (opts itself otherwise)
+local function withEndOpts(opts)
+  for i = 1, #opts, 2 do
+    local name = opts[i]
+    if name == 'notify' or name == 'timeout_ms' or name == 'visibility_timeout_ms' then
+      local out = { 'end_opts', '1' }
+      for j = 1, #opts do out[j + 2] = opts[j] end
+      return out
+    end
+  end
+  return opts
+end
 -- optionPriority(opts): the priority an options block gives (0 when none)
 local function optionPriority(opts)
   if opts then
@@ -859,12 +880,24 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   local popped = 0
   local known = readyDigits(m[4])
   known[0] = true
-  for p in pairs(promoOf) do known[p] = true end
+  -- hi: a list of a priority above 0 is known to hold ids (without one, the lists of
+  -- priority 0 alone are read and meta's record is left as it is)
+  local hi = m[4] ~= false
+  for p in pairs(promoOf) do
+    known[p] = true
+    if p > 0 then hi = true end
+  end
   local weighted = m[5] == 'weighted'
   local turn = 0
   if weighted then turn = int(m[6], 0, TURN_WRAP) or 0 end
   local order = {}
-  if not paused then order = readyOrder(known, n, weighted, turn) end
+  if paused then
+    order = {}
+  elseif hi then
+    order = readyOrder(known, n, weighted, turn)
+  else
+    order = { { 0 } }
+  end
   local dry = {}             -- priorities whose list an RPOP found short: empty now
   local promoNext = {}       -- by priority: how many of its promoted jobs were used
   local lv, got = 1, 0       -- the entry of order being popped, jobs it claimed so far
@@ -1129,14 +1162,11 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     e = failure(r, K_PROCESSING, 'zset')
     if e then return unclaim(pops, first, firstBy, e) end
   end
-  for p = 0, 9 do
-    local rest = left[p]
-    if rest then
-      redis.call('LPUSH', readyKey(p), unpack(rest))
-      for i = 1, #rest do
-        local key = prefix .. rest[i]
-        if not taken[key] then redis.call('HSET', key, 'status', 'pending') end
-      end
+  for p, rest in pairs(left) do
+    redis.call('LPUSH', readyKey(p), unpack(rest))
+    for i = 1, #rest do
+      local key = prefix .. rest[i]
+      if not taken[key] then redis.call('HSET', key, 'status', 'pending') end
     end
   end
   if #due > 0 then
@@ -1221,13 +1251,15 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   -- meta's record of the lists that may hold ids: the digits of lists found empty go,
   -- those of lists promoted jobs were pushed onto come; the weighted turn advances by the
   -- jobs claimed (one HSET, only when something changed: never without priorities)
-  local rec = {}
-  for p = 1, 9 do
-    if known[p] and (not dry[p] or left[p]) then rec[p] = true end
-  end
-  rec = readyRecord(rec)
   local mw = {}
-  if rec ~= (m[4] or '') then mw = { 'priorities', rec } end
+  if hi then
+    local rec = {}
+    for p = 1, 9 do
+      if known[p] and (not dry[p] or left[p]) then rec[p] = true end
+    end
+    rec = readyRecord(rec)
+    if rec ~= (m[4] or '') then mw = { 'priorities', rec } end
+  end
   if weighted and nc > 0 and #order > 1 then
     mw[#mw + 1] = 'priority_turn'
     mw[#mw + 1] = S((turn + nc) % TURN_WRAP)
@@ -1551,9 +1583,14 @@ if na + nf > 0 then ended = {} end
 for i = 1, na do
   local id = ARGV[A0 + 2 * i - 1]
   local key = prefix .. id
-  local h = redis.pcall('HMGET', key, 'claim_token', 'status', 'unique_key', 'unique_mode',
-    'notify', 'timeout_ms', 'visibility_timeout_ms')
+  local h = redis.pcall('HMGET', key, 'claim_token', 'status', 'end_opts')
   if h.err then return failure(h, key, 'hash') end
+  if h[3] then
+    -- the fields the end of a job with such options reads (include/job_options)
+    local x = redis.call('HMGET', key, 'unique_key', 'unique_mode', 'notify', 'timeout_ms',
+      'visibility_timeout_ms')
+    h[3], h[4], h[5], h[6], h[7] = x[1], x[2], x[3], x[4], x[5]
+  end
   local token = ARGV[A0 + 2 * i]
   if h[2] == 'processing' and h[1] == token and not done[key] then
     if twice then done[key] = true end

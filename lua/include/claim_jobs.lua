@@ -219,12 +219,24 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   local popped = 0
   local known = readyDigits(m[4])
   known[0] = true
-  for p in pairs(promoOf) do known[p] = true end
+  -- hi: a list of a priority above 0 is known to hold ids (without one, the lists of
+  -- priority 0 alone are read and meta's record is left as it is)
+  local hi = m[4] ~= false
+  for p in pairs(promoOf) do
+    known[p] = true
+    if p > 0 then hi = true end
+  end
   local weighted = m[5] == 'weighted'
   local turn = 0
   if weighted then turn = int(m[6], 0, TURN_WRAP) or 0 end
   local order = {}
-  if not paused then order = readyOrder(known, n, weighted, turn) end
+  if paused then
+    order = {}
+  elseif hi then
+    order = readyOrder(known, n, weighted, turn)
+  else
+    order = { { 0 } }
+  end
   local dry = {}             -- priorities whose list an RPOP found short: empty now
   local promoNext = {}       -- by priority: how many of its promoted jobs were used
   local lv, got = 1, 0       -- the entry of order being popped, jobs it claimed so far
@@ -489,14 +501,11 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     e = failure(r, K_PROCESSING, 'zset')
     if e then return unclaim(pops, first, firstBy, e) end
   end
-  for p = 0, 9 do
-    local rest = left[p]
-    if rest then
-      redis.call('LPUSH', readyKey(p), unpack(rest))
-      for i = 1, #rest do
-        local key = prefix .. rest[i]
-        if not taken[key] then redis.call('HSET', key, 'status', 'pending') end
-      end
+  for p, rest in pairs(left) do
+    redis.call('LPUSH', readyKey(p), unpack(rest))
+    for i = 1, #rest do
+      local key = prefix .. rest[i]
+      if not taken[key] then redis.call('HSET', key, 'status', 'pending') end
     end
   end
   if #due > 0 then
@@ -581,13 +590,15 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   -- meta's record of the lists that may hold ids: the digits of lists found empty go,
   -- those of lists promoted jobs were pushed onto come; the weighted turn advances by the
   -- jobs claimed (one HSET, only when something changed: never without priorities)
-  local rec = {}
-  for p = 1, 9 do
-    if known[p] and (not dry[p] or left[p]) then rec[p] = true end
-  end
-  rec = readyRecord(rec)
   local mw = {}
-  if rec ~= (m[4] or '') then mw = { 'priorities', rec } end
+  if hi then
+    local rec = {}
+    for p = 1, 9 do
+      if known[p] and (not dry[p] or left[p]) then rec[p] = true end
+    end
+    rec = readyRecord(rec)
+    if rec ~= (m[4] or '') then mw = { 'priorities', rec } end
+  end
   if weighted and nc > 0 and #order > 1 then
     mw[#mw + 1] = 'priority_turn'
     mw[#mw + 1] = S((turn + nc) % TURN_WRAP)
