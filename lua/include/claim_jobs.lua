@@ -194,7 +194,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
         promoOpt[#promo] = { h[5], h[6] }
       end
       promoSet[id] = h[7] or true
-      if h[3] and atClaim(h[4]) then
+      if h[3] and uniqueLib().atClaim(h[4]) then
         promoUni = promoUni or {}
         promoUni[#promo] = h[3]
       end
@@ -335,7 +335,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
                 cTmo[c], cVis[c] = tmo or 0, jvis or 0
               end
             end
-            if uk and atClaim(um) then
+            if uk and uniqueLib().atClaim(um) then
               cUni = cUni or {}
               cUni[c] = uk
             end
@@ -576,7 +576,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     redis.call('HSET', cKeys[c], 'status', 'processing', 'claim_token', token,
       'attempts', attS, 'lease_until', uptoS)
     -- the job started: a unique key held until then is released
-    if cUni and cUni[c] then unlock(cUni[c], cIds[c]) end
+    if cUni and cUni[c] then uniqueLib().unlock(cUni[c], cIds[c]) end
     if flat then
       local f = #flat
       flat[f + 1], flat[f + 2], flat[f + 3], flat[f + 4] = cIds[c], cPay[c], att, upto
