@@ -15,7 +15,9 @@
 //! Every test binary includes it with `mod support;` and uses a part.
 #![allow(dead_code)]
 
+pub mod aof;
 pub mod certs;
+pub mod chaos;
 pub mod console;
 pub mod eventually;
 pub mod exec;
