@@ -22,13 +22,12 @@
 mod support;
 
 use std::collections::{HashMap, HashSet};
-use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use jobqueue::queue::{ConnectOptions, NewJob, Queue, QueueSettings, Redis};
+use jobqueue::queue::{NewJob, Queue, QueueSettings, Redis};
 use rand::Rng;
 use support::chaos::{
     Faults, Kind, connect, payload, report, scale, settings, start_reapers, wait_until_settled,

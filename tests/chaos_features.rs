@@ -439,18 +439,15 @@ struct PriorityReplay {
     problems: Vec<String>,
 }
 
-/// The priority of a ready list of the queue `P:{T}:pending[:<p>]`.
-fn list_priority(key: &[u8], pending: &[u8]) -> Option<u8> {
-    match key.strip_prefix(pending)? {
-        b"" => Some(0),
-        [b':', d @ b'1'..=b'9'] => Some(d - b'0'),
-        _ => None,
-    }
+/// Whether `key` is one of the queue's ready lists, `P:{T}:pending` or `P:{T}:pending:<p>`.
+fn is_ready_list(key: &[u8], pending: &[u8]) -> bool {
+    matches!(key.strip_prefix(pending), Some(b"" | [b':', b'1'..=b'9']))
 }
 
-/// Replay `steps`: which ids are ready (pushed onto a ready list, not leased since),
-/// and at each step that leases, whether a job of higher priority than one it leased was
-/// ready before the step and is still ready after it.
+/// Replay `steps`: each job's priority (its hash's `priority`, as its enqueue wrote it;
+/// absent: 0), which jobs are ready (pushed onto a ready list, whichever, and not leased
+/// since), and at each step that leases, whether a job of higher priority than one it
+/// leased was ready before the step and is still ready after it.
 fn replay_priorities(steps: &[Vec<aof::Command>], tag: &str) -> PriorityReplay {
     let pending = format!("jq:{{{tag}}}:pending").into_bytes();
     let prefix = format!("jq:{{{tag}}}:job:").into_bytes();
@@ -459,22 +456,31 @@ fn replay_priorities(steps: &[Vec<aof::Command>], tag: &str) -> PriorityReplay {
     for l in &leases {
         leases_at.entry(l.step).or_default().push(l);
     }
-    let mut priority: HashMap<Vec<u8>, u8> = HashMap::new();
+    let mut priority: HashMap<Vec<u8>, usize> = HashMap::new();
     let mut ready: [HashSet<Vec<u8>>; 10] = Default::default();
     let mut out = PriorityReplay {
         leases: leases.len(),
         ..PriorityReplay::default()
     };
     for (n, step) in steps.iter().enumerate() {
-        let mut pushed: HashSet<&[u8]> = HashSet::new();
         for cmd in step {
-            let Some(p) = cmd.get(1).and_then(|k| list_priority(k, &pending)) else {
+            let Some(id) = cmd.get(1).and_then(|k| k.strip_prefix(prefix.as_slice())) else {
                 continue;
             };
-            if matches!(cmd[0].as_slice(), b"LPUSH" | b"RPUSH") {
+            for (field, value) in aof::hash_fields(cmd, &cmd[1]) {
+                if let (b"priority", [d @ b'0'..=b'9']) = (field, value) {
+                    priority.insert(id.to_vec(), (d - b'0') as usize);
+                }
+            }
+        }
+        let of = |id: &[u8]| priority.get(id).copied().unwrap_or(0);
+        let mut pushed: HashSet<&[u8]> = HashSet::new();
+        for cmd in step {
+            if matches!(cmd[0].as_slice(), b"LPUSH" | b"RPUSH")
+                && is_ready_list(&cmd[1], &pending)
+            {
                 for id in &cmd[2..] {
-                    ready[p as usize].insert(id.clone());
-                    priority.insert(id.clone(), p);
+                    ready[of(id)].insert(id.clone());
                     pushed.insert(id);
                 }
             }
@@ -483,16 +489,14 @@ fn replay_priorities(steps: &[Vec<aof::Command>], tag: &str) -> PriorityReplay {
             continue;
         };
         for l in leased {
-            if let Some(&p) = priority.get(&l.id) {
-                ready[p as usize].remove(&l.id);
-            }
+            ready[of(&l.id)].remove(&l.id);
         }
         // The priorities of the jobs ready before the step and still ready after it.
         let waits = |p: &usize| ready[*p].iter().any(|id| !pushed.contains(id.as_slice()));
         let highest = (0..10usize).rev().find(waits);
         let lowest = (0..10usize).find(waits);
         for l in leased {
-            let p = priority.get(&l.id).copied().unwrap_or(0) as usize;
+            let p = of(&l.id);
             if let Some(w) = highest
                 && w > p
             {
