@@ -1,5 +1,6 @@
 //! Test support shared by the integration tests, one file per kind of stand-in: the
-//! Redis harness (`redis`), certificates and a redis-server that asks for them
+//! Redis harness (`redis`), the history of a server's writes read back from its AOF
+//! (`aof`), what the chaos scenarios share (`chaos`), certificates and a redis-server that asks for them
 //! (`certs`), the one poll loop with a deadline (`eventually`), the objects the operator
 //! tests build (`fixtures`), kube's mock API for exact-request tests (`mock_api`), the
 //! stand-in API server over real HTTP (`standin`), TCP proxies that cut a connection the
