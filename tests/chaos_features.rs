@@ -476,8 +476,7 @@ fn replay_priorities(steps: &[Vec<aof::Command>], tag: &str) -> PriorityReplay {
         let of = |id: &[u8]| priority.get(id).copied().unwrap_or(0);
         let mut pushed: HashSet<&[u8]> = HashSet::new();
         for cmd in step {
-            if matches!(cmd[0].as_slice(), b"LPUSH" | b"RPUSH")
-                && is_ready_list(&cmd[1], &pending)
+            if matches!(cmd[0].as_slice(), b"LPUSH" | b"RPUSH") && is_ready_list(&cmd[1], &pending)
             {
                 for id in &cmd[2..] {
                     ready[of(id)].insert(id.clone());
