@@ -48,15 +48,26 @@ fn durable_server() -> RedisServer {
     RedisServer::start_with(&args)
 }
 
+/// Whether the workload's job `i` of `kind` is fragile: a plain job allowed a single
+/// claim (`max_attempts` 1), so a SIGKILL of its worker, or a lease lost in a Redis
+/// restart, has the reaper dead-letter it (and release what it held, announce its end).
+fn fragile(i: usize, kind: Kind) -> bool {
+    kind == Kind::Ok && i % 7 == 3
+}
+
 /// What every scenario checks of its jobs at the end, from their hashes and the
-/// workers' records: each one acked or dead as its kind says (none lost), each run at
-/// least once, no two runs of a job overlapping past the grace, and every job run more
-/// than once explained by a run on a worker SIGKILLed or a lease the reaper took back.
+/// workers' records: each one acked or dead as its kind says, or a fragile one dead of
+/// its expired lease (none lost), each run at least once (a fragile job dead of its lease
+/// may not have started), no two runs of a job overlapping past the grace, and every job
+/// run more than once explained by a run on a worker SIGKILLed or a lease the reaper
+/// took back.
 #[derive(Debug, Default)]
 struct Ends {
     jobs: usize,
     acked: usize,
     dead: usize,
+    /// Of the dead, fragile jobs whose lease the reaper ended.
+    dead_by_reaper: usize,
     lost: usize,
     runs: usize,
     /// Jobs run more than once, and how many runs beyond the first they had.
@@ -71,7 +82,13 @@ struct Ends {
 /// `strict`: a job run more than once must have had an earlier run on a worker that was
 /// SIGKILLed (where Redis is not restarted; a restart may also cost a live worker its
 /// lease, which only the queue's count of reaped leases explains).
-async fn ends(queue: &Queue, dir: &Path, kinds: &HashMap<String, Kind>, strict: bool) -> Ends {
+async fn ends(
+    queue: &Queue,
+    dir: &Path,
+    kinds: &HashMap<String, Kind>,
+    fragile: &HashSet<String>,
+    strict: bool,
+) -> Ends {
     let stats = queue.stats().await.unwrap();
     let all = runs::read(dir);
     let by_job = runs::by_job(&all);
@@ -83,9 +100,17 @@ async fn ends(queue: &Queue, dir: &Path, kinds: &HashMap<String, Kind>, strict: 
     for (id, kind) in kinds {
         let job = queue.job(id).await.unwrap();
         let status = job.as_ref().and_then(|j| j.status.clone());
+        let error = job.as_ref().and_then(|j| j.last_error.as_deref());
+        let reaped = status.as_deref() == Some("dead")
+            && fragile.contains(id)
+            && error == Some("lease expired");
         match (status.as_deref(), kind) {
             (Some("done"), Kind::Ok | Kind::Flaky) => e.acked += 1,
             (Some("dead"), Kind::Poison) => e.dead += 1,
+            (Some("dead"), _) if reaped => {
+                e.dead += 1;
+                e.dead_by_reaper += 1;
+            }
             (Some("done" | "dead"), _) => {
                 e.problems
                     .push(format!("{id} ({kind:?}) ended {status:?}: {job:?}"));
@@ -98,7 +123,7 @@ async fn ends(queue: &Queue, dir: &Path, kinds: &HashMap<String, Kind>, strict: 
         let mut seen: Vec<&runs::Run> = by_job.get(id.as_bytes()).cloned().unwrap_or_default();
         seen.sort_by(|a, b| a.start.total_cmp(&b.start));
         e.runs += seen.len();
-        if seen.is_empty() {
+        if seen.is_empty() && !reaped {
             e.problems
                 .push(format!("{id} ended {status:?} without running"));
         }
@@ -135,11 +160,12 @@ impl std::fmt::Display for Ends {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "jobs={} acked={} dead={} lost={} runs={} doubled={} (extra_runs={}, unexplained={}) \
-             overlap_beyond_grace={}",
+            "jobs={} acked={} dead={} (by_reaper={}) lost={} runs={} doubled={} (extra_runs={}, \
+             unexplained={}) overlap_beyond_grace={}",
             self.jobs,
             self.acked,
             self.dead,
+            self.dead_by_reaper,
             self.lost,
             self.runs,
             self.doubled,
@@ -259,6 +285,8 @@ struct Produced {
     unsure: HashMap<String, (String, Kind)>,
     /// Replies that fit no case (neither made nor refused by the key).
     odd: Vec<String>,
+    /// The fragile jobs sent.
+    fragile: HashSet<String>,
 }
 
 /// (u): producers enqueue jobs under 20 unique keys (`until-done`) while workers are
@@ -290,9 +318,13 @@ async fn u_unique_keys_hold_one_job_each_through_worker_kills_and_redis_restarts
                     let id = format!("u{p}-{i}");
                     let key = format!("k{}", rand::rng().random_range(0..KEYS));
                     let (kind, _) = payload(i);
-                    let job = NewJob::new(work(kind, 50..200))
+                    let mut job = NewJob::new(work(kind, 50..200))
                         .id(id.clone())
                         .unique_key(key.clone());
+                    if fragile(i, kind) {
+                        job = job.max_attempts(1);
+                        out.fragile.insert(id.clone());
+                    }
                     match queue.enqueue(job).await {
                         Ok(e) if e.created => {
                             out.accepted.insert(id, (key, kind));
@@ -332,6 +364,7 @@ async fn u_unique_keys_hold_one_job_each_through_worker_kills_and_redis_restarts
         produced.refused.extend(out.refused);
         produced.unsure.extend(out.unsure);
         produced.odd.extend(out.odd);
+        produced.fragile.extend(out.fragile);
     }
     // A fresh connection: the old one may have seen the last restart.
     let queue = connect(&url, false).await;
@@ -357,7 +390,7 @@ async fn u_unique_keys_hold_one_job_each_through_worker_kills_and_redis_restarts
         .iter()
         .map(|(id, (_, k))| (id.clone(), *k))
         .collect();
-    let mut e = ends(&queue, dir.path(), &kinds, false).await;
+    let mut e = ends(&queue, dir.path(), &kinds, &produced.fragile, false).await;
     let mut problems = std::mem::take(&mut e.problems);
     problems.extend(produced.odd.iter().map(|o| format!("an odd reply: {o}")));
     // Each refusal named a job made under the key.
@@ -512,11 +545,18 @@ fn replay_priorities(steps: &[Vec<aof::Command>], tag: &str) -> PriorityReplay {
     out
 }
 
+/// Every 9th job of (q) flaky (its retry is put back in line after its backoff), the
+/// rest plain.
+fn flaky_or_ok(i: usize) -> Kind {
+    if i % 9 == 4 { Kind::Flaky } else { Kind::Ok }
+}
+
 /// (q): a backlog of jobs of priorities 0 and 2 and a steady stream of jobs of
-/// priorities 5 and 9, while workers are SIGKILLed (their leases reaped and put back in
-/// line). Replayed from the AOF, no lease ever took a job while one of higher priority
-/// was ready and stayed ready (strict order, reaped jobs included); every job ran (none
-/// lost), and a job ran twice only after a run on a worker that was SIGKILLed.
+/// priorities 5 and 9 (every 9th of each flaky), while workers are SIGKILLed (their
+/// leases reaped and put back in line). Replayed from the AOF, no lease ever took a job
+/// while one of higher priority was ready and stayed ready (strict order, reaped and
+/// retried jobs included); every job ran (none lost), and a job ran more than its
+/// planned runs only after a run on a worker that was SIGKILLed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn q_priorities_keep_their_order_through_worker_kills() {
     let scale = scale();
@@ -529,8 +569,9 @@ async fn q_priorities_keep_their_order_through_worker_kills() {
     let backlog: Vec<NewJob> = (0..400 * scale)
         .map(|i| {
             let id = format!("lo{i}");
-            kinds.insert(id.clone(), Kind::Ok);
-            NewJob::new(work(Kind::Ok, 100..250))
+            let kind = flaky_or_ok(i);
+            kinds.insert(id.clone(), kind);
+            NewJob::new(work(kind, 100..250))
                 .id(id)
                 .priority(if i % 2 == 0 { 0 } else { 2 })
         })
@@ -546,12 +587,13 @@ async fn q_priorities_keep_their_order_through_worker_kills() {
             let mut i = 0;
             while !stop.is_cancelled() {
                 let id = format!("hi{i}");
-                let job = NewJob::new(work(Kind::Ok, 20..100))
+                let kind = flaky_or_ok(i);
+                let job = NewJob::new(work(kind, 20..100))
                     .id(id.clone())
                     .priority(if i % 2 == 0 { 9 } else { 5 });
                 let made = queue.enqueue(job).await.unwrap();
                 assert!(made.created, "{id}: {made:?}");
-                ids.push(id);
+                ids.push((id, kind));
                 i += 1;
                 tokio::time::sleep(Duration::from_millis(60)).await;
             }
@@ -574,14 +616,12 @@ async fn q_priorities_keep_their_order_through_worker_kills() {
         faults.next(&mut fleet, None, 1).await;
     }
     stop.cancel();
-    for id in stream.await.unwrap() {
-        kinds.insert(id, Kind::Ok);
-    }
+    kinds.extend(stream.await.unwrap());
     let n = kinds.len();
     wait_until_settled(&queue, || n, Duration::from_secs(60 * scale as u64), &fleet).await;
     fleet.stop();
 
-    let e = ends(&queue, dir.path(), &kinds, true).await;
+    let e = ends(&queue, dir.path(), &kinds, &HashSet::new(), true).await;
     let mut problems = e.problems.clone();
     let stats = queue.stats().await.unwrap();
     let replay = replay_priorities(&aof::steps(server.dir.path()), TAG);
@@ -699,7 +739,7 @@ async fn r_rate_limit_holds_through_worker_kills_redis_restarts_and_lost_replies
     );
     fleet.stop();
 
-    let e = ends(&queue, dir.path(), &kinds, false).await;
+    let e = ends(&queue, dir.path(), &kinds, &HashSet::new(), false).await;
     let mut problems = e.problems.clone();
     let stats = queue.stats().await.unwrap();
     let leases = aof::leases(&aof::steps(server.dir.path()), &job_prefix());
@@ -779,6 +819,8 @@ async fn r_rate_limit_holds_through_worker_kills_redis_restarts_and_lost_replies
 struct Waited {
     /// Jobs waited for: id → kind.
     jobs: HashMap<String, Kind>,
+    /// The fragile ones.
+    fragile: HashSet<String>,
     results: usize,
     deaths: usize,
     /// Waits that ended with the timeout while the job had ended.
@@ -792,14 +834,23 @@ struct Waited {
 
 /// Enqueue job `id` and wait for its end through Redis restarts: a call that fails is
 /// taken up again (the wait alone when the job was made, else the enqueue too).
-async fn enqueue_and_wait_through(queue: &Queue, id: &str, kind: Kind, out: &mut Waited) {
+async fn enqueue_and_wait_through(
+    queue: &Queue,
+    id: &str,
+    kind: Kind,
+    fragile: bool,
+    out: &mut Waited,
+) {
     const TIMEOUT: Duration = Duration::from_secs(20);
     let mut made = false;
     let end = loop {
         let call = if made {
             queue.wait_for(id, TIMEOUT).await
         } else {
-            let job = NewJob::new(work(kind, 20..150)).id(id.to_string());
+            let mut job = NewJob::new(work(kind, 20..150)).id(id.to_string());
+            if fragile {
+                job = job.max_attempts(1);
+            }
             queue
                 .enqueue_and_wait(job, TIMEOUT)
                 .await
@@ -829,6 +880,9 @@ async fn enqueue_and_wait_through(queue: &Queue, id: &str, kind: Kind, out: &mut
         }
     };
     out.jobs.insert(id.to_string(), kind);
+    if fragile {
+        out.fragile.insert(id.to_string());
+    }
     match (end, kind) {
         (Some(JobEnd::Done(result)), Kind::Ok | Kind::Flaky) => {
             out.results += 1;
@@ -837,6 +891,7 @@ async fn enqueue_and_wait_through(queue: &Queue, id: &str, kind: Kind, out: &mut
                     .push(format!("{id}: the wait returned the result {result:?}"));
             }
         }
+        (Some(JobEnd::Dead(error)), _) if fragile && error == "lease expired" => out.deaths += 1,
         (Some(JobEnd::Dead(error)), Kind::Poison) => {
             out.deaths += 1;
             if !error.contains("poison payload") {
@@ -890,8 +945,10 @@ async fn o_waits_return_every_outcome_through_worker_kills_and_redis_restarts() 
                 let mut i = 0;
                 while !stop.is_cancelled() {
                     // Spread the kinds over the waiters: w, w + 6, … of the workload.
-                    let (kind, _) = payload(w + 6 * i);
-                    enqueue_and_wait_through(&queue, &format!("o{w}-{i}"), kind, &mut out).await;
+                    let n = w + 6 * i;
+                    let (kind, _) = payload(n);
+                    let id = format!("o{w}-{i}");
+                    enqueue_and_wait_through(&queue, &id, kind, fragile(n, kind), &mut out).await;
                     i += 1;
                 }
                 out
@@ -911,6 +968,7 @@ async fn o_waits_return_every_outcome_through_worker_kills_and_redis_restarts() 
         let out = w.await.unwrap();
         let all = &mut waited;
         all.jobs.extend(out.jobs);
+        all.fragile.extend(out.fragile);
         all.results += out.results;
         all.deaths += out.deaths;
         all.hung += out.hung;
@@ -923,7 +981,7 @@ async fn o_waits_return_every_outcome_through_worker_kills_and_redis_restarts() 
     wait_until_settled(&queue, || n, Duration::from_secs(60 * scale as u64), &fleet).await;
     fleet.stop();
 
-    let e = ends(&queue, dir.path(), &waited.jobs, false).await;
+    let e = ends(&queue, dir.path(), &waited.jobs, &waited.fragile, false).await;
     let mut problems = waited.problems;
     problems.extend(e.problems.iter().cloned());
     // The events stream, whole.
@@ -941,8 +999,9 @@ async fn o_waits_return_every_outcome_through_worker_kills_and_redis_restarts() 
         *events.entry((text("id"), text("event"))).or_default() += 1;
     }
     let (mut missing, mut twice) = (0, 0);
-    for (id, kind) in &waited.jobs {
-        let event = if *kind == Kind::Poison {
+    for id in waited.jobs.keys() {
+        let status = queue.job(id).await.unwrap().and_then(|j| j.status);
+        let event = if status.as_deref() == Some("dead") {
             "dead"
         } else {
             "acked"
