@@ -58,8 +58,8 @@ fn fragile(i: usize, kind: Kind) -> bool {
 /// What every scenario checks of its jobs at the end, from their hashes and the
 /// workers' records: each one acked or dead as its kind says, or a fragile one dead of
 /// its expired lease (none lost), each run at least once (a fragile job dead of its lease
-/// may not have started), no two runs of a job overlapping past the grace, and every job
-/// run more than once explained by a run on a worker SIGKILLed or a lease the reaper
+/// may not have started), never twice under one lease, no two runs of a job overlapping
+/// past the grace, and every job run more than once explained by a run on a worker SIGKILLed or a lease the reaper
 /// took back.
 #[derive(Debug, Default)]
 struct Ends {
@@ -126,6 +126,13 @@ async fn ends(
         if seen.is_empty() && !reaped {
             e.problems
                 .push(format!("{id} ended {status:?} without running"));
+        }
+        // Every run is a lease of its own: two runs under one attempt number would mean
+        // one lease ran twice.
+        let attempts: HashSet<u32> = seen.iter().map(|r| r.attempt).collect();
+        if attempts.len() != seen.len() {
+            e.problems
+                .push(format!("{id} ran twice under one lease: {seen:?}"));
         }
         // A flaky job's failed first run is one run more that no fault explains.
         let planned = usize::from(*kind == Kind::Flaky);
