@@ -36,6 +36,10 @@
   P:{T}:claimreq:<request> where claim_token ends with :<request>, is deleted (its call
   was answered: the caller holds the token); see docs/protocol.md, Request records.
 
+  Each job is read with one HMGET of claim_token, status and end_opts; unique_key,
+  unique_mode, notify, timeout_ms and visibility_timeout_ms with a second one only when
+  end_opts is there (enqueue writes it with them).
+
   Unique keys: an acked job whose hash holds unique_key (and unique_mode not
   until-started or debounce, which released it at the claim) deletes
   P:{T}:unique:<unique_key> when it still names the id (GET, then DEL).
@@ -262,10 +266,18 @@ end
 -- leaseStart(token): the claimed_at (ms) a claim_token begins with, as claim writes it
 -- (<claimed_at>:<#worker>:<worker>:<token>); nil for a token without one (the older
 -- layout, whose claimed_at is a field of its own) or whose start is no such time
+-- (the leases of one claim call share their claimed_at: each one is read once a call)
+local startsRead = {}
 local function leaseStart(token)
   local at = string.find(token, ':', 1, true)
   if not at or at > 17 then return nil end
-  return storedMs(string.sub(token, 1, at - 1))
+  local s = string.sub(token, 1, at - 1)
+  local ms = startsRead[s]
+  if ms == nil then
+    ms = storedMs(s) or false
+    startsRead[s] = ms
+  end
+  return ms or nil
 end
 -- claimedAt(token, key, now): when the lease of token on the job at key began, for the
 -- histogram: the token's claimed_at, else the hash's claimed_at field (the older layout),
@@ -484,8 +496,9 @@ local now = clock()
 -- read phase -----------------------------------------------------------------
 local res, ids, keys = {}, {}, {}
 local done = {}
-local notifies = {}          -- outcomes: the `notify` field of each acked job (or false)
-local rows = {}              -- outcomes: the pair index of each acked job
+local notifies = {}          -- outcomes: the `notify` field of each acked job that has one
+local notified = false       -- whether one has
+local rows = {}              -- outcomes: the pair index of each acked job with a result
 local buckets, blist = {}, {}
 local starts = {}            -- token -> the claimed_at it carries
 local stale, unknown = 0, 0
@@ -493,9 +506,14 @@ local ownBuckets, ownStale = nil, 0 -- of them, those of jobs with their own opt
 local unlocks = nil          -- {unique key, id} of the acked jobs that hold one until done
 for i = 1, n do
   local key = KEYS[7 + i]
-  local h = redis.pcall('HMGET', key, 'claim_token', 'status', 'unique_key', 'unique_mode',
-    'notify', 'timeout_ms', 'visibility_timeout_ms')
+  local h = redis.pcall('HMGET', key, 'claim_token', 'status', 'end_opts')
   if h.err then return failure(h, key, 'hash') end -- HMGET always replies with a table
+  if h[3] then
+    -- the fields the end of a job with such options reads (include/job_options)
+    local x = redis.call('HMGET', key, 'unique_key', 'unique_mode', 'notify', 'timeout_ms',
+      'visibility_timeout_ms')
+    h[3], h[4], h[5], h[6], h[7] = x[1], x[2], x[3], x[4], x[5]
+  end
   local token = ARGV[2 + 2 * i]
   if h[2] == 'processing' and h[1] == token and not done[key] then
     done[key] = true
@@ -506,8 +524,11 @@ for i = 1, n do
       unlocks = unlocks or {}
       unlocks[#unlocks + 1] = { h[3], ARGV[1 + 2 * i] }
     end
-    notifies[#keys] = h[5] or false
-    rows[#keys] = i
+    if h[5] then
+      notifies[#keys] = h[5]
+      notified = true
+    end
+    if results[i] then rows[#keys] = i end
     local at = starts[token]
     if not at then
       at = claimedAt(token, key, now)
@@ -587,27 +608,37 @@ if e then
 end
 -- outcomes: a job with `notify` is kept at least that long, with its result; the rest as
 -- the completed retention says
-local drop = {}
-for i = 1, na do
-  local keep = retention
-  if notifies[i] then keep = keepFor(notifies[i], retention) end
-  if keep > 0 then
-    local result = results[rows[i]]
-    if result then
-      redis.call('HSET', keys[i], 'status', 'done', 'result', result)
-    else
-      redis.call('HSET', keys[i], 'status', 'done')
+if retention == 0 and not notified then
+  redis.call('DEL', unpack(keys))
+else
+  local drop = {}
+  local retentionS = S(retention)
+  for i = 1, na do
+    local keep, keepS = retention, retentionS
+    if notifies[i] then
+      keep = keepFor(notifies[i], retention)
+      keepS = S(keep)
     end
-    redis.call('HDEL', keys[i], 'lease_until')
-    redis.call('PEXPIRE', keys[i], S(keep))
-  else
-    drop[#drop + 1] = keys[i]
+    if keep > 0 then
+      local result = rows[i] and results[rows[i]]
+      if result then
+        redis.call('HSET', keys[i], 'status', 'done', 'result', result)
+      else
+        redis.call('HSET', keys[i], 'status', 'done')
+      end
+      redis.call('HDEL', keys[i], 'lease_until')
+      redis.call('PEXPIRE', keys[i], keepS)
+    else
+      drop[#drop + 1] = keys[i]
+    end
   end
+  if #drop > 0 then redis.call('DEL', unpack(drop)) end
 end
-if #drop > 0 then redis.call('DEL', unpack(drop)) end
 -- outcomes: announce the ends (nothing when no job carries notify and events are off)
-for i = 1, na do
-  if notifies[i] or eventsAt then announce(ids[i], 'acked', notifies[i], eventsAt) end
+if notified or eventsAt then
+  for i = 1, na do
+    if notifies[i] or eventsAt then announce(ids[i], 'acked', notifies[i], eventsAt) end
+  end
 end
 -- the other counters: stats is known to be a hash by now, and a counter holding a
 -- non-number must not fail a call whose changes are already made
