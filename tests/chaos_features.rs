@@ -866,7 +866,8 @@ async fn enqueue_and_wait_through(
                 .await
                 .map(|(enqueued, end)| {
                     // Made by this call, or (sent again) by the one that failed.
-                    if !enqueued.created && !(failed && enqueued.unique.is_none()) {
+                    let made = enqueued.created || (failed && enqueued.unique.is_none());
+                    if !made {
                         out.problems.push(format!("{id}: not made: {enqueued:?}"));
                     }
                     end
