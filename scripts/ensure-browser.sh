@@ -34,6 +34,11 @@ if ! command -v npm >/dev/null 2>&1; then
 fi
 
 dir="$root/tests/console"
+# Tests running at once may all call this: one installs, the others wait for it.
+if command -v flock >/dev/null 2>&1; then
+  exec 9>"$dir/.install.lock"
+  flock 9
+fi
 want="$(node -e 'console.log(require(process.argv[1]).packages["node_modules/playwright-core"].version)' "$dir/package-lock.json")"
 have=""
 if [ -f "$dir/node_modules/playwright-core/package.json" ]; then
