@@ -321,7 +321,8 @@ const ROWS: &[Row] = &[
     row("enqueue-priority-ten", &["enqueue", "--redis", "{url}", "--tag", "bi", "--priority", "10", "x"], 2, "invalid value '10' for '--priority <N>': \"10\" is not a priority: a whole number from 0 (the default, lowest) to 9 (highest)"),
     row("enqueue-priority-negative", &["enqueue", "--redis", "{url}", "--tag", "bi", "--priority", "-1", "x"], 2, "invalid value '-1' for '--priority <N>': must not be negative"),
     row("enqueue-priority-text", &["enqueue", "--redis", "{url}", "--tag", "bi", "--priority", "high", "x"], 2, "invalid value 'high' for '--priority <N>': \"high\" is not a priority"),
-    row("configure-priority-mode-word", &["configure", "--redis", "{url}", "--tag", "bi", "--priority-mode", "fair"], 2, "invalid value 'fair' for '--priority-mode <MODE>': \"fair\" is not a priority mode: strict or weighted"),    // A schedule's job options (the flags and checks of enqueue)
+    row("configure-priority-mode-word", &["configure", "--redis", "{url}", "--tag", "bi", "--priority-mode", "fair"], 2, "invalid value 'fair' for '--priority-mode <MODE>': \"fair\" is not a priority mode: strict or weighted"),
+    // A schedule's job options (the flags and checks of enqueue)
     row("schedule-add-priority-twelve", &["schedule", "add", "--redis", "{url}", "--tag", "bi", "s", "--every", "1m", "--priority", "12", "x"], 2, "invalid value '12' for '--priority <N>': \"12\" is not a priority: a whole number from 0 (the default, lowest) to 9 (highest)"),
     row("schedule-add-priority-negative", &["schedule", "add", "--redis", "{url}", "--tag", "bi", "s", "--every", "1m", "--priority", "-1", "x"], 2, "invalid value '-1' for '--priority <N>': must not be negative"),
     row("schedule-add-timeout-zero", &["schedule", "add", "--redis", "{url}", "--tag", "bi", "s", "--every", "1m", "--timeout", "0s", "x"], 2, "invalid value '0s' for '--timeout <DURATION>': must be more than 0"),

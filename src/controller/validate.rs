@@ -22,7 +22,7 @@ use crate::crd::{
     ScalingPolicyType, SecretKeySelector, SelectPolicy, WorkersSpec,
 };
 use crate::queue::auto_visibility::AutoBounds;
-use crate::queue::{Durability, MAX_BATCH, QueueSettings};
+use crate::queue::{Durability, JobOptions, MAX_BATCH, PriorityMode, QueueSettings};
 
 /// A spec the controller cannot act on, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -239,16 +239,49 @@ fn schedules(spec: &JobQueueSpec) -> Result<Vec<crate::queue::schedule::Schedule
             }
         };
         rule.validate().map_err(bad)?;
+        let options = schedule_options(s)?;
         out.push(Schedule {
             name: s.name.clone(),
             rule,
             payload: s.payload.clone().into_bytes(),
-            options: Default::default(),
+            options,
             missed: Missed::parse(s.missed.as_deref().unwrap_or("skip")).map_err(bad)?,
             paused: false,
         });
     }
     Ok(out)
+}
+
+/// The options of every job a `spec.schedules` entry fires, checked as enqueue checks
+/// them; a bad one names its schedule and field.
+fn schedule_options(s: &crate::crd::ScheduleSpec) -> Result<JobOptions, InvalidSpec> {
+    let duration = |field: &str, text: &Option<String>, positive: bool| {
+        text.as_deref()
+            .map(|t| {
+                parse_duration("spec.schedules", t, positive).map_err(|e| {
+                    invalid(
+                        "spec.schedules",
+                        format!("{}: {field}: {}", s.name, e.reason),
+                    )
+                })
+            })
+            .transpose()
+    };
+    let options = JobOptions {
+        max_attempts: s.max_attempts,
+        backoff_initial: duration("backoffInitial", &s.backoff_initial, false)?,
+        backoff_max: duration("backoffMax", &s.backoff_max, false)?,
+        backoff_multiplier: s.backoff_multiplier,
+        priority: s.priority,
+        timeout: duration("timeout", &s.timeout, true)?,
+        visibility: duration("visibility", &s.visibility, true)?,
+        rate_key: s.rate_key.clone(),
+        notify: None,
+    };
+    options
+        .validate()
+        .map_err(|e| invalid("spec.schedules", format!("{}: {e}", s.name)))?;
+    Ok(options)
 }
 
 /// `spec.visibilityTimeout: auto` and `spec.visibilityAuto`: the bounds, checked.
@@ -546,6 +579,13 @@ fn queue_settings(spec: &JobQueueSpec) -> Result<QueueSettings, InvalidSpec> {
         dead_max_len: spec.dead_letter.max_length,
         rate_limit: rate_limit("spec.rateLimit", spec.rate_limit.as_ref())?,
         rate_limit_per_key: rate_limit("spec.rateLimitPerKey", spec.rate_limit_per_key.as_ref())?,
+        priority_mode: spec
+            .priority_mode
+            .as_deref()
+            .map(PriorityMode::parse)
+            .transpose()
+            .map_err(|reason| invalid("spec.priorityMode", reason))?
+            .unwrap_or_default(),
     })
 }
 
