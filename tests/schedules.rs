@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use jobqueue::queue::schedule::{Missed, Rule, Schedule};
 use jobqueue::queue::{JobOptions, Queue, QueueSettings};
-use std::process::{Command, Stdio};
 use redis::Commands;
+use std::process::{Command, Stdio};
 use support::eventually::eventually;
 use support::redis::{RedisServer, redis_now_ms, wait_past};
 

@@ -311,7 +311,14 @@ async fn a_jobs_own_options_are_shown_as_its_hash_holds_them() {
     // a job of none: the queue's settings apply, no row says otherwise
     let text = ok(&server, "opt", &["show", "plain"]);
     assert_eq!(row(&text, "priority"), "0");
-    for label in ["max attempts", "backoff", "timeout", "visibility", "rate key", "notify"] {
+    for label in [
+        "max attempts",
+        "backoff",
+        "timeout",
+        "visibility",
+        "rate key",
+        "notify",
+    ] {
         assert!(
             !text.lines().any(|l| l.starts_with(&format!("{label:<14}"))),
             "{label} shown for a job without it:\n{text}"

@@ -8,10 +8,10 @@ use clap::{ArgGroup, Args, Subcommand};
 
 use super::ConnectArgs;
 use super::common::{Target, UsageError, open_target};
-use super::format::format_epoch_ms;
-use crate::queue::schedule::{Missed, Rule, Schedule, ScheduleInfo};
 use super::enqueue::JobOptionArgs;
+use super::format::format_epoch_ms;
 use crate::queue::Queue;
+use crate::queue::schedule::{Missed, Rule, Schedule, ScheduleInfo};
 
 pub const EXAMPLES: &str = "\
 Examples:

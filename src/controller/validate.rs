@@ -786,6 +786,109 @@ mod tests {
     }
 
     #[test]
+    fn the_priority_mode_is_a_setting_strict_when_absent() {
+        let mut s = spec();
+        assert_eq!(
+            plan(&s).unwrap().settings.priority_mode,
+            PriorityMode::Strict
+        );
+        for (text, mode) in [
+            ("strict", PriorityMode::Strict),
+            ("weighted", PriorityMode::Weighted),
+        ] {
+            s.priority_mode = Some(text.into());
+            assert_eq!(plan(&s).unwrap().settings.priority_mode, mode);
+        }
+        s.priority_mode = Some("fair".into());
+        let e = plan(&s).expect_err("not a mode");
+        assert_eq!(
+            (e.field, e.reason.as_str()),
+            (
+                "spec.priorityMode",
+                "\"fair\" is not a priority mode: strict or weighted"
+            )
+        );
+    }
+
+    fn schedule(options: serde_json::Value) -> crate::crd::ScheduleSpec {
+        let mut v = serde_json::json!({"name": "hourly", "every": "1h", "payload": "{}"});
+        if let (Some(v), serde_json::Value::Object(options)) = (v.as_object_mut(), options) {
+            v.extend(options);
+        }
+        serde_json::from_value(v).expect("a schedule")
+    }
+
+    #[test]
+    fn a_schedules_job_options_are_checked_as_enqueue_checks_them() {
+        let mut s = spec();
+        s.schedules = vec![schedule(serde_json::json!({
+            "maxAttempts": 3, "backoffInitial": "250ms", "backoffMax": "1m",
+            "backoffMultiplier": 1.5, "priority": 7, "timeout": "2m", "visibility": "30s",
+            "rateKey": "customer-42"
+        }))];
+        assert_eq!(
+            plan(&s).unwrap().schedules[0].options,
+            JobOptions {
+                max_attempts: Some(3),
+                backoff_initial: Some(Duration::from_millis(250)),
+                backoff_max: Some(Duration::from_secs(60)),
+                backoff_multiplier: Some(1.5),
+                priority: Some(7),
+                timeout: Some(Duration::from_secs(120)),
+                visibility: Some(Duration::from_secs(30)),
+                rate_key: Some("customer-42".into()),
+                notify: None,
+            }
+        );
+        s.schedules = vec![schedule(serde_json::json!({}))];
+        assert!(plan(&s).unwrap().schedules[0].options.is_empty());
+        let cases = [
+            (
+                serde_json::json!({"priority": 12}),
+                "hourly: invalid priority: 12 is not between 0 and 9",
+            ),
+            (
+                serde_json::json!({"maxAttempts": 0}),
+                "hourly: invalid max attempts: 0 is not between 1 and 1000000",
+            ),
+            (
+                serde_json::json!({"backoffMultiplier": 0.5}),
+                "hourly: invalid backoff multiplier: 0.5 is not a number from 1 to 1000",
+            ),
+            (
+                serde_json::json!({"timeout": "0s"}),
+                "hourly: timeout: \"0s\" must be above zero",
+            ),
+            (
+                serde_json::json!({"visibility": "soon"}),
+                "hourly: visibility: \"soon\" is not a duration",
+            ),
+            (
+                serde_json::json!({"backoffInitial": "-1s"}),
+                "hourly: backoffInitial: \"-1s\" is negative",
+            ),
+            (
+                serde_json::json!({"backoffInitial": "1m", "backoffMax": "1s"}),
+                "hourly: invalid backoff max: 1s is below the initial backoff 1m",
+            ),
+            (
+                serde_json::json!({"rateKey": ""}),
+                "hourly: invalid rate key: 0 bytes",
+            ),
+            (
+                serde_json::json!({"timeout": "500us"}),
+                "hourly: invalid timeout: 500µs is too short (at least 1ms)",
+            ),
+        ];
+        for (options, says) in cases {
+            s.schedules = vec![schedule(options.clone())];
+            let e = plan(&s).expect_err(&format!("{options} is refused"));
+            assert_eq!(e.field, "spec.schedules", "{options}");
+            assert!(e.reason.starts_with(says), "{options}: {}", e.reason);
+        }
+    }
+
+    #[test]
     fn defaults_give_the_scripts_defaults() {
         let plan = plan(&spec()).unwrap();
         assert_eq!(plan.settings, QueueSettings::default());

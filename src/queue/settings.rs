@@ -323,8 +323,10 @@ mod tests {
             max_attempts: 3,
             backoff_multiplier: 1.5,
             dead_max_len: 7,
+            priority_mode: PriorityMode::Weighted,
             ..QueueSettings::default()
         };
+        assert!(!settings.absent_fields().contains(&PRIORITY_MODE_FIELD));
         let fields: HashMap<String, String> = settings
             .to_fields()
             .into_iter()
@@ -332,7 +334,17 @@ mod tests {
             .collect();
         assert_eq!(fields["visibility_timeout_ms"], "60000");
         assert_eq!(fields["backoff_multiplier"], "1.5");
+        assert_eq!(fields[PRIORITY_MODE_FIELD], "weighted");
         assert_eq!(QueueSettings::from_fields(&fields), settings);
+        // strict is the scripts' default: the field is removed, not written
+        let strict = QueueSettings::default();
+        assert!(
+            strict
+                .to_fields()
+                .iter()
+                .all(|(k, _)| *k != PRIORITY_MODE_FIELD)
+        );
+        assert!(strict.absent_fields().contains(&PRIORITY_MODE_FIELD));
     }
 
     #[test]

@@ -1297,7 +1297,10 @@ mod tests {
             ("timeout_ms", "1000000000000000"),
         ]));
         assert_eq!(edge.backoff_initial, Some(Duration::ZERO));
-        assert_eq!(edge.timeout, Some(Duration::from_millis(1_000_000_000_000_000)));
+        assert_eq!(
+            edge.timeout,
+            Some(Duration::from_millis(1_000_000_000_000_000))
+        );
     }
 
     #[test]
