@@ -43,7 +43,7 @@ pub struct ScheduleArgs {
 #[derive(Debug, Subcommand)]
 pub enum ScheduleCommand {
     /// Add a schedule, or replace the rule of the one of that name.
-    Add(AddArgs),
+    Add(Box<AddArgs>),
     /// List the queue's schedules with their last and next tick.
     #[command(mut_arg("durability", super::read_only))]
     Ls(LsArgs),
@@ -122,6 +122,7 @@ pub async fn run(args: ScheduleArgs) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     match args.command {
         ScheduleCommand::Add(a) => {
+            let a = *a;
             let queue = one_queue(&a.connect).await?;
             if a.every.is_some() && a.tz.is_some() {
                 return Err(UsageError(
