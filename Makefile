@@ -47,12 +47,15 @@ test: redis browser
 ## `replicated` durability whose WAIT times out (no replica, a SIGSTOPped replica); 1024-byte
 ## and non-UTF-8 ids through the exec worker; then a queue of 6 partitions on the Cluster
 ## shrunk to 3 under SIGKILLed workers, and 3 partitions shrunk to 1 with claim and renewal
-## replies lost (tests/partitions.rs). Prints one tally per scenario (runs counted from the
+## replies lost (tests/partitions.rs); and the job features through the same faults
+## (tests/chaos_features.rs): unique keys, priorities, the rate limit, waits and events,
+## checked against Redis's own history of its writes (its AOF). Prints one tally per scenario (runs counted from the
 ## workers' own records: lost, dead_without_running and overlap_beyond_grace must be 0);
 ## `make test` runs the same suite CI-sized. JOBQUEUE_CHAOS_REPORT=FILE appends the tallies.
 CHAOS_SCALE ?= 10
 chaos: redis
 	JOBQUEUE_CHAOS_SCALE=$(CHAOS_SCALE) $(CARGO) test --test chaos -- --nocapture --test-threads=1
+	JOBQUEUE_CHAOS_SCALE=$(CHAOS_SCALE) $(CARGO) test --test chaos_features -- --nocapture --test-threads=1
 	JOBQUEUE_CHAOS_SCALE=$(CHAOS_SCALE) $(CARGO) test --test partitions -- six_partitions three_partitions --nocapture --test-threads=1
 
 ## Throughput, Redis cost per job, reaper speed, memory per job and the operator's cost

@@ -163,6 +163,7 @@ impl Grind {
     /// The instructions executed since `begin` (all threads), then instrumentation off.
     fn end(&self) -> u64 {
         let text = self.control(&["-e", "Ir"]);
+        self.dump_profile();
         self.control(&["-i", "off"]);
         if let Some(t) = self.began.take() {
             self.seconds.set(t.elapsed().as_secs_f64());
@@ -178,6 +179,24 @@ impl Grind {
             "callgrind_control -e Ir printed no count: {text}"
         );
         total
+    }
+}
+
+impl Grind {
+    /// With `INSTR_PROFILE_DIR` set, each phase's counts are also dumped there as a
+    /// callgrind profile (`callgrind_annotate` reads them), numbered in phase order.
+    fn dump_profile(&self) {
+        let Ok(to) = std::env::var("INSTR_PROFILE_DIR") else {
+            return;
+        };
+        self.control(&["-d"]);
+        std::fs::create_dir_all(&to).unwrap();
+        for entry in std::fs::read_dir(self.dir.path()).unwrap().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with("callgrind.out.") {
+                std::fs::rename(entry.path(), std::path::Path::new(&to).join(&name)).unwrap();
+            }
+        }
     }
 }
 

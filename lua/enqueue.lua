@@ -64,7 +64,9 @@
   without `status` is pending. A new delayed job holds payload, status `delayed`,
   enqueued_at and run_at (ms, its score in delayed).
   `attempts` is absent until the first claim (absent counts as 0). Either also holds the
-  call's per-job options.
+  call's per-job options, and end_opts = 1 when it has a unique key or one of the
+  options notify, timeout_ms, visibility_timeout_ms (ack and settle_claim read those
+  fields only for a job that holds it).
 
   History: counts the jobs enqueued (kind e) in P:{T}:hist:<kind>:<hour> (a hash per kind and hour since the
   epoch, the field the minute of the hour; the key built from ARGV[1] with `job:` replaced
@@ -328,6 +330,23 @@ local function jobOptions(at)
   end
   return out, 1 + pairsN
 end
+-- A job whose end acts on a field of its own, unique_key (written with the enqueue's
+-- unique block), notify, timeout_ms or visibility_timeout_ms, also holds `end_opts` = 1:
+-- ack and settle_claim read those fields only for a job that holds it, so a job without
+-- them costs its ack no more than the two fields its lease is checked by.
+-- withEndOpts(opts): the options block's pairs, with end_opts 1 when one of them is such
+-- an option (opts itself otherwise)
+local function withEndOpts(opts)
+  for i = 1, #opts, 2 do
+    local name = opts[i]
+    if name == 'notify' or name == 'timeout_ms' or name == 'visibility_timeout_ms' then
+      local out = { 'end_opts', '1' }
+      for j = 1, #opts do out[j + 2] = opts[j] end
+      return out
+    end
+  end
+  return opts
+end
 -- optionPriority(opts): the priority an options block gives (0 when none)
 local function optionPriority(opts)
   if opts then
@@ -369,125 +388,134 @@ local function readyKey(p)
   if p == 0 then return KEYS[1] end
   return KEYS[1] .. ':' .. p
 end
--- readyDigits(s): the priorities 1..9 named by a `priorities` value, as a set p -> true
-local function readyDigits(s)
-  local set = {}
-  if s then
-    for i = 1, #s do
-      local p = priorityOf(string.sub(s, i, i))
-      if p > 0 then set[p] = true end
-    end
-  end
-  return set
-end
--- readyRecord(set): the `priorities` value of a set p -> true (p 1..9), highest first
-local function readyRecord(set)
-  local s = ''
-  for p = 9, 1, -1 do
-    if set[p] then s = s .. p end
-  end
-  return s
-end
--- readyCheck(ps): before a call pushes onto the lists of the priorities in ps (p -> true):
--- nil when they are lists (or absent), and, when a p > 0 is among them, that meta is a
--- hash; else the wrongtype reply. Priority 0's list is the caller's to check, as before.
-local function readyCheck(ps)
-  local hi = false
-  for p in pairs(ps) do
-    if p > 0 then
-      hi = true
-      local e = expect(readyKey(p), 'list')
-      if e then return e end
-    end
-  end
-  if hi then return expect(KEYS[5], 'hash') end
-  return nil
-end
--- readyMark(ps): after pushing onto the lists of the priorities in ps, adds those above 0
--- to meta's `priorities` (one HGET, and one HSET when a digit is new; nothing for 0)
-local function readyMark(ps)
-  local hi = false
-  for p in pairs(ps) do
-    if p > 0 then hi = true end
-  end
-  if not hi then return end
-  local cur = redis.call('HGET', KEYS[5], 'priorities')
-  local set = readyDigits(cur)
-  for p in pairs(ps) do
-    if p > 0 then set[p] = true end
-  end
-  local s = readyRecord(set)
-  if s ~= cur then redis.call('HSET', KEYS[5], 'priorities', s) end
-end
--- readyPush(cmd, ids, prios): cmd (LPUSH: the back of the line, RPUSH: the front) of ids,
--- each onto its priority's list (prios[i] the priority of ids[i]; nil: all 0), the order
--- of ids kept within a list; then readyMark. Lists and meta are checked by the caller.
-local function readyPush(cmd, ids, prios)
-  if #ids == 0 then return end
-  -- each command by name (the ACL lines of docs/operations.md list what scripts call)
-  local function push(key, g)
-    if cmd == 'RPUSH' then
-      redis.call('RPUSH', key, unpack(g))
-    else
-      redis.call('LPUSH', key, unpack(g))
-    end
-  end
-  if not prios then
-    push(KEYS[1], ids)
-    return
-  end
-  local groups, ps = {}, {}
-  for i = 1, #ids do
-    local p = prios[i] or 0
-    if not groups[p] then
-      groups[p] = {}
-      ps[p] = true
-    end
-    local g = groups[p]
-    g[#g + 1] = ids[i]
-  end
-  for p = 0, 9 do
-    if groups[p] then push(readyKey(p), groups[p]) end
-  end
-  readyMark(ps)
-end
--- TURN_WRAP: the weighted round robin's turn (meta's `priority_turn`) wraps here
 local TURN_WRAP = 1000000000000
--- readyOrder(known, n, weighted, turn): the lists a claim of n pops, as a sequence of
--- {p, cap}: priorities highest first, each list popped until it is empty (cap nil).
--- known: the set of priorities whose list may hold ids (0 always). With weighted, the
--- call's n slots are the turns turn .. turn + n - 1 of a round robin in which priority p
--- has weight 2^p among the known ones (turn mod W walks the weights highest first): the
--- sequence first takes each priority's share of the n (cap), highest first, then every
--- list again, highest first, to fill what an empty list left.
-local function readyOrder(known, n, weighted, turn)
-  local order = {}
-  local desc = {}
-  for p = 9, 0, -1 do
-    if known[p] then desc[#desc + 1] = p end
-  end
-  if weighted and #desc > 1 then
-    local w = 0
-    for i = 1, #desc do w = w + 2 ^ desc[i] end
-    local quota = {}
-    for s = turn, turn + n - 1 do
-      local r = s % w
-      for i = 1, #desc do
-        local wp = 2 ^ desc[i]
-        if r < wp then
-          quota[desc[i]] = (quota[desc[i]] or 0) + 1
-          break
-        end
-        r = r - wp
+-- The helpers below are made at their first use (prioLib()): a call that meets no priority
+-- above 0 makes none of them.
+local PRIO = nil
+local function prioLib()
+  if PRIO then return PRIO end
+  -- readyDigits(s): the priorities 1..9 named by a `priorities` value, as a set p -> true
+  local function readyDigits(s)
+    local set = {}
+    if s then
+      for i = 1, #s do
+        local p = priorityOf(string.sub(s, i, i))
+        if p > 0 then set[p] = true end
       end
     end
-    for i = 1, #desc do
-      local q = quota[desc[i]]
-      if q then order[#order + 1] = { desc[i], q } end
-    end
+    return set
   end
-  for i = 1, #desc do order[#order + 1] = { desc[i], nil } end
-  return order
+  -- readyRecord(set): the `priorities` value of a set p -> true (p 1..9), highest first
+  local function readyRecord(set)
+    local s = ''
+    for p = 9, 1, -1 do
+      if set[p] then s = s .. p end
+    end
+    return s
+  end
+  -- readyCheck(ps): before a call pushes onto the lists of the priorities in ps (p -> true):
+  -- nil when they are lists (or absent), and, when a p > 0 is among them, that meta is a
+  -- hash; else the wrongtype reply. Priority 0's list is the caller's to check, as before.
+  local function readyCheck(ps)
+    local hi = false
+    for p in pairs(ps) do
+      if p > 0 then
+        hi = true
+        local e = expect(readyKey(p), 'list')
+        if e then return e end
+      end
+    end
+    if hi then return expect(KEYS[5], 'hash') end
+    return nil
+  end
+  -- readyMark(ps): after pushing onto the lists of the priorities in ps, adds those above 0
+  -- to meta's `priorities` (one HGET, and one HSET when a digit is new; nothing for 0)
+  local function readyMark(ps)
+    local hi = false
+    for p in pairs(ps) do
+      if p > 0 then hi = true end
+    end
+    if not hi then return end
+    local cur = redis.call('HGET', KEYS[5], 'priorities')
+    local set = readyDigits(cur)
+    for p in pairs(ps) do
+      if p > 0 then set[p] = true end
+    end
+    local s = readyRecord(set)
+    if s ~= cur then redis.call('HSET', KEYS[5], 'priorities', s) end
+  end
+  -- readyPush(cmd, ids, prios): cmd (LPUSH: the back of the line, RPUSH: the front) of ids,
+  -- each onto its priority's list (prios[i] the priority of ids[i]; nil: all 0), the order
+  -- of ids kept within a list; then readyMark. Lists and meta are checked by the caller.
+  local function readyPush(cmd, ids, prios)
+    if #ids == 0 then return end
+    -- each command by name (the ACL lines of docs/operations.md list what scripts call)
+    local function push(key, g)
+      if cmd == 'RPUSH' then
+        redis.call('RPUSH', key, unpack(g))
+      else
+        redis.call('LPUSH', key, unpack(g))
+      end
+    end
+    if not prios then
+      push(KEYS[1], ids)
+      return
+    end
+    local groups, ps = {}, {}
+    for i = 1, #ids do
+      local p = prios[i] or 0
+      if not groups[p] then
+        groups[p] = {}
+        ps[p] = true
+      end
+      local g = groups[p]
+      g[#g + 1] = ids[i]
+    end
+    for p = 0, 9 do
+      if groups[p] then push(readyKey(p), groups[p]) end
+    end
+    readyMark(ps)
+  end
+  -- TURN_WRAP: the weighted round robin's turn (meta's `priority_turn`) wraps here
+  -- readyOrder(known, n, weighted, turn): the lists a claim of n pops, as a sequence of
+  -- {p, cap}: priorities highest first, each list popped until it is empty (cap nil).
+  -- known: the set of priorities whose list may hold ids (0 always). With weighted, the
+  -- call's n slots are the turns turn .. turn + n - 1 of a round robin in which priority p
+  -- has weight 2^p among the known ones (turn mod W walks the weights highest first): the
+  -- sequence first takes each priority's share of the n (cap), highest first, then every
+  -- list again, highest first, to fill what an empty list left.
+  local function readyOrder(known, n, weighted, turn)
+    local order = {}
+    local desc = {}
+    for p = 9, 0, -1 do
+      if known[p] then desc[#desc + 1] = p end
+    end
+    if weighted and #desc > 1 then
+      local w = 0
+      for i = 1, #desc do w = w + 2 ^ desc[i] end
+      local quota = {}
+      for s = turn, turn + n - 1 do
+        local r = s % w
+        for i = 1, #desc do
+          local wp = 2 ^ desc[i]
+          if r < wp then
+            quota[desc[i]] = (quota[desc[i]] or 0) + 1
+            break
+          end
+          r = r - wp
+        end
+      end
+      for i = 1, #desc do
+        local q = quota[desc[i]]
+        if q then order[#order + 1] = { desc[i], q } end
+      end
+    end
+    for i = 1, #desc do order[#order + 1] = { desc[i], nil } end
+    return order
+  end
+  PRIO = { readyDigits = readyDigits, readyRecord = readyRecord, readyCheck = readyCheck,
+    readyMark = readyMark, readyPush = readyPush, readyOrder = readyOrder }
+  return PRIO
 end
 -- END include/priority.lua
 -- the longest unique key, in bytes (docs/protocol.md, Unique keys)
@@ -526,6 +554,7 @@ if ARGV[at] == 'unique' then
 end
 -- the per-job options block, when given, comes last (perJob counts both blocks in)
 local opts, optN, e = jobOptions(at)
+if opts then opts = withEndOpts(opts) end
 if e then return e end
 e = perJob(n, at - 3 * n - 1 + optN, 3, 'triple', 'id, payload, delay_ms')
 if e then return e end
@@ -722,7 +751,7 @@ if #ready > 0 or #later > 0 or #swapReady > 0 then
   if e then return e end
 end
 if #ready > 0 and prio > 0 then
-  e = readyCheck({ [prio] = true })
+  e = prioLib().readyCheck({ [prio] = true })
   if e then return e end
 end
 -- the earliest run-at before this call (reading it checks delayed's type)
@@ -735,7 +764,7 @@ end
 if outPending or #swapReady > 0 then
   if swapPs[0] then e = expect(KEYS[1], 'list') end
   if e then return e end
-  e = readyCheck(swapPs)
+  e = prioLib().readyCheck(swapPs)
   if e then return e end
 end
 
@@ -744,9 +773,9 @@ if #ready > 0 then
   local r = redis.pcall('LPUSH', K_PENDING, unpack(ready))
   e = failure(r, K_PENDING, 'list')
   if e then return e end
-  if prio > 0 then readyMark({ [prio] = true }) end
+  if prio > 0 then prioLib().readyMark({ [prio] = true }) end
 end
-if #swapReady > 0 then readyPush('LPUSH', swapReady, swapPrio) end
+if #swapReady > 0 then prioLib().readyPush('LPUSH', swapReady, swapPrio) end
 if #later > 0 then
   local r = redis.pcall('ZADD', K_DELAYED, unpack(later))
   e = failure(r, K_DELAYED, 'zset')
@@ -784,10 +813,11 @@ for j = 1, nn do
   if uAt then
     if delays[i] > 0 then
       redis.call('HSET', newKeys[j], 'payload', payload, 'status', 'delayed',
-        'enqueued_at', nowS, 'run_at', runAt[i], 'unique_key', ARGV[uAt + i], 'unique_mode', uMode)
+        'enqueued_at', nowS, 'run_at', runAt[i], 'unique_key', ARGV[uAt + i], 'unique_mode', uMode,
+        'end_opts', '1')
     else
       redis.call('HSET', newKeys[j], 'payload', payload, 'enqueued_at', nowS,
-        'unique_key', ARGV[uAt + i], 'unique_mode', uMode)
+        'unique_key', ARGV[uAt + i], 'unique_mode', uMode, 'end_opts', '1')
     end
   elseif delays[i] > 0 then
     redis.call('HSET', newKeys[j], 'payload', payload, 'status', 'delayed',

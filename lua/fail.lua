@@ -243,141 +243,158 @@ local function readyKey(p)
   if p == 0 then return KEYS[1] end
   return KEYS[1] .. ':' .. p
 end
--- readyDigits(s): the priorities 1..9 named by a `priorities` value, as a set p -> true
-local function readyDigits(s)
-  local set = {}
-  if s then
-    for i = 1, #s do
-      local p = priorityOf(string.sub(s, i, i))
-      if p > 0 then set[p] = true end
-    end
-  end
-  return set
-end
--- readyRecord(set): the `priorities` value of a set p -> true (p 1..9), highest first
-local function readyRecord(set)
-  local s = ''
-  for p = 9, 1, -1 do
-    if set[p] then s = s .. p end
-  end
-  return s
-end
--- readyCheck(ps): before a call pushes onto the lists of the priorities in ps (p -> true):
--- nil when they are lists (or absent), and, when a p > 0 is among them, that meta is a
--- hash; else the wrongtype reply. Priority 0's list is the caller's to check, as before.
-local function readyCheck(ps)
-  local hi = false
-  for p in pairs(ps) do
-    if p > 0 then
-      hi = true
-      local e = expect(readyKey(p), 'list')
-      if e then return e end
-    end
-  end
-  if hi then return expect(KEYS[5], 'hash') end
-  return nil
-end
--- readyMark(ps): after pushing onto the lists of the priorities in ps, adds those above 0
--- to meta's `priorities` (one HGET, and one HSET when a digit is new; nothing for 0)
-local function readyMark(ps)
-  local hi = false
-  for p in pairs(ps) do
-    if p > 0 then hi = true end
-  end
-  if not hi then return end
-  local cur = redis.call('HGET', KEYS[5], 'priorities')
-  local set = readyDigits(cur)
-  for p in pairs(ps) do
-    if p > 0 then set[p] = true end
-  end
-  local s = readyRecord(set)
-  if s ~= cur then redis.call('HSET', KEYS[5], 'priorities', s) end
-end
--- readyPush(cmd, ids, prios): cmd (LPUSH: the back of the line, RPUSH: the front) of ids,
--- each onto its priority's list (prios[i] the priority of ids[i]; nil: all 0), the order
--- of ids kept within a list; then readyMark. Lists and meta are checked by the caller.
-local function readyPush(cmd, ids, prios)
-  if #ids == 0 then return end
-  -- each command by name (the ACL lines of docs/operations.md list what scripts call)
-  local function push(key, g)
-    if cmd == 'RPUSH' then
-      redis.call('RPUSH', key, unpack(g))
-    else
-      redis.call('LPUSH', key, unpack(g))
-    end
-  end
-  if not prios then
-    push(KEYS[1], ids)
-    return
-  end
-  local groups, ps = {}, {}
-  for i = 1, #ids do
-    local p = prios[i] or 0
-    if not groups[p] then
-      groups[p] = {}
-      ps[p] = true
-    end
-    local g = groups[p]
-    g[#g + 1] = ids[i]
-  end
-  for p = 0, 9 do
-    if groups[p] then push(readyKey(p), groups[p]) end
-  end
-  readyMark(ps)
-end
--- TURN_WRAP: the weighted round robin's turn (meta's `priority_turn`) wraps here
 local TURN_WRAP = 1000000000000
--- readyOrder(known, n, weighted, turn): the lists a claim of n pops, as a sequence of
--- {p, cap}: priorities highest first, each list popped until it is empty (cap nil).
--- known: the set of priorities whose list may hold ids (0 always). With weighted, the
--- call's n slots are the turns turn .. turn + n - 1 of a round robin in which priority p
--- has weight 2^p among the known ones (turn mod W walks the weights highest first): the
--- sequence first takes each priority's share of the n (cap), highest first, then every
--- list again, highest first, to fill what an empty list left.
-local function readyOrder(known, n, weighted, turn)
-  local order = {}
-  local desc = {}
-  for p = 9, 0, -1 do
-    if known[p] then desc[#desc + 1] = p end
-  end
-  if weighted and #desc > 1 then
-    local w = 0
-    for i = 1, #desc do w = w + 2 ^ desc[i] end
-    local quota = {}
-    for s = turn, turn + n - 1 do
-      local r = s % w
-      for i = 1, #desc do
-        local wp = 2 ^ desc[i]
-        if r < wp then
-          quota[desc[i]] = (quota[desc[i]] or 0) + 1
-          break
-        end
-        r = r - wp
+-- The helpers below are made at their first use (prioLib()): a call that meets no priority
+-- above 0 makes none of them.
+local PRIO = nil
+local function prioLib()
+  if PRIO then return PRIO end
+  -- readyDigits(s): the priorities 1..9 named by a `priorities` value, as a set p -> true
+  local function readyDigits(s)
+    local set = {}
+    if s then
+      for i = 1, #s do
+        local p = priorityOf(string.sub(s, i, i))
+        if p > 0 then set[p] = true end
       end
     end
-    for i = 1, #desc do
-      local q = quota[desc[i]]
-      if q then order[#order + 1] = { desc[i], q } end
-    end
+    return set
   end
-  for i = 1, #desc do order[#order + 1] = { desc[i], nil } end
-  return order
+  -- readyRecord(set): the `priorities` value of a set p -> true (p 1..9), highest first
+  local function readyRecord(set)
+    local s = ''
+    for p = 9, 1, -1 do
+      if set[p] then s = s .. p end
+    end
+    return s
+  end
+  -- readyCheck(ps): before a call pushes onto the lists of the priorities in ps (p -> true):
+  -- nil when they are lists (or absent), and, when a p > 0 is among them, that meta is a
+  -- hash; else the wrongtype reply. Priority 0's list is the caller's to check, as before.
+  local function readyCheck(ps)
+    local hi = false
+    for p in pairs(ps) do
+      if p > 0 then
+        hi = true
+        local e = expect(readyKey(p), 'list')
+        if e then return e end
+      end
+    end
+    if hi then return expect(KEYS[5], 'hash') end
+    return nil
+  end
+  -- readyMark(ps): after pushing onto the lists of the priorities in ps, adds those above 0
+  -- to meta's `priorities` (one HGET, and one HSET when a digit is new; nothing for 0)
+  local function readyMark(ps)
+    local hi = false
+    for p in pairs(ps) do
+      if p > 0 then hi = true end
+    end
+    if not hi then return end
+    local cur = redis.call('HGET', KEYS[5], 'priorities')
+    local set = readyDigits(cur)
+    for p in pairs(ps) do
+      if p > 0 then set[p] = true end
+    end
+    local s = readyRecord(set)
+    if s ~= cur then redis.call('HSET', KEYS[5], 'priorities', s) end
+  end
+  -- readyPush(cmd, ids, prios): cmd (LPUSH: the back of the line, RPUSH: the front) of ids,
+  -- each onto its priority's list (prios[i] the priority of ids[i]; nil: all 0), the order
+  -- of ids kept within a list; then readyMark. Lists and meta are checked by the caller.
+  local function readyPush(cmd, ids, prios)
+    if #ids == 0 then return end
+    -- each command by name (the ACL lines of docs/operations.md list what scripts call)
+    local function push(key, g)
+      if cmd == 'RPUSH' then
+        redis.call('RPUSH', key, unpack(g))
+      else
+        redis.call('LPUSH', key, unpack(g))
+      end
+    end
+    if not prios then
+      push(KEYS[1], ids)
+      return
+    end
+    local groups, ps = {}, {}
+    for i = 1, #ids do
+      local p = prios[i] or 0
+      if not groups[p] then
+        groups[p] = {}
+        ps[p] = true
+      end
+      local g = groups[p]
+      g[#g + 1] = ids[i]
+    end
+    for p = 0, 9 do
+      if groups[p] then push(readyKey(p), groups[p]) end
+    end
+    readyMark(ps)
+  end
+  -- TURN_WRAP: the weighted round robin's turn (meta's `priority_turn`) wraps here
+  -- readyOrder(known, n, weighted, turn): the lists a claim of n pops, as a sequence of
+  -- {p, cap}: priorities highest first, each list popped until it is empty (cap nil).
+  -- known: the set of priorities whose list may hold ids (0 always). With weighted, the
+  -- call's n slots are the turns turn .. turn + n - 1 of a round robin in which priority p
+  -- has weight 2^p among the known ones (turn mod W walks the weights highest first): the
+  -- sequence first takes each priority's share of the n (cap), highest first, then every
+  -- list again, highest first, to fill what an empty list left.
+  local function readyOrder(known, n, weighted, turn)
+    local order = {}
+    local desc = {}
+    for p = 9, 0, -1 do
+      if known[p] then desc[#desc + 1] = p end
+    end
+    if weighted and #desc > 1 then
+      local w = 0
+      for i = 1, #desc do w = w + 2 ^ desc[i] end
+      local quota = {}
+      for s = turn, turn + n - 1 do
+        local r = s % w
+        for i = 1, #desc do
+          local wp = 2 ^ desc[i]
+          if r < wp then
+            quota[desc[i]] = (quota[desc[i]] or 0) + 1
+            break
+          end
+          r = r - wp
+        end
+      end
+      for i = 1, #desc do
+        local q = quota[desc[i]]
+        if q then order[#order + 1] = { desc[i], q } end
+      end
+    end
+    for i = 1, #desc do order[#order + 1] = { desc[i], nil } end
+    return order
+  end
+  PRIO = { readyDigits = readyDigits, readyRecord = readyRecord, readyCheck = readyCheck,
+    readyMark = readyMark, readyPush = readyPush, readyOrder = readyOrder }
+  return PRIO
 end
 -- END include/priority.lua
 -- BEGIN include/unique.lua (generated by make lua; edit lua/include/unique.lua)
 -- Unique keys (docs/protocol.md, Unique keys): a job enqueued with one records it in its
 -- hash (`unique_key`, `unique_mode`); the lock P:{T}:unique:<key> names the job's id.
--- atClaim(mode): true when the lock is released at the job's claim (until-started,
--- debounce), false when at its end (until-done, and any other stored value)
-local function atClaim(mode)
-  return mode == 'until-started' or mode == 'debounce'
-end
--- unlock(k, id): the lock of unique key k deleted when it still names job id
--- (compare-and-delete): a lock taken since by another job, or whose window ran out, is
--- left alone, and so is a wrong-typed key. The key is built from ARGV[1], the job-key prefix
-local function unlock(k, id)
-  local lk = string.sub(ARGV[1], 1, -5) .. 'unique:' .. k
-  if redis.pcall('GET', lk) == id then redis.call('DEL', lk) end
+-- The helpers below are made at their first use (uniqueLib()): a call that meets no
+-- unique key makes none of them.
+local UNIQUE = nil
+local function uniqueLib()
+  if UNIQUE then return UNIQUE end
+  -- atClaim(mode): true when the lock is released at the job's claim (until-started,
+  -- debounce), false when at its end (until-done, and any other stored value)
+  local function atClaim(mode)
+    return mode == 'until-started' or mode == 'debounce'
+  end
+  -- unlock(k, id): the lock of unique key k deleted when it still names job id
+  -- (compare-and-delete): a lock taken since by another job, or whose window ran out, is
+  -- left alone, and so is a wrong-typed key. The key is built from ARGV[1], the job-key prefix
+  local function unlock(k, id)
+    local lk = string.sub(ARGV[1], 1, -5) .. 'unique:' .. k
+    if redis.pcall('GET', lk) == id then redis.call('DEL', lk) end
+  end
+  UNIQUE = { atClaim = atClaim, unlock = unlock }
+  return UNIQUE
 end
 -- END include/unique.lua
 
@@ -418,10 +435,18 @@ end
 -- leaseStart(token): the claimed_at (ms) a claim_token begins with, as claim writes it
 -- (<claimed_at>:<#worker>:<worker>:<token>); nil for a token without one (the older
 -- layout, whose claimed_at is a field of its own) or whose start is no such time
+-- (the leases of one claim call share their claimed_at: each one is read once a call)
+local startsRead = {}
 local function leaseStart(token)
   local at = string.find(token, ':', 1, true)
   if not at or at > 17 then return nil end
-  return storedMs(string.sub(token, 1, at - 1))
+  local s = string.sub(token, 1, at - 1)
+  local ms = startsRead[s]
+  if ms == nil then
+    ms = storedMs(s) or false
+    startsRead[s] = ms
+  end
+  return ms or nil
 end
 -- claimedAt(token, key, now): when the lease of token on the job at key began, for the
 -- histogram: the token's claimed_at, else the hash's claimed_at field (the older layout),
@@ -563,6 +588,23 @@ local function jobOptions(at)
   end
   return out, 1 + pairsN
 end
+-- A job whose end acts on a field of its own, unique_key (written with the enqueue's
+-- unique block), notify, timeout_ms or visibility_timeout_ms, also holds `end_opts` = 1:
+-- ack and settle_claim read those fields only for a job that holds it, so a job without
+-- them costs its ack no more than the two fields its lease is checked by.
+-- withEndOpts(opts): the options block's pairs, with end_opts 1 when one of them is such
+-- an option (opts itself otherwise)
+local function withEndOpts(opts)
+  for i = 1, #opts, 2 do
+    local name = opts[i]
+    if name == 'notify' or name == 'timeout_ms' or name == 'visibility_timeout_ms' then
+      local out = { 'end_opts', '1' }
+      for j = 1, #opts do out[j + 2] = opts[j] end
+      return out
+    end
+  end
+  return opts
+end
 -- optionPriority(opts): the priority an options block gives (0 when none)
 local function optionPriority(opts)
   if opts then
@@ -595,84 +637,93 @@ local MAX_RESULT = 65536       -- bytes of a result (ack, settle_claim)
 local MAX_PROGRESS_TEXT = 256  -- bytes of a progress message (extend)
 local MAX_EVENT_ERROR = 256    -- bytes of an error text copied into an event
 local DONE_MAX_LEN = '1000'    -- entries P:{T}:done keeps (about: MAXLEN ~)
--- outcomeKey(name): P:{T}:<name> from the job-key prefix P:{T}:job:
-local function outcomeKey(name)
-  return string.sub(ARGV[1], 1, -5) .. name
-end
--- keepFor(notify, retention): how long (ms) the hash of a job that just ended is kept:
--- the completed retention, or longer when the job carries `notify` (a waiter reads it);
--- 0 deletes it
-local function keepFor(notify, retention)
-  local k = int(notify, 1, MAXMS)
-  if k and k > retention then return k end
-  return retention
-end
--- eventsCap(v): meta's events_max_len read as a stream cap, nil when events are off
-local function eventsCap(v)
-  local x = tonumber(v)
-  if x == nil or x ~= x or x < 1 then return nil end
-  if x > 1000000000 then x = 1000000000 end
-  return S(math.floor(x))
-end
--- announce(id, kind, notify, cap, err): the end of job id (kind acked, failed, dead or
--- cancelled): appended to P:{T}:done when the job carries `notify` (final ends only), and
--- to P:{T}:events when cap (eventsCap) is set. A wrong-typed stream key never fails a call
-local function announce(id, kind, notify, cap, err)
-  if notify and kind ~= 'failed' then
-    redis.pcall('XADD', outcomeKey('done'), 'MAXLEN', '~', DONE_MAX_LEN, '*', 'id', id)
+-- The helpers below are made at their first use (outcomeLib()): a call that meets no
+-- result, progress, notify or events makes none of them.
+local OUTCOMES = nil
+local function outcomeLib()
+  if OUTCOMES then return OUTCOMES end
+  -- outcomeKey(name): P:{T}:<name> from the job-key prefix P:{T}:job:
+  local function outcomeKey(name)
+    return string.sub(ARGV[1], 1, -5) .. name
   end
-  if cap then
-    if err then
-      if #err > MAX_EVENT_ERROR then err = string.sub(err, 1, MAX_EVENT_ERROR) end
-      redis.pcall('XADD', outcomeKey('events'), 'MAXLEN', '~', cap, '*', 'id', id,
-        'event', kind, 'error', err)
-    else
-      redis.pcall('XADD', outcomeKey('events'), 'MAXLEN', '~', cap, '*', 'id', id,
-        'event', kind)
+  -- keepFor(notify, retention): how long (ms) the hash of a job that just ended is kept:
+  -- the completed retention, or longer when the job carries `notify` (a waiter reads it);
+  -- 0 deletes it
+  local function keepFor(notify, retention)
+    local k = int(notify, 1, MAXMS)
+    if k and k > retention then return k end
+    return retention
+  end
+  -- eventsCap(v): meta's events_max_len read as a stream cap, nil when events are off
+  local function eventsCap(v)
+    local x = tonumber(v)
+    if x == nil or x ~= x or x < 1 then return nil end
+    if x > 1000000000 then x = 1000000000 end
+    return S(math.floor(x))
+  end
+  -- announce(id, kind, notify, cap, err): the end of job id (kind acked, failed, dead or
+  -- cancelled): appended to P:{T}:done when the job carries `notify` (final ends only), and
+  -- to P:{T}:events when cap (eventsCap) is set. A wrong-typed stream key never fails a call
+  local function announce(id, kind, notify, cap, err)
+    if notify and kind ~= 'failed' then
+      redis.pcall('XADD', outcomeKey('done'), 'MAXLEN', '~', DONE_MAX_LEN, '*', 'id', id)
+    end
+    if cap then
+      if err then
+        if #err > MAX_EVENT_ERROR then err = string.sub(err, 1, MAX_EVENT_ERROR) end
+        redis.pcall('XADD', outcomeKey('events'), 'MAXLEN', '~', cap, '*', 'id', id,
+          'event', kind, 'error', err)
+      else
+        redis.pcall('XADD', outcomeKey('events'), 'MAXLEN', '~', cap, '*', 'id', id,
+          'event', kind)
+      end
     end
   end
-end
--- outcomeArgs(at, n, word): the optional block `word, i1, v1, …` of ARGV from ARGV[at] to
--- the end (results: pairs index, bytes; progress: triples index, percent, message), i an
--- index 1..n, each at most once, of the call's pairs. Returns a table index -> value
--- (progress: {percent, message}), empty when ARGV[at] is not word; or nil and the error
--- reply. The block is taken off ARGV, so the pair count checks see the pairs alone
-local function outcomeArgs(at, n, word)
-  local out = {}
-  if ARGV[at] ~= word then return out end
-  local width = word == 'progress' and 3 or 2
-  local k = #ARGV - at
-  if k == 0 or k % width ~= 0 or k / width > n then
-    return nil, bad(word, 'expected ' .. (width == 3 and 'triples index, percent, message' or
-      'pairs index, result') .. ' (at most ' .. n .. ') after ' .. shown(word) .. ', got ' ..
-      k .. ' arguments')
-  end
-  for j = at + 1, #ARGV, width do
-    local i = int(ARGV[j], 1, n)
-    if not i or out[i] then
-      return nil, bad(word, 'expected a pair index 1..' .. n .. ' given once, got ' .. shown(ARGV[j]))
+  -- outcomeArgs(at, n, word): the optional block `word, i1, v1, …` of ARGV from ARGV[at] to
+  -- the end (results: pairs index, bytes; progress: triples index, percent, message), i an
+  -- index 1..n, each at most once, of the call's pairs. Returns a table index -> value
+  -- (progress: {percent, message}), empty when ARGV[at] is not word; or nil and the error
+  -- reply. The block is taken off ARGV, so the pair count checks see the pairs alone
+  local function outcomeArgs(at, n, word)
+    local out = {}
+    if ARGV[at] ~= word then return out end
+    local width = word == 'progress' and 3 or 2
+    local k = #ARGV - at
+    if k == 0 or k % width ~= 0 or k / width > n then
+      return nil, bad(word, 'expected ' .. (width == 3 and 'triples index, percent, message' or
+        'pairs index, result') .. ' (at most ' .. n .. ') after ' .. shown(word) .. ', got ' ..
+        k .. ' arguments')
     end
-    if width == 3 then
-      local p = int(ARGV[j + 1], 0, 100)
-      if not p then
-        return nil, bad('progress', 'expected a percent 0..100 for pair ' .. i .. ', got ' ..
-          shown(ARGV[j + 1]))
+    for j = at + 1, #ARGV, width do
+      local i = int(ARGV[j], 1, n)
+      if not i or out[i] then
+        return nil, bad(word, 'expected a pair index 1..' .. n .. ' given once, got ' .. shown(ARGV[j]))
       end
-      if #ARGV[j + 2] > MAX_PROGRESS_TEXT then
-        return nil, bad('progress', 'expected a message of at most ' .. MAX_PROGRESS_TEXT ..
-          ' bytes for pair ' .. i .. ', got ' .. #ARGV[j + 2] .. ' bytes')
+      if width == 3 then
+        local p = int(ARGV[j + 1], 0, 100)
+        if not p then
+          return nil, bad('progress', 'expected a percent 0..100 for pair ' .. i .. ', got ' ..
+            shown(ARGV[j + 1]))
+        end
+        if #ARGV[j + 2] > MAX_PROGRESS_TEXT then
+          return nil, bad('progress', 'expected a message of at most ' .. MAX_PROGRESS_TEXT ..
+            ' bytes for pair ' .. i .. ', got ' .. #ARGV[j + 2] .. ' bytes')
+        end
+        out[i] = { S(p), ARGV[j + 2] }
+      else
+        if #ARGV[j + 1] > MAX_RESULT then
+          return nil, bad('result', 'expected at most ' .. MAX_RESULT .. ' bytes for pair ' .. i ..
+            ', got ' .. #ARGV[j + 1] .. ' bytes')
+        end
+        out[i] = ARGV[j + 1]
       end
-      out[i] = { S(p), ARGV[j + 2] }
-    else
-      if #ARGV[j + 1] > MAX_RESULT then
-        return nil, bad('result', 'expected at most ' .. MAX_RESULT .. ' bytes for pair ' .. i ..
-          ', got ' .. #ARGV[j + 1] .. ' bytes')
-      end
-      out[i] = ARGV[j + 1]
     end
+    for j = #ARGV, at, -1 do ARGV[j] = nil end
+    return out
   end
-  for j = #ARGV, at, -1 do ARGV[j] = nil end
-  return out
+  OUTCOMES = { keepFor = keepFor, eventsCap = eventsCap, announce = announce,
+    outcomeArgs = outcomeArgs }
+  return OUTCOMES
 end
 -- END include/outcomes.lua
 
@@ -732,7 +783,7 @@ elseif mode == 'retry' then
   end
   e = failure(m, K_META, 'hash')
   if e then return e end
-  eventsAt = eventsCap(m[2])
+  eventsAt = (m[2] and outcomeLib().eventsCap(m[2]))
   table.remove(m, 2)
   local maxAtt = math.floor(num(m[1], 5))
   if maxAtt < 1 then maxAtt = 1 end
@@ -752,7 +803,7 @@ if mode == 'dead' then
   local m = redis.pcall('HGET', K_META, 'events_max_len')
   e = failure(m, K_META, 'hash')
   if e then return e end
-  eventsAt = eventsCap(m)
+  eventsAt = (m and outcomeLib().eventsCap(m))
 end
 
 local before
@@ -760,7 +811,7 @@ e = expect(K_STATS, 'hash')
 if e then return e end
 if outcome == 'pending' then
   e = expect(K_PENDING, 'list') or expect(K_WAKE, 'list')
-  if not e and prio > 0 then e = readyCheck({ [prio] = true }) end
+  if not e and prio > 0 then e = prioLib().readyCheck({ [prio] = true }) end
 elseif outcome == 'delayed' then
   -- the earliest run-at before this call (reading it checks delayed's type)
   before, e = earliest(K_DELAYED)
@@ -781,7 +832,7 @@ if mode == 'release' then
   if back < 0 then back = 0 end
   redis.call('HSET', key, 'status', 'pending', 'attempts', S(back))
   redis.call('RPUSH', K_PENDING, id)
-  if prio > 0 then readyMark({ [prio] = true }) end
+  if prio > 0 then prioLib().readyMark({ [prio] = true }) end
   redis.call('LPUSH', K_WAKE, '1')
   redis.call('LTRIM', K_WAKE, '0', '1023')
   -- counters use pcall: stats was type-checked before the first write
@@ -806,7 +857,7 @@ redis.pcall('HINCRBY', K_STATS, 'failed', 1)
 tallyCount('f', 1, now)
 if outcome == 'pending' then
   redis.call('LPUSH', K_PENDING, id)
-  if prio > 0 then readyMark({ [prio] = true }) end
+  if prio > 0 then prioLib().readyMark({ [prio] = true }) end
   redis.call('LPUSH', K_WAKE, '1')
   redis.call('LTRIM', K_WAKE, '0', '1023')
   redis.pcall('HINCRBY', K_STATS, 'retried', 1)
@@ -819,10 +870,10 @@ else
   redis.pcall('HINCRBY', K_STATS, 'dead_lettered', 1)
   tallyCount('d', 1, now)
   -- a dead job ends: an until-done unique key is released
-  if h[9] and not atClaim(h[10]) then unlock(h[9], id) end
+  if h[9] and not uniqueLib().atClaim(h[10]) then uniqueLib().unlock(h[9], id) end
 end
 -- outcomes: announce the end (nothing when the job carries no notify and events are off)
 if h[11] or eventsAt then
-  announce(id, outcome == 'dead' and 'dead' or 'failed', h[11], eventsAt, errtext)
+  outcomeLib().announce(id, outcome == 'dead' and 'dead' or 'failed', h[11], eventsAt, errtext)
 end
 return outcome

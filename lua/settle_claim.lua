@@ -96,6 +96,10 @@
   Rate limits: the claim part keeps the queue's and the per-key rate limits exactly as
   claim does (see claim.lua), its acks and fails applied as ever. The record keeps a
   negative more as 0.
+  An acked job is read with one HMGET of claim_token, status and end_opts; unique_key,
+  unique_mode, notify, timeout_ms and visibility_timeout_ms with a second one only when
+  end_opts is there (enqueue writes it with them).
+
   Unique keys: an acked or dead-lettered job that holds its unique key until done (hash
   field unique_key, unique_mode not until-started or debounce) releases it, and the claim
   part releases the keys of the jobs it leases that hold theirs until started, as claim:
@@ -297,141 +301,158 @@ local function readyKey(p)
   if p == 0 then return KEYS[1] end
   return KEYS[1] .. ':' .. p
 end
--- readyDigits(s): the priorities 1..9 named by a `priorities` value, as a set p -> true
-local function readyDigits(s)
-  local set = {}
-  if s then
-    for i = 1, #s do
-      local p = priorityOf(string.sub(s, i, i))
-      if p > 0 then set[p] = true end
-    end
-  end
-  return set
-end
--- readyRecord(set): the `priorities` value of a set p -> true (p 1..9), highest first
-local function readyRecord(set)
-  local s = ''
-  for p = 9, 1, -1 do
-    if set[p] then s = s .. p end
-  end
-  return s
-end
--- readyCheck(ps): before a call pushes onto the lists of the priorities in ps (p -> true):
--- nil when they are lists (or absent), and, when a p > 0 is among them, that meta is a
--- hash; else the wrongtype reply. Priority 0's list is the caller's to check, as before.
-local function readyCheck(ps)
-  local hi = false
-  for p in pairs(ps) do
-    if p > 0 then
-      hi = true
-      local e = expect(readyKey(p), 'list')
-      if e then return e end
-    end
-  end
-  if hi then return expect(KEYS[5], 'hash') end
-  return nil
-end
--- readyMark(ps): after pushing onto the lists of the priorities in ps, adds those above 0
--- to meta's `priorities` (one HGET, and one HSET when a digit is new; nothing for 0)
-local function readyMark(ps)
-  local hi = false
-  for p in pairs(ps) do
-    if p > 0 then hi = true end
-  end
-  if not hi then return end
-  local cur = redis.call('HGET', KEYS[5], 'priorities')
-  local set = readyDigits(cur)
-  for p in pairs(ps) do
-    if p > 0 then set[p] = true end
-  end
-  local s = readyRecord(set)
-  if s ~= cur then redis.call('HSET', KEYS[5], 'priorities', s) end
-end
--- readyPush(cmd, ids, prios): cmd (LPUSH: the back of the line, RPUSH: the front) of ids,
--- each onto its priority's list (prios[i] the priority of ids[i]; nil: all 0), the order
--- of ids kept within a list; then readyMark. Lists and meta are checked by the caller.
-local function readyPush(cmd, ids, prios)
-  if #ids == 0 then return end
-  -- each command by name (the ACL lines of docs/operations.md list what scripts call)
-  local function push(key, g)
-    if cmd == 'RPUSH' then
-      redis.call('RPUSH', key, unpack(g))
-    else
-      redis.call('LPUSH', key, unpack(g))
-    end
-  end
-  if not prios then
-    push(KEYS[1], ids)
-    return
-  end
-  local groups, ps = {}, {}
-  for i = 1, #ids do
-    local p = prios[i] or 0
-    if not groups[p] then
-      groups[p] = {}
-      ps[p] = true
-    end
-    local g = groups[p]
-    g[#g + 1] = ids[i]
-  end
-  for p = 0, 9 do
-    if groups[p] then push(readyKey(p), groups[p]) end
-  end
-  readyMark(ps)
-end
--- TURN_WRAP: the weighted round robin's turn (meta's `priority_turn`) wraps here
 local TURN_WRAP = 1000000000000
--- readyOrder(known, n, weighted, turn): the lists a claim of n pops, as a sequence of
--- {p, cap}: priorities highest first, each list popped until it is empty (cap nil).
--- known: the set of priorities whose list may hold ids (0 always). With weighted, the
--- call's n slots are the turns turn .. turn + n - 1 of a round robin in which priority p
--- has weight 2^p among the known ones (turn mod W walks the weights highest first): the
--- sequence first takes each priority's share of the n (cap), highest first, then every
--- list again, highest first, to fill what an empty list left.
-local function readyOrder(known, n, weighted, turn)
-  local order = {}
-  local desc = {}
-  for p = 9, 0, -1 do
-    if known[p] then desc[#desc + 1] = p end
-  end
-  if weighted and #desc > 1 then
-    local w = 0
-    for i = 1, #desc do w = w + 2 ^ desc[i] end
-    local quota = {}
-    for s = turn, turn + n - 1 do
-      local r = s % w
-      for i = 1, #desc do
-        local wp = 2 ^ desc[i]
-        if r < wp then
-          quota[desc[i]] = (quota[desc[i]] or 0) + 1
-          break
-        end
-        r = r - wp
+-- The helpers below are made at their first use (prioLib()): a call that meets no priority
+-- above 0 makes none of them.
+local PRIO = nil
+local function prioLib()
+  if PRIO then return PRIO end
+  -- readyDigits(s): the priorities 1..9 named by a `priorities` value, as a set p -> true
+  local function readyDigits(s)
+    local set = {}
+    if s then
+      for i = 1, #s do
+        local p = priorityOf(string.sub(s, i, i))
+        if p > 0 then set[p] = true end
       end
     end
-    for i = 1, #desc do
-      local q = quota[desc[i]]
-      if q then order[#order + 1] = { desc[i], q } end
-    end
+    return set
   end
-  for i = 1, #desc do order[#order + 1] = { desc[i], nil } end
-  return order
+  -- readyRecord(set): the `priorities` value of a set p -> true (p 1..9), highest first
+  local function readyRecord(set)
+    local s = ''
+    for p = 9, 1, -1 do
+      if set[p] then s = s .. p end
+    end
+    return s
+  end
+  -- readyCheck(ps): before a call pushes onto the lists of the priorities in ps (p -> true):
+  -- nil when they are lists (or absent), and, when a p > 0 is among them, that meta is a
+  -- hash; else the wrongtype reply. Priority 0's list is the caller's to check, as before.
+  local function readyCheck(ps)
+    local hi = false
+    for p in pairs(ps) do
+      if p > 0 then
+        hi = true
+        local e = expect(readyKey(p), 'list')
+        if e then return e end
+      end
+    end
+    if hi then return expect(KEYS[5], 'hash') end
+    return nil
+  end
+  -- readyMark(ps): after pushing onto the lists of the priorities in ps, adds those above 0
+  -- to meta's `priorities` (one HGET, and one HSET when a digit is new; nothing for 0)
+  local function readyMark(ps)
+    local hi = false
+    for p in pairs(ps) do
+      if p > 0 then hi = true end
+    end
+    if not hi then return end
+    local cur = redis.call('HGET', KEYS[5], 'priorities')
+    local set = readyDigits(cur)
+    for p in pairs(ps) do
+      if p > 0 then set[p] = true end
+    end
+    local s = readyRecord(set)
+    if s ~= cur then redis.call('HSET', KEYS[5], 'priorities', s) end
+  end
+  -- readyPush(cmd, ids, prios): cmd (LPUSH: the back of the line, RPUSH: the front) of ids,
+  -- each onto its priority's list (prios[i] the priority of ids[i]; nil: all 0), the order
+  -- of ids kept within a list; then readyMark. Lists and meta are checked by the caller.
+  local function readyPush(cmd, ids, prios)
+    if #ids == 0 then return end
+    -- each command by name (the ACL lines of docs/operations.md list what scripts call)
+    local function push(key, g)
+      if cmd == 'RPUSH' then
+        redis.call('RPUSH', key, unpack(g))
+      else
+        redis.call('LPUSH', key, unpack(g))
+      end
+    end
+    if not prios then
+      push(KEYS[1], ids)
+      return
+    end
+    local groups, ps = {}, {}
+    for i = 1, #ids do
+      local p = prios[i] or 0
+      if not groups[p] then
+        groups[p] = {}
+        ps[p] = true
+      end
+      local g = groups[p]
+      g[#g + 1] = ids[i]
+    end
+    for p = 0, 9 do
+      if groups[p] then push(readyKey(p), groups[p]) end
+    end
+    readyMark(ps)
+  end
+  -- TURN_WRAP: the weighted round robin's turn (meta's `priority_turn`) wraps here
+  -- readyOrder(known, n, weighted, turn): the lists a claim of n pops, as a sequence of
+  -- {p, cap}: priorities highest first, each list popped until it is empty (cap nil).
+  -- known: the set of priorities whose list may hold ids (0 always). With weighted, the
+  -- call's n slots are the turns turn .. turn + n - 1 of a round robin in which priority p
+  -- has weight 2^p among the known ones (turn mod W walks the weights highest first): the
+  -- sequence first takes each priority's share of the n (cap), highest first, then every
+  -- list again, highest first, to fill what an empty list left.
+  local function readyOrder(known, n, weighted, turn)
+    local order = {}
+    local desc = {}
+    for p = 9, 0, -1 do
+      if known[p] then desc[#desc + 1] = p end
+    end
+    if weighted and #desc > 1 then
+      local w = 0
+      for i = 1, #desc do w = w + 2 ^ desc[i] end
+      local quota = {}
+      for s = turn, turn + n - 1 do
+        local r = s % w
+        for i = 1, #desc do
+          local wp = 2 ^ desc[i]
+          if r < wp then
+            quota[desc[i]] = (quota[desc[i]] or 0) + 1
+            break
+          end
+          r = r - wp
+        end
+      end
+      for i = 1, #desc do
+        local q = quota[desc[i]]
+        if q then order[#order + 1] = { desc[i], q } end
+      end
+    end
+    for i = 1, #desc do order[#order + 1] = { desc[i], nil } end
+    return order
+  end
+  PRIO = { readyDigits = readyDigits, readyRecord = readyRecord, readyCheck = readyCheck,
+    readyMark = readyMark, readyPush = readyPush, readyOrder = readyOrder }
+  return PRIO
 end
 -- END include/priority.lua
 -- BEGIN include/unique.lua (generated by make lua; edit lua/include/unique.lua)
 -- Unique keys (docs/protocol.md, Unique keys): a job enqueued with one records it in its
 -- hash (`unique_key`, `unique_mode`); the lock P:{T}:unique:<key> names the job's id.
--- atClaim(mode): true when the lock is released at the job's claim (until-started,
--- debounce), false when at its end (until-done, and any other stored value)
-local function atClaim(mode)
-  return mode == 'until-started' or mode == 'debounce'
-end
--- unlock(k, id): the lock of unique key k deleted when it still names job id
--- (compare-and-delete): a lock taken since by another job, or whose window ran out, is
--- left alone, and so is a wrong-typed key. The key is built from ARGV[1], the job-key prefix
-local function unlock(k, id)
-  local lk = string.sub(ARGV[1], 1, -5) .. 'unique:' .. k
-  if redis.pcall('GET', lk) == id then redis.call('DEL', lk) end
+-- The helpers below are made at their first use (uniqueLib()): a call that meets no
+-- unique key makes none of them.
+local UNIQUE = nil
+local function uniqueLib()
+  if UNIQUE then return UNIQUE end
+  -- atClaim(mode): true when the lock is released at the job's claim (until-started,
+  -- debounce), false when at its end (until-done, and any other stored value)
+  local function atClaim(mode)
+    return mode == 'until-started' or mode == 'debounce'
+  end
+  -- unlock(k, id): the lock of unique key k deleted when it still names job id
+  -- (compare-and-delete): a lock taken since by another job, or whose window ran out, is
+  -- left alone, and so is a wrong-typed key. The key is built from ARGV[1], the job-key prefix
+  local function unlock(k, id)
+    local lk = string.sub(ARGV[1], 1, -5) .. 'unique:' .. k
+    if redis.pcall('GET', lk) == id then redis.call('DEL', lk) end
+  end
+  UNIQUE = { atClaim = atClaim, unlock = unlock }
+  return UNIQUE
 end
 -- END include/unique.lua
 
@@ -472,10 +493,18 @@ end
 -- leaseStart(token): the claimed_at (ms) a claim_token begins with, as claim writes it
 -- (<claimed_at>:<#worker>:<worker>:<token>); nil for a token without one (the older
 -- layout, whose claimed_at is a field of its own) or whose start is no such time
+-- (the leases of one claim call share their claimed_at: each one is read once a call)
+local startsRead = {}
 local function leaseStart(token)
   local at = string.find(token, ':', 1, true)
   if not at or at > 17 then return nil end
-  return storedMs(string.sub(token, 1, at - 1))
+  local s = string.sub(token, 1, at - 1)
+  local ms = startsRead[s]
+  if ms == nil then
+    ms = storedMs(s) or false
+    startsRead[s] = ms
+  end
+  return ms or nil
 end
 -- claimedAt(token, key, now): when the lease of token on the job at key began, for the
 -- histogram: the token's claimed_at, else the hash's claimed_at field (the older layout),
@@ -617,6 +646,23 @@ local function jobOptions(at)
   end
   return out, 1 + pairsN
 end
+-- A job whose end acts on a field of its own, unique_key (written with the enqueue's
+-- unique block), notify, timeout_ms or visibility_timeout_ms, also holds `end_opts` = 1:
+-- ack and settle_claim read those fields only for a job that holds it, so a job without
+-- them costs its ack no more than the two fields its lease is checked by.
+-- withEndOpts(opts): the options block's pairs, with end_opts 1 when one of them is such
+-- an option (opts itself otherwise)
+local function withEndOpts(opts)
+  for i = 1, #opts, 2 do
+    local name = opts[i]
+    if name == 'notify' or name == 'timeout_ms' or name == 'visibility_timeout_ms' then
+      local out = { 'end_opts', '1' }
+      for j = 1, #opts do out[j + 2] = opts[j] end
+      return out
+    end
+  end
+  return opts
+end
 -- optionPriority(opts): the priority an options block gives (0 when none)
 local function optionPriority(opts)
   if opts then
@@ -684,80 +730,89 @@ local function unclaim(pops, first, firstBy, err)
   end
   return nil, err
 end
--- Rate limits (docs/protocol.md, Rate limits): a log per limit, a sorted set of the
--- claims of the last window (member <claimed_at>:<seq>, score claimed_at), in
--- P:{T}:rate (the queue's) and P:{T}:rate:key:<rate_key> (one per job key), trimmed and
--- expiring a window after the last claim. Read-only until the write phase.
--- rateOf(v): meta's `<max>/<ms>` setting as {max, per}, nil when absent or not one
-local function rateOf(v)
-  if not v then return nil end
-  local mx, per = string.match(v, '^(%d+)/(%d+)$')
-  if not mx then return nil end
-  mx, per = tonumber(mx), tonumber(per)
-  if mx < 1 or per < 1 or mx > 1000000 or per > MAXMS then return nil end
-  return { max = mx, per = per }
-end
--- rateLog(key, per, now): how many claims key logs in the window (now - per, now]; nil
--- and the error reply when key is no zset
-local function rateLog(key, per, now)
-  local used = redis.pcall('ZCOUNT', key, '(' .. S(now - per), '+inf')
-  if type(used) == 'table' then return nil, failure(used, key, 'zset') end
-  return used
-end
--- rateOldest(key, per, now): when the oldest claim key logs in the window was made (now
--- when none)
-local function rateOldest(key, per, now)
-  local r = redis.call('ZRANGEBYSCORE', key, '(' .. S(now - per), '+inf', 'WITHSCORES',
-    'LIMIT', '0', '1')
-  return tonumber(r[2]) or now
-end
--- rateGate(prefix, v, now): the queue's limit (meta `rate_limit`, v) as {key, max, per,
--- used, left}, nil when none is set, or nil and the error reply
-local function rateGate(prefix, v, now)
-  local rate = rateOf(v)
-  if not rate then return nil end
-  rate.key = string.sub(prefix, 1, -5) .. 'rate'
-  local used, e = rateLog(rate.key, rate.per, now)
-  if e then return nil, e end
-  rate.used, rate.left = used, rate.max - used
-  return rate
-end
--- keyFull(keyed, prefix, rk, id, now): whether the job id of rate key rk finds its key's
--- slots used up (then it is noted in keyed.ids, to run at its key's next slot, one ms
--- apart per id so their order is kept), else takes one of them; nil, err on a wrong type
-local function keyFull(keyed, prefix, rk, id, now)
-  local log = keyed.logs[rk]
-  if not log then
-    local key = string.sub(prefix, 1, -5) .. 'rate:key:' .. rk
-    local used, e = rateLog(key, keyed.per, now)
-    if e then return false, e end
-    log = { key = key, used = used, took = 0, later = 0 }
-    keyed.logs[rk] = log
+-- The rate-limit helpers below are made at their first use (rateLib()): a call on a queue
+-- without limits makes none of them.
+local RATES = nil
+local function rateLib()
+  if RATES then return RATES end
+  -- Rate limits (docs/protocol.md, Rate limits): a log per limit, a sorted set of the
+  -- claims of the last window (member <claimed_at>:<seq>, score claimed_at), in
+  -- P:{T}:rate (the queue's) and P:{T}:rate:key:<rate_key> (one per job key), trimmed and
+  -- expiring a window after the last claim. Read-only until the write phase.
+  -- rateOf(v): meta's `<max>/<ms>` setting as {max, per}, nil when absent or not one
+  local function rateOf(v)
+    if not v then return nil end
+    local mx, per = string.match(v, '^(%d+)/(%d+)$')
+    if not mx then return nil end
+    mx, per = tonumber(mx), tonumber(per)
+    if mx < 1 or per < 1 or mx > 1000000 or per > MAXMS then return nil end
+    return { max = mx, per = per }
   end
-  if log.used + log.took < keyed.max then
-    log.took = log.took + 1
-    return false
+  -- rateLog(key, per, now): how many claims key logs in the window (now - per, now]; nil
+  -- and the error reply when key is no zset
+  local function rateLog(key, per, now)
+    local used = redis.pcall('ZCOUNT', key, '(' .. S(now - per), '+inf')
+    if type(used) == 'table' then return nil, failure(used, key, 'zset') end
+    return used
   end
-  if not log.oldest then
-    log.oldest = now
-    if log.used > 0 then log.oldest = rateOldest(log.key, keyed.per, now) end
+  -- rateOldest(key, per, now): when the oldest claim key logs in the window was made (now
+  -- when none)
+  local function rateOldest(key, per, now)
+    local r = redis.call('ZRANGEBYSCORE', key, '(' .. S(now - per), '+inf', 'WITHSCORES',
+      'LIMIT', '0', '1')
+    return tonumber(r[2]) or now
   end
-  keyed.ids[#keyed.ids + 1] = id
-  keyed.at[#keyed.ids] = log.oldest + keyed.per + log.later
-  log.later = log.later + 1
-  return true
-end
--- rateTake(key, per, used, k, now, nowS): log k claims made now in a rate log that held
--- used of them, trim what left the window and let the key expire a window from now
-local function rateTake(key, per, used, k, now, nowS)
-  local z = {}
-  for i = 1, k do
-    z[2 * i - 1] = nowS
-    z[2 * i] = nowS .. ':' .. S(used + i)
+  -- rateGate(prefix, v, now): the queue's limit (meta `rate_limit`, v) as {key, max, per,
+  -- used, left}, nil when none is set, or nil and the error reply
+  local function rateGate(prefix, v, now)
+    local rate = rateOf(v)
+    if not rate then return nil end
+    rate.key = string.sub(prefix, 1, -5) .. 'rate'
+    local used, e = rateLog(rate.key, rate.per, now)
+    if e then return nil, e end
+    rate.used, rate.left = used, rate.max - used
+    return rate
   end
-  redis.call('ZADD', key, unpack(z))
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', S(now - per))
-  redis.call('PEXPIRE', key, S(per))
+  -- keyFull(keyed, prefix, rk, id, now): whether the job id of rate key rk finds its key's
+  -- slots used up (then it is noted in keyed.ids, to run at its key's next slot, one ms
+  -- apart per id so their order is kept), else takes one of them; nil, err on a wrong type
+  local function keyFull(keyed, prefix, rk, id, now)
+    local log = keyed.logs[rk]
+    if not log then
+      local key = string.sub(prefix, 1, -5) .. 'rate:key:' .. rk
+      local used, e = rateLog(key, keyed.per, now)
+      if e then return false, e end
+      log = { key = key, used = used, took = 0, later = 0 }
+      keyed.logs[rk] = log
+    end
+    if log.used + log.took < keyed.max then
+      log.took = log.took + 1
+      return false
+    end
+    if not log.oldest then
+      log.oldest = now
+      if log.used > 0 then log.oldest = rateOldest(log.key, keyed.per, now) end
+    end
+    keyed.ids[#keyed.ids + 1] = id
+    keyed.at[#keyed.ids] = log.oldest + keyed.per + log.later
+    log.later = log.later + 1
+    return true
+  end
+  -- rateTake(key, per, used, k, now, nowS): log k claims made now in a rate log that held
+  -- used of them, trim what left the window and let the key expire a window from now
+  local function rateTake(key, per, used, k, now, nowS)
+    local z = {}
+    for i = 1, k do
+      z[2 * i - 1] = nowS
+      z[2 * i] = nowS .. ':' .. S(used + i)
+    end
+    redis.call('ZADD', key, unpack(z))
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', S(now - per))
+    redis.call('PEXPIRE', key, S(per))
+  end
+  RATES = { rateOf = rateOf, rateOldest = rateOldest, rateGate = rateGate,
+    keyFull = keyFull, rateTake = rateTake }
+  return RATES
 end
 local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, flat, nowS)
   local K_PROCESSING, K_DELAYED = KEYS[2], KEYS[3]
@@ -766,17 +821,17 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   nowS = nowS or S(now)
   -- a paused queue (meta holds a `paused` field) leases and promotes nothing; the caller's
   -- gone leases still leave processing, and wake is emptied (allDry below). One read of
-  -- meta: paused, the rate limits (docs/protocol.md, Rate limits), the priorities whose
-  -- lists may hold ids and the priority mode (include/priority)
+  -- meta: paused, the rate limits (docs/protocol.md, Rate limits) and the priorities whose
+  -- lists may hold ids (include/priority); the priority mode below, when one is in play
   local m = redis.pcall('HMGET', K_META, 'paused', 'rate_limit', 'rate_limit_per_key',
-    'priorities', 'priority_mode', 'priority_turn')
+    'priorities')
   if m.err then return nil, failure(m, K_META, 'hash') end
   local paused = m[1] ~= false
   if paused then n, undue = 0, {} end
   -- rate limit gate, before anything is popped: n cut to the slots left, none left
   -- leases and promotes nothing and answers the wait for the next slot
   local rate, e0 = nil, nil
-  if not paused then rate, e0 = rateGate(prefix, m[2], now) end
+  if not paused and m[2] then rate, e0 = rateLib().rateGate(prefix, m[2], now) end
   if e0 then return nil, e0 end
   if rate then
     if rate.left <= 0 then
@@ -787,7 +842,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   end
   -- per-key limit: the logs read so far (by key), the ids set aside and their run-at
   local keyed = nil
-  if not paused then keyed = rateOf(m[3]) end
+  if not paused and m[3] then keyed = rateLib().rateOf(m[3]) end
   if keyed then keyed.logs, keyed.ids, keyed.at = {}, {}, {} end
   local orphans = 0
   local aside = nil          -- ids whose hash is absent: set aside, never forgotten
@@ -825,7 +880,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
         promoOpt[#promo] = { h[5], h[6] }
       end
       promoSet[id] = h[7] or true
-      if h[3] and atClaim(h[4]) then
+      if h[3] and uniqueLib().atClaim(h[4]) then
         promoUni = promoUni or {}
         promoUni[#promo] = h[3]
       end
@@ -857,14 +912,32 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   local pops = {}            -- the RPOP replies, in order, each {list, ids}
   local budget = n + 100
   local popped = 0
-  local known = readyDigits(m[4])
+  local known = {}
+  if m[4] then known = prioLib().readyDigits(m[4]) end
   known[0] = true
-  for p in pairs(promoOf) do known[p] = true end
-  local weighted = m[5] == 'weighted'
-  local turn = 0
-  if weighted then turn = int(m[6], 0, TURN_WRAP) or 0 end
+  -- hi: a list of a priority above 0 is known to hold ids (without one, the lists of
+  -- priority 0 alone are read and meta's record is left as it is)
+  local hi = m[4] ~= false
+  for p in pairs(promoOf) do
+    known[p] = true
+    if p > 0 then hi = true end
+  end
+  -- the priority mode and the weighted turn matter only when a list above 0 is in play:
+  -- read then, in a second HMGET of meta
+  local weighted, turn = false, 0
+  if hi and not paused then
+    local mt = redis.call('HMGET', K_META, 'priority_mode', 'priority_turn')
+    weighted = mt[1] == 'weighted'
+    if weighted then turn = int(mt[2], 0, TURN_WRAP) or 0 end
+  end
   local order = {}
-  if not paused then order = readyOrder(known, n, weighted, turn) end
+  if paused then
+    order = {}
+  elseif hi then
+    order = prioLib().readyOrder(known, n, weighted, turn)
+  else
+    order = { { 0 } }
+  end
   local dry = {}             -- priorities whose list an RPOP found short: empty now
   local promoNext = {}       -- by priority: how many of its promoted jobs were used
   local lv, got = 1, 0       -- the entry of order being popped, jobs it claimed so far
@@ -908,6 +981,8 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
           local name = h[f]
           if name == 'payload' then
             pay = h[f + 1]
+          elseif name == 'enqueued_at' then
+            -- nothing to read: tested second, as a ready job holds it beside its payload
           elseif name == 'status' then
             st = h[f + 1]
           elseif name == 'attempts' then
@@ -933,7 +1008,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
           -- in delayed for its key's next slot (not an attempt, not started)
           local full = false
           if keyed and rk then
-            full, e0 = keyFull(keyed, prefix, rk, id, now)
+            full, e0 = rateLib().keyFull(keyed, prefix, rk, id, now)
             if e0 then return unclaim(pops, nil, 0, e0) end
           end
           if not full then
@@ -946,7 +1021,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
                 cTmo[c], cVis[c] = tmo or 0, jvis or 0
               end
             end
-            if uk and atClaim(um) then
+            if uk and uniqueLib().atClaim(um) then
               cUni = cUni or {}
               cUni[c] = uk
             end
@@ -974,7 +1049,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
         local rk = promoSet[id]
         local full = false
         if keyed and rk ~= true then
-          full, e0 = keyFull(keyed, prefix, rk, id, now)
+          full, e0 = rateLib().keyFull(keyed, prefix, rk, id, now)
           if e0 then return unclaim(pops, nil, 0, e0) end
         end
         if not full then
@@ -1129,14 +1204,11 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     e = failure(r, K_PROCESSING, 'zset')
     if e then return unclaim(pops, first, firstBy, e) end
   end
-  for p = 0, 9 do
-    local rest = left[p]
-    if rest then
-      redis.call('LPUSH', readyKey(p), unpack(rest))
-      for i = 1, #rest do
-        local key = prefix .. rest[i]
-        if not taken[key] then redis.call('HSET', key, 'status', 'pending') end
-      end
+  for p, rest in pairs(left) do
+    redis.call('LPUSH', readyKey(p), unpack(rest))
+    for i = 1, #rest do
+      local key = prefix .. rest[i]
+      if not taken[key] then redis.call('HSET', key, 'status', 'pending') end
     end
   end
   if #due > 0 then
@@ -1146,7 +1218,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   -- delayed for its next one (status delayed, attempts untouched)
   if keyed then
     for _, log in pairs(keyed.logs) do
-      if log.took > 0 then rateTake(log.key, keyed.per, log.used, log.took, now, nowS) end
+      if log.took > 0 then rateLib().rateTake(log.key, keyed.per, log.used, log.took, now, nowS) end
     end
     local nk = #keyed.ids
     if nk > 0 then
@@ -1161,10 +1233,10 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     end
   end
   if rate then
-    if nc > 0 then rateTake(rate.key, rate.per, rate.used, nc, now, nowS) end
+    if nc > 0 then rateLib().rateTake(rate.key, rate.per, rate.used, nc, now, nowS) end
     -- no slot left: the call answers how long until the next one opens, as more = -wait
     if rate.used + nc >= rate.max then
-      local wait = rateOldest(rate.key, rate.per, now) + rate.per - now
+      local wait = rateLib().rateOldest(rate.key, rate.per, now) + rate.per - now
       if wait < 1 then wait = 1 end
       more = -wait
       if nc == 0 then redis.pcall('HINCRBY', K_STATS, 'rate_limited', '1') end
@@ -1190,7 +1262,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     redis.call('HSET', cKeys[c], 'status', 'processing', 'claim_token', token,
       'attempts', attS, 'lease_until', uptoS)
     -- the job started: a unique key held until then is released
-    if cUni and cUni[c] then unlock(cUni[c], cIds[c]) end
+    if cUni and cUni[c] then uniqueLib().unlock(cUni[c], cIds[c]) end
     if flat then
       local f = #flat
       flat[f + 1], flat[f + 2], flat[f + 3], flat[f + 4] = cIds[c], cPay[c], att, upto
@@ -1221,13 +1293,15 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   -- meta's record of the lists that may hold ids: the digits of lists found empty go,
   -- those of lists promoted jobs were pushed onto come; the weighted turn advances by the
   -- jobs claimed (one HSET, only when something changed: never without priorities)
-  local rec = {}
-  for p = 1, 9 do
-    if known[p] and (not dry[p] or left[p]) then rec[p] = true end
-  end
-  rec = readyRecord(rec)
   local mw = {}
-  if rec ~= (m[4] or '') then mw = { 'priorities', rec } end
+  if hi then
+    local rec = {}
+    for p = 1, 9 do
+      if known[p] and (not dry[p] or left[p]) then rec[p] = true end
+    end
+    rec = prioLib().readyRecord(rec)
+    if rec ~= (m[4] or '') then mw = { 'priorities', rec } end
+  end
   if weighted and nc > 0 and #order > 1 then
     mw[#mw + 1] = 'priority_turn'
     mw[#mw + 1] = S((turn + nc) % TURN_WRAP)
@@ -1308,84 +1382,93 @@ local MAX_RESULT = 65536       -- bytes of a result (ack, settle_claim)
 local MAX_PROGRESS_TEXT = 256  -- bytes of a progress message (extend)
 local MAX_EVENT_ERROR = 256    -- bytes of an error text copied into an event
 local DONE_MAX_LEN = '1000'    -- entries P:{T}:done keeps (about: MAXLEN ~)
--- outcomeKey(name): P:{T}:<name> from the job-key prefix P:{T}:job:
-local function outcomeKey(name)
-  return string.sub(ARGV[1], 1, -5) .. name
-end
--- keepFor(notify, retention): how long (ms) the hash of a job that just ended is kept:
--- the completed retention, or longer when the job carries `notify` (a waiter reads it);
--- 0 deletes it
-local function keepFor(notify, retention)
-  local k = int(notify, 1, MAXMS)
-  if k and k > retention then return k end
-  return retention
-end
--- eventsCap(v): meta's events_max_len read as a stream cap, nil when events are off
-local function eventsCap(v)
-  local x = tonumber(v)
-  if x == nil or x ~= x or x < 1 then return nil end
-  if x > 1000000000 then x = 1000000000 end
-  return S(math.floor(x))
-end
--- announce(id, kind, notify, cap, err): the end of job id (kind acked, failed, dead or
--- cancelled): appended to P:{T}:done when the job carries `notify` (final ends only), and
--- to P:{T}:events when cap (eventsCap) is set. A wrong-typed stream key never fails a call
-local function announce(id, kind, notify, cap, err)
-  if notify and kind ~= 'failed' then
-    redis.pcall('XADD', outcomeKey('done'), 'MAXLEN', '~', DONE_MAX_LEN, '*', 'id', id)
+-- The helpers below are made at their first use (outcomeLib()): a call that meets no
+-- result, progress, notify or events makes none of them.
+local OUTCOMES = nil
+local function outcomeLib()
+  if OUTCOMES then return OUTCOMES end
+  -- outcomeKey(name): P:{T}:<name> from the job-key prefix P:{T}:job:
+  local function outcomeKey(name)
+    return string.sub(ARGV[1], 1, -5) .. name
   end
-  if cap then
-    if err then
-      if #err > MAX_EVENT_ERROR then err = string.sub(err, 1, MAX_EVENT_ERROR) end
-      redis.pcall('XADD', outcomeKey('events'), 'MAXLEN', '~', cap, '*', 'id', id,
-        'event', kind, 'error', err)
-    else
-      redis.pcall('XADD', outcomeKey('events'), 'MAXLEN', '~', cap, '*', 'id', id,
-        'event', kind)
+  -- keepFor(notify, retention): how long (ms) the hash of a job that just ended is kept:
+  -- the completed retention, or longer when the job carries `notify` (a waiter reads it);
+  -- 0 deletes it
+  local function keepFor(notify, retention)
+    local k = int(notify, 1, MAXMS)
+    if k and k > retention then return k end
+    return retention
+  end
+  -- eventsCap(v): meta's events_max_len read as a stream cap, nil when events are off
+  local function eventsCap(v)
+    local x = tonumber(v)
+    if x == nil or x ~= x or x < 1 then return nil end
+    if x > 1000000000 then x = 1000000000 end
+    return S(math.floor(x))
+  end
+  -- announce(id, kind, notify, cap, err): the end of job id (kind acked, failed, dead or
+  -- cancelled): appended to P:{T}:done when the job carries `notify` (final ends only), and
+  -- to P:{T}:events when cap (eventsCap) is set. A wrong-typed stream key never fails a call
+  local function announce(id, kind, notify, cap, err)
+    if notify and kind ~= 'failed' then
+      redis.pcall('XADD', outcomeKey('done'), 'MAXLEN', '~', DONE_MAX_LEN, '*', 'id', id)
+    end
+    if cap then
+      if err then
+        if #err > MAX_EVENT_ERROR then err = string.sub(err, 1, MAX_EVENT_ERROR) end
+        redis.pcall('XADD', outcomeKey('events'), 'MAXLEN', '~', cap, '*', 'id', id,
+          'event', kind, 'error', err)
+      else
+        redis.pcall('XADD', outcomeKey('events'), 'MAXLEN', '~', cap, '*', 'id', id,
+          'event', kind)
+      end
     end
   end
-end
--- outcomeArgs(at, n, word): the optional block `word, i1, v1, …` of ARGV from ARGV[at] to
--- the end (results: pairs index, bytes; progress: triples index, percent, message), i an
--- index 1..n, each at most once, of the call's pairs. Returns a table index -> value
--- (progress: {percent, message}), empty when ARGV[at] is not word; or nil and the error
--- reply. The block is taken off ARGV, so the pair count checks see the pairs alone
-local function outcomeArgs(at, n, word)
-  local out = {}
-  if ARGV[at] ~= word then return out end
-  local width = word == 'progress' and 3 or 2
-  local k = #ARGV - at
-  if k == 0 or k % width ~= 0 or k / width > n then
-    return nil, bad(word, 'expected ' .. (width == 3 and 'triples index, percent, message' or
-      'pairs index, result') .. ' (at most ' .. n .. ') after ' .. shown(word) .. ', got ' ..
-      k .. ' arguments')
-  end
-  for j = at + 1, #ARGV, width do
-    local i = int(ARGV[j], 1, n)
-    if not i or out[i] then
-      return nil, bad(word, 'expected a pair index 1..' .. n .. ' given once, got ' .. shown(ARGV[j]))
+  -- outcomeArgs(at, n, word): the optional block `word, i1, v1, …` of ARGV from ARGV[at] to
+  -- the end (results: pairs index, bytes; progress: triples index, percent, message), i an
+  -- index 1..n, each at most once, of the call's pairs. Returns a table index -> value
+  -- (progress: {percent, message}), empty when ARGV[at] is not word; or nil and the error
+  -- reply. The block is taken off ARGV, so the pair count checks see the pairs alone
+  local function outcomeArgs(at, n, word)
+    local out = {}
+    if ARGV[at] ~= word then return out end
+    local width = word == 'progress' and 3 or 2
+    local k = #ARGV - at
+    if k == 0 or k % width ~= 0 or k / width > n then
+      return nil, bad(word, 'expected ' .. (width == 3 and 'triples index, percent, message' or
+        'pairs index, result') .. ' (at most ' .. n .. ') after ' .. shown(word) .. ', got ' ..
+        k .. ' arguments')
     end
-    if width == 3 then
-      local p = int(ARGV[j + 1], 0, 100)
-      if not p then
-        return nil, bad('progress', 'expected a percent 0..100 for pair ' .. i .. ', got ' ..
-          shown(ARGV[j + 1]))
+    for j = at + 1, #ARGV, width do
+      local i = int(ARGV[j], 1, n)
+      if not i or out[i] then
+        return nil, bad(word, 'expected a pair index 1..' .. n .. ' given once, got ' .. shown(ARGV[j]))
       end
-      if #ARGV[j + 2] > MAX_PROGRESS_TEXT then
-        return nil, bad('progress', 'expected a message of at most ' .. MAX_PROGRESS_TEXT ..
-          ' bytes for pair ' .. i .. ', got ' .. #ARGV[j + 2] .. ' bytes')
+      if width == 3 then
+        local p = int(ARGV[j + 1], 0, 100)
+        if not p then
+          return nil, bad('progress', 'expected a percent 0..100 for pair ' .. i .. ', got ' ..
+            shown(ARGV[j + 1]))
+        end
+        if #ARGV[j + 2] > MAX_PROGRESS_TEXT then
+          return nil, bad('progress', 'expected a message of at most ' .. MAX_PROGRESS_TEXT ..
+            ' bytes for pair ' .. i .. ', got ' .. #ARGV[j + 2] .. ' bytes')
+        end
+        out[i] = { S(p), ARGV[j + 2] }
+      else
+        if #ARGV[j + 1] > MAX_RESULT then
+          return nil, bad('result', 'expected at most ' .. MAX_RESULT .. ' bytes for pair ' .. i ..
+            ', got ' .. #ARGV[j + 1] .. ' bytes')
+        end
+        out[i] = ARGV[j + 1]
       end
-      out[i] = { S(p), ARGV[j + 2] }
-    else
-      if #ARGV[j + 1] > MAX_RESULT then
-        return nil, bad('result', 'expected at most ' .. MAX_RESULT .. ' bytes for pair ' .. i ..
-          ', got ' .. #ARGV[j + 1] .. ' bytes')
-      end
-      out[i] = ARGV[j + 1]
     end
+    for j = #ARGV, at, -1 do ARGV[j] = nil end
+    return out
   end
-  for j = #ARGV, at, -1 do ARGV[j] = nil end
-  return out
+  OUTCOMES = { keepFor = keepFor, eventsCap = eventsCap, announce = announce,
+    outcomeArgs = outcomeArgs }
+  return OUTCOMES
 end
 -- END include/outcomes.lua
 
@@ -1418,7 +1501,10 @@ if ARGV[F0 + 5 * nf + 1] == 'results' then
   ALL = {}
   for i = 1, #ARGV do ALL[i] = ARGV[i] end
 end
-local results, re = outcomeArgs(F0 + 5 * nf + 1, na, 'results')
+local results, re = {}, nil
+if ARGV[F0 + 5 * nf + 1] == 'results' then
+  results, re = outcomeLib().outcomeArgs(F0 + 5 * nf + 1, na, 'results')
+end
 if not results then return re end
 if #ARGV ~= F0 + 5 * nf then
   return bad('arguments', 'n=' .. n .. ', acks=' .. na .. ', fails=' .. nf .. ' need exactly ' ..
@@ -1551,16 +1637,21 @@ if na + nf > 0 then ended = {} end
 for i = 1, na do
   local id = ARGV[A0 + 2 * i - 1]
   local key = prefix .. id
-  local h = redis.pcall('HMGET', key, 'claim_token', 'status', 'unique_key', 'unique_mode',
-    'notify', 'timeout_ms', 'visibility_timeout_ms')
+  local h = redis.pcall('HMGET', key, 'claim_token', 'status', 'end_opts')
   if h.err then return failure(h, key, 'hash') end
+  if h[3] then
+    -- the fields the end of a job with such options reads (include/job_options)
+    local x = redis.call('HMGET', key, 'unique_key', 'unique_mode', 'notify', 'timeout_ms',
+      'visibility_timeout_ms')
+    h[3], h[4], h[5], h[6], h[7] = x[1], x[2], x[3], x[4], x[5]
+  end
   local token = ARGV[A0 + 2 * i]
   if h[2] == 'processing' and h[1] == token and not done[key] then
     if twice then done[key] = true end
     reply[2 + i] = 1
     aIds[#aIds + 1] = id
     aKeys[#aKeys + 1] = key
-    if h[3] and not atClaim(h[4]) then
+    if h[3] and not uniqueLib().atClaim(h[4]) then
       if unlocks == NONE then unlocks = {} end
       unlocks[#unlocks + 1] = { h[3], id }
     end
@@ -1681,7 +1772,7 @@ elseif #fIdx > 0 then
   if e then return e end
   mEvents = r
 end
-local eventsAt = eventsCap(mEvents)
+local eventsAt = (mEvents and outcomeLib().eventsCap(mEvents))
 if wantVis then
   vis = tonumber(mVis)
   if vis == nil or vis ~= vis or vis < 1 then vis = 30000 end
@@ -1752,7 +1843,7 @@ end
 local readyPs = {}
 for i = 1, #toFront do readyPs[priorityOf(fOpt[toFront[i]][14])] = true end
 for i = 1, #toPending do readyPs[priorityOf(fOpt[toPending[i]][14])] = true end
-e = readyCheck(readyPs)
+e = prioLib().readyCheck(readyPs)
 if e then return e end
 if #toDead > 0 then
   e = expect(K_DEAD, 'zset')
@@ -1790,7 +1881,7 @@ if #aIds > 0 then
   local drop = {}
   for i = 1, #aKeys do
     local keep = retention
-    if aNotify[i] then keep = keepFor(aNotify[i], retention) end
+    if aNotify[i] then keep = outcomeLib().keepFor(aNotify[i], retention) end
     if keep > 0 then
       local result = results[aRow[i]]
       if result then
@@ -1806,7 +1897,7 @@ if #aIds > 0 then
   end
   if #drop == 1 then redis.call('DEL', drop[1]) elseif #drop > 1 then redis.call('DEL', unpack(drop)) end
   for i = 1, #aKeys do
-    if aNotify[i] or eventsAt then announce(aIds[i], 'acked', aNotify[i], eventsAt) end
+    if aNotify[i] or eventsAt then outcomeLib().announce(aIds[i], 'acked', aNotify[i], eventsAt) end
   end
   redis.pcall('HINCRBY', K_STATS, 'acked', #aIds == 1 and '1' or S(#aIds))
   if bFirst then
@@ -1842,7 +1933,7 @@ if #fIdx > 0 then
       front[i] = fIds[k]
       frontPrio[i] = priorityOf(fOpt[k][14])
     end
-    readyPush('RPUSH', front, frontPrio)
+    prioLib().readyPush('RPUSH', front, frontPrio)
     markers = markers + #front
     redis.pcall('HINCRBY', K_STATS, 'released', S(#front))
   end
@@ -1857,7 +1948,7 @@ if #fIdx > 0 then
       back[i] = fIds[k]
       backPrio[i] = priorityOf(fOpt[k][14])
     end
-    readyPush('LPUSH', back, backPrio)
+    prioLib().readyPush('LPUSH', back, backPrio)
     markers = markers + #back
   end
   if #toDelayed > 0 then
@@ -1883,7 +1974,7 @@ if #fIdx > 0 then
       z[2 * i - 1] = nowS
       z[2 * i] = fIds[k]
       local o = fOpt[k]
-      if o[9] and not atClaim(o[10]) then
+      if o[9] and not uniqueLib().atClaim(o[10]) then
         if unlocks == NONE then unlocks = {} end
         unlocks[#unlocks + 1] = { o[9], fIds[k] }
       end
@@ -1909,7 +2000,7 @@ if #fIdx > 0 then
     local o = reply[2 + na + fIdx[k]]
     local notify = fOpt[k][11]
     if fMode[fIdx[k]] ~= 'release' and (notify or eventsAt) then
-      announce(fIds[k], o == 'dead' and 'dead' or 'failed', notify, eventsAt,
+      outcomeLib().announce(fIds[k], o == 'dead' and 'dead' or 'failed', notify, eventsAt,
         ARGV[F0 + 5 * fIdx[k] - 2])
     end
   end
@@ -1918,7 +2009,7 @@ if stale > 0 then redis.pcall('HINCRBY', K_STATS, 'stale', S(stale)) end
 if unknown > 0 then redis.pcall('HINCRBY', K_STATS, 'unknown', S(unknown)) end
 if ownStale > 0 then redis.pcall('HINCRBY', K_STATS, 'own_stale', S(ownStale)) end
 -- the jobs acked or dead-lettered here release the unique keys they held until done
-for i = 1, #unlocks do unlock(unlocks[i][1], unlocks[i][2]) end
+for i = 1, #unlocks do uniqueLib().unlock(unlocks[i][1], unlocks[i][2]) end
 
 -- the records of the calls that made the leases this call ended: answered, no longer
 -- needed

@@ -22,14 +22,16 @@
 mod support;
 
 use std::collections::{HashMap, HashSet};
-use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use jobqueue::queue::{ConnectOptions, NewJob, Queue, QueueSettings, Redis};
+use jobqueue::queue::{NewJob, Queue, QueueSettings, Redis};
 use rand::Rng;
+use support::chaos::{
+    Faults, Kind, connect, payload, report, scale, settings, start_reapers, wait_until_settled,
+};
 use support::eventually::Wait;
 use support::fleet::{Fleet, TAG};
 use support::procs;
@@ -48,34 +50,6 @@ use tokio_util::sync::CancellationToken;
 /// longer, from the workers' own records.
 const GRACE: Duration = Duration::from_secs(1);
 
-fn scale() -> usize {
-    std::env::var("JOBQUEUE_CHAOS_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .filter(|&s| s >= 1)
-        .unwrap_or(1)
-}
-
-/// The queue's settings: retries come back fast, leases are short, done jobs are kept
-/// (for an hour) so the final accounting can read every job.
-fn settings() -> QueueSettings {
-    QueueSettings {
-        visibility_timeout: Duration::from_secs(1),
-        max_attempts: 20,
-        backoff_initial: Duration::from_millis(10),
-        backoff_max: Duration::from_millis(100),
-        completed_retention: Duration::from_secs(3600),
-        ..QueueSettings::default()
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Ok,
-    Flaky,
-    Poison,
-}
-
 /// The workload: every 23rd job poison, every 9th flaky, the rest plain; each sleeps
 /// 20–150 ms.
 fn jobs(from: usize, to: usize) -> Vec<(String, Kind, NewJob)> {
@@ -89,24 +63,6 @@ fn jobs(from: usize, to: usize) -> Vec<(String, Kind, NewJob)> {
         .collect()
 }
 
-/// The kind and payload of the workload's job number `i`.
-fn payload(i: usize) -> (Kind, String) {
-    let kind = if i % 23 == 7 {
-        Kind::Poison
-    } else if i % 9 == 4 {
-        Kind::Flaky
-    } else {
-        Kind::Ok
-    };
-    let word = match kind {
-        Kind::Ok => "ok",
-        Kind::Flaky => "flaky",
-        Kind::Poison => "poison",
-    };
-    let secs = rand::rng().random_range(20..150) as f64 / 1000.0;
-    (kind, format!("{word} {secs:.3}\n"))
-}
-
 /// Enqueue `batch`; returns each job's kind, for the final accounting.
 async fn enqueue(queue: &Queue, batch: Vec<(String, Kind, NewJob)>) -> HashMap<String, Kind> {
     let kinds = batch.iter().map(|(id, k, _)| (id.clone(), *k)).collect();
@@ -115,38 +71,6 @@ async fn enqueue(queue: &Queue, batch: Vec<(String, Kind, NewJob)>) -> HashMap<S
         .await
         .unwrap();
     kinds
-}
-
-async fn connect(url: &str, cluster: bool) -> Queue {
-    let redis = Redis::connect(
-        &ConnectOptions::new(url)
-            .cluster(cluster)
-            .response_timeout(Duration::from_secs(5))
-            .connect_timeout(Duration::from_secs(2)),
-    )
-    .await
-    .expect("connect");
-    Queue::new(redis, "jq", TAG).unwrap()
-}
-
-/// Reapers (each on its own connection) that keep going through Redis failures.
-fn start_reapers(queues: Vec<Queue>, stop: &CancellationToken) -> Vec<JoinHandle<u64>> {
-    queues
-        .into_iter()
-        .map(|queue| {
-            let stop = stop.clone();
-            tokio::spawn(async move {
-                let mut requeued = 0;
-                while !stop.is_cancelled() {
-                    if let Ok(out) = queue.reap_expired(100, 20).await {
-                        requeued += out.requeued;
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                requeued
-            })
-        })
-        .collect()
 }
 
 /// Reads pending, processing, delayed and dead in one atomic step and checks that no id
@@ -244,18 +168,6 @@ impl std::fmt::Display for Tally {
     }
 }
 
-fn report(tally: &impl std::fmt::Display) {
-    println!("{tally}");
-    if let Ok(path) = std::env::var("JOBQUEUE_CHAOS_REPORT") {
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .unwrap();
-        writeln!(f, "{tally}").unwrap();
-    }
-}
-
 /// Runs of each job from the workers' own records: attempt numbers seen at start.
 fn executions(dir: &Path) -> HashMap<Vec<u8>, Vec<u32>> {
     let mut runs: HashMap<Vec<u8>, Vec<u32>> = HashMap::new();
@@ -286,37 +198,6 @@ fn run_checks(tally: &mut Tally, dir: &Path, dead: &[Vec<u8>]) -> Vec<String> {
     tally.longest_overlap = longest;
     problems.extend(beyond);
     problems
-}
-
-/// Wait until every one of `expected` jobs is done or dead and nothing is left in
-/// flight. Panics with the worker logs after `limit`.
-async fn wait_until_settled(
-    queue: &Queue,
-    expected: impl Fn() -> usize,
-    limit: Duration,
-    fleet: &Fleet,
-) {
-    let last = Mutex::new(None);
-    Wait::for_("every job settled")
-        .within(limit)
-        .every(Duration::from_millis(100))
-        .explained_by(|| {
-            format!(
-                "last stats: {:?}\nworker logs:\n{}",
-                last.lock().unwrap(),
-                fleet.logs()
-            )
-        })
-        .until(async || {
-            let stats = queue.stats().await;
-            let settled = matches!(&stats, Ok(s) if s.pending == 0
-                && s.processing == 0
-                && s.delayed == 0
-                && (s.acked + s.dead) as usize >= expected());
-            *last.lock().unwrap() = Some(stats);
-            settled
-        })
-        .await;
 }
 
 /// The final accounting shared by every scenario: reads every job, checks that none is
@@ -2087,29 +1968,22 @@ async fn p_schedules_fire_each_tick_once_through_worker_kills_and_redis_restarts
     // 12 s (× scale) of faults every 400–900 ms: a worker SIGKILLed and restarted
     // 100–300 ms later, every third fault Redis SIGKILLed and restarted 50–300 ms later.
     let until = first + 12_000 * scale as i64;
-    let (mut worker_kills, mut redis_restarts) = (0, 0);
     let observer = connect(&url, false).await;
+    let mut faults = Faults::default();
     loop {
-        tokio::time::sleep(Duration::from_millis(rand::rng().random_range(400..900))).await;
+        Faults::pause().await;
         let Ok(now) = observer.now_ms().await else {
             continue;
         };
         if now > until {
             break;
         }
-        if (worker_kills + redis_restarts) % 3 == 2 {
-            tokio::task::block_in_place(|| {
-                server.kill();
-                std::thread::sleep(Duration::from_millis(rand::rng().random_range(50..300)));
-                server.restart();
-            });
-            redis_restarts += 1;
-        } else if let Some(i) = fleet.kill_random() {
-            worker_kills += 1;
-            tokio::time::sleep(Duration::from_millis(rand::rng().random_range(100..300))).await;
-            fleet.spawn(i);
-        }
+        faults.next(&mut fleet, Some(&mut server), 3).await;
     }
+    let Faults {
+        worker_kills,
+        redis_restarts,
+    } = faults;
     // The schedules stop; the last tick each fired is the end of its run.
     let mut tally = ScheduleTally {
         scenario: "(p) schedules through worker SIGKILLs and Redis restarts, AOF always",

@@ -480,8 +480,14 @@ async fn claim_and_ack_cost_no_extra_commands_when_outcomes_are_unused() {
     .await;
     assert_eq!(used.get("xadd"), Some(&2), "{used:?}");
     let total_used: u64 = used.values().sum();
-    // and the kept hash: HSET, HDEL lease_until and PEXPIRE in place of one DEL
-    assert_eq!(total_used, total + 4, "{used:?} against {plain:?}");
+    // the kept hash: HSET, HDEL lease_until and PEXPIRE in place of one DEL; and ack's
+    // read of the fields of a job with end_opts (its notify), one HMGET
+    assert_eq!(total_used, total + 5, "{used:?} against {plain:?}");
+    assert_eq!(
+        used.get("hmget"),
+        plain.get("hmget").map(|n| *n + 1).as_ref(),
+        "{used:?}"
+    );
 }
 
 #[tokio::test]

@@ -461,6 +461,15 @@ async fn the_cli_names_the_key_and_the_holder_and_exits_7() {
         )),
         "{stderr}"
     );
+    // --wait does not wait for a job that was not made: refused as without it, at once
+    let waited = run("two", &["--wait", "--wait-timeout", "20s"]);
+    assert_eq!(waited.status.code(), Some(7), "{waited:?}");
+    assert_eq!(String::from_utf8_lossy(&waited.stdout).trim(), id);
+    let stderr = String::from_utf8_lossy(&waited.stderr);
+    assert!(
+        stderr.contains(&format!("unique key \"report:42\" is held by job {id}")),
+        "{stderr}"
+    );
     let debounced = run("three", &["--unique-mode", "debounce"]);
     // the holder is until-done and waiting: debounce replaces its payload
     assert_eq!(debounced.status.code(), Some(0));

@@ -44,80 +44,89 @@ local function unclaim(pops, first, firstBy, err)
   end
   return nil, err
 end
--- Rate limits (docs/protocol.md, Rate limits): a log per limit, a sorted set of the
--- claims of the last window (member <claimed_at>:<seq>, score claimed_at), in
--- P:{T}:rate (the queue's) and P:{T}:rate:key:<rate_key> (one per job key), trimmed and
--- expiring a window after the last claim. Read-only until the write phase.
--- rateOf(v): meta's `<max>/<ms>` setting as {max, per}, nil when absent or not one
-local function rateOf(v)
-  if not v then return nil end
-  local mx, per = string.match(v, '^(%d+)/(%d+)$')
-  if not mx then return nil end
-  mx, per = tonumber(mx), tonumber(per)
-  if mx < 1 or per < 1 or mx > 1000000 or per > MAXMS then return nil end
-  return { max = mx, per = per }
-end
--- rateLog(key, per, now): how many claims key logs in the window (now - per, now]; nil
--- and the error reply when key is no zset
-local function rateLog(key, per, now)
-  local used = redis.pcall('ZCOUNT', key, '(' .. S(now - per), '+inf')
-  if type(used) == 'table' then return nil, failure(used, key, 'zset') end
-  return used
-end
--- rateOldest(key, per, now): when the oldest claim key logs in the window was made (now
--- when none)
-local function rateOldest(key, per, now)
-  local r = redis.call('ZRANGEBYSCORE', key, '(' .. S(now - per), '+inf', 'WITHSCORES',
-    'LIMIT', '0', '1')
-  return tonumber(r[2]) or now
-end
--- rateGate(prefix, v, now): the queue's limit (meta `rate_limit`, v) as {key, max, per,
--- used, left}, nil when none is set, or nil and the error reply
-local function rateGate(prefix, v, now)
-  local rate = rateOf(v)
-  if not rate then return nil end
-  rate.key = string.sub(prefix, 1, -5) .. 'rate'
-  local used, e = rateLog(rate.key, rate.per, now)
-  if e then return nil, e end
-  rate.used, rate.left = used, rate.max - used
-  return rate
-end
--- keyFull(keyed, prefix, rk, id, now): whether the job id of rate key rk finds its key's
--- slots used up (then it is noted in keyed.ids, to run at its key's next slot, one ms
--- apart per id so their order is kept), else takes one of them; nil, err on a wrong type
-local function keyFull(keyed, prefix, rk, id, now)
-  local log = keyed.logs[rk]
-  if not log then
-    local key = string.sub(prefix, 1, -5) .. 'rate:key:' .. rk
-    local used, e = rateLog(key, keyed.per, now)
-    if e then return false, e end
-    log = { key = key, used = used, took = 0, later = 0 }
-    keyed.logs[rk] = log
+-- The rate-limit helpers below are made at their first use (rateLib()): a call on a queue
+-- without limits makes none of them.
+local RATES = nil
+local function rateLib()
+  if RATES then return RATES end
+  -- Rate limits (docs/protocol.md, Rate limits): a log per limit, a sorted set of the
+  -- claims of the last window (member <claimed_at>:<seq>, score claimed_at), in
+  -- P:{T}:rate (the queue's) and P:{T}:rate:key:<rate_key> (one per job key), trimmed and
+  -- expiring a window after the last claim. Read-only until the write phase.
+  -- rateOf(v): meta's `<max>/<ms>` setting as {max, per}, nil when absent or not one
+  local function rateOf(v)
+    if not v then return nil end
+    local mx, per = string.match(v, '^(%d+)/(%d+)$')
+    if not mx then return nil end
+    mx, per = tonumber(mx), tonumber(per)
+    if mx < 1 or per < 1 or mx > 1000000 or per > MAXMS then return nil end
+    return { max = mx, per = per }
   end
-  if log.used + log.took < keyed.max then
-    log.took = log.took + 1
-    return false
+  -- rateLog(key, per, now): how many claims key logs in the window (now - per, now]; nil
+  -- and the error reply when key is no zset
+  local function rateLog(key, per, now)
+    local used = redis.pcall('ZCOUNT', key, '(' .. S(now - per), '+inf')
+    if type(used) == 'table' then return nil, failure(used, key, 'zset') end
+    return used
   end
-  if not log.oldest then
-    log.oldest = now
-    if log.used > 0 then log.oldest = rateOldest(log.key, keyed.per, now) end
+  -- rateOldest(key, per, now): when the oldest claim key logs in the window was made (now
+  -- when none)
+  local function rateOldest(key, per, now)
+    local r = redis.call('ZRANGEBYSCORE', key, '(' .. S(now - per), '+inf', 'WITHSCORES',
+      'LIMIT', '0', '1')
+    return tonumber(r[2]) or now
   end
-  keyed.ids[#keyed.ids + 1] = id
-  keyed.at[#keyed.ids] = log.oldest + keyed.per + log.later
-  log.later = log.later + 1
-  return true
-end
--- rateTake(key, per, used, k, now, nowS): log k claims made now in a rate log that held
--- used of them, trim what left the window and let the key expire a window from now
-local function rateTake(key, per, used, k, now, nowS)
-  local z = {}
-  for i = 1, k do
-    z[2 * i - 1] = nowS
-    z[2 * i] = nowS .. ':' .. S(used + i)
+  -- rateGate(prefix, v, now): the queue's limit (meta `rate_limit`, v) as {key, max, per,
+  -- used, left}, nil when none is set, or nil and the error reply
+  local function rateGate(prefix, v, now)
+    local rate = rateOf(v)
+    if not rate then return nil end
+    rate.key = string.sub(prefix, 1, -5) .. 'rate'
+    local used, e = rateLog(rate.key, rate.per, now)
+    if e then return nil, e end
+    rate.used, rate.left = used, rate.max - used
+    return rate
   end
-  redis.call('ZADD', key, unpack(z))
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', S(now - per))
-  redis.call('PEXPIRE', key, S(per))
+  -- keyFull(keyed, prefix, rk, id, now): whether the job id of rate key rk finds its key's
+  -- slots used up (then it is noted in keyed.ids, to run at its key's next slot, one ms
+  -- apart per id so their order is kept), else takes one of them; nil, err on a wrong type
+  local function keyFull(keyed, prefix, rk, id, now)
+    local log = keyed.logs[rk]
+    if not log then
+      local key = string.sub(prefix, 1, -5) .. 'rate:key:' .. rk
+      local used, e = rateLog(key, keyed.per, now)
+      if e then return false, e end
+      log = { key = key, used = used, took = 0, later = 0 }
+      keyed.logs[rk] = log
+    end
+    if log.used + log.took < keyed.max then
+      log.took = log.took + 1
+      return false
+    end
+    if not log.oldest then
+      log.oldest = now
+      if log.used > 0 then log.oldest = rateOldest(log.key, keyed.per, now) end
+    end
+    keyed.ids[#keyed.ids + 1] = id
+    keyed.at[#keyed.ids] = log.oldest + keyed.per + log.later
+    log.later = log.later + 1
+    return true
+  end
+  -- rateTake(key, per, used, k, now, nowS): log k claims made now in a rate log that held
+  -- used of them, trim what left the window and let the key expire a window from now
+  local function rateTake(key, per, used, k, now, nowS)
+    local z = {}
+    for i = 1, k do
+      z[2 * i - 1] = nowS
+      z[2 * i] = nowS .. ':' .. S(used + i)
+    end
+    redis.call('ZADD', key, unpack(z))
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', S(now - per))
+    redis.call('PEXPIRE', key, S(per))
+  end
+  RATES = { rateOf = rateOf, rateOldest = rateOldest, rateGate = rateGate,
+    keyFull = keyFull, rateTake = rateTake }
+  return RATES
 end
 local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, flat, nowS)
   local K_PROCESSING, K_DELAYED = KEYS[2], KEYS[3]
@@ -126,17 +135,17 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   nowS = nowS or S(now)
   -- a paused queue (meta holds a `paused` field) leases and promotes nothing; the caller's
   -- gone leases still leave processing, and wake is emptied (allDry below). One read of
-  -- meta: paused, the rate limits (docs/protocol.md, Rate limits), the priorities whose
-  -- lists may hold ids and the priority mode (include/priority)
+  -- meta: paused, the rate limits (docs/protocol.md, Rate limits) and the priorities whose
+  -- lists may hold ids (include/priority); the priority mode below, when one is in play
   local m = redis.pcall('HMGET', K_META, 'paused', 'rate_limit', 'rate_limit_per_key',
-    'priorities', 'priority_mode', 'priority_turn')
+    'priorities')
   if m.err then return nil, failure(m, K_META, 'hash') end
   local paused = m[1] ~= false
   if paused then n, undue = 0, {} end
   -- rate limit gate, before anything is popped: n cut to the slots left, none left
   -- leases and promotes nothing and answers the wait for the next slot
   local rate, e0 = nil, nil
-  if not paused then rate, e0 = rateGate(prefix, m[2], now) end
+  if not paused and m[2] then rate, e0 = rateLib().rateGate(prefix, m[2], now) end
   if e0 then return nil, e0 end
   if rate then
     if rate.left <= 0 then
@@ -147,7 +156,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   end
   -- per-key limit: the logs read so far (by key), the ids set aside and their run-at
   local keyed = nil
-  if not paused then keyed = rateOf(m[3]) end
+  if not paused and m[3] then keyed = rateLib().rateOf(m[3]) end
   if keyed then keyed.logs, keyed.ids, keyed.at = {}, {}, {} end
   local orphans = 0
   local aside = nil          -- ids whose hash is absent: set aside, never forgotten
@@ -185,7 +194,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
         promoOpt[#promo] = { h[5], h[6] }
       end
       promoSet[id] = h[7] or true
-      if h[3] and atClaim(h[4]) then
+      if h[3] and uniqueLib().atClaim(h[4]) then
         promoUni = promoUni or {}
         promoUni[#promo] = h[3]
       end
@@ -217,14 +226,32 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   local pops = {}            -- the RPOP replies, in order, each {list, ids}
   local budget = n + 100
   local popped = 0
-  local known = readyDigits(m[4])
+  local known = {}
+  if m[4] then known = prioLib().readyDigits(m[4]) end
   known[0] = true
-  for p in pairs(promoOf) do known[p] = true end
-  local weighted = m[5] == 'weighted'
-  local turn = 0
-  if weighted then turn = int(m[6], 0, TURN_WRAP) or 0 end
+  -- hi: a list of a priority above 0 is known to hold ids (without one, the lists of
+  -- priority 0 alone are read and meta's record is left as it is)
+  local hi = m[4] ~= false
+  for p in pairs(promoOf) do
+    known[p] = true
+    if p > 0 then hi = true end
+  end
+  -- the priority mode and the weighted turn matter only when a list above 0 is in play:
+  -- read then, in a second HMGET of meta
+  local weighted, turn = false, 0
+  if hi and not paused then
+    local mt = redis.call('HMGET', K_META, 'priority_mode', 'priority_turn')
+    weighted = mt[1] == 'weighted'
+    if weighted then turn = int(mt[2], 0, TURN_WRAP) or 0 end
+  end
   local order = {}
-  if not paused then order = readyOrder(known, n, weighted, turn) end
+  if paused then
+    order = {}
+  elseif hi then
+    order = prioLib().readyOrder(known, n, weighted, turn)
+  else
+    order = { { 0 } }
+  end
   local dry = {}             -- priorities whose list an RPOP found short: empty now
   local promoNext = {}       -- by priority: how many of its promoted jobs were used
   local lv, got = 1, 0       -- the entry of order being popped, jobs it claimed so far
@@ -268,6 +295,8 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
           local name = h[f]
           if name == 'payload' then
             pay = h[f + 1]
+          elseif name == 'enqueued_at' then
+            -- nothing to read: tested second, as a ready job holds it beside its payload
           elseif name == 'status' then
             st = h[f + 1]
           elseif name == 'attempts' then
@@ -293,7 +322,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
           -- in delayed for its key's next slot (not an attempt, not started)
           local full = false
           if keyed and rk then
-            full, e0 = keyFull(keyed, prefix, rk, id, now)
+            full, e0 = rateLib().keyFull(keyed, prefix, rk, id, now)
             if e0 then return unclaim(pops, nil, 0, e0) end
           end
           if not full then
@@ -306,7 +335,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
                 cTmo[c], cVis[c] = tmo or 0, jvis or 0
               end
             end
-            if uk and atClaim(um) then
+            if uk and uniqueLib().atClaim(um) then
               cUni = cUni or {}
               cUni[c] = uk
             end
@@ -334,7 +363,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
         local rk = promoSet[id]
         local full = false
         if keyed and rk ~= true then
-          full, e0 = keyFull(keyed, prefix, rk, id, now)
+          full, e0 = rateLib().keyFull(keyed, prefix, rk, id, now)
           if e0 then return unclaim(pops, nil, 0, e0) end
         end
         if not full then
@@ -489,14 +518,11 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     e = failure(r, K_PROCESSING, 'zset')
     if e then return unclaim(pops, first, firstBy, e) end
   end
-  for p = 0, 9 do
-    local rest = left[p]
-    if rest then
-      redis.call('LPUSH', readyKey(p), unpack(rest))
-      for i = 1, #rest do
-        local key = prefix .. rest[i]
-        if not taken[key] then redis.call('HSET', key, 'status', 'pending') end
-      end
+  for p, rest in pairs(left) do
+    redis.call('LPUSH', readyKey(p), unpack(rest))
+    for i = 1, #rest do
+      local key = prefix .. rest[i]
+      if not taken[key] then redis.call('HSET', key, 'status', 'pending') end
     end
   end
   if #due > 0 then
@@ -506,7 +532,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   -- delayed for its next one (status delayed, attempts untouched)
   if keyed then
     for _, log in pairs(keyed.logs) do
-      if log.took > 0 then rateTake(log.key, keyed.per, log.used, log.took, now, nowS) end
+      if log.took > 0 then rateLib().rateTake(log.key, keyed.per, log.used, log.took, now, nowS) end
     end
     local nk = #keyed.ids
     if nk > 0 then
@@ -521,10 +547,10 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     end
   end
   if rate then
-    if nc > 0 then rateTake(rate.key, rate.per, rate.used, nc, now, nowS) end
+    if nc > 0 then rateLib().rateTake(rate.key, rate.per, rate.used, nc, now, nowS) end
     -- no slot left: the call answers how long until the next one opens, as more = -wait
     if rate.used + nc >= rate.max then
-      local wait = rateOldest(rate.key, rate.per, now) + rate.per - now
+      local wait = rateLib().rateOldest(rate.key, rate.per, now) + rate.per - now
       if wait < 1 then wait = 1 end
       more = -wait
       if nc == 0 then redis.pcall('HINCRBY', K_STATS, 'rate_limited', '1') end
@@ -550,7 +576,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     redis.call('HSET', cKeys[c], 'status', 'processing', 'claim_token', token,
       'attempts', attS, 'lease_until', uptoS)
     -- the job started: a unique key held until then is released
-    if cUni and cUni[c] then unlock(cUni[c], cIds[c]) end
+    if cUni and cUni[c] then uniqueLib().unlock(cUni[c], cIds[c]) end
     if flat then
       local f = #flat
       flat[f + 1], flat[f + 2], flat[f + 3], flat[f + 4] = cIds[c], cPay[c], att, upto
@@ -581,13 +607,15 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   -- meta's record of the lists that may hold ids: the digits of lists found empty go,
   -- those of lists promoted jobs were pushed onto come; the weighted turn advances by the
   -- jobs claimed (one HSET, only when something changed: never without priorities)
-  local rec = {}
-  for p = 1, 9 do
-    if known[p] and (not dry[p] or left[p]) then rec[p] = true end
-  end
-  rec = readyRecord(rec)
   local mw = {}
-  if rec ~= (m[4] or '') then mw = { 'priorities', rec } end
+  if hi then
+    local rec = {}
+    for p = 1, 9 do
+      if known[p] and (not dry[p] or left[p]) then rec[p] = true end
+    end
+    rec = prioLib().readyRecord(rec)
+    if rec ~= (m[4] or '') then mw = { 'priorities', rec } end
+  end
   if weighted and nc > 0 and #order > 1 then
     mw[#mw + 1] = 'priority_turn'
     mw[#mw + 1] = S((turn + nc) % TURN_WRAP)

@@ -71,6 +71,23 @@ local function jobOptions(at)
   end
   return out, 1 + pairsN
 end
+-- A job whose end acts on a field of its own, unique_key (written with the enqueue's
+-- unique block), notify, timeout_ms or visibility_timeout_ms, also holds `end_opts` = 1:
+-- ack and settle_claim read those fields only for a job that holds it, so a job without
+-- them costs its ack no more than the two fields its lease is checked by.
+-- withEndOpts(opts): the options block's pairs, with end_opts 1 when one of them is such
+-- an option (opts itself otherwise)
+local function withEndOpts(opts)
+  for i = 1, #opts, 2 do
+    local name = opts[i]
+    if name == 'notify' or name == 'timeout_ms' or name == 'visibility_timeout_ms' then
+      local out = { 'end_opts', '1' }
+      for j = 1, #opts do out[j + 2] = opts[j] end
+      return out
+    end
+  end
+  return opts
+end
 -- optionPriority(opts): the priority an options block gives (0 when none)
 local function optionPriority(opts)
   if opts then

@@ -368,7 +368,7 @@ pub async fn run(args: EnqueueArgs) -> anyhow::Result<()> {
     let id: JobId = given.map_or_else(|| crate::queue::new_job_id().into(), JobId::from);
     let job = args.job(payload).id(id.clone());
     if args.wait {
-        return wait_for_job(&queue, job, args.wait_timeout).await;
+        return wait_for_job(&queue, job, &args).await;
     }
     let size = job.payload.len();
     let out = match queue.send(vec![job]).await {
@@ -434,8 +434,10 @@ fn held(
 }
 /// `--wait`: enqueue with `notify` and wait for the job's end: its result on stdout and
 /// exit 0 when acked; the error of its last attempt and exit 1 when it died (or was
-/// cancelled, or is gone, or the wait timed out).
-async fn wait_for_job(queue: &Producer, job: NewJob, timeout: Duration) -> anyhow::Result<()> {
+/// cancelled, or is gone, or the wait timed out). A job another job's unique key kept
+/// from being made is answered as without `--wait` (refused: exit 7), not waited for.
+async fn wait_for_job(queue: &Producer, job: NewJob, args: &EnqueueArgs) -> anyhow::Result<()> {
+    let timeout = args.wait_timeout;
     let target = match (queue.only, &queue.key) {
         (Some(p), _) => &queue.queue.partitions()[p],
         (None, Some(key)) => &queue.queue.partitions()[queue.queue.partition_for(key)],
@@ -445,6 +447,9 @@ async fn wait_for_job(queue: &Producer, job: NewJob, timeout: Duration) -> anyho
         }
     };
     let (enqueued, end) = target.enqueue_and_wait(job, timeout).await?;
+    if let Some(unique) = &enqueued.unique {
+        return held(&enqueued, unique, args, target.name());
+    }
     eprintln!("job {}", enqueued.id);
     match end {
         Some(crate::queue::JobEnd::Done(result)) => {

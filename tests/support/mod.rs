@@ -1,5 +1,6 @@
 //! Test support shared by the integration tests, one file per kind of stand-in: the
-//! Redis harness (`redis`), certificates and a redis-server that asks for them
+//! Redis harness (`redis`), the history of a server's writes read back from its AOF
+//! (`aof`), what the chaos scenarios share (`chaos`), certificates and a redis-server that asks for them
 //! (`certs`), the one poll loop with a deadline (`eventually`), the objects the operator
 //! tests build (`fixtures`), kube's mock API for exact-request tests (`mock_api`), the
 //! stand-in API server over real HTTP (`standin`), TCP proxies that cut a connection the
@@ -15,7 +16,9 @@
 //! Every test binary includes it with `mod support;` and uses a part.
 #![allow(dead_code)]
 
+pub mod aof;
 pub mod certs;
+pub mod chaos;
 pub mod console;
 pub mod eventually;
 pub mod exec;

@@ -34,6 +34,8 @@ pub enum Work {
     /// `sleep <seconds> | cat &` and `wait`: the work runs in grandchildren of the
     /// worker, none of them its direct child.
     Grandchildren,
+    /// As `Sleep`, then `done <job id>` on stdout: the job's result.
+    Echo,
 }
 
 /// The handler's command: `bash -c` and [`handler`] (bash for `$EPOCHREALTIME`: the
@@ -50,6 +52,7 @@ pub fn handler(work: Work) -> String {
     let work = match work {
         Work::Sleep => "sleep \"$secs\"",
         Work::Grandchildren => "sleep \"$secs\" | cat &\nwait",
+        Work::Echo => "sleep \"$secs\"\nprintf 'done %s' \"$JOBQUEUE_JOB_ID\"",
     };
     format!(
         r#"read kind secs
@@ -217,7 +220,8 @@ pub fn read(dir: &Path) -> Vec<Run> {
     runs
 }
 
-fn kills(dir: &Path) -> HashMap<String, f64> {
+/// The workers the test SIGKILLed ([`note_kill`]), each with when.
+pub fn kills(dir: &Path) -> HashMap<String, f64> {
     let text = std::fs::read_to_string(dir.join("kills.log")).unwrap_or_default();
     text.lines()
         .filter_map(|l| {

@@ -58,7 +58,11 @@ impl Queue {
     /// Enqueue `job` and wait up to `timeout` for its end: `Ok((enqueued, None))` when it
     /// had not ended by then. The job carries `notify` (the timeout plus
     /// [`NOTIFY_MARGIN`], unless its options give one), so its end is announced on the
-    /// queue's `done` stream and its hash (with its result) outlives the wait.
+    /// queue's `done` stream and its hash (with its result) outlives the wait. A job that
+    /// was not made because another job holds its unique key ([`Enqueued::unique`]: the
+    /// key refused it, or a waiting holder took its payload) is not waited for: the
+    /// answer is `Ok((enqueued, None))` at once, and `enqueued.unique` says which job
+    /// holds the key (whose end may never be announced: it need not carry `notify`).
     pub async fn enqueue_and_wait(
         &self,
         mut job: NewJob,
@@ -69,6 +73,9 @@ impl Queue {
         }
         let from = self.stream_tail(&self.done_key()).await?;
         let enqueued = self.enqueue(job).await?;
+        if enqueued.unique.is_some() {
+            return Ok((enqueued, None));
+        }
         let end = self
             .wait_since(enqueued.id.as_bytes(), timeout, from)
             .await?;
