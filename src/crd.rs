@@ -238,6 +238,19 @@ pub struct JobQueueSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limit_per_key: Option<RateLimitSpec>,
 
+    /// How claims choose among the priorities of ready jobs (`jobqueue enqueue
+    /// --priority`, a schedule's `priority`): `strict`, the highest priority with a ready
+    /// job first, always; or `weighted`, a round robin where priority p weighs 2^p, so
+    /// none starves. Absent: strict (a mode set with `jobqueue configure --priority-mode`
+    /// is reset, as the spec owns the queue's settings).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(
+        validation = Rule::new("self == 'strict' || self == 'weighted'")
+            .message("priorityMode must be strict or weighted")
+    )]
+    #[schemars(length(max = 16))]
+    pub priority_mode: Option<String>,
+
     /// The worker workload to scale on backlog. Without it, the operator does not scale.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workers: Option<WorkersSpec>,
@@ -306,6 +319,63 @@ pub struct ScheduleSpec {
     #[x_kube(validation = Rule::new("self == 'skip' || self == 'once'").message("missed must be skip or once"))]
     #[schemars(length(max = 8))]
     pub missed: Option<String>,
+
+    // The options of every job it fires (docs/protocol.md, Per-job options): those of
+    // `jobqueue enqueue` and `jobqueue schedule add`, each instead of the queue's setting
+    // (or the worker's) for those jobs alone.
+    /// Claims before a job it fires, failing, goes to the dead-letter set, instead of
+    /// `spec.maxAttempts` (1 to 1000000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(
+        validation = Rule::new("self >= 1 && self <= 1000000")
+            .message("a schedule's maxAttempts must be between 1 and 1000000")
+    )]
+    #[schemars(range(min = 1, max = 1_000_000))]
+    pub max_attempts: Option<u32>,
+    /// Its jobs' retry backoff after their first failure, instead of `spec.retry.initial`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(NON_NEGATIVE).message("a schedule's backoffInitial must be a duration, not negative"))]
+    #[schemars(length(max = 32))]
+    pub backoff_initial: Option<String>,
+    /// Its jobs' longest retry backoff, instead of `spec.retry.max`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(NON_NEGATIVE).message("a schedule's backoffMax must be a duration, not negative"))]
+    #[schemars(length(max = 32))]
+    pub backoff_max: Option<String>,
+    /// Each retry of its jobs waits this many times longer than the previous one (1 to
+    /// 1000), instead of `spec.retry.multiplier`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(
+        validation = Rule::new("self >= 1.0 && self <= 1000.0")
+            .message("a schedule's backoffMultiplier must be a number from 1 to 1000")
+    )]
+    #[schemars(range(min = 1.0, max = 1000.0))]
+    pub backoff_multiplier: Option<f64>,
+    /// Its jobs' priority, 0 (the default, lowest) to 9 (highest): a higher priority is
+    /// claimed first (`priorityMode` says how strictly).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(
+        validation = Rule::new("self >= 0 && self <= 9")
+            .message("a schedule's priority must be between 0 and 9")
+    )]
+    #[schemars(range(min = 0, max = 9))]
+    pub priority: Option<u8>,
+    /// The longest one run of a job it fires may take (e.g. `2m`), instead of the
+    /// worker's `--timeout`: past it, its worker stops it and fails it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(POSITIVE).message("a schedule's timeout must be a positive duration"))]
+    #[schemars(length(max = 32))]
+    pub timeout: Option<String>,
+    /// The length of its jobs' leases (e.g. `30s`), instead of `spec.visibilityTimeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(POSITIVE).message("a schedule's visibility must be a positive duration"))]
+    #[schemars(length(max = 32))]
+    pub visibility: Option<String>,
+    /// The key `spec.rateLimitPerKey` counts its jobs under (1 to 256 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.size() >= 1").message("a schedule's rateKey must not be empty"))]
+    #[schemars(length(max = 256))]
+    pub rate_key: Option<String>,
 }
 
 /// One schedule of `status.schedules`.
@@ -1038,6 +1108,7 @@ impl JobQueueSpec {
             paused: None,
             rate_limit: None,
             rate_limit_per_key: None,
+            priority_mode: None,
             workers: None,
             partitions: default_partitions(),
             schedules: Vec::new(),

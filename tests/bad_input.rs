@@ -322,6 +322,14 @@ const ROWS: &[Row] = &[
     row("enqueue-priority-negative", &["enqueue", "--redis", "{url}", "--tag", "bi", "--priority", "-1", "x"], 2, "invalid value '-1' for '--priority <N>': must not be negative"),
     row("enqueue-priority-text", &["enqueue", "--redis", "{url}", "--tag", "bi", "--priority", "high", "x"], 2, "invalid value 'high' for '--priority <N>': \"high\" is not a priority"),
     row("configure-priority-mode-word", &["configure", "--redis", "{url}", "--tag", "bi", "--priority-mode", "fair"], 2, "invalid value 'fair' for '--priority-mode <MODE>': \"fair\" is not a priority mode: strict or weighted"),
+    // A schedule's job options (the flags and checks of enqueue)
+    row("schedule-add-priority-twelve", &["schedule", "add", "--redis", "{url}", "--tag", "bi", "s", "--every", "1m", "--priority", "12", "x"], 2, "invalid value '12' for '--priority <N>': \"12\" is not a priority: a whole number from 0 (the default, lowest) to 9 (highest)"),
+    row("schedule-add-priority-negative", &["schedule", "add", "--redis", "{url}", "--tag", "bi", "s", "--every", "1m", "--priority", "-1", "x"], 2, "invalid value '-1' for '--priority <N>': must not be negative"),
+    row("schedule-add-timeout-zero", &["schedule", "add", "--redis", "{url}", "--tag", "bi", "s", "--every", "1m", "--timeout", "0s", "x"], 2, "invalid value '0s' for '--timeout <DURATION>': must be more than 0"),
+    row("schedule-add-visibility-sub-ms", &["schedule", "add", "--redis", "{url}", "--tag", "bi", "s", "--every", "1m", "--visibility", "500us", "x"], 2, "invalid visibility: 500µs is too short (at least 1ms)"),
+    row("schedule-add-max-attempts-zero", &["schedule", "add", "--redis", "{url}", "--tag", "bi", "s", "--every", "1m", "--max-attempts", "0", "x"], 2, "invalid max attempts: 0 is not between 1 and 1000000"),
+    row("schedule-add-multiplier-below-one", &["schedule", "add", "--redis", "{url}", "--tag", "bi", "s", "--every", "1m", "--backoff-multiplier", "0.5", "x"], 2, "invalid backoff multiplier: 0.5 is not a number from 1 to 1000"),
+    row("schedule-add-rate-key-empty", &["schedule", "add", "--redis", "{url}", "--tag", "bi", "s", "--every", "1m", "--rate-key", "", "x"], 2, "invalid rate key: 0 bytes: a rate key is 1 to 256 bytes"),
 ];
 
 /// Rows of the library and the protocol (no process, no exit code: the doc says `-`):

@@ -151,7 +151,19 @@ fn good_specs_pass() {
             }
         }),
     ];
-    for spec in good {
+    // the priority mode, and a schedule with every job option
+    let mut options = minimal();
+    options["priorityMode"] = json!("weighted");
+    options["schedules"] = json!([{
+        "name": "hourly", "every": "1h", "payload": "{}",
+        "maxAttempts": 3, "backoffInitial": "250ms", "backoffMax": "1m",
+        "backoffMultiplier": 1.5, "priority": 9, "timeout": "2m", "visibility": "30s",
+        "rateKey": "customer-42"
+    }]);
+    let mut strict = minimal();
+    strict["priorityMode"] = json!("strict");
+    strict["schedules"] = json!([{"name": "low", "cron": "0 3 * * *", "priority": 0}]);
+    for spec in good.into_iter().chain([options, strict]) {
         assert_eq!(cel(&object(spec.clone()), None), Ok(()), "{spec}");
     }
     // The Rust defaults too, through the generated client-side check.
@@ -254,6 +266,42 @@ fn bad_specs_are_refused_with_their_message() {
         (
             json!({"schedules": [{"name": "s", "every": "1m", "missed": "all"}]}),
             "missed must be skip or once",
+        ),
+        (
+            json!({"priorityMode": "fair"}),
+            "priorityMode must be strict or weighted",
+        ),
+        (
+            json!({"schedules": [{"name": "s", "every": "1m", "priority": 12}]}),
+            "a schedule's priority must be between 0 and 9",
+        ),
+        (
+            json!({"schedules": [{"name": "s", "every": "1m", "maxAttempts": 0}]}),
+            "a schedule's maxAttempts must be between 1 and 1000000",
+        ),
+        (
+            json!({"schedules": [{"name": "s", "every": "1m", "backoffMultiplier": 0.5}]}),
+            "a schedule's backoffMultiplier must be a number from 1 to 1000",
+        ),
+        (
+            json!({"schedules": [{"name": "s", "every": "1m", "backoffInitial": "-1s"}]}),
+            "a schedule's backoffInitial must be a duration, not negative",
+        ),
+        (
+            json!({"schedules": [{"name": "s", "every": "1m", "backoffMax": "soon"}]}),
+            "a schedule's backoffMax must be a duration, not negative",
+        ),
+        (
+            json!({"schedules": [{"name": "s", "every": "1m", "timeout": "0s"}]}),
+            "a schedule's timeout must be a positive duration",
+        ),
+        (
+            json!({"schedules": [{"name": "s", "every": "1m", "visibility": "30"}]}),
+            "a schedule's visibility must be a positive duration",
+        ),
+        (
+            json!({"schedules": [{"name": "s", "every": "1m", "rateKey": ""}]}),
+            "a schedule's rateKey must not be empty",
         ),
     ];
     for (patch, message) in cases {

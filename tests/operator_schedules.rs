@@ -7,11 +7,12 @@ mod support;
 use std::time::Duration;
 
 use jobqueue::crd::{JobQueueStatus, ScheduleSpec};
+use jobqueue::queue::JobOptions;
 use jobqueue::queue::schedule::{Missed, Rule, Schedule};
 use serde_json::json;
 use support::fixtures::{JobQueueExt, TestClock, queue};
 use support::mock_api::{Expect, Scenario, test_context_at};
-use support::redis::RedisServer;
+use support::redis::{RedisServer, wait_past};
 
 fn schedules(v: serde_json::Value) -> Vec<ScheduleSpec> {
     serde_json::from_value(v).expect("schedules")
@@ -131,4 +132,57 @@ async fn a_bad_cron_or_time_zone_is_an_invalid_spec_naming_the_schedule() {
     );
     let q = redis.queue("bad").await;
     assert!(q.schedules().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_spec_schedules_job_options_go_with_every_job_it_fires() {
+    let redis = RedisServer::start();
+    let q = redis.queue("so").await;
+    let jq = queue("so", &redis.url(), "so").edit(|s| {
+        s.schedules = schedules(json!([{
+            "name": "own", "every": "1s", "payload": "p",
+            "maxAttempts": 3, "backoffInitial": "250ms", "backoffMax": "1m",
+            "backoffMultiplier": 1.5, "priority": 7, "timeout": "2m", "visibility": "30s",
+            "rateKey": "customer-42"
+        }]))
+    });
+    let clock = TestClock::new();
+    let (ctx, mut api, _) = test_context_at(&clock);
+    let (result, _) = Scenario::new(&jq)
+        .expect(Expect::StatusPatch)
+        .run(&ctx, &mut api)
+        .await;
+    result.unwrap();
+    let own = JobOptions {
+        max_attempts: Some(3),
+        backoff_initial: Some(Duration::from_millis(250)),
+        backoff_max: Some(Duration::from_secs(60)),
+        backoff_multiplier: Some(1.5),
+        priority: Some(7),
+        timeout: Some(Duration::from_secs(120)),
+        visibility: Some(Duration::from_secs(30)),
+        rate_key: Some("customer-42".into()),
+        notify: None,
+    };
+    let stored = q.schedule("own").await.unwrap().unwrap();
+    let want: Vec<(String, String)> = own
+        .to_fields()
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    let mut got = stored.options.clone();
+    got.sort();
+    let mut want_sorted = want.clone();
+    want_sorted.sort();
+    assert_eq!(got, want_sorted);
+    // fired (as any firer does), the job carries them
+    let tick = stored.next_tick.unwrap();
+    wait_past(&mut redis.conn(), tick);
+    assert_eq!(q.fire_schedules(None).await.unwrap().fired, 1);
+    let job = q
+        .job(format!("sched:own:{tick}"))
+        .await
+        .unwrap()
+        .expect("the fired job");
+    assert_eq!((job.priority, job.options), (7, own));
 }

@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use jobqueue::crd::{JobQueue, JobQueueStatus, WorkersSpec};
-use jobqueue::queue::{NewJob, Queue};
+use jobqueue::queue::{NewJob, PriorityMode, Queue};
 use kube::runtime::controller::Action;
 use serde_json::json;
 use support::fixtures::{JobQueueExt, TestClock, queue};
@@ -233,4 +233,58 @@ async fn an_invalid_workers_part_is_reported_while_redis_is_down_too() {
     assert_eq!((s, reason), ("False", "InvalidWorkers"));
     let (s, reason, _) = condition(status, "Scaling");
     assert_eq!((s, reason), ("Unknown", "RedisUnreachable"));
+}
+
+#[tokio::test]
+async fn spec_priority_mode_is_the_queues_and_strict_when_absent() {
+    let redis = RedisServer::start();
+    let q = redis.queue("pm").await;
+    let in_meta = async || q.meta_fields().await.unwrap().get("priority_mode").cloned();
+    let weighted =
+        queue("pm", &redis.url(), "pm").edit(|s| s.priority_mode = Some("weighted".into()));
+    let clock = TestClock::new();
+    let (ctx, mut api, _) = test_context_at(&clock);
+    let status = good_reconcile(&weighted, &ctx, &mut api).await;
+    assert_eq!(q.priority_mode().await.unwrap(), PriorityMode::Weighted);
+    assert_eq!(in_meta().await.as_deref(), Some("weighted"));
+
+    // changed by hand (`jobqueue configure --priority-mode strict`): the spec owns the
+    // queue's settings, so the next reconcile writes its mode back
+    q.set_priority_mode(PriorityMode::Strict).await.unwrap();
+    clock.advance(10);
+    let again = weighted.clone().at_generation(2, "2").with_status(status);
+    let status = good_reconcile(&again, &ctx, &mut api).await;
+    assert_eq!(q.priority_mode().await.unwrap(), PriorityMode::Weighted);
+
+    // removed from the spec: strict, the scripts' default (the field goes)
+    clock.advance(10);
+    let absent = again
+        .at_generation(3, "3")
+        .edit(|s| s.priority_mode = None)
+        .with_status(status);
+    let status = good_reconcile(&absent, &ctx, &mut api).await;
+    assert_eq!(q.priority_mode().await.unwrap(), PriorityMode::Strict);
+    assert_eq!(in_meta().await, None);
+
+    // a mode CEL would refuse, past an API server without the rules: named, and the
+    // queue keeps its last good settings
+    clock.advance(10);
+    let bad = absent
+        .at_generation(4, "4")
+        .edit(|s| s.priority_mode = Some("fair".into()))
+        .with_status(status);
+    let (result, seen) = Scenario::new(&bad)
+        .expect(Expect::StatusPatch)
+        .expect(Expect::Event("Warning", "InvalidSpec"))
+        .run(&ctx, &mut api)
+        .await;
+    result.unwrap();
+    let (s, reason, message) = condition(&seen.statuses[0], "SpecValid");
+    assert_eq!((s, reason), ("False", "LastGoodSpec"));
+    assert!(
+        message.contains("spec.priorityMode")
+            && message.contains("\"fair\" is not a priority mode"),
+        "{message}"
+    );
+    assert_eq!(in_meta().await, None);
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use jobqueue::queue::schedule::{Missed, Rule, Schedule};
 use jobqueue::queue::{JobOptions, Queue, QueueSettings};
 use redis::Commands;
+use std::process::{Command, Stdio};
 use support::eventually::eventually;
 use support::redis::{RedisServer, redis_now_ms, wait_past};
 
@@ -247,4 +248,62 @@ async fn paused_and_removed_schedules_fire_nothing() {
         .next_tick
         .unwrap();
     assert!(resumed > first, "ticks while paused are not fired");
+}
+
+#[tokio::test]
+async fn schedule_add_gives_every_fired_job_the_options_enqueue_takes() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let queue = server.queue("opts").await;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_jobqueue"));
+    for var in ["JOBQUEUE_REDIS_URL", "JOBQUEUE_CLUSTER", "JOBQUEUE_TAG"] {
+        cmd.env_remove(var);
+    }
+    let out = cmd
+        .args(["schedule", "add", "--redis", &server.url(), "--tag", "opts"])
+        .args(["own", "--every", "1s", "tick"])
+        .args(["--priority", "7", "--max-attempts", "3"])
+        .args(["--backoff-initial", "250ms", "--backoff-max", "1m"])
+        .args(["--backoff-multiplier", "1.5", "--timeout", "2m"])
+        .args(["--visibility", "30s", "--rate-key", "customer-42"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "schedule add failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let own = JobOptions {
+        max_attempts: Some(3),
+        backoff_initial: Some(Duration::from_millis(250)),
+        backoff_max: Some(Duration::from_secs(60)),
+        backoff_multiplier: Some(1.5),
+        priority: Some(7),
+        visibility: Some(Duration::from_secs(30)),
+        timeout: Some(Duration::from_secs(120)),
+        rate_key: Some("customer-42".into()),
+        notify: None,
+    };
+    let stored = queue.schedule("own").await.unwrap().unwrap();
+    let mut names: Vec<&str> = stored.options.iter().map(|(k, _)| k.as_str()).collect();
+    names.sort();
+    let mut want: Vec<&str> = own.to_fields().into_iter().map(|(k, _)| k).collect();
+    want.sort();
+    assert_eq!(names, want, "{:?}", stored.options);
+
+    let tick = stored.next_tick.unwrap();
+    wait_past(&mut conn, tick);
+    assert_eq!(queue.fire_schedules(None).await.unwrap().fired, 1);
+    let id = format!("sched:own:{tick}");
+    let job = queue.job(&id).await.unwrap().expect("the fired job");
+    assert_eq!((job.priority, &job.options), (7, &own));
+    // it waits in priority 7's list, and its lease is its own
+    let pending7: Vec<String> = conn.lrange("jq:{opts}:pending:7", 0, -1).unwrap();
+    assert_eq!(pending7, vec![id.clone()]);
+    let lease = queue.claim(1, "w", None).await.unwrap().remove(0);
+    assert_eq!(
+        (lease.id.to_string(), lease.visibility, lease.timeout),
+        (id, own.visibility, own.timeout)
+    );
 }

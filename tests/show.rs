@@ -10,7 +10,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use jobqueue::queue::{Backoff, FailMode, NewJob, Queue, QueueSettings};
+use jobqueue::queue::{Backoff, FailMode, JobOptions, NewJob, Queue, QueueSettings};
+use serde_json::json;
 use support::redis::{RedisServer, enqueue_raw};
 
 const BIN: &str = env!("CARGO_BIN_EXE_jobqueue");
@@ -212,6 +213,123 @@ async fn payloads_are_previewed_and_given_whole_on_request() {
         serde_json::from_str(&ok(&server, "pl", &["show", "big", "--json", "--full"])).unwrap();
     assert_eq!(json["payload_truncated"], false);
     assert_eq!(json["payload_hex"], hex::encode(&payload));
+}
+
+#[tokio::test]
+async fn a_jobs_own_options_are_shown_as_its_hash_holds_them() {
+    let server = RedisServer::start();
+    let queue = server.queue("opt").await;
+    // every option enqueue's flags set, through the CLI
+    ok(
+        &server,
+        "opt",
+        &[
+            "enqueue",
+            "--id",
+            "own",
+            "--priority",
+            "7",
+            "--max-attempts",
+            "3",
+            "--backoff-initial",
+            "250ms",
+            "--backoff-max",
+            "1m",
+            "--backoff-multiplier",
+            "1.5",
+            "--timeout",
+            "2m",
+            "--visibility",
+            "30s",
+            "--rate-key",
+            "customer-42",
+            "x",
+        ],
+    );
+    // notify, which `enqueue --wait` sets, through the library
+    queue
+        .enqueue(NewJob::new("y").id("waited").options(JobOptions {
+            notify: Some(Duration::from_secs(600)),
+            ..JobOptions::default()
+        }))
+        .await
+        .unwrap();
+    queue.enqueue(NewJob::new("z").id("plain")).await.unwrap();
+    let before = snapshot(&server);
+
+    let text = ok(&server, "opt", &["show", "own"]);
+    assert_eq!(row(&text, "priority"), "7");
+    assert_eq!(row(&text, "max attempts"), "3");
+    assert_eq!(
+        row(&text, "backoff"),
+        "initial 250ms, max 1m, multiplier 1.5"
+    );
+    assert_eq!(row(&text, "timeout"), "2m (one run at most)");
+    assert_eq!(row(&text, "visibility"), "30s (each lease)");
+    assert_eq!(row(&text, "rate key"), "customer-42");
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&server, "opt", &["show", "own", "--json"])).unwrap();
+    let fields = [
+        "priority",
+        "max_attempts",
+        "backoff_initial_ms",
+        "backoff_max_ms",
+        "backoff_multiplier",
+        "timeout_ms",
+        "visibility_timeout_ms",
+        "rate_key",
+        "notify",
+    ];
+    let values = |json: &serde_json::Value| -> Vec<serde_json::Value> {
+        fields.iter().map(|f| json[*f].clone()).collect()
+    };
+    assert_eq!(
+        values(&json),
+        [
+            json!(7),
+            json!(3),
+            json!(250),
+            json!(60_000),
+            json!(1.5),
+            json!(120_000),
+            json!(30_000),
+            json!("customer-42"),
+            json!(null)
+        ],
+        "{json}"
+    );
+
+    let text = ok(&server, "opt", &["show", "waited"]);
+    assert_eq!(
+        row(&text, "notify"),
+        "10m (its end is announced on the done stream; its hash is kept this long after)"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&server, "opt", &["show", "waited", "--json"])).unwrap();
+    assert_eq!(json["notify"], 600_000, "{json}");
+
+    // a job of none: the queue's settings apply, no row says otherwise
+    let text = ok(&server, "opt", &["show", "plain"]);
+    assert_eq!(row(&text, "priority"), "0");
+    for label in [
+        "max attempts",
+        "backoff",
+        "timeout",
+        "visibility",
+        "rate key",
+        "notify",
+    ] {
+        assert!(
+            !text.lines().any(|l| l.starts_with(&format!("{label:<14}"))),
+            "{label} shown for a job without it:\n{text}"
+        );
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&server, "opt", &["show", "plain", "--json"])).unwrap();
+    assert_eq!(values(&json)[0], json!(0));
+    assert!(values(&json)[1..].iter().all(|v| v.is_null()), "{json}");
+
+    assert!(snapshot(&server) == before, "show wrote to Redis");
 }
 
 #[tokio::test]

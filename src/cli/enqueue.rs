@@ -83,44 +83,8 @@ pub struct EnqueueArgs {
     /// now. Not with --delay.
     #[arg(long, value_name = "TIME", conflicts_with = "delay", value_parser = run_at)]
     pub at: Option<std::time::SystemTime>,
-    /// Claims before this job, failing, goes to the dead-letter set, instead of the
-    /// queue's max attempts (1 to 1000000).
-    #[arg(
-        long,
-        allow_hyphen_values = true,
-        help_heading = "This job's own retry policy (instead of the queue's)"
-    )]
-    pub max_attempts: Option<u32>,
-    /// This job's retry backoff after its first failure.
-    #[arg(long, allow_hyphen_values = true, value_parser = crate::duration::parse, help_heading = "This job's own retry policy (instead of the queue's)")]
-    pub backoff_initial: Option<Duration>,
-    /// This job's longest retry backoff.
-    #[arg(long, allow_hyphen_values = true, value_parser = crate::duration::parse, help_heading = "This job's own retry policy (instead of the queue's)")]
-    pub backoff_max: Option<Duration>,
-    /// Each of this job's retries waits this many times longer than the previous one
-    /// (1 to 1000).
-    #[arg(
-        long,
-        allow_hyphen_values = true,
-        help_heading = "This job's own retry policy (instead of the queue's)"
-    )]
-    pub backoff_multiplier: Option<f64>,
-    /// The job's priority, 0 (the default, lowest) to 9: a higher priority is claimed
-    /// first, jobs of one priority in their order (`jobqueue configure --priority-mode`
-    /// says how strictly).
-    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = parse_priority)]
-    pub priority: Option<u8>,
-    /// The longest one run of this job may take (e.g. `2m`): past it, its worker stops it
-    /// (an exec command gets SIGTERM, then SIGKILL after the worker's --kill-grace) and
-    /// fails it with `timed out after <DURATION>`, retried or dead-lettered as any
-    /// failure. Instead of the worker's --timeout.
-    #[arg(long, value_name = "DURATION", value_parser = super::argv::positive_duration, help_heading = "This job's own run limits (instead of the queue's and the worker's)")]
-    pub timeout: Option<Duration>,
-    /// The length of this job's leases (e.g. `30s`): each claim and renewal leases it for
-    /// this long, so a crashed worker's run of it is taken back this soon. Instead of
-    /// the queue's visibility timeout and a worker's --visibility.
-    #[arg(long, value_name = "DURATION", value_parser = super::argv::positive_duration, help_heading = "This job's own run limits (instead of the queue's and the worker's)")]
-    pub visibility: Option<Duration>,
+    #[command(flatten)]
+    pub job: JobOptionArgs,
     /// At most one job with this key at a time (any 1 to 1024 bytes): while a job holds
     /// it, this one is refused (exit 7, the holder's id printed).
     #[arg(long, value_name = "KEY", value_parser = clap::value_parser!(std::ffi::OsString), help_heading = "Unique jobs")]
@@ -134,11 +98,6 @@ pub struct EnqueueArgs {
     /// claimed; a later enqueue replaces the waiting job's payload and delay).
     #[arg(long, value_name = "MODE", requires = "unique_key", value_parser = unique_mode, help_heading = "Unique jobs")]
     pub unique_mode: Option<UniqueMode>,
-    /// Count this job (every job of the call) under this key for the queue's per-key
-    /// rate limit (`jobqueue configure --rate-limit-per-key`), e.g. a customer id: 1 to
-    /// 256 bytes.
-    #[arg(long, value_name = "KEY")]
-    pub rate_key: Option<String>,
     /// With --stdin: print each new job's id instead of a count.
     #[arg(long, requires = "stdin")]
     pub print_ids: bool,
@@ -161,6 +120,72 @@ pub struct EnqueueArgs {
     /// itself goes on). Not --timeout, which limits one run of the job.
     #[arg(long, value_name = "DURATION", requires = "wait", value_parser = crate::duration::parse, default_value = "30s")]
     pub wait_timeout: Duration,
+}
+
+/// The job's own options (docs/protocol.md, *Per-job options*), each instead of the
+/// queue's setting (or the worker's) for that job alone: the flags of `enqueue` and of
+/// `schedule add` (for every job the schedule fires), parsed and checked alike.
+#[derive(Debug, Default, Args)]
+pub struct JobOptionArgs {
+    /// Claims before the job, failing, goes to the dead-letter set, instead of the
+    /// queue's max attempts (1 to 1000000).
+    #[arg(
+        long,
+        allow_hyphen_values = true,
+        help_heading = "The job's own retry policy (instead of the queue's)"
+    )]
+    pub max_attempts: Option<u32>,
+    /// The job's retry backoff after its first failure.
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::duration::parse, help_heading = "The job's own retry policy (instead of the queue's)")]
+    pub backoff_initial: Option<Duration>,
+    /// The job's longest retry backoff.
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::duration::parse, help_heading = "The job's own retry policy (instead of the queue's)")]
+    pub backoff_max: Option<Duration>,
+    /// Each of the job's retries waits this many times longer than the previous one
+    /// (1 to 1000).
+    #[arg(
+        long,
+        allow_hyphen_values = true,
+        help_heading = "The job's own retry policy (instead of the queue's)"
+    )]
+    pub backoff_multiplier: Option<f64>,
+    /// The job's priority, 0 (the default, lowest) to 9: a higher priority is claimed
+    /// first, jobs of one priority in their order (`jobqueue configure --priority-mode`
+    /// says how strictly).
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = parse_priority)]
+    pub priority: Option<u8>,
+    /// The longest one run of the job may take (e.g. `2m`): past it, its worker stops it
+    /// (an exec command gets SIGTERM, then SIGKILL after the worker's --kill-grace) and
+    /// fails it with `timed out after <DURATION>`, retried or dead-lettered as any
+    /// failure. Instead of the worker's --timeout.
+    #[arg(long, value_name = "DURATION", value_parser = super::argv::positive_duration, help_heading = "The job's own run limits (instead of the queue's and the worker's)")]
+    pub timeout: Option<Duration>,
+    /// The length of the job's leases (e.g. `30s`): each claim and renewal leases it for
+    /// this long, so a crashed worker's run of it is taken back this soon. Instead of
+    /// the queue's visibility timeout and a worker's --visibility.
+    #[arg(long, value_name = "DURATION", value_parser = super::argv::positive_duration, help_heading = "The job's own run limits (instead of the queue's and the worker's)")]
+    pub visibility: Option<Duration>,
+    /// Count the job under this key for the queue's per-key rate limit (`jobqueue
+    /// configure --rate-limit-per-key`), e.g. a customer id: 1 to 256 bytes.
+    #[arg(long, value_name = "KEY")]
+    pub rate_key: Option<String>,
+}
+
+impl JobOptionArgs {
+    /// The options given, as the job stores them.
+    pub fn options(&self) -> JobOptions {
+        JobOptions {
+            max_attempts: self.max_attempts,
+            backoff_initial: self.backoff_initial,
+            backoff_max: self.backoff_max,
+            backoff_multiplier: self.backoff_multiplier,
+            priority: self.priority,
+            visibility: self.visibility,
+            timeout: self.timeout,
+            rate_key: self.rate_key.clone(),
+            ..Default::default()
+        }
+    }
 }
 
 /// `--unique-mode`: one of the three words.
@@ -220,17 +245,7 @@ impl EnqueueArgs {
 
     /// The job's own options given on the command line.
     fn options(&self) -> JobOptions {
-        JobOptions {
-            max_attempts: self.max_attempts,
-            backoff_initial: self.backoff_initial,
-            backoff_max: self.backoff_max,
-            backoff_multiplier: self.backoff_multiplier,
-            priority: self.priority,
-            visibility: self.visibility,
-            timeout: self.timeout,
-            rate_key: self.rate_key.clone(),
-            ..Default::default()
-        }
+        self.job.options()
     }
 }
 

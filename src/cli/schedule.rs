@@ -8,14 +8,16 @@ use clap::{ArgGroup, Args, Subcommand};
 
 use super::ConnectArgs;
 use super::common::{Target, UsageError, open_target};
+use super::enqueue::JobOptionArgs;
 use super::format::format_epoch_ms;
+use crate::queue::Queue;
 use crate::queue::schedule::{Missed, Rule, Schedule, ScheduleInfo};
-use crate::queue::{JobOptions, Queue};
 
 pub const EXAMPLES: &str = "\
 Examples:
   jobqueue schedule add --tag reports nightly --cron '0 3 * * *' --tz Europe/Paris '{\"kind\":\"nightly\"}'
   jobqueue schedule add --tag pings ping --every 30s --missed once ping
+  jobqueue schedule add --tag reports hourly --every 1h --priority 7 --timeout 10m --visibility 1m '{}'
   jobqueue schedule ls --tag reports
   jobqueue schedule show --tag reports nightly      # the rule and its next 5 ticks
   jobqueue schedule pause --tag reports nightly
@@ -26,7 +28,11 @@ A schedule enqueues one job per tick, id sched:<name>:<tick ms>, whoever fires i
 worker's reaper and the operator fire due schedules. A tick fired late by its interval or
 more follows --missed: skip (no job; the next tick is the first after now) or once (one
 job for the missed ticks). Cron takes 5 fields (minute hour day month weekday) or 6
-(seconds first), in --tz (an IANA time zone; default UTC).";
+(seconds first), in --tz (an IANA time zone; default UTC).
+
+Every job a schedule fires carries the schedule's own job options, the flags of
+`jobqueue enqueue` with the same names and checks: --max-attempts, --backoff-initial,
+--backoff-max, --backoff-multiplier, --priority, --timeout, --visibility, --rate-key.";
 
 #[derive(Debug, Args)]
 pub struct ScheduleArgs {
@@ -37,7 +43,7 @@ pub struct ScheduleArgs {
 #[derive(Debug, Subcommand)]
 pub enum ScheduleCommand {
     /// Add a schedule, or replace the rule of the one of that name.
-    Add(AddArgs),
+    Add(Box<AddArgs>),
     /// List the queue's schedules with their last and next tick.
     #[command(mut_arg("durability", super::read_only))]
     Ls(LsArgs),
@@ -76,15 +82,9 @@ pub struct AddArgs {
     /// Add it paused.
     #[arg(long)]
     pub paused: bool,
-    /// Claims before a job of this schedule, failing, is dead-lettered (1 to 1000000).
-    #[arg(long)]
-    pub max_attempts: Option<u32>,
-    /// The jobs' retry backoff after their first failure.
-    #[arg(long, value_parser = crate::duration::parse)]
-    pub backoff_initial: Option<Duration>,
-    /// The jobs' longest retry backoff.
-    #[arg(long, value_parser = crate::duration::parse)]
-    pub backoff_max: Option<Duration>,
+    /// The options of every job it fires, as `jobqueue enqueue` takes them.
+    #[command(flatten)]
+    pub job: JobOptionArgs,
 }
 
 #[derive(Debug, Args)]
@@ -122,6 +122,7 @@ pub async fn run(args: ScheduleArgs) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     match args.command {
         ScheduleCommand::Add(a) => {
+            let a = *a;
             let queue = one_queue(&a.connect).await?;
             if a.every.is_some() && a.tz.is_some() {
                 return Err(UsageError(
@@ -141,13 +142,7 @@ pub async fn run(args: ScheduleArgs) -> anyhow::Result<()> {
                 name: a.name.clone(),
                 rule,
                 payload: a.payload.into_bytes(),
-                options: JobOptions {
-                    max_attempts: a.max_attempts,
-                    backoff_initial: a.backoff_initial,
-                    backoff_max: a.backoff_max,
-                    backoff_multiplier: None,
-                    ..Default::default()
-                },
+                options: a.job.options(),
                 missed: Missed::parse(&a.missed)?,
                 paused: a.paused,
             };

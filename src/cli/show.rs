@@ -5,6 +5,7 @@
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{Context, anyhow};
 use clap::Args;
@@ -14,7 +15,7 @@ use super::common::UsageError;
 use super::format::{escape, format_epoch_ms};
 use crate::queue::view::millis;
 pub use crate::queue::view::{JobView, Payload, find};
-use crate::queue::{JobId, JobStatus, PURGED_REMEMBERED_MS, Queue};
+use crate::queue::{JobId, JobOptions, JobStatus, PURGED_REMEMBERED_MS, Queue};
 
 pub const EXAMPLES: &str = "\
 Examples:
@@ -89,6 +90,46 @@ fn timing_row(view: &JobView) -> Option<(&'static str, String)> {
     }
 }
 
+/// The rows of the job's own options (docs/protocol.md, *Per-job options*), each only
+/// when the job has it: without, the queue's setting (or the worker's) applies.
+fn option_rows(o: &JobOptions) -> Vec<(&'static str, String)> {
+    let d = |d: Duration| crate::duration::format(d);
+    let mut rows = Vec::new();
+    if let Some(n) = o.max_attempts {
+        rows.push(("max attempts", n.to_string()));
+    }
+    let backoff: Vec<String> = [
+        o.backoff_initial.map(|v| format!("initial {}", d(v))),
+        o.backoff_max.map(|v| format!("max {}", d(v))),
+        o.backoff_multiplier.map(|m| format!("multiplier {m}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !backoff.is_empty() {
+        rows.push(("backoff", backoff.join(", ")));
+    }
+    if let Some(t) = o.timeout {
+        rows.push(("timeout", format!("{} (one run at most)", d(t))));
+    }
+    if let Some(v) = o.visibility {
+        rows.push(("visibility", format!("{} (each lease)", d(v))));
+    }
+    if let Some(key) = &o.rate_key {
+        rows.push(("rate key", escape(key.as_bytes(), false)));
+    }
+    if let Some(n) = o.notify {
+        rows.push((
+            "notify",
+            format!(
+                "{} (its end is announced on the done stream; its hash is kept this long after)",
+                d(n)
+            ),
+        ));
+    }
+    rows
+}
+
 /// The job as text, one `label value` row per line, then its payload.
 pub fn write_text(view: &JobView, out: &mut impl Write, payload: Payload) -> std::io::Result<()> {
     let info = &view.info;
@@ -109,6 +150,8 @@ pub fn write_text(view: &JobView, out: &mut impl Write, payload: Payload) -> std
         let mode = info.unique_mode.as_deref().unwrap_or("until-done");
         rows.push(("unique key", format!("{key} ({mode})")));
     }
+    rows.push(("priority", info.priority.to_string()));
+    rows.extend(option_rows(&info.options));
     if let Some(a) = &view.aside {
         let (label, until) = if a.purged {
             (

@@ -22,7 +22,7 @@ use crate::crd::{
     ScalingPolicyType, SecretKeySelector, SelectPolicy, WorkersSpec,
 };
 use crate::queue::auto_visibility::AutoBounds;
-use crate::queue::{Durability, MAX_BATCH, QueueSettings};
+use crate::queue::{Durability, JobOptions, MAX_BATCH, PriorityMode, QueueSettings};
 
 /// A spec the controller cannot act on, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -239,16 +239,49 @@ fn schedules(spec: &JobQueueSpec) -> Result<Vec<crate::queue::schedule::Schedule
             }
         };
         rule.validate().map_err(bad)?;
+        let options = schedule_options(s)?;
         out.push(Schedule {
             name: s.name.clone(),
             rule,
             payload: s.payload.clone().into_bytes(),
-            options: Default::default(),
+            options,
             missed: Missed::parse(s.missed.as_deref().unwrap_or("skip")).map_err(bad)?,
             paused: false,
         });
     }
     Ok(out)
+}
+
+/// The options of every job a `spec.schedules` entry fires, checked as enqueue checks
+/// them; a bad one names its schedule and field.
+fn schedule_options(s: &crate::crd::ScheduleSpec) -> Result<JobOptions, InvalidSpec> {
+    let duration = |field: &str, text: &Option<String>, positive: bool| {
+        text.as_deref()
+            .map(|t| {
+                parse_duration("spec.schedules", t, positive).map_err(|e| {
+                    invalid(
+                        "spec.schedules",
+                        format!("{}: {field}: {}", s.name, e.reason),
+                    )
+                })
+            })
+            .transpose()
+    };
+    let options = JobOptions {
+        max_attempts: s.max_attempts,
+        backoff_initial: duration("backoffInitial", &s.backoff_initial, false)?,
+        backoff_max: duration("backoffMax", &s.backoff_max, false)?,
+        backoff_multiplier: s.backoff_multiplier,
+        priority: s.priority,
+        timeout: duration("timeout", &s.timeout, true)?,
+        visibility: duration("visibility", &s.visibility, true)?,
+        rate_key: s.rate_key.clone(),
+        notify: None,
+    };
+    options
+        .validate()
+        .map_err(|e| invalid("spec.schedules", format!("{}: {e}", s.name)))?;
+    Ok(options)
 }
 
 /// `spec.visibilityTimeout: auto` and `spec.visibilityAuto`: the bounds, checked.
@@ -546,6 +579,13 @@ fn queue_settings(spec: &JobQueueSpec) -> Result<QueueSettings, InvalidSpec> {
         dead_max_len: spec.dead_letter.max_length,
         rate_limit: rate_limit("spec.rateLimit", spec.rate_limit.as_ref())?,
         rate_limit_per_key: rate_limit("spec.rateLimitPerKey", spec.rate_limit_per_key.as_ref())?,
+        priority_mode: spec
+            .priority_mode
+            .as_deref()
+            .map(PriorityMode::parse)
+            .transpose()
+            .map_err(|reason| invalid("spec.priorityMode", reason))?
+            .unwrap_or_default(),
     })
 }
 
@@ -742,6 +782,109 @@ mod tests {
                     .unwrap_or_else(|| panic!("the spec is invalid: {spec:?}"))
                     .field
             }
+        }
+    }
+
+    #[test]
+    fn the_priority_mode_is_a_setting_strict_when_absent() {
+        let mut s = spec();
+        assert_eq!(
+            plan(&s).unwrap().settings.priority_mode,
+            PriorityMode::Strict
+        );
+        for (text, mode) in [
+            ("strict", PriorityMode::Strict),
+            ("weighted", PriorityMode::Weighted),
+        ] {
+            s.priority_mode = Some(text.into());
+            assert_eq!(plan(&s).unwrap().settings.priority_mode, mode);
+        }
+        s.priority_mode = Some("fair".into());
+        let e = plan(&s).expect_err("not a mode");
+        assert_eq!(
+            (e.field, e.reason.as_str()),
+            (
+                "spec.priorityMode",
+                "\"fair\" is not a priority mode: strict or weighted"
+            )
+        );
+    }
+
+    fn schedule(options: serde_json::Value) -> crate::crd::ScheduleSpec {
+        let mut v = serde_json::json!({"name": "hourly", "every": "1h", "payload": "{}"});
+        if let (Some(v), serde_json::Value::Object(options)) = (v.as_object_mut(), options) {
+            v.extend(options);
+        }
+        serde_json::from_value(v).expect("a schedule")
+    }
+
+    #[test]
+    fn a_schedules_job_options_are_checked_as_enqueue_checks_them() {
+        let mut s = spec();
+        s.schedules = vec![schedule(serde_json::json!({
+            "maxAttempts": 3, "backoffInitial": "250ms", "backoffMax": "1m",
+            "backoffMultiplier": 1.5, "priority": 7, "timeout": "2m", "visibility": "30s",
+            "rateKey": "customer-42"
+        }))];
+        assert_eq!(
+            plan(&s).unwrap().schedules[0].options,
+            JobOptions {
+                max_attempts: Some(3),
+                backoff_initial: Some(Duration::from_millis(250)),
+                backoff_max: Some(Duration::from_secs(60)),
+                backoff_multiplier: Some(1.5),
+                priority: Some(7),
+                timeout: Some(Duration::from_secs(120)),
+                visibility: Some(Duration::from_secs(30)),
+                rate_key: Some("customer-42".into()),
+                notify: None,
+            }
+        );
+        s.schedules = vec![schedule(serde_json::json!({}))];
+        assert!(plan(&s).unwrap().schedules[0].options.is_empty());
+        let cases = [
+            (
+                serde_json::json!({"priority": 12}),
+                "hourly: invalid priority: 12 is not between 0 and 9",
+            ),
+            (
+                serde_json::json!({"maxAttempts": 0}),
+                "hourly: invalid max attempts: 0 is not between 1 and 1000000",
+            ),
+            (
+                serde_json::json!({"backoffMultiplier": 0.5}),
+                "hourly: invalid backoff multiplier: 0.5 is not a number from 1 to 1000",
+            ),
+            (
+                serde_json::json!({"timeout": "0s"}),
+                "hourly: timeout: \"0s\" must be above zero",
+            ),
+            (
+                serde_json::json!({"visibility": "soon"}),
+                "hourly: visibility: \"soon\" is not a duration",
+            ),
+            (
+                serde_json::json!({"backoffInitial": "-1s"}),
+                "hourly: backoffInitial: \"-1s\" is negative",
+            ),
+            (
+                serde_json::json!({"backoffInitial": "1m", "backoffMax": "1s"}),
+                "hourly: invalid backoff max: 1s is below the initial backoff 1m",
+            ),
+            (
+                serde_json::json!({"rateKey": ""}),
+                "hourly: invalid rate key: 0 bytes",
+            ),
+            (
+                serde_json::json!({"timeout": "500us"}),
+                "hourly: invalid timeout: 500µs is too short (at least 1ms)",
+            ),
+        ];
+        for (options, says) in cases {
+            s.schedules = vec![schedule(options.clone())];
+            let e = plan(&s).expect_err(&format!("{options} is refused"));
+            assert_eq!(e.field, "spec.schedules", "{options}");
+            assert!(e.reason.starts_with(says), "{options}: {}", e.reason);
         }
     }
 

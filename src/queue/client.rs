@@ -2297,6 +2297,7 @@ fn info_from_fields(id: &[u8], fields: &HashMap<String, Vec<u8>>) -> JobInfo {
             at: int("progress_at"),
         }),
         result: fields.get("result").map(|r| Bytes::from(r.clone())),
+        options: JobOptions::from_fields(fields),
     }
 }
 

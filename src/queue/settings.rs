@@ -12,11 +12,12 @@ pub const DURABILITY_FIELD: &str = "durability";
 
 /// The field of `meta` that holds the queue's priority mode, `strict` (or absent) or
 /// `weighted`: how claim chooses among the ready lists of the priorities (docs/protocol.md,
-/// *Priorities*). Written by `jobqueue configure --priority-mode`, not by the operator.
+/// *Priorities*). Written by `jobqueue configure --priority-mode` and, from
+/// `spec.priorityMode`, by the operator (a [`QueueSettings`] field: strict removes it).
 pub const PRIORITY_MODE_FIELD: &str = "priority_mode";
 
 /// How claims choose among priorities.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PriorityMode {
     /// The highest priority with a ready job first, always: a steady flow of high
@@ -77,6 +78,10 @@ pub struct QueueSettings {
     /// The same for the jobs of each rate key (`rate_limit_per_key`).
     #[serde(default)]
     pub rate_limit_per_key: Option<RateLimit>,
+    /// How claims choose among the priorities (`priority_mode`): weighted is written,
+    /// strict (the scripts' default) removes the field.
+    #[serde(default)]
+    pub priority_mode: PriorityMode,
 }
 
 impl Default for QueueSettings {
@@ -92,6 +97,7 @@ impl Default for QueueSettings {
             dead_max_len: 10_000,
             rate_limit: None,
             rate_limit_per_key: None,
+            priority_mode: PriorityMode::Strict,
         }
     }
 }
@@ -178,10 +184,15 @@ impl QueueSettings {
             self.rate_limit_per_key
                 .map(|l| (RATE_LIMIT_PER_KEY_FIELD, l.to_field())),
         )
+        .chain(
+            (self.priority_mode != PriorityMode::Strict)
+                .then(|| (PRIORITY_MODE_FIELD, self.priority_mode.as_str().to_string())),
+        )
         .collect()
     }
 
-    /// The `meta` fields these settings have none of (a rate limit that is not set):
+    /// The `meta` fields these settings have none of (a rate limit that is not set, the
+    /// priority mode when strict):
     /// [`Queue::configure`](super::Queue::configure) removes them.
     pub fn absent_fields(&self) -> Vec<&'static str> {
         let mut out = Vec::new();
@@ -190,6 +201,9 @@ impl QueueSettings {
         }
         if self.rate_limit_per_key.is_none() {
             out.push(RATE_LIMIT_PER_KEY_FIELD);
+        }
+        if self.priority_mode == PriorityMode::Strict {
+            out.push(PRIORITY_MODE_FIELD);
         }
         out
     }
@@ -259,6 +273,9 @@ impl QueueSettings {
             rate_limit_per_key: fields
                 .get(RATE_LIMIT_PER_KEY_FIELD)
                 .and_then(|v| RateLimit::from_field(v)),
+            priority_mode: PriorityMode::from_field(
+                fields.get(PRIORITY_MODE_FIELD).map(String::as_str),
+            ),
         }
     }
 }
@@ -306,8 +323,10 @@ mod tests {
             max_attempts: 3,
             backoff_multiplier: 1.5,
             dead_max_len: 7,
+            priority_mode: PriorityMode::Weighted,
             ..QueueSettings::default()
         };
+        assert!(!settings.absent_fields().contains(&PRIORITY_MODE_FIELD));
         let fields: HashMap<String, String> = settings
             .to_fields()
             .into_iter()
@@ -315,7 +334,17 @@ mod tests {
             .collect();
         assert_eq!(fields["visibility_timeout_ms"], "60000");
         assert_eq!(fields["backoff_multiplier"], "1.5");
+        assert_eq!(fields[PRIORITY_MODE_FIELD], "weighted");
         assert_eq!(QueueSettings::from_fields(&fields), settings);
+        // strict is the scripts' default: the field is removed, not written
+        let strict = QueueSettings::default();
+        assert!(
+            strict
+                .to_fields()
+                .iter()
+                .all(|(k, _)| *k != PRIORITY_MODE_FIELD)
+        );
+        assert!(strict.absent_fields().contains(&PRIORITY_MODE_FIELD));
     }
 
     #[test]

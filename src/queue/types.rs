@@ -288,6 +288,42 @@ impl JobOptions {
         }
         out
     }
+
+    /// The options a job's hash holds, read back from the fields [`JobOptions::to_fields`]
+    /// writes: each as the scripts take it (times in whole ms, at most 10^15; a lease or a
+    /// run limit at least 1 ms), a field of another shape left out (stored data: another
+    /// writer may have put anything there).
+    pub fn from_fields(fields: &std::collections::HashMap<String, Vec<u8>>) -> JobOptions {
+        let text = |name: &str| fields.get(name).and_then(|v| std::str::from_utf8(v).ok());
+        // 1 to 16 decimal digits, as the scripts read a stored time
+        let ms = |name: &str, least: u64| {
+            text(name)
+                .filter(|v| (1..=16).contains(&v.len()) && v.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|v| v.parse::<u64>().ok())
+                .filter(|&v| v >= least && u128::from(v) <= super::settings::MAX_MS)
+                .map(Duration::from_millis)
+        };
+        JobOptions {
+            max_attempts: text("max_attempts")
+                .and_then(|v| v.parse::<u32>().ok())
+                .filter(|n| (1..=MAX_JOB_ATTEMPTS).contains(n)),
+            backoff_initial: ms("backoff_initial_ms", 0),
+            backoff_max: ms("backoff_max_ms", 0),
+            backoff_multiplier: text("backoff_multiplier")
+                .and_then(|v| v.parse::<f64>().ok())
+                .filter(|m| (1.0..=super::settings::MAX_MULTIPLIER).contains(m)),
+            priority: match fields.get("priority").map(Vec::as_slice) {
+                Some(&[d]) if (b'1'..=b'9').contains(&d) => Some(d - b'0'),
+                _ => None,
+            },
+            notify: ms("notify", 1),
+            visibility: ms("visibility_timeout_ms", 1),
+            timeout: ms("timeout_ms", 1),
+            rate_key: text("rate_key")
+                .filter(|k| !k.is_empty())
+                .map(str::to_string),
+        }
+    }
 }
 
 impl NewJob {
@@ -1025,6 +1061,10 @@ pub struct JobInfo {
     /// The result its ack stored (field `result`).
     #[serde(serialize_with = "serialize_opt_payload")]
     pub result: Option<Bytes>,
+    /// Its own options, as its hash holds them ([`JobOptions::from_fields`]); rendered by
+    /// [`crate::queue::view::JobView::json`] under the hash's field names.
+    #[serde(skip)]
+    pub options: JobOptions,
 }
 
 /// How many failed attempts' errors a job keeps (`error:1` .. `error:5` of its hash).
@@ -1196,6 +1236,72 @@ pub fn new_token() -> String {
 mod tests {
     use super::*;
     use std::collections::HashSet;
+
+    fn hash(fields: &[(&str, &str)]) -> std::collections::HashMap<String, Vec<u8>> {
+        fields
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+            .collect()
+    }
+
+    #[test]
+    fn job_options_read_back_what_enqueue_stores() {
+        let options = JobOptions {
+            max_attempts: Some(3),
+            backoff_initial: Some(Duration::from_millis(250)),
+            backoff_max: Some(Duration::from_secs(60)),
+            backoff_multiplier: Some(1.5),
+            priority: Some(7),
+            notify: Some(Duration::from_secs(600)),
+            visibility: Some(Duration::from_secs(30)),
+            timeout: Some(Duration::from_secs(120)),
+            rate_key: Some("customer-42".into()),
+        };
+        let fields: Vec<(&str, String)> = options.to_fields();
+        let stored = fields
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+            .collect();
+        assert_eq!(JobOptions::from_fields(&stored), options);
+        assert!(JobOptions::from_fields(&hash(&[("payload", "x")])).is_empty());
+    }
+
+    #[test]
+    fn job_options_of_another_shape_are_left_out() {
+        let cases: &[(&str, &str)] = &[
+            ("max_attempts", "0"),
+            ("max_attempts", "1000001"),
+            ("max_attempts", "-1"),
+            ("backoff_initial_ms", "1e3"),
+            ("backoff_max_ms", "-5"),
+            ("backoff_multiplier", "0.5"),
+            ("backoff_multiplier", "NaN"),
+            ("priority", "0"),
+            ("priority", "10"),
+            ("notify", "0"),
+            ("visibility_timeout_ms", "0"),
+            ("visibility_timeout_ms", "0x10"),
+            ("timeout_ms", "1000000000000001"),
+            ("timeout_ms", " 5"),
+            ("rate_key", ""),
+        ];
+        for (name, value) in cases {
+            assert!(
+                JobOptions::from_fields(&hash(&[(name, value)])).is_empty(),
+                "{name} = {value:?}"
+            );
+        }
+        // the edges the scripts take
+        let edge = JobOptions::from_fields(&hash(&[
+            ("backoff_initial_ms", "0"),
+            ("timeout_ms", "1000000000000000"),
+        ]));
+        assert_eq!(edge.backoff_initial, Some(Duration::ZERO));
+        assert_eq!(
+            edge.timeout,
+            Some(Duration::from_millis(1_000_000_000_000_000))
+        );
+    }
 
     #[test]
     fn tokens_are_128_bits_and_distinct() {

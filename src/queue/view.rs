@@ -85,7 +85,7 @@ impl JobView {
     }
 
     /// The job as one JSON object: the hash's fields (`payload` cut as asked, with
-    /// `payload_bytes` and `payload_truncated`; `payload_hex` when not UTF-8; `id_hex`
+    /// `payload_bytes` and `payload_truncated`; its own options, null when it has none; `payload_hex` when not UTF-8; `id_hex`
     /// when text output shows the id as `hex:…`: not UTF-8, a control character, or text
     /// beginning with `hex:`), `died_at`, and `run_at` / `due_in_ms` or
     /// `lease_left_ms` by status.
@@ -105,6 +105,7 @@ impl JobView {
         if std::str::from_utf8(shown).is_err() {
             obj.insert("payload_hex".into(), hex::encode(shown).into());
         }
+        insert_options(obj, &self.info.options);
         obj.insert("payload_bytes".into(), self.payload_len().into());
         obj.insert("payload_truncated".into(), (rest > 0).into());
         if let Some(a) = &self.aside {
@@ -128,6 +129,26 @@ impl JobView {
             _ => {}
         }
         Ok(value)
+    }
+}
+
+/// The job's own options under its hash's field names (docs/protocol.md, *Per-job
+/// options*), times in ms, each null when the job has none (the queue's or the worker's
+/// setting applies); `priority` is the job's own field already.
+fn insert_options(obj: &mut serde_json::Map<String, serde_json::Value>, o: &super::JobOptions) {
+    let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
+    let fields: [(&str, serde_json::Value); 8] = [
+        ("max_attempts", o.max_attempts.into()),
+        ("backoff_initial_ms", ms(o.backoff_initial).into()),
+        ("backoff_max_ms", ms(o.backoff_max).into()),
+        ("backoff_multiplier", o.backoff_multiplier.into()),
+        ("visibility_timeout_ms", ms(o.visibility).into()),
+        ("timeout_ms", ms(o.timeout).into()),
+        ("rate_key", o.rate_key.clone().into()),
+        ("notify", ms(o.notify).into()),
+    ];
+    for (name, value) in fields {
+        obj.insert(name.into(), value);
     }
 }
 
@@ -176,6 +197,7 @@ pub async fn find(queue: &Queue, id: &[u8]) -> Result<Option<JobView>> {
             unique_mode: None,
             progress: None,
             result: None,
+            options: Default::default(),
         },
         (Ok(None), None) => return Ok(None),
         (Err(e), _) => return Err(e),
