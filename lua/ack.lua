@@ -9,7 +9,8 @@
   KEYS[6] P:{T}:stats        HASH  counters acked, stale, unknown and histogram buckets h:<b>;
                                    for jobs with their own timeout_ms or visibility_timeout_ms
                                    also own_stale and own_h:<b> (the visibility tuning leaves
-                                   them out; read with the token, no command of their own)
+                                   them out; read in the second HMGET of a job that holds
+                                   end_opts)
   KEYS[7] P:{T}:wake         (not touched)
   KEYS[7+i]                  job key of the i-th pair (ARGV[1]..id), i = 1..n
 
@@ -398,7 +399,8 @@ end
 -- A queue whose meta holds events_max_len N > 0 appends every end to the capped stream
 -- P:{T}:events (XADD MAXLEN ~ N). Both keys are built from ARGV[1], P:{T}:job:, so they
 -- share the queue's hash tag. Neither costs a command when unused: `notify` is read by
--- the HMGET of the job the script makes anyway, events_max_len by its read of meta.
+-- the HMGET of the job the script makes anyway (ack's and settle_claim's second one, of a
+-- job that holds end_opts), events_max_len by its read of meta.
 local MAX_RESULT = 65536       -- bytes of a result (ack, settle_claim)
 local MAX_PROGRESS_TEXT = 256  -- bytes of a progress message (extend)
 local MAX_EVENT_ERROR = 256    -- bytes of an error text copied into an event

@@ -578,7 +578,8 @@ end
 -- A queue whose meta holds events_max_len N > 0 appends every end to the capped stream
 -- P:{T}:events (XADD MAXLEN ~ N). Both keys are built from ARGV[1], P:{T}:job:, so they
 -- share the queue's hash tag. Neither costs a command when unused: `notify` is read by
--- the HMGET of the job the script makes anyway, events_max_len by its read of meta.
+-- the HMGET of the job the script makes anyway (ack's and settle_claim's second one, of a
+-- job that holds end_opts), events_max_len by its read of meta.
 local MAX_RESULT = 65536       -- bytes of a result (ack, settle_claim)
 local MAX_PROGRESS_TEXT = 256  -- bytes of a progress message (extend)
 local MAX_EVENT_ERROR = 256    -- bytes of an error text copied into an event

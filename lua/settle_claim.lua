@@ -931,11 +931,9 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     if weighted then turn = int(mt[2], 0, TURN_WRAP) or 0 end
   end
   local order = {}
-  if paused then
-    order = {}
-  elseif hi then
+  if hi and not paused then
     order = prioLib().readyOrder(known, n, weighted, turn)
-  else
+  elseif not paused then
     order = { { 0 } }
   end
   local dry = {}             -- priorities whose list an RPOP found short: empty now
@@ -1377,7 +1375,8 @@ end
 -- A queue whose meta holds events_max_len N > 0 appends every end to the capped stream
 -- P:{T}:events (XADD MAXLEN ~ N). Both keys are built from ARGV[1], P:{T}:job:, so they
 -- share the queue's hash tag. Neither costs a command when unused: `notify` is read by
--- the HMGET of the job the script makes anyway, events_max_len by its read of meta.
+-- the HMGET of the job the script makes anyway (ack's and settle_claim's second one, of a
+-- job that holds end_opts), events_max_len by its read of meta.
 local MAX_RESULT = 65536       -- bytes of a result (ack, settle_claim)
 local MAX_PROGRESS_TEXT = 256  -- bytes of a progress message (extend)
 local MAX_EVENT_ERROR = 256    -- bytes of an error text copied into an event

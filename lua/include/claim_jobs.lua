@@ -245,11 +245,9 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     if weighted then turn = int(mt[2], 0, TURN_WRAP) or 0 end
   end
   local order = {}
-  if paused then
-    order = {}
-  elseif hi then
+  if hi and not paused then
     order = prioLib().readyOrder(known, n, weighted, turn)
-  else
+  elseif not paused then
     order = { { 0 } }
   end
   local dry = {}             -- priorities whose list an RPOP found short: empty now
