@@ -8,6 +8,14 @@ code the scripts share is copied into them between marker lines:
     ...the bytes of lua/include/prelude.lua...
     -- END include/prelude.lua
 
+A block holds the parts of its include that the script uses. Redis runs a script's whole
+body at every call, so a helper it never calls would still be made each time (a closure).
+An include is read as pieces: its opening comment (always kept), then each top-level
+statement with the comment lines right above it. A statement that defines locals
+(`local function f(`, `local a, b = ...`, `local x`) is kept when one of its names is
+used: named outside the blocks, or in a kept piece of any block of the script (comments
+and strings aside). Every other statement is kept. The pieces kept stay in their order.
+
 This rewrites every block from its include file. With --check it changes nothing and
 exits 1 naming each script whose block differs, lacks a block it must have, or has
 unbalanced markers (tests/lua_includes.rs checks the same under cargo test).
@@ -15,13 +23,16 @@ unbalanced markers (tests/lua_includes.rs checks the same under cargo test).
 Usage: scripts/gen-lua.py [--check]   (run from anywhere; stdlib only)
 """
 import os
+import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LUA = os.path.join(ROOT, 'lua')
 INCLUDE = os.path.join(LUA, 'include')
 
-# The blocks each script must carry: the prelude in every script, the dead selection in
+# The blocks each script must carry: the prelude in every script, the delayed jobs' wake
+# markers in the scripts that delay jobs, the per-job runs in the scripts that end or extend
+# leases, the dead selection in
 # the two scripts that act on chosen dead jobs, the claim in the two that claim, the
 # histogram bucket and the backoff policy in the scripts that end leases, the request
 # records in the two that keep them and in ack, which deletes them; the per-job options
@@ -31,6 +42,8 @@ INCLUDE = os.path.join(LUA, 'include')
 # that end or extend leases and in manage.
 REQUIRED = {
     'prelude.lua': None,
+    'delayed.lua': ['enqueue.lua', 'fail.lua', 'settle_claim.lua'],
+    'own_run.lua': ['ack.lua', 'extend.lua', 'fail.lua', 'reap.lua', 'settle_claim.lua'],
     'dead_selection.lua': ['purge.lua', 'redrive.lua'],
     'claim_jobs.lua': ['claim.lua', 'settle_claim.lua'],
     'retry_policy.lua': ['ack.lua', 'fail.lua', 'settle_claim.lua'],
@@ -58,11 +71,128 @@ class Drift(Exception):
     pass
 
 
+CLOSERS = ('end', '}', ')', 'else', 'elseif', 'until')
+
+
+def pieces(text):
+    """The include's pieces, in order, each (names, lines): names the locals the piece
+    defines (empty: always kept)."""
+    lines = text.split('\n')[:-1]
+    out, i = [], 0
+    head = []
+    while i < len(lines) and lines[i].startswith('--'):
+        head.append(lines[i])
+        i += 1
+    if head:
+        out.append((set(), head))
+    comments = []
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith('--'):
+            comments.append(line)
+            i += 1
+            continue
+        if line == '':
+            if comments:
+                out.append((set(), comments))
+                comments = []
+            if out:
+                out[-1][1].append(line)
+            else:
+                out.append((set(), [line]))
+            i += 1
+            continue
+        body = [line]
+        i += 1
+        while i < len(lines) and (lines[i][:1] in (' ', '\t') or lines[i] == ''
+                                  or lines[i].split(' ', 1)[0] in CLOSERS):
+            body.append(lines[i])
+            i += 1
+        # blank lines at the end belong after the statement, not in it
+        tail = []
+        while body and body[-1] == '':
+            tail.append(body.pop())
+        names = set()
+        m = re.match(r'local function ([A-Za-z_][A-Za-z0-9_]*)\(', line)
+        if m:
+            names = {m.group(1)}
+        else:
+            m = re.match(r'local ([A-Za-z_][A-Za-z0-9_, ]*?)\s*(=|$)', line)
+            if m:
+                names = {x.strip() for x in m.group(1).split(',')}
+        out.append((names, comments + body + tail))
+        comments = []
+    if comments:
+        out.append((set(), comments))
+    return out
+
+
+def code_names(lines):
+    """The names the code of lines mentions, read left to right: comments, strings, numbers
+    and the field after a `.` (as in `R.bad`, `string.sub`; not `..`) left out."""
+    text = '\n'.join(lines)
+    names, i, n = set(), 0, len(text)
+    last = ['', '']  # the two characters before, blanks skipped
+    while i < n:
+        c = text[i]
+        if text.startswith('--[[', i):
+            j = text.find(']]', i + 4)
+            i = n if j < 0 else j + 2
+        elif text.startswith('--', i):
+            j = text.find('\n', i)
+            i = n if j < 0 else j
+        elif c in '\'"':
+            j = i + 1
+            while j < n and text[j] != c and text[j] != '\n':
+                j += 2 if text[j] == '\\' else 1
+            i = j + 1
+            last = [last[1], c]
+        elif c.isdigit() or c.isalpha() or c == '_':
+            j = i
+            while j < n and (text[j].isalnum() or text[j] == '_' or (c.isdigit() and text[j] == '.')):
+                j += 1
+            member = last[1] == '.' and last[0] != '.'
+            if not c.isdigit() and not member:
+                names.add(text[i:j])
+            i = j
+            last = [last[1], 'a']
+        else:
+            if not c.isspace():
+                last = [last[1], c]
+            i += 1
+    return names
+
+
+def shaken(script_lines, found, includes):
+    """For each include of found (the blocks of a script, in order), the text its block
+    holds: the pieces the script uses (see the module's doc)."""
+    parts = {name: pieces(includes[name]) for name in found}
+    used = code_names(script_lines)
+    keep = {name: [not names for names, _ in ps] for name, ps in parts.items()}
+    for name, ps in parts.items():
+        for k, (names, lines) in enumerate(ps):
+            if keep[name][k]:
+                used |= code_names(lines)
+    grew = True
+    while grew:
+        grew = False
+        for name, ps in parts.items():
+            for k, (names, lines) in enumerate(ps):
+                if not keep[name][k] and names & used:
+                    keep[name][k] = True
+                    used |= code_names(lines)
+                    grew = True
+    return {name: ''.join(line + '\n' for k, (_, lines) in enumerate(ps) if keep[name][k]
+                          for line in lines)
+            for name, ps in parts.items()}
+
+
 def render(script, text, includes):
     """The script's text with every block rewritten, and the includes whose block in it
     differed; raises Drift on bad markers or a missing block."""
     lines = text.split('\n')
-    out, open_name, found, old, drifted = [], None, [], [], []
+    # first the markers: the script's own lines, and each block's place and old text
+    own, blocks, open_name, old = [], [], None, []
     for n, line in enumerate(lines, 1):
         marker = line.lstrip()
         if marker.startswith('-- BEGIN include/'):
@@ -73,29 +203,39 @@ def render(script, text, includes):
                 raise Drift(f'{script}:{n}: malformed marker, expected "{begin_line(name)}"')
             if name not in includes:
                 raise Drift(f'{script}:{n}: no such include lua/include/{name}')
-            out.append(line)
-            out.extend(includes[name].split('\n')[:-1])
             open_name, old = name, []
-            found.append(name)
         elif marker.startswith('-- END include/'):
             name = marker[len('-- END include/'):]
             if open_name is None:
                 raise Drift(f'{script}:{n}: END include/{name} without its BEGIN')
             if line != end_line(open_name):
                 raise Drift(f'{script}:{n}: "{line}" does not close include/{open_name}')
-            if ''.join(x + '\n' for x in old) != includes[name]:
-                drifted.append(name)
-            out.append(line)
+            blocks.append((open_name, ''.join(x + '\n' for x in old)))
             open_name = None
         elif open_name is None:
-            out.append(line)
+            own.append(line)
         else:
             old.append(line)
     if open_name is not None:
         raise Drift(f'{script}: BEGIN include/{open_name} without its END')
+    found = [name for name, _ in blocks]
     for name, users in REQUIRED.items():
         if (users is None or script in users) and name not in found:
             raise Drift(f'{script}: lacks the block include/{name}')
+    want = shaken(own, found, includes)
+    drifted = [name for name, was in blocks if was != want[name]]
+    out, open_name = [], None
+    for line in lines:
+        marker = line.lstrip()
+        if marker.startswith('-- BEGIN include/'):
+            open_name = marker[len('-- BEGIN include/'):].split(' ', 1)[0]
+            out.append(line)
+            out.extend(want[open_name].split('\n')[:-1])
+        elif marker.startswith('-- END include/'):
+            open_name = None
+            out.append(line)
+        elif open_name is None:
+            out.append(line)
     return '\n'.join(out), drifted
 
 

@@ -181,7 +181,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     local h = redis.pcall('HMGET', key, 'status', 'attempts', 'unique_key', 'unique_mode',
       'timeout_ms', 'visibility_timeout_ms', 'rate_key', 'priority')
     if h.err then
-      if not wrongTyped(h) then return nil, failure(h, key, 'hash') end
+      if not rare().wrongTyped(h) then return nil, failure(h, key, 'hash') end
       -- a job key that is not a hash: set aside, the queue keeps flowing
       orphans, wrong = orphans + 1, wrong + 1
       aside = aside or {}
@@ -282,7 +282,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
         -- named fields
         local h = redis.pcall('HGETALL', key)
         if h.err then
-          if not wrongTyped(h) then return unclaim(pops, nil, 0, failure(h, key, 'hash')) end
+          if not rare().wrongTyped(h) then return unclaim(pops, nil, 0, failure(h, key, 'hash')) end
           -- a job key that is not a hash: set aside (below), the queue keeps flowing
           wrong = wrong + 1
           h = {}
@@ -592,7 +592,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
       opts[2 * c - 1], opts[2 * c] = cTmo[c] or 0, cVis[c] or 0
     end
   end
-  if aside then keepAside(K_ORPHANS, aside, nowS) end
+  if aside then rare().keepAside(K_ORPHANS, aside, nowS) end
   -- the other counters: stats is known to be a hash by now
   if nc > 0 and orphans > 0 then redis.pcall('HINCRBY', K_STATS, 'orphans', S(orphans)) end
   if aside then redis.pcall('HINCRBY', K_STATS, 'set_aside', S(#aside)) end

@@ -12,25 +12,24 @@ local e
 if form == 'ids' then
   local c = #ARGV - 2
   if c < 1 or c > 1000 then
-    return bad('ids', 'expected 1..1000 ids after ARGV[2], got ' .. math.max(c, 0))
+    return rare().bad('ids', 'expected 1..1000 ids after ARGV[2], got ' .. math.max(c, 0))
   end
   if #KEYS ~= 7 + c then
-    return bad('keys', c .. ' ids need ' .. (7 + c) .. ' keys (7 queue keys + one job key per id), got ' .. #KEYS)
+    return rare().bad('keys', c .. ' ids need ' .. (7 + c) .. ' keys (7 queue keys + one job key per id), got ' .. #KEYS)
   end
 elseif form == 'oldest' then
   local n = int(ARGV[3], 1, 1000)
-  if not n then return bad('n', 'expected an integer 1..1000, got ' .. shown(ARGV[3])) end
+  if not n then return rare().bad('n', 'expected an integer 1..1000, got ' .. rare().shown(ARGV[3])) end
   if #ARGV ~= 3 then
-    return bad('arguments', 'the oldest form takes exactly 3 (prefix, "oldest", n), got ' .. #ARGV)
+    return rare().bad('arguments', 'the oldest form takes exactly 3 (prefix, "oldest", n), got ' .. #ARGV)
   end
   if #KEYS ~= 7 then
-    return bad('keys', 'the oldest form takes the 7 queue keys, got ' .. #KEYS)
+    return rare().bad('keys', 'the oldest form takes the 7 queue keys, got ' .. #KEYS)
   end
 else
-  return bad('mode', 'expected "ids" or "oldest", got ' .. shown(form))
+  return rare().bad('mode', 'expected "ids" or "oldest", got ' .. rare().shown(form))
 end
 
-effects()
 
 -- read phase -----------------------------------------------------------------
 local inDead = {}

@@ -17,14 +17,14 @@ local function jobOptions(at)
   if #ARGV < at or ARGV[at] ~= 'options' then return nil, 0 end
   local pairsN = #ARGV - at
   if pairsN == 0 or pairsN % 2 ~= 0 then
-    return nil, nil, bad('options', 'expected name, value pairs after "options", got ' ..
+    return nil, nil, rare().bad('options', 'expected name, value pairs after "options", got ' ..
       pairsN .. ' arguments')
   end
   local out, seen = {}, {}
   for i = at + 1, #ARGV, 2 do
     local name, v = ARGV[i], ARGV[i + 1]
     if not JOB_OPTIONS[name] or seen[name] then
-      return nil, nil, bad('options', shown(name) .. (seen[name] and ' is given twice' or
+      return nil, nil, rare().bad('options', rare().shown(name) .. (seen[name] and ' is given twice' or
         ' is not an option (max_attempts, backoff_initial_ms, backoff_max_ms, backoff_multiplier, ' ..
         'visibility_timeout_ms, timeout_ms, rate_key, notify, priority)'))
     end
@@ -59,15 +59,15 @@ local function jobOptions(at)
       elseif name == 'visibility_timeout_ms' or name == 'timeout_ms' or name == 'notify' then
         want = 'an integer 1..10^15 ms'
       end
-      return nil, nil, bad(name, 'expected ' .. want .. ', got ' .. shown(v))
+      return nil, nil, rare().bad(name, 'expected ' .. want .. ', got ' .. rare().shown(v))
     end
     out[#out + 1] = name
     out[#out + 1] = v
   end
   if seen.backoff_initial_ms and seen.backoff_max_ms and
     tonumber(seen.backoff_max_ms) < tonumber(seen.backoff_initial_ms) then
-    return nil, nil, bad('backoff_max_ms', 'expected at least backoff_initial_ms (' ..
-      seen.backoff_initial_ms .. '), got ' .. shown(seen.backoff_max_ms))
+    return nil, nil, rare().bad('backoff_max_ms', 'expected at least backoff_initial_ms (' ..
+      seen.backoff_initial_ms .. '), got ' .. rare().shown(seen.backoff_max_ms))
   end
   return out, 1 + pairsN
 end

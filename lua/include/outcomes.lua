@@ -64,29 +64,29 @@ local function outcomeLib()
     local width = word == 'progress' and 3 or 2
     local k = #ARGV - at
     if k == 0 or k % width ~= 0 or k / width > n then
-      return nil, bad(word, 'expected ' .. (width == 3 and 'triples index, percent, message' or
-        'pairs index, result') .. ' (at most ' .. n .. ') after ' .. shown(word) .. ', got ' ..
+      return nil, rare().bad(word, 'expected ' .. (width == 3 and 'triples index, percent, message' or
+        'pairs index, result') .. ' (at most ' .. n .. ') after ' .. rare().shown(word) .. ', got ' ..
         k .. ' arguments')
     end
     for j = at + 1, #ARGV, width do
       local i = int(ARGV[j], 1, n)
       if not i or out[i] then
-        return nil, bad(word, 'expected a pair index 1..' .. n .. ' given once, got ' .. shown(ARGV[j]))
+        return nil, rare().bad(word, 'expected a pair index 1..' .. n .. ' given once, got ' .. rare().shown(ARGV[j]))
       end
       if width == 3 then
         local p = int(ARGV[j + 1], 0, 100)
         if not p then
-          return nil, bad('progress', 'expected a percent 0..100 for pair ' .. i .. ', got ' ..
-            shown(ARGV[j + 1]))
+          return nil, rare().bad('progress', 'expected a percent 0..100 for pair ' .. i .. ', got ' ..
+            rare().shown(ARGV[j + 1]))
         end
         if #ARGV[j + 2] > MAX_PROGRESS_TEXT then
-          return nil, bad('progress', 'expected a message of at most ' .. MAX_PROGRESS_TEXT ..
+          return nil, rare().bad('progress', 'expected a message of at most ' .. MAX_PROGRESS_TEXT ..
             ' bytes for pair ' .. i .. ', got ' .. #ARGV[j + 2] .. ' bytes')
         end
         out[i] = { S(p), ARGV[j + 2] }
       else
         if #ARGV[j + 1] > MAX_RESULT then
-          return nil, bad('result', 'expected at most ' .. MAX_RESULT .. ' bytes for pair ' .. i ..
+          return nil, rare().bad('result', 'expected at most ' .. MAX_RESULT .. ' bytes for pair ' .. i ..
             ', got ' .. #ARGV[j + 1] .. ' bytes')
         end
         out[i] = ARGV[j + 1]

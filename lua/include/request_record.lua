@@ -12,7 +12,7 @@ end
 -- notOurs(request, what): the reply to a call whose request id holds the record of another
 -- call (what says whose), changing nothing
 local function notOurs(request, what)
-  return bad('request', 'request id ' .. shown(request) .. ' ' .. what ..
+  return rare().bad('request', 'request id ' .. rare().shown(request) .. ' ' .. what ..
     '; a request id is sent again only by its worker, with the same arguments')
 end
 -- madeBy(token): the request id a lease's claim_token ends with, as settle_claim writes it
