@@ -242,7 +242,7 @@ local function tallyCount(kind, n, now)
 end
 -- tallyTime(b, n, now): n acks whose processing time fell in bucket b, in now's 10 minutes
 local function tallyTime(b, n, now)
-  tally('h', S(math.floor(now / 600000) % 6) .. ':' .. b, n, now)
+  tally('h', S(math.floor(now / 600000) % 6) .. ':' .. S(b), n, now)
 end
 -- END include/history.lua
 
@@ -616,11 +616,11 @@ end
 for i = 1, #blist do
   local b = blist[i]
   local c = buckets[b]
-  redis.pcall('HINCRBY', K_STATS, 'h:' .. b, c == 1 and '1' or S(c))
+  redis.pcall('HINCRBY', K_STATS, 'h:' .. S(b), c == 1 and '1' or S(c))
   tallyTime(b, c, now)
 end
 if ownBuckets then
-  for b, c in pairs(ownBuckets) do redis.pcall('HINCRBY', K_STATS, 'own_h:' .. b, S(c)) end
+  for b, c in pairs(ownBuckets) do redis.pcall('HINCRBY', K_STATS, 'own_h:' .. S(b), S(c)) end
 end
 tallyCount('a', na, now)
 -- the acked jobs are done: the unique keys they held until then are released

@@ -496,7 +496,7 @@ local function tallyCount(kind, n, now)
 end
 -- tallyTime(b, n, now): n acks whose processing time fell in bucket b, in now's 10 minutes
 local function tallyTime(b, n, now)
-  tally('h', S(math.floor(now / 600000) % 6) .. ':' .. b, n, now)
+  tally('h', S(math.floor(now / 600000) % 6) .. ':' .. S(b), n, now)
 end
 -- END include/history.lua
 
@@ -625,7 +625,8 @@ end
 -- left (right after the pop) and answers more = -(ms to the next slot) when none is left.
 -- Every call scores worker now in P:{T}:workers (built from
 -- the job-key prefix, as the request records' keys). nS is n as Redis reads a count; vis 0 means meta's
--- visibility_timeout_ms (read only when a job is leased). check(nc, orphans), when given,
+-- visibility_timeout_ms (read with the other fields of meta, in the one HMGET of meta the
+-- call makes when no priority above 0 is in play). check(nc, orphans), when given,
 -- runs after the reads and before the first write but the RPOPs: an error it returns
 -- fails the call with every key as it was; check = true stands for the check that
 -- stats is a hash (or absent) when the claim writes no counter. gone, when given, are ids to remove from
@@ -644,7 +645,8 @@ end
 -- and the error reply.
 -- unclaim(pops, first, firstBy, err): what claimJobs wrote before it failed, undone: the
 -- counter first taken back by firstBy (when first is given), the ids of pops (the RPOP
--- replies, in order, each {list, ids}) pushed back where they were; returns nil, err
+-- replies, in order, each as two entries: list, ids) pushed back where they were; returns
+-- nil, err
 local function unclaim(pops, first, firstBy, err)
   if first then
     -- a counter at zero was absent before (counters only ever grow)
@@ -652,11 +654,11 @@ local function unclaim(pops, first, firstBy, err)
       redis.call('HDEL', KEYS[6], first)
     end
   end
-  for b = #pops, 1, -1 do
-    local ids = pops[b][2]
+  for b = #pops - 1, 1, -2 do
+    local ids = pops[b + 1]
     local back = {}
     for i = #ids, 1, -1 do back[#back + 1] = ids[i] end
-    if #back > 0 then redis.call('RPUSH', pops[b][1], unpack(back)) end
+    if #back > 0 then redis.call('RPUSH', pops[b], unpack(back)) end
   end
   return nil, err
 end
@@ -751,10 +753,17 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   nowS = nowS or S(now)
   -- a paused queue (meta holds a `paused` field) leases and promotes nothing; the caller's
   -- gone leases still leave processing, and wake is emptied (allDry below). One read of
-  -- meta: paused, the rate limits (docs/protocol.md, Rate limits) and the priorities whose
-  -- lists may hold ids (include/priority); the priority mode below, when one is in play
-  local m = redis.pcall('HMGET', K_META, 'paused', 'rate_limit', 'rate_limit_per_key',
-    'priorities')
+  -- meta: paused, the rate limits (docs/protocol.md, Rate limits), the priorities whose
+  -- lists may hold ids (include/priority) and, when vis is 0, the visibility; the priority
+  -- mode below, when one is in play
+  local m
+  if vis == 0 then
+    m = redis.pcall('HMGET', K_META, 'paused', 'rate_limit', 'rate_limit_per_key',
+      'priorities', 'visibility_timeout_ms')
+  else
+    m = redis.pcall('HMGET', K_META, 'paused', 'rate_limit', 'rate_limit_per_key',
+      'priorities')
+  end
   if m.err then return nil, failure(m, K_META, 'hash') end
   local paused = m[1] ~= false
   if paused then n, undue = 0, {} end
@@ -786,10 +795,12 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     -- a reply that is always a table is checked for .err directly: cheaper than failure()
     if due.err then return nil, failure(due, K_DELAYED, 'zset') end
   end
-  local promo, promoAtt, promoSet = due, nil, due -- empty unless something is due
-  local promoOf = {} -- by priority: the indices in promo of its promoted jobs, in order
+  -- the tables of promoted jobs are made when something is due; else they are due itself,
+  -- empty and only read
+  local promo, promoAtt, promoSet = due, nil, due
+  local promoOf = due -- by priority: the indices in promo of its promoted jobs, in order
   local promoOpt = nil -- position in promo -> { timeout_ms, visibility_timeout_ms } stored
-  if #due > 0 then promo, promoAtt, promoSet = {}, {}, {} end
+  if #due > 0 then promo, promoAtt, promoSet, promoOf = {}, {}, {}, {} end
   local promoUni = nil       -- by index in promo: a unique key released at the claim
   for i = 1, #due do
     local id = due[i]
@@ -839,18 +850,22 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   local cTmo, cVis = nil, nil
   local cUni = nil           -- by lease: the unique key released at this claim
   local taken = {}
-  local pops = {}            -- the RPOP replies, in order, each {list, ids}
+  local pops = {}            -- the RPOP replies, in order, each as two entries: list, ids
   local budget = n + 100
   local popped = 0
-  local known = {}
-  if m[4] then known = prioLib().readyDigits(m[4]) end
-  known[0] = true
-  -- hi: a list of a priority above 0 is known to hold ids (without one, the lists of
-  -- priority 0 alone are read and meta's record is left as it is)
+  -- hi: a list of a priority above 0 is known to hold ids (without one, the list of
+  -- priority 0 alone is read and meta's record is left as it is)
   local hi = m[4] ~= false
   for p in pairs(promoOf) do
-    known[p] = true
     if p > 0 then hi = true end
+  end
+  -- known, with hi: the priorities whose lists may hold ids, 0 always; without hi nil,
+  -- which stands for priority 0's alone
+  local known = nil
+  if hi then
+    known = m[4] and prioLib().readyDigits(m[4]) or {}
+    known[0] = true
+    for p in pairs(promoOf) do known[p] = true end
   end
   -- the priority mode and the weighted turn matter only when a list above 0 is in play:
   -- read then, in a second HMGET of meta
@@ -860,25 +875,29 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     weighted = mt[1] == 'weighted'
     if weighted then turn = int(mt[2], 0, TURN_WRAP) or 0 end
   end
-  local order = {}
-  if hi and not paused then
+  -- the lists in the order they are popped, each {p, cap}; without hi nil: priority 0's
+  -- list alone, no cap
+  local order, nOrder = nil, 1
+  if paused then
+    nOrder = 0
+  elseif hi then
     order = prioLib().readyOrder(known, n, weighted, turn)
-  elseif not paused then
-    order = { { 0 } }
+    nOrder = #order
   end
-  local dry = {}             -- priorities whose list an RPOP found short: empty now
-  local promoNext = {}       -- by priority: how many of its promoted jobs were used
+  local dry = nil            -- priorities whose list an RPOP found short: empty now
+  local promoNext = nil      -- by priority: how many of its promoted jobs were used
   local lv, got = 1, 0       -- the entry of order being popped, jobs it claimed so far
 
-  while #cIds < n and popped < budget and lv <= #order do
-    local p, cap = order[lv][1], order[lv][2]
+  while #cIds < n and popped < budget and lv <= nOrder do
+    local p, cap = 0, nil
+    if order then p, cap = order[lv][1], order[lv][2] end
     local want = n - #cIds
     if cap and cap - got < want then want = cap - got end
     local promos = promoOf[p]
-    local used = promoNext[p] or 0
+    local used = (promoNext and promoNext[p]) or 0
     if want <= 0 then
       lv, got = lv + 1, 0
-    elseif not dry[p] then
+    elseif not (dry and dry[p]) then
       if budget - popped < want then want = budget - popped end
       local list = readyKey(p)
       local ids = redis.pcall('RPOP', list, want == n and nS or S(want))
@@ -887,9 +906,13 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
       elseif ids.err then
         return unclaim(pops, nil, 0, failure(ids, list, 'list'))
       end
-      pops[#pops + 1] = { list, ids }
+      pops[#pops + 1] = list
+      pops[#pops + 1] = ids
       popped = popped + #ids
-      if #ids < want then dry[p] = true end
+      if #ids < want then
+        dry = dry or {}
+        dry[p] = true
+      end
       local before = #cIds
       for j = 1, #ids do
         local id = ids[j]
@@ -965,6 +988,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
       got = got + #cIds - before
     elseif promos and used < #promos then
       used = used + 1
+      promoNext = promoNext or {}
       promoNext[p] = used
       popped = popped + 1
       local i = promos[used]
@@ -1005,15 +1029,20 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   -- every list known found empty and every promoted job used: the queue ran dry (a
   -- paused queue counts as dry: its idle workers sleep)
   local allDry = true
-  local left = {}            -- by priority: its promoted jobs not used, in order
-  for p in pairs(known) do
-    if not dry[p] and not paused then allDry = false end
-    local promos = promoOf[p]
-    if promos and (promoNext[p] or 0) < #promos then
-      allDry = false
-      local rest = {}
-      for i = (promoNext[p] or 0) + 1, #promos do rest[#rest + 1] = promo[promos[i]] end
-      left[p] = rest
+  local left = nil           -- by priority: its promoted jobs not used, in order
+  local top = known and 9 or 0 -- the priorities known may name: 0..9, or 0 alone without it
+  for p = 0, top do
+    if not known or known[p] then
+      if not (dry and dry[p]) and not paused then allDry = false end
+      local promos = promoOf[p]
+      local used = (promoNext and promoNext[p]) or 0
+      if promos and used < #promos then
+        allDry = false
+        local rest = {}
+        for i = used + 1, #promos do rest[#rest + 1] = promo[promos[i]] end
+        left = left or {}
+        left[p] = rest
+      end
     end
   end
 
@@ -1022,8 +1051,11 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   if nc < n and #due == 100 then
     more = 1
   elseif nc < n and popped >= budget then
-    for p in pairs(known) do
-      if more == 0 and not dry[p] and redis.call('LLEN', readyKey(p)) > 0 then more = 1 end
+    for p = 0, top do
+      if more == 0 and (not known or known[p]) and not (dry and dry[p]) and
+          redis.call('LLEN', readyKey(p)) > 0 then
+        more = 1
+      end
     end
   end
   local e
@@ -1045,21 +1077,9 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   -- leases of jobs with their own visibility: lease_until and its decimal string, by c
   local own, ownS = nil, nil
   if nc > 0 then
-    -- meta's visibility is read only when a job is leased for it
-    local needed = vis == 0
-    if needed and cVis then
-      needed = false
-      for c = 1, nc do
-        if not cVis[c] or cVis[c] == 0 then
-          needed = true
-          break
-        end
-      end
-    end
-    if needed then
-      local m = redis.pcall('HMGET', K_META, 'visibility_timeout_ms')
-      if m.err then return unclaim(pops, nil, 0, failure(m, K_META, 'hash')) end
-      vis = tonumber(m[1])
+    -- meta's visibility, read above, when a job is leased for it
+    if vis == 0 then
+      vis = tonumber(m[5])
       if vis == nil or vis ~= vis or vis < 1 then vis = 30000 end
       if vis > MAXMS then vis = MAXMS end
       if vis % 1 ~= 0 then vis = math.floor(vis) end
@@ -1132,11 +1152,13 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
     e = failure(r, K_PROCESSING, 'zset')
     if e then return unclaim(pops, first, firstBy, e) end
   end
-  for p, rest in pairs(left) do
-    redis.call('LPUSH', readyKey(p), unpack(rest))
-    for i = 1, #rest do
-      local key = prefix .. rest[i]
-      if not taken[key] then redis.call('HSET', key, 'status', 'pending') end
+  if left then
+    for p, rest in pairs(left) do
+      redis.call('LPUSH', readyKey(p), unpack(rest))
+      for i = 1, #rest do
+        local key = prefix .. rest[i]
+        if not taken[key] then redis.call('HSET', key, 'status', 'pending') end
+      end
     end
   end
   if #due > 0 then
@@ -1174,7 +1196,7 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   -- <claimed_at>:<#worker>:<worker>:<token>; made once when every lease shares one token
   local stamp, shared = nil, nil
   if nc > 0 then
-    stamp = nowS .. ':' .. #worker .. ':' .. worker .. ':'
+    stamp = nowS .. ':' .. S(#worker) .. ':' .. worker .. ':'
     if flat then shared = stamp .. tokenAt end
   end
   for c = 1, nc do
@@ -1221,20 +1243,21 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   -- meta's record of the lists that may hold ids: the digits of lists found empty go,
   -- those of lists promoted jobs were pushed onto come; the weighted turn advances by the
   -- jobs claimed (one HSET, only when something changed: never without priorities)
-  local mw = {}
+  local mw = nil
   if hi then
     local rec = {}
     for p = 1, 9 do
-      if known[p] and (not dry[p] or left[p]) then rec[p] = true end
+      if known[p] and (not (dry and dry[p]) or (left and left[p])) then rec[p] = true end
     end
     rec = prioLib().readyRecord(rec)
     if rec ~= (m[4] or '') then mw = { 'priorities', rec } end
   end
-  if weighted and nc > 0 and #order > 1 then
+  if weighted and nc > 0 and nOrder > 1 then
+    mw = mw or {}
     mw[#mw + 1] = 'priority_turn'
     mw[#mw + 1] = S((turn + nc) % TURN_WRAP)
   end
-  if #mw > 0 then redis.call('HSET', K_META, unpack(mw)) end
+  if mw then redis.call('HSET', K_META, unpack(mw)) end
   -- the worker was seen: P:{T}:workers scores it now (reap forgets it an hour later); a
   -- wrong-typed key is left as it is
   redis.pcall('ZADD', string.sub(prefix, 1, -5) .. 'workers', nowS, worker)
@@ -1822,17 +1845,17 @@ if #aIds > 0 then
   end
   redis.pcall('HINCRBY', K_STATS, 'acked', #aIds == 1 and '1' or S(#aIds))
   if bFirst then
-    redis.pcall('HINCRBY', K_STATS, 'h:' .. bFirst, cFirst == 1 and '1' or S(cFirst))
+    redis.pcall('HINCRBY', K_STATS, 'h:' .. S(bFirst), cFirst == 1 and '1' or S(cFirst))
     tallyTime(bFirst, cFirst, now)
   end
   for i = 1, #blist do
     local b = blist[i]
     local c = buckets[b]
-    redis.pcall('HINCRBY', K_STATS, 'h:' .. b, c == 1 and '1' or S(c))
+    redis.pcall('HINCRBY', K_STATS, 'h:' .. S(b), c == 1 and '1' or S(c))
     tallyTime(b, c, now)
   end
   if ownB then
-    for b, c in pairs(ownB) do redis.pcall('HINCRBY', K_STATS, 'own_h:' .. b, S(c)) end
+    for b, c in pairs(ownB) do redis.pcall('HINCRBY', K_STATS, 'own_h:' .. S(b), S(c)) end
   end
   tallyCount('a', #aIds, now)
 end

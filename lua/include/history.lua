@@ -19,5 +19,5 @@ local function tallyCount(kind, n, now)
 end
 -- tallyTime(b, n, now): n acks whose processing time fell in bucket b, in now's 10 minutes
 local function tallyTime(b, n, now)
-  tally('h', S(math.floor(now / 600000) % 6) .. ':' .. b, n, now)
+  tally('h', S(math.floor(now / 600000) % 6) .. ':' .. S(b), n, now)
 end

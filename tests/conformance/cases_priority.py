@@ -216,3 +216,22 @@ def a_wrong_typed_priority_list_fails_the_call_and_changes_nothing():
     m = err_of(lambda: q.claim(2))
     assert 'holds the wrong type' in m, m
     assert q.snapshot() == snap
+
+
+@test
+def claim_reads_the_visibility_with_the_rest_of_meta():
+    q = fresh('prio11')
+    r.hset(q.meta, 'visibility_timeout_ms', '7000')
+    enq(q, [('a', 'x', 0)])
+    node = {'target_nodes': r.get_node_from_key(q.meta)} if CLUSTER else {}
+    r.config_resetstat()
+    jobs = q.claim(1, vis=0)
+    stats = r.info('commandstats', **node)
+    calls = sum(v['calls'] for k, v in stats.items()
+                if k not in ('cmdstat_evalsha', 'cmdstat_config', 'cmdstat_info'))
+    # the 13 commands of a claim given a visibility: visibility_timeout_ms comes with the
+    # one HMGET of meta
+    assert stats['cmdstat_hmget']['calls'] == 1 and calls == 13, stats
+    claimed_at = int(jobs[0][3].split(b':')[0])
+    assert jobs[0][4] == claimed_at + 7000, jobs
+    assert r.zscore(q.processing, 'a') == jobs[0][4], jobs
