@@ -256,19 +256,18 @@ local function storedMs(v)
 end
 -- leaseStart(token): the claimed_at (ms) a claim_token begins with, as claim writes it
 -- (<claimed_at>:<#worker>:<worker>:<token>); nil for a token without one (the older
--- layout, whose claimed_at is a field of its own) or whose start is no such time
--- (the leases of one claim call share their claimed_at: each one is read once a call)
-local startsRead = {}
+-- layout, whose claimed_at is a field of its own) or whose start is no such time.
+-- The leases of one claim call share their claimed_at, and a caller ends them together:
+-- the last start read is kept, so a run of them is read once
+local lastStart, lastStartMs = nil, false
 local function leaseStart(token)
   local at = string.find(token, ':', 1, true)
   if not at or at > 17 then return nil end
   local s = string.sub(token, 1, at - 1)
-  local ms = startsRead[s]
-  if ms == nil then
-    ms = storedMs(s) or false
-    startsRead[s] = ms
+  if s ~= lastStart then
+    lastStart, lastStartMs = s, storedMs(s) or false
   end
-  return ms or nil
+  return lastStartMs or nil
 end
 -- claimedAt(token, key, now): when the lease of token on the job at key began, for the
 -- histogram: the token's claimed_at, else the hash's claimed_at field (the older layout),
@@ -448,11 +447,12 @@ end
 local n = int(ARGV[2], 1, 1000)
 if not n then return rare().bad('n', 'expected an integer 1..1000, got ' .. rare().shown(ARGV[2])) end
 -- outcomes: the optional results block, taken off ARGV before the pairs are counted
-local results, re = {}, nil
+local results = nil
 if ARGV[3 + 2 * n] == 'results' then
+  local re
   results, re = outcomeLib().outcomeArgs(3 + 2 * n, n, 'results')
+  if not results then return re end
 end
-if not results then return re end
 -- n as Redis reads a count: ARGV[2] itself unless written with leading zeros
 local nS = ARGV[2]
 if string.byte(nS, 1) == 48 then nS = S(n) end
@@ -465,13 +465,15 @@ local K_PROCESSING, K_META, K_STATS = KEYS[2], KEYS[5], KEYS[6]
 local now = clock()
 
 -- read phase -----------------------------------------------------------------
+-- tables a call of one pair has no use for are made when needed
 local res, ids, keys = {}, {}, {}
-local done = {}
-local notifies = {}          -- outcomes: the `notify` field of each acked job that has one
-local notified = false       -- whether one has
-local rows = {}              -- outcomes: the pair index of each acked job with a result
-local buckets, blist = {}, {}
-local starts = {}            -- token -> the claimed_at it carries
+local done = nil             -- the keys acked, when n > 1: the same job twice is stale
+local notifies = nil         -- outcomes: the `notify` field of each acked job that has one
+local rows = nil             -- outcomes: the pair index of each acked job with a result
+-- histogram buckets: the first one and its count, then the others (made when needed)
+local bFirst, cFirst, buckets, blist = nil, 0, nil, nil
+local lastToken, lastAt = nil, nil -- the claimed_at the last token acked carries
+local ended = {}             -- the tokens of the leases acked (as keys)
 local stale, unknown = 0, 0
 local ownBuckets, ownStale = nil, 0 -- of them, those of jobs with their own options
 local unlocks = nil          -- {unique key, id} of the acked jobs that hold one until done
@@ -486,8 +488,11 @@ for i = 1, n do
     h[3], h[4], h[5], h[6], h[7] = x[1], x[2], x[3], x[4], x[5]
   end
   local token = ARGV[2 + 2 * i]
-  if h[2] == 'processing' and h[1] == token and not done[key] then
-    done[key] = true
+  if h[2] == 'processing' and h[1] == token and not (done and done[key]) then
+    if n > 1 then
+      done = done or {}
+      done[key] = true
+    end
     res[i] = 1
     ids[#ids + 1] = ARGV[1 + 2 * i]
     keys[#keys + 1] = key
@@ -496,21 +501,32 @@ for i = 1, n do
       unlocks[#unlocks + 1] = { h[3], ARGV[1 + 2 * i] }
     end
     if h[5] then
+      notifies = notifies or {}
       notifies[#keys] = h[5]
-      notified = true
     end
-    if results[i] then rows[#keys] = i end
-    local at = starts[token]
-    if not at then
+    if results and results[i] then
+      rows = rows or {}
+      rows[#keys] = i
+    end
+    local at = lastAt
+    if token ~= lastToken then
       at = claimedAt(token, key, now)
-      starts[token] = at
+      lastToken, lastAt = token, at
+      ended[token] = true
     end
     local b = log2floor(now - at)
-    if buckets[b] then
-      buckets[b] = buckets[b] + 1
+    if b == bFirst then
+      cFirst = cFirst + 1
+    elseif not bFirst then
+      bFirst, cFirst = b, 1
     else
-      buckets[b] = 1
-      blist[#blist + 1] = b
+      buckets, blist = buckets or {}, blist or {}
+      if buckets[b] then
+        buckets[b] = buckets[b] + 1
+      else
+        buckets[b] = 1
+        blist[#blist + 1] = b
+      end
     end
     if (h[6] or h[7]) and ownRun(h[6], h[7]) then
       ownBuckets = ownBuckets or {}
@@ -579,19 +595,20 @@ if e then
 end
 -- outcomes: a job with `notify` is kept at least that long, with its result; the rest as
 -- the completed retention says
-if retention == 0 and not notified then
+if retention == 0 and not notifies then
   redis.call('DEL', unpack(keys))
 else
   local drop = {}
   local retentionS = S(retention)
   for i = 1, na do
     local keep, keepS = retention, retentionS
-    if notifies[i] then
-      keep = outcomeLib().keepFor(notifies[i], retention)
+    local notify = notifies and notifies[i]
+    if notify then
+      keep = outcomeLib().keepFor(notify, retention)
       keepS = S(keep)
     end
     if keep > 0 then
-      local result = rows[i] and results[rows[i]]
+      local result = rows and rows[i] and results[rows[i]]
       if result then
         redis.call('HSET', keys[i], 'status', 'done', 'result', result)
       else
@@ -606,14 +623,19 @@ else
   if #drop > 0 then redis.call('DEL', unpack(drop)) end
 end
 -- outcomes: announce the ends (nothing when no job carries notify and events are off)
-if notified or eventsAt then
+if notifies or eventsAt then
   for i = 1, na do
-    if notifies[i] or eventsAt then outcomeLib().announce(ids[i], 'acked', notifies[i], eventsAt) end
+    local notify = notifies and notifies[i]
+    if notify or eventsAt then outcomeLib().announce(ids[i], 'acked', notify, eventsAt) end
   end
 end
 -- the other counters: stats is known to be a hash by now, and a counter holding a
 -- non-number must not fail a call whose changes are already made
-for i = 1, #blist do
+if bFirst then
+  redis.pcall('HINCRBY', K_STATS, 'h:' .. S(bFirst), cFirst == 1 and '1' or S(cFirst))
+  tallyTime(bFirst, cFirst, now)
+end
+for i = 1, blist and #blist or 0 do
   local b = blist[i]
   local c = buckets[b]
   redis.pcall('HINCRBY', K_STATS, 'h:' .. S(b), c == 1 and '1' or S(c))
@@ -632,5 +654,5 @@ if ownStale > 0 then redis.pcall('HINCRBY', K_STATS, 'own_stale', S(ownStale)) e
 if unknown > 0 then redis.pcall('HINCRBY', K_STATS, 'unknown', S(unknown)) end
 -- the records of the calls that made the leases acked: answered, no longer needed
 local base = recordBase(ARGV[1])
-if base then forget(base, starts) end
+if base then forget(base, ended) end
 return res

@@ -510,19 +510,18 @@ local function storedMs(v)
 end
 -- leaseStart(token): the claimed_at (ms) a claim_token begins with, as claim writes it
 -- (<claimed_at>:<#worker>:<worker>:<token>); nil for a token without one (the older
--- layout, whose claimed_at is a field of its own) or whose start is no such time
--- (the leases of one claim call share their claimed_at: each one is read once a call)
-local startsRead = {}
+-- layout, whose claimed_at is a field of its own) or whose start is no such time.
+-- The leases of one claim call share their claimed_at, and a caller ends them together:
+-- the last start read is kept, so a run of them is read once
+local lastStart, lastStartMs = nil, false
 local function leaseStart(token)
   local at = string.find(token, ':', 1, true)
   if not at or at > 17 then return nil end
   local s = string.sub(token, 1, at - 1)
-  local ms = startsRead[s]
-  if ms == nil then
-    ms = storedMs(s) or false
-    startsRead[s] = ms
+  if s ~= lastStart then
+    lastStart, lastStartMs = s, storedMs(s) or false
   end
-  return ms or nil
+  return lastStartMs or nil
 end
 -- claimedAt(token, key, now): when the lease of token on the job at key began, for the
 -- histogram: the token's claimed_at, else the hash's claimed_at field (the older layout),
