@@ -1122,7 +1122,10 @@ local prefix, worker = ARGV[1], ARGV[3]
 -- a retry of a request that already leased jobs: answer what it still holds ------
 -- the record's head: more, n, visibility (as given) and the worker, so a record answers
 -- only a retry of its own call
-local head = ':' .. S(n) .. ':' .. S(vis) .. ':' .. worker
+-- (n and visibility as decimal numbers: the arguments themselves unless written otherwise)
+local visS = ARGV[4]
+if string.byte(visS, 1) == 48 and visS ~= '0' or string.byte(visS, 1) == 45 then visS = S(vis) end
+local head = ':' .. nS .. ':' .. visS .. ':' .. worker
 -- the record is stored data: read at most one entry more than claim writes (the head,
 -- then an id and a token per lease, 1000 leases at most), and used only when it has that
 -- shape
@@ -1178,7 +1181,8 @@ if #record > 0 then
   return { again, first == '1' and 1 or 0 }
 end
 
-local out, ids, nc, more, used = claimJobs(n, nS, vis, worker, 5, clock(), nil)
+local now, nowS = clock()
+local out, ids, nc, more, used = claimJobs(n, nS, vis, worker, 5, now, nil, nil, nil, nil, nowS)
 if not out then return ids end
 -- the record a retry of this request is answered from (K_REQUEST was read: absent); it
 -- lives the retry window: the visibility used, at most RECORD_MS
@@ -1190,6 +1194,7 @@ if nc > 0 then
     rec[2 * c + 1] = out[c][4]
   end
   redis.call('RPUSH', K_REQUEST, unpack(rec))
-  redis.call('PEXPIRE', K_REQUEST, S(recordLife(used)))
+  local life = recordLife(used)
+  redis.call('PEXPIRE', K_REQUEST, life == vis and visS or S(life))
 end
 return { out, more }

@@ -4,20 +4,36 @@
 -- time histogram per 10 minutes in P:{T}:hist:h:<hour> (fields <slot 0..5>:<bucket>).
 -- Each key expires 25 hours after its hour began (PEXPIREAT, set by the count that
 -- creates a field), so a queue keeps at most 26 hours of each: 5 x 26 small hashes.
+-- The hour, minute and 10-minute slot of now as decimal strings, made once a call (its
+-- tallies share one now): a number made a string costs more than the rest of a tally
+local histAt, histHour, histHourS, histMinS, histSlotS = nil, 0, nil, nil, nil
+local function histOf(now)
+  if now ~= histAt then
+    histAt, histHour = now, math.floor(now / 3600000)
+    histHourS = S(histHour)
+    histMinS = S(math.floor(now / 60000) % 60)
+    histSlotS = string.char(48 + math.floor(now / 600000) % 6)
+  end
+end
 -- tally(kind, field, n, now): count n in field of kind's key of now's hour
 local function tally(kind, field, n, now)
-  local hour = math.floor(now / 3600000)
-  local key = string.sub(ARGV[1], 1, -5) .. 'hist:' .. kind .. ':' .. S(hour)
+  histOf(now)
+  local key = string.sub(ARGV[1], 1, -5) .. 'hist:' .. kind .. ':' .. histHourS
   -- a wrong-typed key is left as it is: history never fails a call
-  if redis.pcall('HINCRBY', key, field, S(n)) == n then
-    redis.pcall('PEXPIREAT', key, S((hour + 25) * 3600000))
+  if redis.pcall('HINCRBY', key, field, n == 1 and '1' or S(n)) == n then
+    redis.pcall('PEXPIREAT', key, S((histHour + 25) * 3600000))
   end
 end
 -- tallyCount(kind, n, now): n jobs of kind (e, a, f, d) in now's minute
 local function tallyCount(kind, n, now)
-  if n > 0 then tally(kind, S(math.floor(now / 60000) % 60), n, now) end
+  if n > 0 then
+    histOf(now)
+    tally(kind, histMinS, n, now)
+  end
 end
--- tallyTime(b, n, now): n acks whose processing time fell in bucket b, in now's 10 minutes
-local function tallyTime(b, n, now)
-  tally('h', S(math.floor(now / 600000) % 6) .. ':' .. S(b), n, now)
+-- tallyTime(bS, n, now): n acks whose processing time fell in bucket bS (as a decimal
+-- string), in now's 10 minutes
+local function tallyTime(bS, n, now)
+  histOf(now)
+  tally('h', histSlotS .. ':' .. bS, n, now)
 end
