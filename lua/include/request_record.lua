@@ -16,8 +16,9 @@ local function notOurs(request, what)
     '; a request id is sent again only by its worker, with the same arguments')
 end
 -- madeBy(token): the request id a lease's claim_token ends with, as settle_claim writes it
--- (<claimed_at>:<#worker>:<worker>:<request>); nil when the token has no such layout.
--- Bounded: two plain finds and a length check
+-- (<claimed_at>:<#worker>:<worker>:@<request>); nil when the token has no such layout
+-- (a claim lease's token ends with its slot token, no `@`). Bounded: two plain finds
+-- and a length check
 local function madeBy(token)
   local a = string.find(token, ':', 1, true)
   if not a then return nil end
@@ -26,8 +27,8 @@ local function madeBy(token)
   local len = string.sub(token, a + 1, b - 1)
   if not string.find(len, '^%d+$') then return nil end
   local at = b + 1 + tonumber(len)
-  if string.sub(token, at, at) ~= ':' then return nil end
-  local request = string.sub(token, at + 1)
+  if string.sub(token, at, at + 1) ~= ':@' then return nil end
+  local request = string.sub(token, at + 2)
   if #request < 1 or #request > 256 then return nil end
   return request
 end
@@ -41,13 +42,16 @@ end
 -- ended, tokens being a table whose keys are those leases' claim_tokens and base the
 -- record keys' prefix P:{T}:claimreq: (one DEL). A caller holds a lease's token only from
 -- the reply of the call that made it, so that call is answered and not sent again: its
--- record has no further use. A token of a claim lease names its slot token, for which
--- no record exists (tokens and request ids are fresh random values)
+-- record has no further use. Only a token holding `:@` can name one: a claim lease's
+-- ends with its slot token, for which no record exists, and costs one plain find
 local function forget(base, tokens)
-  local dels = {}
+  local dels = nil
   for token in pairs(tokens) do
-    local request = madeBy(token)
-    if request then dels[#dels + 1] = base .. request end
+    local request = string.find(token, ':@', 1, true) and madeBy(token)
+    if request then
+      dels = dels or {}
+      dels[#dels + 1] = base .. request
+    end
   end
-  if #dels > 0 then redis.call('DEL', unpack(dels)) end
+  if dels then redis.call('DEL', unpack(dels)) end
 end

@@ -125,3 +125,22 @@ def ending_a_lease_deletes_the_record_of_the_call_that_made_it():
     q.enqueue([('k', 'p', 0)])
     jobs, _, _, _ = q.settle_claim(1, vis=hour, request='four')
     assert q.ack([(b'k', jobs[0][3] + b'x')]) == [0] and r.exists(q.claimreq('four'))
+
+
+@test
+def ending_a_claim_lease_deletes_no_record_and_sends_no_del():
+    # settle_claim's lease tokens end with `:@<request>`; a claim lease's ends with its slot
+    # token, which names no record, even when it is some request's id
+    q = fresh('recn')
+    q.enqueue([('a', 'p', 0), ('b', 'p', 0)])
+    [ja] = q.claim(1, tokens=['req-b'])
+    jobs, _, _, _ = q.settle_claim(1, vis=3600 * 1000, request='req-b')
+    assert parse_token(jobs[0][3])[2] == b'@req-b' and r.exists(q.claimreq('req-b'))
+    node = {'target_nodes': r.get_node_from_key(q.meta)} if CLUSTER else {}
+    r.config_resetstat(**node)
+    assert q.ack([(b'a', ja[3])]) == [1]
+    # one DEL: the acked job's hash (no completed retention)
+    assert r.info('commandstats', **node)['cmdstat_del']['calls'] == 1
+    assert r.exists(q.claimreq('req-b')), 'the settle_claim record is left alone'
+    assert q.ack([(b'b', jobs[0][3])]) == [1]
+    assert not r.exists(q.claimreq('req-b')), 'its own lease ends it'

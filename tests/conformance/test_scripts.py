@@ -895,7 +895,7 @@ def settle_claim_acks_then_claims():
     # id, payload, attempts, lease_until per leased job
     more, tok, acked, jobs = flat[0], flat[1], flat[2:3], flat[3:]
     claimed_at, worker, token = parse_token(tok)
-    assert t0 <= claimed_at <= t1 and worker == b'wk' and token == b'rq1'
+    assert t0 <= claimed_at <= t1 and worker == b'wk' and token == b'@rq1'
     assert more == 0 and acked == [1] and len(jobs) == 8
     assert jobs[0::4] == [b'b', b'c'] and jobs[1::4] == [b'pb', b'pc'] and jobs[2::4] == [1, 1]
     assert jobs[3] == jobs[7] and r.zscore(q.processing, 'b') == jobs[3]
@@ -963,7 +963,7 @@ def settle_claim_without_settles_is_a_claim():
     q.enqueue([('a', 'p', 0)])
     first = q.settle_claim(2, request='r1', vis=5000)
     tok = q.tok('a')
-    assert parse_token(tok)[2] == b'r1'
+    assert parse_token(tok)[2] == b'@r1'
     assert first == [[[b'a', b'p', 1, tok, first[0][0][4]]], 0, [], []]
     assert q.settle_claim(2, request='r1', vis=5000) == first
     assert 4000 < r.pttl(q.claimreq('r1')) <= 5000
