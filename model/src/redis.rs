@@ -26,8 +26,8 @@ pub struct Req {
 }
 
 /// A lease's `claim_token`, `<claimed_at>:<#worker>:<worker>:<token>`: compared whole,
-/// byte for byte. `slot` is a claim lease (its last part is claim's slot token, for which
-/// no record exists); otherwise the last part is the settle_claim request id.
+/// byte for byte. `slot` is a claim lease (its last part is claim's slot token, which
+/// names no record); otherwise the last part is `@` and the settle_claim request id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Token {
     pub at: Time,
