@@ -1,4 +1,4 @@
--- claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, flat, nowS): steps 1 to 3 of
+-- claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, flat, nowS, meta): steps 1 to 3 of
 -- claim (docs/protocol.md) on KEYS[1..8]: promote due delayed jobs, lease up to n ready
 -- jobs to worker (the c-th gets the caller's token ARGV[tokenAt + c]; with flat, every
 -- lease gets the caller's token tokenAt itself), set aside or drop orphans, empty wake
@@ -18,6 +18,9 @@
 -- set stays small. undue, when given, is an empty table: the caller knows delayed is
 -- absent and it is not read. flat, when given, is a table each leased job is appended to
 -- as id, payload, attempts, lease_until. nowS, when given, is now as a decimal string.
+-- meta, when given, is the caller's HMGET reply of meta whose first four entries are
+-- paused, rate_limit, rate_limit_per_key and priorities (read with the caller's own fields
+-- in one HMGET), with vis not 0: meta is then not read again.
 -- A job whose hash holds its own visibility_timeout_ms (per-job options: an integer
 -- 1..10^15; anything else counts as absent) is leased for that long instead of vis; one
 -- that holds its own timeout_ms or visibility_timeout_ms has both (0 for the one it
@@ -130,7 +133,7 @@ local function rateLib()
     keyFull = keyFull, rateTake = rateTake }
   return RATES
 end
-local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, flat, nowS)
+local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, flat, nowS, meta)
   local K_PROCESSING, K_DELAYED = KEYS[2], KEYS[3]
   local K_META, K_STATS, K_WAKE, K_ORPHANS = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
   local prefix = ARGV[1]
@@ -140,15 +143,17 @@ local function claimJobs(n, nS, vis, worker, tokenAt, now, check, gone, undue, f
   -- meta: paused, the rate limits (docs/protocol.md, Rate limits), the priorities whose
   -- lists may hold ids (include/priority) and, when vis is 0, the visibility; the priority
   -- mode below, when one is in play
-  local m
-  if vis == 0 then
-    m = redis.pcall('HMGET', K_META, 'paused', 'rate_limit', 'rate_limit_per_key',
-      'priorities', 'visibility_timeout_ms')
-  else
-    m = redis.pcall('HMGET', K_META, 'paused', 'rate_limit', 'rate_limit_per_key',
-      'priorities')
+  local m = meta
+  if not m then
+    if vis == 0 then
+      m = redis.pcall('HMGET', K_META, 'paused', 'rate_limit', 'rate_limit_per_key',
+        'priorities', 'visibility_timeout_ms')
+    else
+      m = redis.pcall('HMGET', K_META, 'paused', 'rate_limit', 'rate_limit_per_key',
+        'priorities')
+    end
+    if m.err then return nil, failure(m, K_META, 'hash') end
   end
-  if m.err then return nil, failure(m, K_META, 'hash') end
   local paused = m[1] ~= false
   if paused then n, undue = 0, {} end
   -- rate limit gate, before anything is popped: n cut to the slots left, none left
