@@ -630,7 +630,10 @@ end
 -- still holds it (the new job is refused, or in debounce mode replaces the holder's
 -- payload and delay while the holder waits). A lock whose job no longer holds it (its
 -- hash gone, or naming another key, or past the state its mode holds the key in) is free.
-local payloadOf = {}   -- triple index -> the triple whose payload and delay it takes
+-- the tables only unique keys, delays or debounces fill are made when they are: until
+-- then they are NONE, one empty table, only read
+local NONE = {}
+local payloadOf = NONE -- triple index -> the triple whose payload and delay it takes
 local locks = nil      -- triple indexes of the new jobs that take their key's lock
 local swaps = nil      -- the existing holders a debounce call replaces, in order
 local uBase
@@ -663,6 +666,7 @@ if uAt then
       if uMode == 'debounce' and held.st ~= 'processing' then
         res[i] = { 3, held.id }
         if held.i then
+          if payloadOf == NONE then payloadOf = {} end
           payloadOf[held.i] = i
         else
           if not held.from then
@@ -689,8 +693,7 @@ end
 local nn = #newKeys
 if nn == 0 and not swaps then return res end
 
-local now = clock()
-local nowS = S(now)
+local now, nowS = clock()
 -- a run-at time in the past (or now) means ready now
 if absAt then
   for i, at in pairs(absAt) do
@@ -701,12 +704,13 @@ end
 for i, from in pairs(payloadOf) do delays[i] = delays[from] end
 
 local firstAt -- the earliest run-at among the delayed jobs added
-local runAt = {} -- the run-at of each delayed job, by triple, as a decimal string
+local runAt = NONE -- the run-at of each delayed job, by triple, as a decimal string
 -- the holders a debounce call replaces: ready now (from delayed), or delayed anew
 local outPending, outDelayed = false, false
 -- holders made ready again go back to their own priority's list (include/priority)
-local swapReady, swapPrio, swapPs = {}, {}, {}
+local swapReady, swapPrio, swapPs = NONE, NONE, NONE
 if swaps then
+  swapReady, swapPrio, swapPs = {}, {}, {}
   for s = 1, #swaps do
     local w = swaps[s]
     local d = delays[w.from]
@@ -734,6 +738,7 @@ for j = 1, nn do
   if delays[i] > 0 then
     local at = now + delays[i]
     if firstAt == nil or at < firstAt then firstAt = at end
+    if runAt == NONE then runAt = {} end
     runAt[i] = S(at)
     later[#later + 1] = runAt[i]
     later[#later + 1] = id
