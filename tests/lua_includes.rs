@@ -628,19 +628,7 @@ fn no_script_shadows_a_shared_name() {
     let includes: Vec<(String, String)> = lua_files(&lua_dir().join("include"));
     let mut shadowed = Vec::new();
     for (name, text) in lua_files(&lua_dir()) {
-        let mut own = String::new();
-        let mut inside = false;
-        for line in text.lines() {
-            if line.starts_with(BEGIN) {
-                inside = true;
-            } else if line.starts_with(END) {
-                inside = false;
-            } else if !inside {
-                own.push_str(line);
-                own.push('\n');
-            }
-        }
-        let own = declared(&own);
+        let own = declared(&(own_lines(&text).join("\n") + "\n"));
         for (include, shared) in &includes {
             if !text.contains(&begin_marker(include)) {
                 continue;
