@@ -30,7 +30,10 @@
            with run_at <= now is still in delayed, after this call (an entry this call
            put back from orphans scored <= now included).
 
-  Takes up to batch processing entries with score <= now, earliest first. For each, the
+  Takes up to batch processing entries with score <= now, earliest first. Each job hash
+  is read with one HMGET of status, lease_until, attempts, max_attempts, errors,
+  cancel_requested, priority and end_opts; unique_key, unique_mode, notify, timeout_ms and
+  visibility_timeout_ms in a second only when end_opts is there. For each, the
   job hash decides: no job hash (no key, or a key that is not a hash) -> set aside
   (moved to orphans scored now, an id set aside before keeping its time; counted in
   `orphans` and `set_aside`, a wrong-typed key in `wrong_type` too, and never touched);
@@ -683,8 +686,20 @@ for i = 1, #due do
   local key = prefix .. id
   moved[id] = true
   local h = redis.pcall('HMGET', key, 'status', 'lease_until', 'attempts', 'max_attempts', 'errors',
-    'cancel_requested', 'unique_key', 'unique_mode', 'notify', 'timeout_ms',
-    'visibility_timeout_ms', 'priority')
+    'cancel_requested', 'priority', 'end_opts')
+  if not h.err then
+    -- h[7..12]: unique_key, unique_mode, notify, timeout_ms, visibility_timeout_ms (read in
+    -- a second HMGET only for a job that holds end_opts: include/job_options), priority
+    local prio = h[7]
+    if h[8] then
+      local x = redis.call('HMGET', key, 'unique_key', 'unique_mode', 'notify', 'timeout_ms',
+        'visibility_timeout_ms')
+      h[7], h[8], h[9], h[10], h[11] = x[1], x[2], x[3], x[4], x[5]
+    else
+      h[7], h[8] = false, false
+    end
+    h[12] = prio
+  end
   if not h.err and h[9] then notifyOf[key] = h[9] end
   local out
   out, e = absent(h, id, key, not h.err and h[1])

@@ -1,8 +1,8 @@
 """The end_opts field (docs/protocol.md, Job hash): a job whose end acts on a field of its
 own (unique_key, notify, timeout_ms, visibility_timeout_ms) holds end_opts = 1, written by
 enqueue and by a schedule's fire; other jobs do not (max_attempts, backoff, rate_key and
-priority are read elsewhere). ack and settle_claim read those fields only for a job that
-holds it: a plain job's ack reads the lease's two fields and end_opts in one HMGET."""
+priority are read elsewhere). ack, settle_claim and reap read those fields only for a job
+that holds it: a plain job's ack reads the lease's two fields and end_opts in one HMGET."""
 from jq import *
 from cases_job_timeout import enqueue_with, minute, on_queue_node
 from cases_schedule import fire, put, due
@@ -72,5 +72,25 @@ def ack_reads_the_options_of_a_job_only_when_it_holds_end_opts():
     assert q.ack([('u', jobs['u'][3])]) == [1]
     assert hmget_fields(q) == 3
     # its end did what its options say: the lock released, the end announced
+    assert lock(q, 'key-u') is None
+    assert [e[1][b'id'] for e in r.xrange(q.p + 'done')] == [b'u']
+
+
+@test
+def reap_reads_the_options_of_a_job_only_when_it_holds_end_opts():
+    q = fresh('eo4')
+    minute(q)
+    q.enqueue([('plain', 'p', 0)])
+    enqueue_unique(q, [('u', 'p', 0)], ['key-u'], options=('options', 'notify', '60000'))
+    r.hset(q.meta, 'max_attempts', '1')
+    q.claim(2, vis=1)
+    wait_ms(2)
+    r.config_resetstat(**on_queue_node(q))
+    q.reap()
+    # meta's settings in one HMGET; each job's fields and end_opts in one; the end fields
+    # of u, which holds end_opts, in one more
+    assert hmget_fields(q) == 4
+    assert q.job('plain')['status'] == b'dead' and q.job('u')['status'] == b'dead'
+    # u's end did what its options say: the lock released, the death announced
     assert lock(q, 'key-u') is None
     assert [e[1][b'id'] for e in r.xrange(q.p + 'done')] == [b'u']
