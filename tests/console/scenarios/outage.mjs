@@ -31,7 +31,11 @@ export async function run(page, ctx) {
     const stale = document.querySelectorAll("#overview [data-fresh=no]");
     return rows.length > 0 && healthy.length === 0 && stale.length === rows.length;
   }, null, SHOWN));
-  // Read again once every row is marked: the Redis line comes first, the queues' after.
+  // Read again once every row is marked and the banner has its queues' line (it comes
+  // with the next refresh after the rows' own marks): the Redis line first, the queues' after.
+  await soft(page.waitForFunction(
+    () => [...document.querySelectorAll("#outage li")].some((l) => l.textContent.includes("queues")),
+    null, SHOWN));
   seen.overview_banner = await banner(page);
   seen.overview_rows = await page.$$eval("#overview tbody tr", (r) => r.length);
   seen.overview_healthy = await page.$$eval("#overview .badge", (b) => b.filter((x) => x.textContent === "healthy").length);
