@@ -434,8 +434,8 @@ end
 -- left (right after the pop) and answers more = -(ms to the next slot) when none is left.
 -- Every call scores worker now in P:{T}:workers (built from
 -- the job-key prefix, as the request records' keys). nS is n as Redis reads a count; vis 0 means meta's
--- visibility_timeout_ms (read with the other fields of meta, in the one HMGET of meta the
--- call makes when no priority above 0 is in play). check(nc, orphans), when given,
+-- visibility_timeout_ms (read with paused and the rest in the call's first HMGET of meta).
+-- check(nc, orphans), when given,
 -- runs after the reads and before the first write but the RPOPs: an error it returns
 -- fails the call with every key as it was; check = true stands for the check that
 -- stats is a hash (or absent) when the claim writes no counter. gone, when given, are ids to remove from

@@ -37,3 +37,20 @@ local function tallyTime(bS, n, now)
   histOf(now)
   tally('h', histSlotS .. ':' .. bS, n, now)
 end
+-- tallyBuckets(bFirst, cFirst, buckets, blist, now): the processing times of a call's
+-- acks, in the stats hash (KEYS[6], h:<b>) and in the history: the first bucket and its
+-- count, then the others (buckets: b -> count, blist: their order; nil when there are none)
+local function tallyBuckets(bFirst, cFirst, buckets, blist, now)
+  if bFirst then
+    local bS = S(bFirst)
+    redis.pcall('HINCRBY', KEYS[6], 'h:' .. bS, cFirst == 1 and '1' or S(cFirst))
+    tallyTime(bS, cFirst, now)
+  end
+  for i = 1, blist and #blist or 0 do
+    local b = blist[i]
+    local c = buckets[b]
+    local bS = S(b)
+    redis.pcall('HINCRBY', KEYS[6], 'h:' .. bS, c == 1 and '1' or S(c))
+    tallyTime(bS, c, now)
+  end
+end
